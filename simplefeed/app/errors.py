@@ -1,0 +1,88 @@
+"""Mapping errors to HTTP, in one place: every error reply is JSON naming the problem."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import falcon
+from sqlalchemy.exc import OperationalError
+
+from simplefeed.errors import (
+    Conflict,
+    EntryConflict,
+    InvalidEvent,
+    NotFound,
+    RequestError,
+    SimplefeedError,
+)
+
+log = logging.getLogger(__name__)
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_event",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+
+def _reply(resp: falcon.Response, status: int, message: str, **extra: Any) -> None:
+    body: dict[str, Any] = {"error": _STATUS_CODES.get(status, str(status)), "message": message}
+    body.update({k: v for k, v in extra.items() if v is not None})
+    resp.status = status
+    resp.media = body
+    resp.content_type = falcon.MEDIA_JSON
+    resp.cache_control = ["no-store"]
+
+
+def handle_domain(req: falcon.Request, resp: falcon.Response, ex: Exception, params: Any) -> None:
+    if isinstance(ex, NotFound):
+        _reply(resp, 404, str(ex))
+    elif isinstance(ex, EntryConflict):
+        _reply(resp, 409, str(ex), id=ex.entry_id, index=ex.index)
+    elif isinstance(ex, Conflict):
+        _reply(resp, 409, str(ex))
+    elif isinstance(ex, InvalidEvent):
+        _reply(resp, ex.status, ex.message, index=ex.index, field=ex.field)
+    elif isinstance(ex, RequestError):
+        _reply(resp, ex.status, ex.message)
+    else:
+        handle_unexpected(req, resp, ex, params)
+
+
+def handle_database_down(
+    req: falcon.Request, resp: falcon.Response, ex: Exception, params: Any
+) -> None:
+    log.warning("database unavailable: %s", ex)
+    _reply(resp, 503, "the database is unavailable; retry later")
+    resp.set_header("Retry-After", "1")
+
+
+def handle_unexpected(
+    req: falcon.Request, resp: falcon.Response, ex: Exception, params: Any
+) -> None:
+    if isinstance(ex, falcon.HTTPError):  # falcon's own: 404 no route, 405, ...
+        _reply(resp, ex.status_code, ex.description or ex.title)
+        headers = ex.headers or {}
+        for name, value in headers.items() if isinstance(headers, Mapping) else headers:
+            resp.set_header(name, value)
+        return
+    log.exception("unhandled error on %s %s", req.method, req.path)
+    _reply(resp, 500, "internal error")
+
+
+def install(app: falcon.App[falcon.Request, falcon.Response]) -> None:
+    # Falcon looks handlers up by the exception's MRO, most specific registered class first.
+    app.add_error_handler(Exception, handle_unexpected)
+    app.add_error_handler(falcon.HTTPError, handle_unexpected)
+    app.add_error_handler(OperationalError, handle_database_down)
+    app.add_error_handler(SimplefeedError, handle_domain)

@@ -1,0 +1,271 @@
+"""The facade: publishing, reading documents, freezing and rebuilding, over one database.
+
+The HTTP app and the command line both go through :class:`Simplefeed`; neither touches the store
+or the renderer directly. The clock and the id generator are injected, so tests control time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Connection
+
+from simplefeed import archive, atom, paging, store
+from simplefeed.errors import EntryConflict, PageNotFound
+from simplefeed.model import (
+    Appended,
+    Document,
+    DocumentKind,
+    Entry,
+    Event,
+    Feed,
+    FrozenPage,
+)
+from simplefeed.settings import Settings
+from simplefeed.store.entries import NewEntry
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+"""Returns the current time in microseconds since the epoch."""
+
+
+def system_clock() -> int:
+    return time.time_ns() // 1000
+
+
+def random_uuid() -> str:
+    return str(uuidlib.uuid4())
+
+
+@dataclass(frozen=True)
+class Live:
+    """The working page, seen as ``kind``: validators, and the bytes when asked for."""
+
+    feed: Feed
+    kind: DocumentKind
+    number: int
+    etag: str
+
+
+class Simplefeed:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        db: store.Database | None = None,
+        clock: Clock = system_clock,
+        new_uuid: Callable[[], str] = random_uuid,
+    ) -> None:
+        self.settings = settings
+        self.db = db if db is not None else store.Database(settings.database_url)
+        self.clock = clock
+        self.new_uuid = new_uuid
+        self._live_cache: dict[tuple[int, DocumentKind], tuple[str, bytes]] = {}
+        self._cache_lock = threading.Lock()
+
+    # -- feeds ---------------------------------------------------------------------------
+
+    def urls(self, feed_name: str) -> paging.Urls:
+        return paging.Urls(self.settings.base_url, feed_name, self.settings.default_feed)
+
+    def create_feed(
+        self, name: str, *, title: str | None = None, page_size: int | None = None
+    ) -> Feed:
+        with self.db.write() as conn:
+            return store.create_feed(
+                conn,
+                name=name,
+                title=title or name,
+                page_size=page_size or self.settings.page_size,
+                uuid=self.new_uuid(),
+                now_us=self.clock(),
+            )
+
+    def feed(self, name: str) -> Feed:
+        """The feed's row: its head and validators. One indexed lookup."""
+        with self.db.read() as conn:
+            return store.get_feed(conn, name)
+
+    def feeds(self) -> list[Feed]:
+        with self.db.read() as conn:
+            return store.list_feeds(conn)
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def publish(self, feed_name: str, events: Sequence[Event]) -> list[Appended]:
+        """Append events to a feed, all or nothing, freezing every page they fill.
+
+        An event whose ``id`` the feed already holds with the same content is a replay: it gets
+        the existing entry back (``created=False``) and stores nothing. The same id with other
+        content raises :class:`EntryConflict` and the whole batch is refused.
+        """
+        frozen: list[FrozenPage] = []
+        with self.db.write() as conn:
+            feed = store.lock_feed(conn, feed_name)
+            size = feed.page_size
+            existing = store.find_entries(conn, feed.id, (e.id for e in events if e.id))
+            seen: dict[str, tuple[str, Appended]] = {}
+            results: list[Appended] = []
+            new: list[NewEntry] = []
+            now = self.clock()
+            head = feed.head_seq
+            last_updated = feed.head_updated_us
+            for index, event in enumerate(events):
+                fingerprint = event.fingerprint()
+                if event.id is not None:
+                    if event.id in existing:
+                        old = existing[event.id]
+                        if old.fingerprint != fingerprint:
+                            raise EntryConflict(event.id, index)
+                        results.append(
+                            Appended(event.id, old.seq, paging.page_of(old.seq, size), False)
+                        )
+                        continue
+                    if event.id in seen:
+                        old_fp, first = seen[event.id]
+                        if old_fp != fingerprint:
+                            raise EntryConflict(event.id, index)
+                        results.append(
+                            Appended(first.entry_id, first.seq, first.page, created=False)
+                        )
+                        continue
+                head += 1
+                entry_id = event.id if event.id is not None else f"urn:uuid:{self.new_uuid()}"
+                published = event.updated_us if event.updated_us is not None else now
+                # Strictly increasing per feed: no two entries share `updated`, and the order of
+                # `updated` is the order of the sequence.
+                updated = published if last_updated is None else max(published, last_updated + 1)
+                last_updated = updated
+                entry = Entry(
+                    seq=head,
+                    id=entry_id,
+                    updated_us=updated,
+                    published_us=published,
+                    event=event,
+                )
+                new.append(NewEntry(entry, fingerprint))
+                appended = Appended(entry_id, head, paging.page_of(head, size), created=True)
+                seen[entry_id] = (fingerprint, appended)
+                results.append(appended)
+            if new:
+                store.append_entries(conn, feed, new, modified_us=max(now, feed.modified_us + 1))
+                for number in paging.newly_full_pages(feed.head_seq, head, size):
+                    frozen.append(self._freeze(conn, feed, number, now))
+        for page in frozen:
+            self._write_file(feed.name, page)
+        return results
+
+    def _freeze(self, conn: Connection, feed: Feed, number: int, now_us: int) -> FrozenPage:
+        first, last = paging.seq_range(number, feed.page_size)
+        entries = store.entries_between(conn, feed.id, first, last)
+        doc = self._document(feed, "archive", number, tuple(entries))
+        body = atom.render(doc)
+        page = FrozenPage(feed.id, number, body, archive.strong_etag(body), now_us)
+        store.insert_page(conn, page, first_seq=first, last_seq=last)
+        return page
+
+    def _document(
+        self, feed: Feed, kind: DocumentKind, number: int, entries: tuple[Entry, ...]
+    ) -> Document:
+        if entries:
+            updated = entries[0].updated_us
+        else:
+            updated = feed.head_updated_us if feed.head_updated_us is not None else feed.created_us
+        return Document(
+            feed=feed,
+            kind=kind,
+            number=number,
+            updated_us=updated,
+            links=paging.links(self.urls(feed.name), kind, number),
+            entries=entries,
+        )
+
+    # -- reading -------------------------------------------------------------------------
+
+    def live(self, feed: Feed, kind: DocumentKind) -> Live:
+        """Validators of the recent document or the working page: no rendering, no query."""
+        number = paging.working_page(feed.head_seq, feed.page_size)
+        tag = hashlib.sha256(
+            f"{feed.uuid}|{feed.title}|{feed.page_size}|{self.urls(feed.name).prefix}".encode()
+        ).hexdigest()[:12]
+        return Live(feed, kind, number, f'"{kind[0]}{feed.head_seq}-{tag}"')
+
+    def live_body(self, live: Live) -> bytes:
+        """The bytes of a live document, rendered once per version and then served from memory."""
+        key = (live.feed.id, live.kind)
+        with self._cache_lock:
+            cached = self._live_cache.get(key)
+        if cached is not None and cached[0] == live.etag:
+            return cached[1]
+        feed = live.feed
+        first, _ = paging.seq_range(live.number, feed.page_size)
+        with self.db.read() as conn:
+            entries = store.entries_between(conn, feed.id, first, feed.head_seq)
+        body = atom.render(self._document(feed, live.kind, live.number, tuple(entries)))
+        with self._cache_lock:
+            self._live_cache[key] = (live.etag, body)
+        return body
+
+    def page(self, feed: Feed, number: int) -> FrozenPage | Live:
+        """Page ``number`` of a feed: its frozen bytes, or the working page's validators."""
+        working = paging.working_page(feed.head_seq, feed.page_size)
+        if number == working:
+            return self.live(feed, "working")
+        if not 1 <= number < working:
+            raise PageNotFound(feed.name, number)
+        with self.db.read() as conn:
+            page = store.get_page(conn, feed.id, number)
+        if page is None:  # pragma: no cover - freezing is in the append transaction
+            raise PageNotFound(feed.name, number)
+        self._write_file_if_missing(feed.name, page)
+        return page
+
+    # -- archive files -------------------------------------------------------------------
+
+    def page_path(self, feed_name: str, number: int) -> Path:
+        return archive.page_path(
+            self.settings.archive_dir, feed_name, self.settings.default_feed, number
+        )
+
+    def _write_file(self, feed_name: str, page: FrozenPage) -> None:
+        # The page is committed: a failure here loses nothing. The app serves the page from the
+        # database and writes the file on the next request; `archive rebuild` restores it too.
+        try:
+            archive.write_atomically(
+                self.page_path(feed_name, page.number), page.body, page.frozen_us
+            )
+        except OSError:
+            log.exception("could not write archive file for %s page %d", feed_name, page.number)
+
+    def _write_file_if_missing(self, feed_name: str, page: FrozenPage) -> None:
+        if not self.page_path(feed_name, page.number).exists():
+            self._write_file(feed_name, page)
+
+    def rebuild_archive(self, feed_name: str | None = None) -> archive.RebuildReport:
+        """Rewrite every static page that is missing or differs from the database's bytes."""
+        checked = 0
+        restored: list[Path] = []
+        with self.db.read() as conn:
+            feeds = [store.get_feed(conn, feed_name)] if feed_name else store.list_feeds(conn)
+            for feed in feeds:
+                for page in store.list_pages(conn, feed.id):
+                    checked += 1
+                    path = self.page_path(feed.name, page.number)
+                    if archive.ensure_file(path, page):
+                        restored.append(path)
+        return archive.RebuildReport(checked, restored)
+
+    def rerender(self, feed: Feed, number: int) -> bytes:
+        """Render archived page ``number`` again from its entries (to check determinism)."""
+        first, last = paging.seq_range(number, feed.page_size)
+        with self.db.read() as conn:
+            entries = store.entries_between(conn, feed.id, first, last)
+        return atom.render(self._document(feed, "archive", number, tuple(entries)))

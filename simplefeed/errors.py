@@ -1,0 +1,99 @@
+"""The one exception hierarchy of Simplefeed.
+
+::
+
+    SimplefeedError
+    ├── ConfigError                 bad SIMPLEFEED_* setting or CLI argument
+    ├── NotFound                    -> 404
+    │   ├── FeedNotFound            .feed
+    │   └── PageNotFound            .feed, .number
+    ├── Conflict                    -> 409
+    │   ├── EntryConflict           .entry_id, .index: same id, different content
+    │   └── FeedExists              .feed
+    ├── RequestError                the client sent something we refuse; .status
+    │   ├── MalformedRequest        -> 400 (not JSON, not UTF-8)
+    │   ├── PayloadTooLarge         -> 413
+    │   ├── UnsupportedMediaType    -> 415
+    │   └── InvalidEvent            -> 422, .index (in a batch), .field
+    └── ArchiveError                a static page could not be written or does not match
+
+Each error carries the attributes that identify what failed; the HTTP layer maps them to a status
+and a JSON body in one place (``simplefeed.app.errors``).
+"""
+
+from __future__ import annotations
+
+
+class SimplefeedError(Exception):
+    """Base of every error raised on purpose by Simplefeed."""
+
+
+class ConfigError(SimplefeedError):
+    pass
+
+
+class NotFound(SimplefeedError):
+    pass
+
+
+class FeedNotFound(NotFound):
+    def __init__(self, feed: str) -> None:
+        super().__init__(f"no feed named {feed!r}")
+        self.feed = feed
+
+
+class PageNotFound(NotFound):
+    def __init__(self, feed: str, number: int) -> None:
+        super().__init__(f"feed {feed!r} has no page {number}")
+        self.feed = feed
+        self.number = number
+
+
+class Conflict(SimplefeedError):
+    pass
+
+
+class EntryConflict(Conflict):
+    def __init__(self, entry_id: str, index: int | None = None) -> None:
+        super().__init__(f"entry id {entry_id!r} is already in the feed with different content")
+        self.entry_id = entry_id
+        self.index = index
+
+
+class FeedExists(Conflict):
+    def __init__(self, feed: str) -> None:
+        super().__init__(f"feed {feed!r} already exists")
+        self.feed = feed
+
+
+class RequestError(SimplefeedError):
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class MalformedRequest(RequestError):
+    status = 400
+
+
+class PayloadTooLarge(RequestError):
+    status = 413
+
+
+class UnsupportedMediaType(RequestError):
+    status = 415
+
+
+class InvalidEvent(RequestError):
+    status = 422
+
+    def __init__(self, message: str, *, index: int | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+        self.field = field
+
+
+class ArchiveError(SimplefeedError):
+    pass

@@ -1,0 +1,171 @@
+"""Domain value types: feeds, events, entries, pages and documents. No I/O here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+#: Our Atom extension namespace (a name, not a document): ``<sf:seq>`` carries the sequence number.
+SF_NS = "https://simplefeed.dev/ns/1.0"
+#: RFC 5005 feed history namespace: ``<fh:archive/>`` marks an archived page.
+FH_NS = "http://purl.org/syndication/history/1.0"
+ATOM_NS = "http://www.w3.org/2005/Atom"
+ATOM_MEDIA_TYPE = "application/atom+xml; charset=utf-8"
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def us_to_datetime(us: int) -> datetime:
+    """Microseconds since the epoch to an aware UTC datetime (exact, no float rounding)."""
+    return EPOCH + timedelta(microseconds=us)
+
+
+def datetime_to_us(dt: datetime) -> int:
+    delta = dt.astimezone(UTC) - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def rfc3339(us: int) -> str:
+    """RFC 3339 timestamp as the documents carry it (``Z``, microseconds when non-zero)."""
+    dt = us_to_datetime(us)
+    text = dt.strftime("%Y-%m-%dT%H:%M:%S")
+    if dt.microsecond:
+        text += f".{dt.microsecond:06d}"
+    return text + "Z"
+
+
+@dataclass(frozen=True)
+class Feed:
+    id: int
+    name: str
+    uuid: str
+    title: str
+    page_size: int
+    created_us: int
+    head_seq: int
+    #: ``updated`` of the newest entry (None while the feed is empty).
+    head_updated_us: int | None
+    #: Server clock when the feed last changed; drives Last-Modified of the live documents.
+    modified_us: int
+
+    @property
+    def atom_id(self) -> str:
+        return f"urn:uuid:{self.uuid}"
+
+
+@dataclass(frozen=True)
+class Author:
+    name: str
+    email: str | None = None
+    uri: str | None = None
+
+
+@dataclass(frozen=True)
+class Category:
+    term: str
+    scheme: str | None = None
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class Link:
+    href: str
+    rel: str = "alternate"
+    type: str | None = None
+    hreflang: str | None = None
+    title: str | None = None
+    length: int | None = None
+
+
+ContentMode = Literal["text", "html", "xhtml", "xml", "textual", "base64"]
+
+
+@dataclass(frozen=True)
+class Event:
+    """What a producer sent, validated and normalised; nothing assigned by the server.
+
+    ``content`` is always text: JSON values are serialised by the API before they get here.
+    ``content_type`` is ``None`` (plain text), ``text``, ``html``, ``xhtml`` or a media type.
+    """
+
+    title: str
+    content: str | None = None
+    content_type: str | None = None
+    summary: str | None = None
+    author: Author | None = None
+    categories: tuple[Category, ...] = ()
+    links: tuple[Link, ...] = ()
+    id: str | None = None
+    updated_us: int | None = None
+
+    def fingerprint(self) -> str:
+        """Hash of everything the producer said: equal fingerprints mean a replay."""
+        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {k: v for k, v in data.items() if v not in (None, (), []) and k not in ("id",)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], entry_id: str | None = None) -> Event:
+        author = data.get("author")
+        return cls(
+            title=data["title"],
+            content=data.get("content"),
+            content_type=data.get("content_type"),
+            summary=data.get("summary"),
+            author=Author(**author) if author else None,
+            categories=tuple(Category(**c) for c in data.get("categories", ())),
+            links=tuple(Link(**link) for link in data.get("links", ())),
+            id=entry_id,
+            updated_us=data.get("updated_us"),
+        )
+
+
+@dataclass(frozen=True)
+class Entry:
+    """An event as it stands in a feed: id, sequence number and timestamps assigned."""
+
+    seq: int
+    id: str
+    updated_us: int
+    published_us: int
+    event: Event
+
+
+@dataclass(frozen=True)
+class Appended:
+    """The outcome of publishing one event."""
+
+    entry_id: str
+    seq: int
+    page: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class FrozenPage:
+    feed_id: int
+    number: int
+    body: bytes
+    etag: str
+    frozen_us: int
+
+
+DocumentKind = Literal["recent", "working", "archive"]
+
+
+@dataclass(frozen=True)
+class Document:
+    """One Atom document ready to render: feed metadata, links, entries newest first."""
+
+    feed: Feed
+    kind: DocumentKind
+    number: int
+    updated_us: int
+    links: tuple[tuple[str, str], ...]
+    entries: tuple[Entry, ...] = field(default=())

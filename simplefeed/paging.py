@@ -1,0 +1,62 @@
+"""Pure paging rules: which page holds a sequence number, which links a document carries.
+
+Pages hold a fixed number of entries. Page ``n`` holds sequence numbers
+``(n - 1) * size + 1 .. n * size``. The *working page* is the lowest page that is not full;
+a page freezes the moment it holds ``size`` entries, so the working page may be empty.
+"""
+
+from __future__ import annotations
+
+from simplefeed.model import DocumentKind
+
+
+def page_of(seq: int, size: int) -> int:
+    return (seq - 1) // size + 1
+
+
+def working_page(head_seq: int, size: int) -> int:
+    return head_seq // size + 1
+
+
+def seq_range(number: int, size: int) -> tuple[int, int]:
+    """First and last sequence number of page ``number`` (inclusive)."""
+    return (number - 1) * size + 1, number * size
+
+
+def newly_full_pages(before: int, after: int, size: int) -> range:
+    """Pages that became full when the head moved from ``before`` to ``after``."""
+    return range(before // size + 1, after // size + 1)
+
+
+class Urls:
+    """Absolute URLs of a feed's documents, from the configured base URL only."""
+
+    def __init__(self, base_url: str, feed: str, default_feed: str) -> None:
+        base = base_url.rstrip("/")
+        self.prefix = base if feed == default_feed else f"{base}/feeds/{feed}"
+
+    @property
+    def recent(self) -> str:
+        return f"{self.prefix}/recent"
+
+    def page(self, number: int) -> str:
+        return f"{self.prefix}/pages/{number}"
+
+
+def links(urls: Urls, kind: DocumentKind, number: int) -> tuple[tuple[str, str], ...]:
+    """The (rel, href) pairs of a document, as DESIGN.md lays them out.
+
+    recent:   self=/recent, via=/pages/K, prev-archive (unless K is 1)
+    working:  self=/pages/K, current=/recent, prev-archive (unless K is 1)
+    archive:  self=/pages/k, current=/recent, prev-archive (unless k is 1), next-archive (always)
+    """
+    out: list[tuple[str, str]] = []
+    if kind == "recent":
+        out += [("self", urls.recent), ("via", urls.page(number))]
+    else:
+        out += [("self", urls.page(number)), ("current", urls.recent)]
+    if number > 1:
+        out.append(("prev-archive", urls.page(number - 1)))
+    if kind == "archive":
+        out.append(("next-archive", urls.page(number + 1)))
+    return tuple(out)

@@ -1,0 +1,80 @@
+"""Configuration: the one place that reads ``SIMPLEFEED_*`` environment variables.
+
+Everything else receives a :class:`Settings` object; nothing else looks at ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simplefeed.errors import ConfigError
+
+#: Feed names appear in URLs and in archive paths, so they are restricted to a safe alphabet.
+FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what one publish request may carry (each answered with a 413 or 422)."""
+
+    max_body_bytes: int = 1024 * 1024
+    max_batch: int = 1000
+    max_title_chars: int = 1024
+    max_summary_chars: int = 16 * 1024
+    max_content_chars: int = 512 * 1024
+    max_json_depth: int = 32
+    max_categories: int = 32
+    max_links: int = 32
+    max_id_chars: int = 1024
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = "sqlite:///var/simplefeed.sqlite3"
+    archive_dir: Path = Path("archive")
+    base_url: str = "http://localhost:8080"
+    page_size: int = 100
+    recent_max_age: int = 10
+    default_feed: str = "events"
+    limits: Limits = field(default_factory=Limits)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+
+        def integer(name: str, default: int, minimum: int) -> int:
+            raw = env.get(name)
+            if raw is None or raw == "":
+                return default
+            try:
+                value = int(raw)
+            except ValueError:
+                raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+            if value < minimum:
+                raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+            return value
+
+        base_url = env.get("SIMPLEFEED_BASE_URL") or cls.base_url
+        if not re.match(r"^https?://[^/\s]+(/[^\s]*)?$", base_url):
+            raise ConfigError(
+                f"SIMPLEFEED_BASE_URL must be an absolute http(s) URL, got {base_url!r}"
+            )
+        default_feed = env.get("SIMPLEFEED_DEFAULT_FEED") or cls.default_feed
+        if not FEED_NAME_RE.match(default_feed):
+            raise ConfigError(f"SIMPLEFEED_DEFAULT_FEED {default_feed!r} is not a valid feed name")
+        return cls(
+            database_url=env.get("SIMPLEFEED_DATABASE_URL") or cls.database_url,
+            archive_dir=Path(env.get("SIMPLEFEED_ARCHIVE_DIR") or "archive"),
+            base_url=base_url.rstrip("/"),
+            page_size=integer("SIMPLEFEED_PAGE_SIZE", cls.page_size, 1),
+            recent_max_age=integer("SIMPLEFEED_RECENT_MAX_AGE", cls.recent_max_age, 0),
+            default_feed=default_feed,
+            limits=Limits(
+                max_body_bytes=integer("SIMPLEFEED_MAX_BODY_BYTES", Limits.max_body_bytes, 1),
+                max_batch=integer("SIMPLEFEED_MAX_BATCH", Limits.max_batch, 1),
+            ),
+        )

@@ -1,0 +1,81 @@
+"""Feeds: creation, lookup, and the row lock that serialises appenders of one feed."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, Row, select, update
+from sqlalchemy.exc import IntegrityError
+
+from simplefeed.errors import FeedExists, FeedNotFound
+from simplefeed.model import Feed
+from simplefeed.store.tables import feeds
+
+
+def _feed(row: Row[tuple[object, ...]]) -> Feed:
+    m = row._mapping
+    return Feed(
+        id=m["id"],
+        name=m["name"],
+        uuid=m["uuid"],
+        title=m["title"],
+        page_size=m["page_size"],
+        created_us=m["created_us"],
+        head_seq=m["head_seq"],
+        head_updated_us=m["head_updated_us"],
+        modified_us=m["modified_us"],
+    )
+
+
+def get_feed(conn: Connection, name: str) -> Feed:
+    row = conn.execute(select(feeds).where(feeds.c.name == name)).first()
+    if row is None:
+        raise FeedNotFound(name)
+    return _feed(row)
+
+
+def lock_feed(conn: Connection, name: str) -> Feed:
+    """Read the feed's row and hold it until the transaction ends.
+
+    On PostgreSQL this is a row lock (``FOR UPDATE``): appenders of one feed queue here, from any
+    process on any node, and commit in the order they got their sequence numbers. On SQLite the
+    write transaction (``BEGIN IMMEDIATE``) already holds the database's single write lock.
+    """
+    row = conn.execute(select(feeds).where(feeds.c.name == name).with_for_update()).first()
+    if row is None:
+        raise FeedNotFound(name)
+    return _feed(row)
+
+
+def list_feeds(conn: Connection) -> list[Feed]:
+    return [_feed(r) for r in conn.execute(select(feeds).order_by(feeds.c.id))]
+
+
+def create_feed(
+    conn: Connection, *, name: str, title: str, page_size: int, uuid: str, now_us: int
+) -> Feed:
+    try:
+        with conn.begin_nested():
+            conn.execute(
+                feeds.insert().values(
+                    name=name,
+                    uuid=uuid,
+                    title=title,
+                    page_size=page_size,
+                    created_us=now_us,
+                    head_seq=0,
+                    head_updated_us=None,
+                    modified_us=now_us,
+                )
+            )
+    except IntegrityError:
+        raise FeedExists(name) from None
+    return get_feed(conn, name)
+
+
+def advance_head(
+    conn: Connection, feed: Feed, *, head_seq: int, head_updated_us: int, modified_us: int
+) -> None:
+    conn.execute(
+        update(feeds)
+        .where(feeds.c.id == feed.id)
+        .values(head_seq=head_seq, head_updated_us=head_updated_us, modified_us=modified_us)
+    )

@@ -1,0 +1,328 @@
+"""Turning a producer's JSON into :class:`~simplefeed.model.Event` objects, or refusing it.
+
+Pure: bytes and limits in, events or a :class:`~simplefeed.errors.RequestError` out. pydantic
+checks the shape (types, required and unknown fields); the rules Atom adds (characters XML can
+carry, IRIs, well-formed XML content, sizes) are checked here, so whatever passes renders to a
+valid document and no field can add an element or attribute to a page.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
+
+from simplefeed import atom
+from simplefeed.errors import InvalidEvent, MalformedRequest, PayloadTooLarge
+from simplefeed.model import Author, Category, Event, Link, datetime_to_us
+from simplefeed.settings import Limits
+
+#: Characters XML 1.0 cannot carry: C0 controls but tab/LF/CR, lone surrogates, U+FFFE/U+FFFF.
+_NOT_XML_CHAR = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+#: An IRI (RFC 3987), checked loosely: a scheme, then no spaces, controls or delimiters that
+#: are never allowed unescaped.
+_IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"{}|\\^`\x00-\x1f\x7f]*$")
+_IRI_REF = re.compile(r"^[^\s<>\"{}|\\^`\x00-\x1f\x7f]+$")
+_MEDIA_TYPE = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
+)
+_LANG = re.compile(r"^[A-Za-z]{1,8}(-[A-Za-z0-9]{1,8})*$")
+
+#: Allowed future skew of a producer's ``updated``: later entries are never dated before earlier
+#: ones, so a far-future date would drag every later entry's ``updated`` with it.
+MAX_FUTURE_SKEW_US = 5 * 60 * 1_000_000
+
+LinkRel = Literal["alternate", "enclosure", "related", "self", "via"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class AuthorIn(_Strict):
+    name: StrictStr = Field(min_length=1)
+    email: StrictStr | None = None
+    uri: StrictStr | None = None
+
+
+class CategoryIn(_Strict):
+    term: StrictStr = Field(min_length=1)
+    scheme: StrictStr | None = None
+    label: StrictStr | None = None
+
+
+class LinkIn(_Strict):
+    href: StrictStr = Field(min_length=1)
+    rel: LinkRel = "alternate"
+    type: StrictStr | None = None
+    hreflang: StrictStr | None = None
+    title: StrictStr | None = None
+    length: Annotated[StrictInt, Field(ge=0)] | None = None
+
+
+class EventIn(_Strict):
+    title: StrictStr
+    content: JsonValue = None
+    content_type: StrictStr | None = None
+    summary: StrictStr | None = None
+    author: StrictStr | AuthorIn | None = None
+    categories: list[StrictStr | CategoryIn] = Field(default_factory=list)
+    links: list[LinkIn] = Field(default_factory=list)
+    id: StrictStr | None = None
+    # RFC 3339 text; strict mode would refuse strings, so this one field is lax.
+    updated: Annotated[AwareDatetime, Field(strict=False)] | None = None
+
+
+def read_body(body: bytes) -> Any:
+    """Decode a request body: strict UTF-8, then JSON. Raises :class:`MalformedRequest`."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedRequest(
+            f"body is not valid UTF-8: {exc.reason} at byte {exc.start}"
+        ) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MalformedRequest(
+            f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except RecursionError:
+        raise MalformedRequest("body is not usable JSON: nested too deeply") from None
+
+
+def parse_events(payload: Any, limits: Limits, now_us: int) -> tuple[list[Event], bool]:
+    """Validate a decoded body: one event object, or a non-empty array of them (a batch).
+
+    Returns the events and whether the body was a batch.
+    """
+    if isinstance(payload, dict):
+        return [parse_event(payload, limits, now_us, None)], False
+    if isinstance(payload, list):
+        if not payload:
+            raise InvalidEvent("a batch must hold at least one event")
+        if len(payload) > limits.max_batch:
+            raise PayloadTooLarge(
+                f"a batch may hold at most {limits.max_batch} events, got {len(payload)}"
+            )
+        return [parse_event(item, limits, now_us, i) for i, item in enumerate(payload)], True
+    raise InvalidEvent("body must be a JSON object (one event) or an array of them (a batch)")
+
+
+def _where(index: int | None, field: str) -> str:
+    return field if index is None else f"[{index}].{field}"
+
+
+def parse_event(raw: Any, limits: Limits, now_us: int, index: int | None) -> Event:
+    if not isinstance(raw, dict):
+        raise InvalidEvent("an event must be a JSON object", index=index)
+    try:
+        ev = EventIn.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        field = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("str", "function")))
+        field = re.sub(r"\.(\d+)", r"[\1]", field)
+        raise InvalidEvent(
+            f"{_where(index, field or 'event')}: {err['msg']}", index=index, field=field or None
+        ) from None
+    return _to_event(ev, limits, now_us, index)
+
+
+class _Checker:
+    def __init__(self, index: int | None) -> None:
+        self.index = index
+
+    def fail(self, field: str, message: str) -> InvalidEvent:
+        return InvalidEvent(
+            f"{_where(self.index, field)}: {message}", index=self.index, field=field
+        )
+
+    def text(self, field: str, value: str | None, max_chars: int | None = None) -> str | None:
+        if value is None:
+            return None
+        bad = _NOT_XML_CHAR.search(value)
+        if bad:
+            raise self.fail(field, f"contains U+{ord(bad.group()):04X}, which XML cannot carry")
+        if max_chars is not None and len(value) > max_chars:
+            raise self.fail(field, f"is longer than {max_chars} characters")
+        return value
+
+    def iri(self, field: str, value: str | None, *, absolute: bool, max_chars: int) -> str | None:
+        if value is None:
+            return None
+        self.text(field, value, max_chars)
+        if not (_IRI if absolute else _IRI_REF).match(value):
+            kind = "an absolute IRI (scheme:...)" if absolute else "an IRI reference"
+            raise self.fail(field, f"must be {kind} without spaces or control characters")
+        return value
+
+
+def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Event:
+    c = _Checker(index)
+    title = c.text("title", ev.title, limits.max_title_chars)
+    assert title is not None
+    if not title.strip():
+        raise c.fail("title", "must not be empty")
+    summary = c.text("summary", ev.summary, limits.max_summary_chars)
+    entry_id = c.iri("id", ev.id, absolute=True, max_chars=limits.max_id_chars)
+
+    content_type = ev.content_type
+    if content_type is not None:
+        content_type = content_type.strip()
+        if content_type.lower() not in ("text", "html", "xhtml") and not _MEDIA_TYPE.match(
+            content_type
+        ):
+            raise c.fail("content_type", "must be text, html, xhtml or a media type (type/subtype)")
+    content = _content(c, ev.content, content_type, limits)
+    if content is not None and content_type is None and not isinstance(ev.content, str):
+        content_type = "application/json"
+
+    author: Author | None = None
+    if isinstance(ev.author, str):
+        author = Author(name=c.text("author", ev.author, 256) or "")
+        if not author.name.strip():
+            raise c.fail("author", "must not be empty")
+    elif ev.author is not None:
+        author = Author(
+            name=c.text("author.name", ev.author.name, 256) or "",
+            email=c.text("author.email", ev.author.email, 256),
+            uri=c.iri("author.uri", ev.author.uri, absolute=False, max_chars=2048),
+        )
+
+    if len(ev.categories) > limits.max_categories:
+        raise c.fail("categories", f"at most {limits.max_categories} categories are allowed")
+    categories: list[Category] = []
+    for i, cat in enumerate(ev.categories):
+        where = f"categories[{i}]"
+        if isinstance(cat, str):
+            categories.append(Category(term=c.text(where, cat, 256) or ""))
+        else:
+            categories.append(
+                Category(
+                    term=c.text(f"{where}.term", cat.term, 256) or "",
+                    scheme=c.iri(f"{where}.scheme", cat.scheme, absolute=False, max_chars=2048),
+                    label=c.text(f"{where}.label", cat.label, 256),
+                )
+            )
+        if not categories[-1].term.strip():
+            raise c.fail(where, "term must not be empty")
+
+    if len(ev.links) > limits.max_links:
+        raise c.fail("links", f"at most {limits.max_links} links are allowed")
+    links: list[Link] = []
+    for i, link in enumerate(ev.links):
+        where = f"links[{i}]"
+        if link.type is not None and not _MEDIA_TYPE.match(link.type):
+            raise c.fail(f"{where}.type", "must be a media type (type/subtype)")
+        if link.hreflang is not None and not _LANG.match(link.hreflang):
+            raise c.fail(f"{where}.hreflang", "must be a language tag (RFC 3066)")
+        links.append(
+            Link(
+                href=c.iri(f"{where}.href", link.href, absolute=False, max_chars=2048) or "",
+                rel=link.rel,
+                type=link.type,
+                hreflang=link.hreflang,
+                title=c.text(f"{where}.title", link.title, 1024),
+                length=link.length,
+            )
+        )
+
+    updated_us: int | None = None
+    if ev.updated is not None:
+        updated_us = _timestamp(c, ev.updated)
+        if updated_us > now_us + MAX_FUTURE_SKEW_US:
+            raise c.fail("updated", "is more than 5 minutes in the future")
+
+    return Event(
+        title=title,
+        content=content,
+        content_type=content_type,
+        summary=summary,
+        author=author,
+        categories=tuple(categories),
+        links=tuple(links),
+        id=entry_id,
+        updated_us=updated_us,
+    )
+
+
+def _timestamp(c: _Checker, value: datetime) -> int:
+    us = datetime_to_us(value)
+    if us < 0:
+        raise c.fail("updated", "must not be before 1970")
+    return us
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of a JSON value, stopping as soon as it exceeds ``limit``."""
+    stack = [(value, 1)]
+    deepest = 0
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return depth
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) -> str | None:
+    if raw is None:
+        return None
+    mode = atom.content_mode(
+        content_type if content_type else (None if isinstance(raw, str) else "application/json")
+    )
+    if not isinstance(raw, str):
+        if mode != "base64" or not _is_json_type(content_type or "application/json"):
+            raise c.fail("content", "a JSON value (not a string) needs a JSON content_type")
+        if _depth(raw, limits.max_json_depth) > limits.max_json_depth:
+            raise c.fail("content", f"is nested deeper than {limits.max_json_depth} levels")
+        text = json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
+        _check_encodable(c, text)
+    else:
+        text = raw
+        if mode == "base64":
+            _check_encodable(c, text)
+            if _is_json_type(content_type or ""):
+                try:
+                    parsed = json.loads(text)
+                except (json.JSONDecodeError, RecursionError):
+                    raise c.fail("content", f"is not valid JSON for {content_type}") from None
+                if _depth(parsed, limits.max_json_depth) > limits.max_json_depth:
+                    raise c.fail("content", f"is nested deeper than {limits.max_json_depth} levels")
+        else:
+            c.text("content", text)
+    if len(text) > limits.max_content_chars:
+        raise c.fail("content", f"is longer than {limits.max_content_chars} characters")
+    if mode in ("xml", "xhtml"):
+        problem = atom.check_inline_xml(text, xhtml=mode == "xhtml")
+        if problem:
+            raise c.fail("content", f"is not usable as inline XML: {problem}")
+    return text
+
+
+def _is_json_type(content_type: str) -> bool:
+    ct = content_type.lower()
+    return ct == "application/json" or ct.endswith("+json")
+
+
+def _check_encodable(c: _Checker, text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise c.fail("content", "contains a lone surrogate, which UTF-8 cannot encode") from None
