@@ -28,13 +28,13 @@ class _FeedResource:
         return name
 
     def send_live(self, req: falcon.Request, resp: falcon.Response, live: Live) -> None:
-        resp.content_type = ATOM_MEDIA_TYPE
         resp.cache_control = [f"public, max-age={self.settings.recent_max_age}"]
         last_modified = caching.settled_second(live.feed.modified_us, self.core.clock())
         caching.set_validators(resp, live.etag, last_modified)
         if caching.not_modified(req, live.etag, last_modified):
             resp.status = falcon.HTTP_304
             return
+        resp.content_type = ATOM_MEDIA_TYPE
         resp.data = self.core.live_body(live)
 
 
@@ -64,13 +64,13 @@ class Page(_FeedResource):
     on_head = on_get
 
     def send_frozen(self, req: falcon.Request, resp: falcon.Response, page: FrozenPage) -> None:
-        resp.content_type = ATOM_MEDIA_TYPE
         resp.cache_control = [caching.ARCHIVE_CACHE_CONTROL]
         last_modified = page.frozen_us // 1_000_000
         caching.set_validators(resp, page.etag, last_modified)
         if caching.not_modified(req, page.etag, last_modified):
             resp.status = falcon.HTTP_304
             return
+        resp.content_type = ATOM_MEDIA_TYPE
         resp.data = page.body
 
 

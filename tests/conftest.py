@@ -1,0 +1,169 @@
+"""Shared fixtures: real databases (a SQLite file per test; PostgreSQL when configured), settings,
+a core with an injected clock, and the falcon app in-process.
+
+Every test that takes ``database_url`` runs once on SQLite and once on PostgreSQL. The PostgreSQL
+half needs ``SIMPLEFEED_TEST_POSTGRES_URL`` (e.g. ``postgresql+psycopg://postgres@127.0.0.1:5432/test``)
+and is skipped, with that reason shown, without it. Schemas come from the alembic migrations, run
+once per session into a template (a SQLite file copied per test; a PostgreSQL template database
+cloned per test).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import falcon.testing
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from simplefeed.app import create_app
+from simplefeed.cli import alembic_config
+from simplefeed.core import Simplefeed
+from simplefeed.settings import Settings
+
+PG_ENV = "SIMPLEFEED_TEST_POSTGRES_URL"
+START_US = 1_800_000_000_000_000  # 2027-01-15T08:00:00Z
+
+
+def migrate(url: str) -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(url), "head")
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "template.sqlite3"
+    migrate(f"sqlite:///{path}")
+    return path
+
+
+class PostgresDatabases:
+    """Creates per-test databases from a migrated template on the configured server."""
+
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = make_url(admin_url)
+        self.admin = create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
+        self.template = f"sf_tmpl_{uuid.uuid4().hex[:10]}"
+        self.created: list[str] = []
+
+    def url(self, name: str) -> str:
+        return self.admin_url.set(database=name).render_as_string(hide_password=False)
+
+    def setup_template(self) -> None:
+        with self.admin.connect() as c:
+            c.execute(text(f'CREATE DATABASE "{self.template}"'))
+        migrate(self.url(self.template))
+
+    def new_database(self) -> str:
+        name = f"sf_t_{uuid.uuid4().hex[:12]}"
+        with self.admin.connect() as c:
+            c.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"'))
+        self.created.append(name)
+        return self.url(name)
+
+    def drop(self, url: str) -> None:
+        name = make_url(url).database
+        with self.admin.connect() as c:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+    def close(self) -> None:
+        self.drop(self.url(self.template))
+        self.admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresDatabases | None]:
+    admin_url = os.environ.get(PG_ENV)
+    if not admin_url:
+        yield None
+        return
+    pg = PostgresDatabases(admin_url)
+    pg.setup_template()
+    yield pg
+    pg.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    sqlite_template: Path,
+    postgres: PostgresDatabases | None,
+) -> Iterator[str]:
+    """A freshly migrated, empty database: a SQLite file, or a PostgreSQL database."""
+    if request.param == "sqlite":
+        path = tmp_path / "simplefeed.sqlite3"
+        shutil.copyfile(sqlite_template, path)
+        yield f"sqlite:///{path}"
+        return
+    if postgres is None:
+        pytest.skip(f"PostgreSQL half skipped: set {PG_ENV} to run it")
+    url = postgres.new_database()
+    yield url
+    postgres.drop(url)
+
+
+class FakeClock:
+    """An injected clock: starts at START_US and moves only when told (or by ``step`` a call)."""
+
+    def __init__(self, start_us: int = START_US, step_us: int = 0) -> None:
+        self.now = start_us
+        self.step_us = step_us
+
+    def __call__(self) -> int:
+        value = self.now
+        self.now += self.step_us
+        return value
+
+    def advance(self, seconds: float) -> None:
+        self.now += int(seconds * 1_000_000)
+
+
+class SequentialIds:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> str:
+        self.n += 1
+        return str(uuid.UUID(int=self.n))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
+    return Settings(
+        database_url=database_url,
+        archive_dir=tmp_path / "archive",
+        base_url="http://feeds.example.test",
+        page_size=5,
+        recent_max_age=10,
+        default_feed="events",
+    )
+
+
+@pytest.fixture
+def core(settings: Settings, clock: FakeClock) -> Iterator[Simplefeed]:
+    c = Simplefeed(settings, clock=clock, new_uuid=SequentialIds())
+    c.create_feed(settings.default_feed)
+    yield c
+    c.db.dispose()
+
+
+@pytest.fixture
+def client(core: Simplefeed) -> falcon.testing.TestClient:
+    return falcon.testing.TestClient(create_app(core.settings, core=core))
+
+
+def with_page_size(settings: Settings, size: int) -> Settings:
+    return replace(settings, page_size=size)

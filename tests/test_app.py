@@ -1,0 +1,298 @@
+"""The HTTP app in-process (falcon TestClient) over real databases: documents, caching, errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import falcon.testing
+import pytest
+
+from simplefeed.app import create_app
+from simplefeed.core import Live, Simplefeed
+from tests.conftest import FakeClock
+
+Client = falcon.testing.TestClient
+ATOM = "application/atom+xml; charset=utf-8"
+
+
+def post(client: Client, body: Any, path: str = "/entries") -> falcon.testing.Result:
+    return client.simulate_post(path, json=body)
+
+
+def state(client: Client, core: Simplefeed) -> tuple[Any, ...]:
+    """Everything a rejected request must leave as it was."""
+    feed = core.feed("events")
+    recent = client.simulate_get("/recent")
+    files = sorted(
+        (str(p), p.read_bytes()) for p in core.settings.archive_dir.rglob("*") if p.is_file()
+    )
+    return feed, recent.headers.get("etag"), recent.content, files
+
+
+def test_publish_one_event(client: Client) -> None:
+    r = post(client, {"title": "hello", "content": "world"})
+    assert r.status_code == 201
+    assert r.json == {
+        "id": "urn:uuid:00000000-0000-0000-0000-000000000002",
+        "seq": 1,
+        "page": 1,
+        "url": "http://feeds.example.test/pages/1",
+        "created": True,
+    }
+    assert r.headers["location"] == "http://feeds.example.test/pages/1"
+
+
+def test_publish_a_batch_and_replays(client: Client) -> None:
+    batch = [{"title": f"e{i}", "id": f"urn:test:{i}"} for i in range(3)]
+    r = post(client, batch)
+    assert r.status_code == 201
+    assert [(e["seq"], e["created"]) for e in r.json["entries"]] == [(1, True), (2, True), (3, True)]
+    r = post(client, batch)
+    assert r.status_code == 200
+    assert [(e["seq"], e["created"]) for e in r.json["entries"]] == [
+        (1, False), (2, False), (3, False)
+    ]
+    r = post(client, batch[1])
+    assert r.status_code == 200 and r.json["seq"] == 2 and r.json["created"] is False
+    r = post(client, batch + [{"title": "new"}])
+    assert r.status_code == 201
+    assert [e["created"] for e in r.json["entries"]] == [False, False, False, True]
+
+
+def test_recent_document_headers(client: Client, clock: FakeClock) -> None:
+    post(client, {"title": "one"})
+    r = client.simulate_get("/recent")
+    assert r.status_code == 200
+    assert r.headers["content-type"] == ATOM
+    assert r.headers["cache-control"] == "public, max-age=10"
+    assert r.headers["etag"].startswith('"')
+    # Modified in the current second: Last-Modified would not be a safe validator yet.
+    assert "last-modified" not in r.headers
+    clock.advance(1)
+    r2 = client.simulate_get("/recent")
+    assert r2.headers["etag"] == r.headers["etag"]
+    assert r2.headers["last-modified"] == "Fri, 15 Jan 2027 08:00:00 GMT"
+    assert r2.content == r.content
+    head = client.simulate_head("/recent")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["etag"] == r.headers["etag"]
+
+
+def test_conditional_get_of_recent(client: Client, clock: FakeClock) -> None:
+    post(client, {"title": "one"})
+    clock.advance(2)
+    r = client.simulate_get("/recent")
+    etag, last_modified = r.headers["etag"], r.headers["last-modified"]
+    r304 = client.simulate_get("/recent", headers={"If-None-Match": etag})
+    assert r304.status_code == 304 and r304.content == b""
+    assert r304.headers["etag"] == etag
+    assert r304.headers["cache-control"] == "public, max-age=10"
+    assert client.simulate_get("/recent", headers={"If-None-Match": f"W/{etag}"}).status_code == 304
+    ims = client.simulate_get("/recent", headers={"If-Modified-Since": last_modified})
+    assert ims.status_code == 304
+    post(client, {"title": "two"})
+    r2 = client.simulate_get("/recent", headers={"If-None-Match": etag})
+    assert r2.status_code == 200 and r2.headers["etag"] != etag
+    clock.advance(2)
+    r3 = client.simulate_get("/recent", headers={"If-Modified-Since": last_modified})
+    assert r3.status_code == 200
+
+
+class CountingCore(Simplefeed):
+    renders = 0
+
+    def live_body(self, live: Live) -> bytes:
+        CountingCore.renders += 1
+        return super().live_body(live)
+
+
+def test_304_on_recent_renders_nothing(core: Simplefeed, clock: FakeClock) -> None:
+    counting = CountingCore(core.settings, db=core.db, clock=clock)
+    client = falcon.testing.TestClient(create_app(core.settings, core=counting))
+    post(client, {"title": "one"})
+    etag = client.simulate_get("/recent").headers["etag"]
+    CountingCore.renders = 0
+    for _ in range(5):
+        assert client.simulate_get("/recent", headers={"If-None-Match": etag}).status_code == 304
+    assert CountingCore.renders == 0
+
+
+def test_archived_and_working_pages(client: Client, core: Simplefeed, clock: FakeClock) -> None:
+    post(client, [{"title": f"e{i}"} for i in range(7)])
+    clock.advance(5)
+    page1 = client.simulate_get("/pages/1")
+    assert page1.status_code == 200
+    assert page1.headers["content-type"] == ATOM
+    assert page1.headers["cache-control"] == "public, max-age=31536000, immutable"
+    assert page1.headers["last-modified"] == "Fri, 15 Jan 2027 08:00:00 GMT"
+    assert page1.content == core.page_path("events", 1).read_bytes()
+    assert client.simulate_get(
+        "/pages/1", headers={"If-None-Match": page1.headers["etag"]}
+    ).status_code == 304
+    assert client.simulate_get(
+        "/pages/1", headers={"If-Modified-Since": page1.headers["last-modified"]}
+    ).status_code == 304
+    working = client.simulate_get("/pages/2")
+    assert working.headers["cache-control"] == "public, max-age=10"
+    assert b'rel="current"' in working.content and b"fh:archive" not in working.content
+    recent = client.simulate_get("/recent")
+    assert b'href="http://feeds.example.test/pages/2" rel="via"' in recent.content
+    assert client.simulate_head("/pages/1").content == b""
+    assert client.simulate_get("/pages/3").status_code == 404
+
+
+def test_links_come_from_the_base_url_not_the_host_header(client: Client) -> None:
+    post(client, [{"title": f"e{i}"} for i in range(5)])
+    a = client.simulate_get("/pages/1", headers={"Host": "evil.test"})
+    b = client.simulate_get("/recent", headers={"Host": "evil.test", "X-Forwarded-Host": "x"})
+    assert b"evil.test" not in a.content + b.content
+    assert b"http://feeds.example.test/" in a.content
+
+
+def test_named_feeds(client: Client, core: Simplefeed) -> None:
+    core.create_feed("orders", page_size=2)
+    r = post(client, [{"title": "a"}, {"title": "b"}, {"title": "c"}], "/feeds/orders/entries")
+    assert r.status_code == 201
+    assert r.json["entries"][2]["url"] == "http://feeds.example.test/feeds/orders/pages/2"
+    page = client.simulate_get("/feeds/orders/pages/1")
+    assert page.status_code == 200
+    assert b"http://feeds.example.test/feeds/orders/recent" in page.content
+    assert client.simulate_get("/feeds/orders/recent").status_code == 200
+    assert client.simulate_get("/recent").content.count(b"<entry>") == 0
+
+
+def test_healthz(client: Client) -> None:
+    r = client.simulate_get("/healthz")
+    assert r.status_code == 200 and r.json["status"] == "ok"
+
+
+def _bad_requests() -> list[tuple[str, dict[str, Any], int, str]]:
+    """(name, simulate_post kwargs, status, a word the message must contain)."""
+    j = {"Content-Type": "application/json"}
+    return [
+        ("malformed JSON", {"body": b'{"title": ', "headers": j}, 400, "JSON"),
+        ("invalid UTF-8", {"body": b'{"title": "\xff\xfe"}', "headers": j}, 400, "UTF-8"),
+        ("text/plain", {"body": b'{"title": "x"}', "headers": {"Content-Type": "text/plain"}},
+         415, "Content-Type"),
+        ("no Content-Type", {"body": b'{"title": "x"}'}, 415, "Content-Type"),
+        ("latin-1 charset", {"body": b'{"title": "x"}',
+                             "headers": {"Content-Type": "application/json; charset=latin-1"}},
+         415, "UTF-8"),
+        ("missing title", {"json": {"content": "x"}}, 422, "title"),
+        ("title wrong type", {"json": {"title": 5}}, 422, "title"),
+        ("unknown field", {"json": {"title": "x", "colour": "red"}}, 422, "colour"),
+        ("empty title", {"json": {"title": "  "}}, 422, "title"),
+        ("control character", {"json": {"title": "a\u0001b"}}, 422, "U+0001"),
+        ("NUL", {"json": {"title": "ok", "summary": "a\u0000"}}, 422, "U+0000"),
+        ("lone surrogate", {"body": b'{"title": "\\ud800"}', "headers": j}, 422, "U+D800"),
+        ("id not an IRI", {"json": {"title": "x", "id": "not an iri"}}, 422, "IRI"),
+        ("relative id", {"json": {"title": "x", "id": "/just/a/path"}}, 422, "IRI"),
+        ("naive updated", {"json": {"title": "x", "updated": "2026-01-01T00:00:00"}}, 422,
+         "updated"),
+        ("far-future updated", {"json": {"title": "x", "updated": "2099-01-01T00:00:00Z"}},
+         422, "future"),
+        ("not an object", {"json": "hello"}, 422, "object"),
+        ("empty batch", {"json": []}, 422, "batch"),
+        ("bad element in batch", {"json": [{"title": "ok"}, {"title": "ok"}, {"nope": 1}]},
+         422, "[2]"),
+        ("XML content not well-formed", {"json": {"title": "x", "content": "<a><b></a>",
+                                                  "content_type": "application/xml"}},
+         422, "XML"),
+        ("XML content with DOCTYPE", {"json": {"title": "x", "content_type": "application/xml",
+                                               "content": '<!DOCTYPE a [<!ENTITY e "x">]><a>&e;</a>'}},
+         422, "content"),
+        ("xhtml escaping its div", {"json": {"title": "x", "content_type": "xhtml",
+                                             "content": "</div><script/><div>"}}, 422, "XML"),
+        ("JSON value with text type", {"json": {"title": "x", "content": {"a": 1},
+                                                "content_type": "text/plain"}}, 422, "JSON"),
+        ("invalid JSON string content", {"json": {"title": "x", "content": "{nope",
+                                                  "content_type": "application/json"}},
+         422, "JSON"),
+        ("bad media type", {"json": {"title": "x", "content": "x", "content_type": "a b"}},
+         422, "content_type"),
+        ("link rel not allowed", {"json": {"title": "x", "links": [{"href": "http://a",
+                                                                    "rel": "prev-archive"}]}},
+         422, "rel"),
+        ("link href with space", {"json": {"title": "x", "links": [{"href": "http://a b"}]}},
+         422, "href"),
+        ("too many categories", {"json": {"title": "x", "categories": ["c"] * 33}}, 422,
+         "categories"),
+        ("content nested too deep", {"json": {"title": "x", "content": _nested(40)}}, 422,
+         "nested"),
+        ("title too long", {"json": {"title": "x" * 1025}}, 422, "title"),
+    ]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "kwargs,status,word", [b[1:] for b in _bad_requests()], ids=[b[0] for b in _bad_requests()]
+)
+def test_bad_input_is_refused_and_stores_nothing(
+    client: Client, core: Simplefeed, kwargs: dict[str, Any], status: int, word: str
+) -> None:
+    post(client, [{"title": f"seed {i}"} for i in range(6)])  # page 1 frozen, page 2 live
+    before = state(client, core)
+    r = client.simulate_post("/entries", **kwargs)
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    assert r.json["error"] and word in r.json["message"], r.json
+    assert state(client, core) == before
+
+
+def test_bad_element_in_a_batch_is_named_by_index(client: Client) -> None:
+    r = post(client, [{"title": "ok"}, {"title": 7}])
+    assert r.status_code == 422
+    assert r.json["index"] == 1 and r.json["field"] == "title"
+
+
+def test_conflict_names_the_id(client: Client, core: Simplefeed) -> None:
+    post(client, {"title": "a", "id": "urn:x:1"})
+    before = state(client, core)
+    r = post(client, [{"title": "fresh"}, {"title": "b", "id": "urn:x:1"}])
+    assert r.status_code == 409
+    assert r.json["id"] == "urn:x:1" and r.json["index"] == 1
+    assert state(client, core) == before
+
+
+def test_body_over_the_limit(core: Simplefeed) -> None:
+    from dataclasses import replace
+
+    from simplefeed.settings import Limits
+
+    settings = replace(core.settings, limits=Limits(max_body_bytes=100))
+    client = falcon.testing.TestClient(
+        create_app(settings, core=Simplefeed(settings, db=core.db, clock=core.clock))
+    )
+    body = json.dumps({"title": "x" * 200}).encode()
+    r = client.simulate_post("/entries", body=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and "limit" in r.json["message"]
+    assert core.feed("events").head_seq == 0
+
+
+@pytest.mark.parametrize(
+    "method,path,status",
+    [
+        ("GET", "/feeds/nope/recent", 404),
+        ("GET", "/feeds/nope/pages/1", 404),
+        ("POST", "/feeds/nope/entries", 404),
+        ("GET", "/feeds/NOT..valid/recent", 404),
+        ("GET", "/pages/0", 404),
+        ("GET", "/pages/99999999999999999999999", 404),
+        ("GET", "/pages/abc", 404),
+        ("GET", "/nothing-here", 404),
+        ("POST", "/recent", 405),
+        ("DELETE", "/pages/1", 405),
+    ],
+)
+def test_errors_are_json(client: Client, method: str, path: str, status: int) -> None:
+    r = client.simulate_request(method, path, json={"title": "x"})
+    assert r.status_code == status
+    assert r.headers["content-type"].startswith("application/json")
+    assert r.json["error"] and r.json["message"]
