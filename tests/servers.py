@@ -1,0 +1,258 @@
+"""Real servers for end-to-end tests: the shipped CLI and uWSGI, on a free 127.0.0.1 port.
+
+:class:`UwsgiServer` migrates the database with ``simplefeed db upgrade`` (a subprocess, as an
+operator would), then runs ``simplefeed serve`` (which execs uWSGI with ``uwsgi.ini``, so the
+child's pid is uWSGI's master), waits for ``GET /healthz`` to answer 200 and, when stopped, ends
+the master with SIGTERM and falls back to SIGKILL on its process group. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+#: The checkout under test: uwsgi.ini and alembic/ live here.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+HOST = "127.0.0.1"
+
+
+def simplefeed_command() -> list[str]:
+    """The installed ``simplefeed`` console script of the interpreter running the tests."""
+    script = Path(sys.executable).with_name("simplefeed")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("simplefeed")
+    if found is None:  # pragma: no cover - the package is installed in the test environment
+        raise RuntimeError("the simplefeed console script is not installed")
+    return [found]
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago (the caller retries on a race)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def clean_environ() -> dict[str, str]:
+    """The test process's environment without any SIMPLEFEED_* setting leaking into the server."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SIMPLEFEED_")}
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+class UwsgiServer:
+    """``simplefeed serve`` on a free port, with its own database, archive directory and log.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop` (``stop`` is idempotent
+    and always leaves no process behind)::
+
+        with UwsgiServer(database_url, archive_dir, workdir) as server:
+            httpx.get(server.url("/recent"))
+    """
+
+    def __init__(
+        self,
+        database_url: str,
+        archive_dir: Path,
+        workdir: Path,
+        *,
+        page_size: int = 100,
+        processes: int = 2,
+        extra_env: Mapping[str, str] | None = None,
+        startup_timeout: float = 20.0,
+        stop_timeout: float = 10.0,
+    ) -> None:
+        self.database_url = database_url
+        self.archive_dir = archive_dir.resolve()
+        self.workdir = workdir.resolve()
+        self.page_size = page_size
+        self.processes = processes
+        self.extra_env = dict(extra_env or {})
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.log_path = self.workdir / "uwsgi.log"
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    # -- configuration -------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def env(self) -> dict[str, str]:
+        """The environment of every command run against this server's database and archive."""
+        env = clean_environ()
+        env.update(
+            {
+                "SIMPLEFEED_DATABASE_URL": self.database_url,
+                "SIMPLEFEED_ARCHIVE_DIR": str(self.archive_dir),
+                "SIMPLEFEED_BASE_URL": self.base_url,
+                "SIMPLEFEED_PAGE_SIZE": str(self.page_size),
+            }
+        )
+        env.update(self.extra_env)
+        return env
+
+    def cli(self, *args: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run ``simplefeed ARGS`` with this server's environment; output captured as text."""
+        result = subprocess.run(
+            [*simplefeed_command(), *args],
+            env=self.env(),
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise ServerError(
+                f"simplefeed {' '.join(args)} exited {result.returncode}\n"
+                f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+            )
+        return result
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        self.cli("db", "upgrade")
+
+    def start(self, *, attempts: int = 3) -> None:
+        """Migrate, then start uWSGI and wait for /healthz; retries if the port was taken."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.archive_dir.mkdir(parents=True, exist_ok=True)
+        self.migrate()
+        for attempt in range(1, attempts + 1):
+            self.port = free_port()
+            self._spawn()
+            try:
+                self._wait_healthy()
+                return
+            except ServerError:
+                log = self.log()
+                self.stop()
+                if "Address already in use" in log and attempt < attempts:
+                    continue
+                raise
+
+    def _spawn(self) -> None:
+        with self.log_path.open("ab") as log:
+            log.write(f"\n=== simplefeed serve on {self.base_url} ===\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                [
+                    *simplefeed_command(),
+                    "serve",
+                    "--host",
+                    HOST,
+                    "--port",
+                    str(self.port),
+                    "--processes",
+                    str(self.processes),
+                ],
+                env=self.env(),
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Its own process group: the SIGKILL fallback reaches the workers too.
+                start_new_session=True,
+            )
+
+    def _wait_healthy(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout
+        last = "no answer yet"
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                code = self.process.poll()
+                if code is not None:
+                    raise ServerError(
+                        f"uWSGI exited with {code} before answering /healthz\n{self.log()}"
+                    )
+                try:
+                    response = client.get(self.url("/healthz"))
+                except httpx.TransportError as exc:
+                    last = repr(exc)
+                else:
+                    if response.status_code == 200:
+                        return
+                    last = f"{response.status_code} {response.text}"
+                time.sleep(0.1)
+        raise ServerError(
+            f"/healthz did not answer 200 within {self.startup_timeout} s (last: {last})\n"
+            f"{self.log()}"
+        )
+
+    def stop(self) -> None:
+        """SIGTERM to the master (uwsgi.ini has die-on-term), wait; SIGKILL the group if need be."""
+        process = self.process
+        if process is None:
+            return
+        self.process = None
+        try:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
+                self._wait_exit_unreaped(process.pid, self.stop_timeout)
+        finally:
+            # The master is a zombie (exited, not reaped) or still running, so its pid, which is
+            # also the id of the process group it leads, cannot have been reused: ending the
+            # group reaches only its workers, which could outlive a master that died abnormally.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    @staticmethod
+    def _wait_exit_unreaped(pid: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            if info is not None and info.si_pid == pid:
+                return
+            time.sleep(0.05)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no uWSGI log)"
+
+    def __enter__(self) -> UwsgiServer:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
