@@ -6,7 +6,6 @@ from __future__ import annotations
 from logging.config import fileConfig
 
 from alembic import context
-
 from simplefeed.settings import Settings
 from simplefeed.store.db import make_engine
 from simplefeed.store.tables import metadata
@@ -23,8 +22,7 @@ url = (
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=url, target_metadata=metadata, literal_binds=True,
-                      render_as_batch=True)
+    context.configure(url=url, target_metadata=metadata, literal_binds=True, render_as_batch=True)
     with context.begin_transaction():
         context.run_migrations()
 

@@ -123,6 +123,45 @@ def feed_list() -> None:
 
 
 @main.group()
+def token() -> None:
+    """Producer tokens (publishing needs one; reading does not)."""
+
+
+@token.command("create")
+@click.option("--feed", "feed_name", help="Limit the token to this feed (default: every feed).")
+@click.option("--label", help="A note to recognise the token by in `token list`.")
+def token_create(feed_name: str | None, label: str | None) -> None:
+    """Mint a token and print it once; only its hash is stored."""
+    try:
+        value = _core().create_token(feed=feed_name, label=label)
+    except SimplefeedError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(value)
+    click.echo("(shown once: store it now; publish with 'Authorization: Bearer <token>')", err=True)
+
+
+@token.command("list")
+def token_list() -> None:
+    """List tokens: id, feed, state, label (never the secrets)."""
+    from simplefeed.model import rfc3339
+
+    for t in _core().tokens():
+        state = "revoked " + rfc3339(t.revoked_us) if t.revoked_us is not None else "active"
+        click.echo(
+            f"{t.id}\t{t.feed or '*'}\t{state}\tcreated {rfc3339(t.created_us)}\t{t.label or ''}"
+        )
+
+
+@token.command("revoke")
+@click.argument("token_id", type=int)
+def token_revoke(token_id: int) -> None:
+    """Revoke token TOKEN_ID (see `token list`); it stops working at once."""
+    if not _core().revoke_token(token_id):
+        raise click.ClickException(f"no active token with id {token_id}")
+    click.echo(f"revoked token {token_id}")
+
+
+@main.group()
 def archive() -> None:
     """Static archive files."""
 
@@ -147,6 +186,12 @@ def archive_rebuild(feed_name: str | None) -> None:
 @click.option("--content", help="Event content (text).")
 @click.option("--content-type", help="text, html, xhtml or a media type.")
 @click.option("--id", "entry_id", help="Entry id (an IRI) for idempotent retries.")
+@click.option(
+    "--token",
+    envvar="SIMPLEFEED_TOKEN",
+    required=True,
+    help="Producer token [env SIMPLEFEED_TOKEN].",
+)
 def publish(
     url: str | None,
     feed_name: str | None,
@@ -154,6 +199,7 @@ def publish(
     content: str | None,
     content_type: str | None,
     entry_id: str | None,
+    token: str,
 ) -> None:
     """Publish an event over HTTP, as a producer would."""
     import httpx
@@ -169,7 +215,9 @@ def publish(
             if value is not None:
                 payload[key] = value
     try:
-        response = httpx.post(target, json=payload, timeout=30)
+        response = httpx.post(
+            target, json=payload, timeout=30, headers={"Authorization": f"Bearer {token}"}
+        )
     except httpx.HTTPError as exc:
         raise click.ClickException(f"{target}: {exc}") from None
     click.echo(response.text)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
-from simplefeed import archive, atom, paging, store
+from simplefeed import archive, atom, auth, paging, store
 from simplefeed.errors import EntryConflict, PageNotFound
 from simplefeed.model import (
     Appended,
@@ -30,6 +30,7 @@ from simplefeed.model import (
 )
 from simplefeed.settings import Settings
 from simplefeed.store.entries import NewEntry
+from simplefeed.store.tokens import TokenRecord, get_token, insert_token, list_tokens, revoke_token
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,37 @@ class Simplefeed:
     def feeds(self) -> list[Feed]:
         with self.db.read() as conn:
             return store.list_feeds(conn)
+
+    # -- producer tokens -----------------------------------------------------------------
+
+    def create_token(self, *, feed: str | None = None, label: str | None = None) -> str:
+        """Mint a token (optionally limited to one feed); returns it. Only its hash is kept."""
+        secret = auth.new_secret()
+        with self.db.write() as conn:
+            feed_id = store.get_feed(conn, feed).id if feed is not None else None
+            token_id = insert_token(
+                conn,
+                secret_hash=auth.hash_secret(secret),
+                feed_id=feed_id,
+                label=label,
+                now_us=self.clock(),
+            )
+        return auth.format_token(token_id, secret)
+
+    def tokens(self) -> list[TokenRecord]:
+        with self.db.read() as conn:
+            return list_tokens(conn)
+
+    def revoke_token(self, token_id: int) -> bool:
+        with self.db.write() as conn:
+            return revoke_token(conn, token_id, self.clock())
+
+    def authorize(self, authorization: str | None, feed: str) -> None:
+        """Check an ``Authorization`` header for publishing to ``feed``."""
+        credentials = auth.parse_authorization(authorization)
+        with self.db.read() as conn:
+            record = get_token(conn, credentials.token_id)
+        auth.check(credentials, record, feed)
 
     # -- publishing ----------------------------------------------------------------------
 

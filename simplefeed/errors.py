@@ -10,6 +10,9 @@
     ├── Conflict                    -> 409
     │   ├── EntryConflict           .entry_id, .index: same id, different content
     │   └── FeedExists              .feed
+    ├── AuthError                   -> 401 / 403
+    │   ├── Unauthorized            no token, or not a valid one
+    │   └── Forbidden               .feed: a valid token for another feed
     ├── RequestError                the client sent something we refuse; .status
     │   ├── MalformedRequest        -> 400 (not JSON, not UTF-8)
     │   ├── PayloadTooLarge         -> 413
@@ -63,6 +66,22 @@ class EntryConflict(Conflict):
 class FeedExists(Conflict):
     def __init__(self, feed: str) -> None:
         super().__init__(f"feed {feed!r} already exists")
+        self.feed = feed
+
+
+class AuthError(SimplefeedError):
+    pass
+
+
+class Unauthorized(AuthError):
+    def __init__(self, message: str, *, invalid_token: bool = False) -> None:
+        super().__init__(message)
+        self.invalid_token = invalid_token
+
+
+class Forbidden(AuthError):
+    def __init__(self, feed: str) -> None:
+        super().__init__(f"this token may not publish to feed {feed!r}")
         self.feed = feed
 
 

@@ -326,3 +326,11 @@ def _check_encodable(c: _Checker, text: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise c.fail("content", "contains a lone surrogate, which UTF-8 cannot encode") from None
+
+
+def event_json_schemas(ref_template: str) -> dict[str, Any]:
+    """JSON Schemas of the event object and its parts, for the OpenAPI document."""
+    schema = EventIn.model_json_schema(ref_template=ref_template)
+    defs: dict[str, Any] = schema.pop("$defs", {})
+    defs["Event"] = schema
+    return defs

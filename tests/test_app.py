@@ -47,15 +47,21 @@ def test_publish_a_batch_and_replays(client: Client) -> None:
     batch = [{"title": f"e{i}", "id": f"urn:test:{i}"} for i in range(3)]
     r = post(client, batch)
     assert r.status_code == 201
-    assert [(e["seq"], e["created"]) for e in r.json["entries"]] == [(1, True), (2, True), (3, True)]
+    assert [(e["seq"], e["created"]) for e in r.json["entries"]] == [
+        (1, True),
+        (2, True),
+        (3, True),
+    ]
     r = post(client, batch)
     assert r.status_code == 200
     assert [(e["seq"], e["created"]) for e in r.json["entries"]] == [
-        (1, False), (2, False), (3, False)
+        (1, False),
+        (2, False),
+        (3, False),
     ]
     r = post(client, batch[1])
     assert r.status_code == 200 and r.json["seq"] == 2 and r.json["created"] is False
-    r = post(client, batch + [{"title": "new"}])
+    r = post(client, [*batch, {"title": "new"}])
     assert r.status_code == 201
     assert [e["created"] for e in r.json["entries"]] == [False, False, False, True]
 
@@ -127,12 +133,18 @@ def test_archived_and_working_pages(client: Client, core: Simplefeed, clock: Fak
     assert page1.headers["cache-control"] == "public, max-age=31536000, immutable"
     assert page1.headers["last-modified"] == "Fri, 15 Jan 2027 08:00:00 GMT"
     assert page1.content == core.page_path("events", 1).read_bytes()
-    assert client.simulate_get(
-        "/pages/1", headers={"If-None-Match": page1.headers["etag"]}
-    ).status_code == 304
-    assert client.simulate_get(
-        "/pages/1", headers={"If-Modified-Since": page1.headers["last-modified"]}
-    ).status_code == 304
+    assert (
+        client.simulate_get(
+            "/pages/1", headers={"If-None-Match": page1.headers["etag"]}
+        ).status_code
+        == 304
+    )
+    assert (
+        client.simulate_get(
+            "/pages/1", headers={"If-Modified-Since": page1.headers["last-modified"]}
+        ).status_code
+        == 304
+    )
     working = client.simulate_get("/pages/2")
     assert working.headers["cache-control"] == "public, max-age=10"
     assert b'rel="current"' in working.content and b"fh:archive" not in working.content
@@ -167,18 +179,31 @@ def test_healthz(client: Client) -> None:
     assert r.status_code == 200 and r.json["status"] == "ok"
 
 
+DOCTYPE_XML = '<!DOCTYPE a [<!ENTITY e "x">]><a>&e;</a>'
+
+
 def _bad_requests() -> list[tuple[str, dict[str, Any], int, str]]:
     """(name, simulate_post kwargs, status, a word the message must contain)."""
     j = {"Content-Type": "application/json"}
     return [
         ("malformed JSON", {"body": b'{"title": ', "headers": j}, 400, "JSON"),
         ("invalid UTF-8", {"body": b'{"title": "\xff\xfe"}', "headers": j}, 400, "UTF-8"),
-        ("text/plain", {"body": b'{"title": "x"}', "headers": {"Content-Type": "text/plain"}},
-         415, "Content-Type"),
+        (
+            "text/plain",
+            {"body": b'{"title": "x"}', "headers": {"Content-Type": "text/plain"}},
+            415,
+            "Content-Type",
+        ),
         ("no Content-Type", {"body": b'{"title": "x"}'}, 415, "Content-Type"),
-        ("latin-1 charset", {"body": b'{"title": "x"}',
-                             "headers": {"Content-Type": "application/json; charset=latin-1"}},
-         415, "UTF-8"),
+        (
+            "latin-1 charset",
+            {
+                "body": b'{"title": "x"}',
+                "headers": {"Content-Type": "application/json; charset=latin-1"},
+            },
+            415,
+            "UTF-8",
+        ),
         ("missing title", {"json": {"content": "x"}}, 422, "title"),
         ("title wrong type", {"json": {"title": 5}}, 422, "title"),
         ("unknown field", {"json": {"title": "x", "colour": "red"}}, 422, "colour"),
@@ -188,38 +213,92 @@ def _bad_requests() -> list[tuple[str, dict[str, Any], int, str]]:
         ("lone surrogate", {"body": b'{"title": "\\ud800"}', "headers": j}, 422, "U+D800"),
         ("id not an IRI", {"json": {"title": "x", "id": "not an iri"}}, 422, "IRI"),
         ("relative id", {"json": {"title": "x", "id": "/just/a/path"}}, 422, "IRI"),
-        ("naive updated", {"json": {"title": "x", "updated": "2026-01-01T00:00:00"}}, 422,
-         "updated"),
-        ("far-future updated", {"json": {"title": "x", "updated": "2099-01-01T00:00:00Z"}},
-         422, "future"),
+        (
+            "naive updated",
+            {"json": {"title": "x", "updated": "2026-01-01T00:00:00"}},
+            422,
+            "updated",
+        ),
+        (
+            "far-future updated",
+            {"json": {"title": "x", "updated": "2099-01-01T00:00:00Z"}},
+            422,
+            "future",
+        ),
         ("not an object", {"json": "hello"}, 422, "object"),
         ("empty batch", {"json": []}, 422, "batch"),
-        ("bad element in batch", {"json": [{"title": "ok"}, {"title": "ok"}, {"nope": 1}]},
-         422, "[2]"),
-        ("XML content not well-formed", {"json": {"title": "x", "content": "<a><b></a>",
-                                                  "content_type": "application/xml"}},
-         422, "XML"),
-        ("XML content with DOCTYPE", {"json": {"title": "x", "content_type": "application/xml",
-                                               "content": '<!DOCTYPE a [<!ENTITY e "x">]><a>&e;</a>'}},
-         422, "content"),
-        ("xhtml escaping its div", {"json": {"title": "x", "content_type": "xhtml",
-                                             "content": "</div><script/><div>"}}, 422, "XML"),
-        ("JSON value with text type", {"json": {"title": "x", "content": {"a": 1},
-                                                "content_type": "text/plain"}}, 422, "JSON"),
-        ("invalid JSON string content", {"json": {"title": "x", "content": "{nope",
-                                                  "content_type": "application/json"}},
-         422, "JSON"),
-        ("bad media type", {"json": {"title": "x", "content": "x", "content_type": "a b"}},
-         422, "content_type"),
-        ("link rel not allowed", {"json": {"title": "x", "links": [{"href": "http://a",
-                                                                    "rel": "prev-archive"}]}},
-         422, "rel"),
-        ("link href with space", {"json": {"title": "x", "links": [{"href": "http://a b"}]}},
-         422, "href"),
-        ("too many categories", {"json": {"title": "x", "categories": ["c"] * 33}}, 422,
-         "categories"),
-        ("content nested too deep", {"json": {"title": "x", "content": _nested(40)}}, 422,
-         "nested"),
+        (
+            "bad element in batch",
+            {"json": [{"title": "ok"}, {"title": "ok"}, {"nope": 1}]},
+            422,
+            "[2]",
+        ),
+        (
+            "XML content not well-formed",
+            {"json": {"title": "x", "content": "<a><b></a>", "content_type": "application/xml"}},
+            422,
+            "XML",
+        ),
+        (
+            "XML content with DOCTYPE",
+            {
+                "json": {
+                    "title": "x",
+                    "content_type": "application/xml",
+                    "content": '<!DOCTYPE a [<!ENTITY e "x">]><a>&e;</a>',
+                }
+            },
+            422,
+            "content",
+        ),
+        (
+            "xhtml escaping its div",
+            {"json": {"title": "x", "content_type": "xhtml", "content": "</div><script/><div>"}},
+            422,
+            "XML",
+        ),
+        (
+            "JSON value with text type",
+            {"json": {"title": "x", "content": {"a": 1}, "content_type": "text/plain"}},
+            422,
+            "JSON",
+        ),
+        (
+            "invalid JSON string content",
+            {"json": {"title": "x", "content": "{nope", "content_type": "application/json"}},
+            422,
+            "JSON",
+        ),
+        (
+            "bad media type",
+            {"json": {"title": "x", "content": "x", "content_type": "a b"}},
+            422,
+            "content_type",
+        ),
+        (
+            "link rel not allowed",
+            {"json": {"title": "x", "links": [{"href": "http://a", "rel": "prev-archive"}]}},
+            422,
+            "rel",
+        ),
+        (
+            "link href with space",
+            {"json": {"title": "x", "links": [{"href": "http://a b"}]}},
+            422,
+            "href",
+        ),
+        (
+            "too many categories",
+            {"json": {"title": "x", "categories": ["c"] * 33}},
+            422,
+            "categories",
+        ),
+        (
+            "content nested too deep",
+            {"json": {"title": "x", "content": _nested(40)}},
+            422,
+            "nested",
+        ),
         ("title too long", {"json": {"title": "x" * 1025}}, 422, "title"),
     ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -45,7 +46,7 @@ def test_updated_is_strictly_increasing_and_never_reorders(core: Simplefeed) -> 
     core.publish("events", events(3))
     entries = all_entries(core)
     updated = [e.updated_us for e in entries]
-    assert all(a < b for a, b in zip(updated, updated[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(updated))
     assert [e.published_us for e in entries[:4]] == given  # the producer's time is kept
     assert all(e.published_us <= e.updated_us for e in entries)
     assert updated[0] == START_US - 10  # honoured when it does not go backwards

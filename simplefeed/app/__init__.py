@@ -35,4 +35,5 @@ def create_app(
     app.add_route("/feeds/{feed}/pages/{n:int(min=1)}", page)
     app.add_route("/feeds/{feed}/entries", entries)
     app.add_route("/healthz", resources.Health(core))
+    app.add_route("/openapi.json", resources.OpenApi())
     return app

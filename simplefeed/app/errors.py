@@ -10,12 +10,15 @@ import falcon
 from sqlalchemy.exc import OperationalError
 
 from simplefeed.errors import (
+    AuthError,
     Conflict,
     EntryConflict,
+    Forbidden,
     InvalidEvent,
     NotFound,
     RequestError,
     SimplefeedError,
+    Unauthorized,
 )
 
 log = logging.getLogger(__name__)
@@ -45,7 +48,17 @@ def _reply(resp: falcon.Response, status: int, message: str, **extra: Any) -> No
 
 
 def handle_domain(req: falcon.Request, resp: falcon.Response, ex: Exception, params: Any) -> None:
-    if isinstance(ex, NotFound):
+    if isinstance(ex, Unauthorized):
+        _reply(resp, 401, str(ex))
+        challenge = 'Bearer realm="simplefeed"'
+        if ex.invalid_token:
+            challenge += ', error="invalid_token"'
+        resp.set_header("WWW-Authenticate", challenge)
+    elif isinstance(ex, Forbidden):
+        _reply(resp, 403, str(ex), feed=ex.feed)
+    elif isinstance(ex, AuthError):
+        _reply(resp, 401, str(ex))
+    elif isinstance(ex, NotFound):
         _reply(resp, 404, str(ex))
     elif isinstance(ex, EntryConflict):
         _reply(resp, 409, str(ex), id=ex.entry_id, index=ex.index)

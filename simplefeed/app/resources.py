@@ -141,3 +141,17 @@ class Health:
         resp.media = {"status": "ok", "database": self.core.db.dialect}
 
     on_head = on_get
+
+
+class OpenApi:
+    """``GET /openapi.json``: the API description (simplefeed.app.openapi)."""
+
+    def __init__(self) -> None:
+        from simplefeed.app import openapi
+
+        self.body = openapi.render().encode()
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.content_type = falcon.MEDIA_JSON
+        resp.cache_control = ["public, max-age=300"]
+        resp.data = self.body

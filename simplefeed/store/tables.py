@@ -69,3 +69,16 @@ pages = Table(
     # The rendered bytes: what the app, the static file and every cache carry, forever.
     Column("body", LargeBinary, nullable=False),
 )
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    # SHA-256 of the token's secret part; the token itself is shown once and never stored.
+    Column("secret_hash", String(64), nullable=False),
+    # NULL: may publish to every feed.
+    Column("feed_id", Integer, ForeignKey("feeds.id"), nullable=True),
+    Column("label", Text, nullable=True),
+    Column("created_us", BigInteger, nullable=False),
+    Column("revoked_us", BigInteger, nullable=True),
+)

@@ -1,0 +1,176 @@
+"""The OpenAPI 3.1 description of the HTTP API, served at ``/openapi.json``.
+
+The event schema is generated from the same pydantic models that validate requests, so the
+document cannot drift from the validator; ``docs/openapi.json`` is the committed copy (a test
+checks it is current; regenerate with ``python -m simplefeed.app.openapi > docs/openapi.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from simplefeed import __version__
+from simplefeed.validation import event_json_schemas
+
+REF = "#/components/schemas/{model}"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": REF.format(model=name)}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
+
+
+_ATOM = {
+    "application/atom+xml; charset=utf-8": {"schema": {"type": "string"}},
+}
+
+
+def _document_get(summary: str, *, page: bool, feed: bool) -> dict[str, Any]:
+    params: list[dict[str, Any]] = []
+    if feed:
+        params.append(
+            {"name": "feed", "in": "path", "required": True, "schema": {"type": "string"}}
+        )
+    if page:
+        params.append(
+            {
+                "name": "n",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "integer", "minimum": 1},
+            }
+        )
+    validators = {
+        "ETag": {"schema": {"type": "string"}},
+        "Cache-Control": {"schema": {"type": "string"}},
+    }
+    return {
+        "summary": summary,
+        "parameters": params,
+        "responses": {
+            "200": {"description": "The Atom document", "headers": validators, "content": _ATOM},
+            "304": {"description": "Not modified (If-None-Match / If-Modified-Since)"},
+            "404": _error("No such feed or page"),
+        },
+    }
+
+
+def _publish(feed: bool) -> dict[str, Any]:
+    params = (
+        [{"name": "feed", "in": "path", "required": True, "schema": {"type": "string"}}]
+        if feed
+        else []
+    )
+    body_schema = {"oneOf": [_ref("Event"), {"type": "array", "items": _ref("Event")}]}
+    reply = {"oneOf": [_ref("Published"), _ref("PublishedBatch")]}
+    return {
+        "summary": "Publish one event (an object) or a batch (an array, all or nothing)",
+        "security": [{"bearer": []}],
+        "parameters": params,
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": body_schema}},
+        },
+        "responses": {
+            "201": {
+                "description": "At least one new entry",
+                "content": {"application/json": {"schema": reply}},
+            },
+            "200": {
+                "description": "Every event was a replay of an entry already held",
+                "content": {"application/json": {"schema": reply}},
+            },
+            "400": _error("Malformed JSON or not UTF-8"),
+            "401": _error("Missing or invalid token"),
+            "403": _error("Token limited to another feed"),
+            "404": _error("No such feed"),
+            "409": _error("An id the feed holds with different content"),
+            "413": _error("Body or batch too large"),
+            "415": _error("Not application/json"),
+            "422": _error("An event breaks the schema or a limit"),
+        },
+    }
+
+
+def build() -> dict[str, Any]:
+    published = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["id", "seq", "page", "url", "created"],
+        "properties": {
+            "id": {"type": "string"},
+            "seq": {"type": "integer", "minimum": 1},
+            "page": {"type": "integer", "minimum": 1},
+            "url": {"type": "string"},
+            "created": {"type": "boolean"},
+        },
+    }
+    schemas = event_json_schemas(REF)
+    schemas["Published"] = published
+    schemas["PublishedBatch"] = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["entries"],
+        "properties": {"entries": {"type": "array", "items": _ref("Published")}},
+    }
+    schemas["Error"] = {
+        "type": "object",
+        "required": ["error", "message"],
+        "properties": {
+            "error": {"type": "string"},
+            "message": {"type": "string"},
+            "index": {"type": "integer"},
+            "field": {"type": "string"},
+            "id": {"type": "string"},
+            "feed": {"type": "string"},
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Simplefeed",
+            "version": __version__,
+            "description": "RFC 5005 archived Atom event feeds. Reading is public; publishing "
+            "needs a bearer token (`simplefeed token create`).",
+        },
+        "paths": {
+            "/recent": {"get": _document_get("Recent document", page=False, feed=False)},
+            "/pages/{n}": {"get": _document_get("Page n", page=True, feed=False)},
+            "/entries": {"post": _publish(feed=False)},
+            "/feeds/{feed}/recent": {
+                "get": _document_get("Recent document of a feed", page=False, feed=True)
+            },
+            "/feeds/{feed}/pages/{n}": {
+                "get": _document_get("Page n of a feed", page=True, feed=True)
+            },
+            "/feeds/{feed}/entries": {"post": _publish(feed=True)},
+            "/healthz": {
+                "get": {
+                    "summary": "Liveness and database reachability",
+                    "responses": {
+                        "200": {
+                            "description": "Up",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        },
+                        "503": _error("Database unavailable"),
+                    },
+                }
+            },
+        },
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")

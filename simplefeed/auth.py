@@ -1,0 +1,62 @@
+"""Producer tokens: minting, checking, revoking. Reading is public; every publish needs a token.
+
+A token reads ``sft_<id>_<secret>``: the id finds the row, the secret is checked against the
+stored SHA-256 with a constant-time comparison. Secrets are 256 random bits, so a plain hash is
+enough (no slow KDF needed: nothing to brute-force); the token is shown once and never stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+
+from simplefeed.errors import Forbidden, Unauthorized
+from simplefeed.store.tokens import TokenRecord
+
+PREFIX = "sft"
+_TOKEN = re.compile(r"^sft_([1-9][0-9]{0,17})_([A-Za-z0-9_-]{43})$")
+
+
+def new_secret() -> str:
+    return secrets.token_urlsafe(32)  # 43 characters
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode("ascii")).hexdigest()
+
+
+def format_token(token_id: int, secret: str) -> str:
+    return f"{PREFIX}_{token_id}_{secret}"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    token_id: int
+    secret: str
+
+
+def parse_authorization(header: str | None) -> Credentials:
+    """The bearer token of an ``Authorization`` header (RFC 6750), or :class:`Unauthorized`."""
+    if not header:
+        raise Unauthorized("publishing needs Authorization: Bearer <token>")
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise Unauthorized("publishing needs Authorization: Bearer <token>")
+    match = _TOKEN.match(value.strip())
+    if match is None:
+        raise Unauthorized("the bearer token is not valid", invalid_token=True)
+    return Credentials(int(match.group(1)), match.group(2))
+
+
+def check(credentials: Credentials, record: TokenRecord | None, feed: str) -> None:
+    """Raise unless ``record`` is the live token for ``credentials`` and allows ``feed``."""
+    expected = record.secret_hash if record is not None else "0" * 64
+    # Compare even when the id is unknown, so timing says nothing about which ids exist.
+    matches = hmac.compare_digest(hash_secret(credentials.secret), expected)
+    if record is None or not matches or record.revoked_us is not None:
+        raise Unauthorized("the bearer token is not valid", invalid_token=True)
+    if record.feed is not None and record.feed != feed:
+        raise Forbidden(feed)
