@@ -11,10 +11,10 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from alembic import command
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from alembic import command
 from simplefeed.cli import alembic_config
 
 

@@ -41,6 +41,9 @@ def write_atomically(path: Path, body: bytes, mtime_us: int) -> None:
             f.write(body)
             f.flush()
             os.fsync(f.fileno())
+        # Readable by a static server running as another user (nginx, a CDN origin):
+        # mkstemp creates files 0600.
+        os.chmod(tmp, 0o644)
         os.utime(tmp, ns=(mtime_us * 1000, mtime_us * 1000))
         os.replace(tmp, path)
     except BaseException:

@@ -22,13 +22,23 @@ anything else (JSON...)    Base64 under the media type, with a ``summary``
 from __future__ import annotations
 
 import base64
+import copy as copy_module
 from typing import Any
 
 from feedgen.ext.base import BaseEntryExtension, BaseExtension
 from feedgen.feed import FeedGenerator
 from lxml import etree
 
-from simplefeed.model import FH_NS, SF_NS, ContentMode, Document, Entry, Link, us_to_datetime
+from simplefeed.model import (
+    ATOM_NS,
+    FH_NS,
+    SF_NS,
+    ContentMode,
+    Document,
+    Entry,
+    Link,
+    us_to_datetime,
+)
 
 GENERATOR = "Simplefeed"
 GENERATOR_URI = "https://simplefeed.dev/"
@@ -85,9 +95,15 @@ class _EntryExtension(BaseEntryExtension):  # type: ignore[misc]
     def __init__(self) -> None:
         self.seq = 0
         self.base64: tuple[str, str] | None = None
+        self.inline_xml: str | None = None
         self.links: tuple[Link, ...] = ()
 
     def extend_atom(self, entry: Any) -> Any:
+        if self.inline_xml is not None:
+            content = entry.find("content")
+            for child in list(content):
+                content.remove(child)
+            content.append(_prefixed(etree.fromstring(self.inline_xml, _SAFE_PARSER)))
         for link in self.links:
             el = etree.SubElement(entry, "link")  # un-namespaced, like feedgen's: Atom by default
             el.set("href", link.href)
@@ -155,6 +171,9 @@ def _add_entry(fg: Any, entry: Entry) -> None:
             summary = event.title  # RFC 4287 4.1.1.1: Base64 content requires a summary
     elif text == "":
         fe.content("")
+    elif mode == "xml":
+        fe.content("", type=atom_content_type(event.content_type))
+        fe.sf.inline_xml = text
     else:
         fe.content(text, type=atom_content_type(event.content_type))
     fe.sf.links = event.links
@@ -170,7 +189,8 @@ def _add_entry(fg: Any, entry: Entry) -> None:
     fe.sf.seq = entry.seq
 
 
-_XHTML_DIV = '<div xmlns="http://www.w3.org/1999/xhtml">'
+XHTML_NS = "http://www.w3.org/1999/xhtml"
+_XHTML_DIV = f'<div xmlns="{XHTML_NS}">'
 _SAFE_PARSER = etree.XMLParser(
     resolve_entities=False,
     no_network=True,
@@ -195,4 +215,51 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
     doctype: str = root.getroottree().docinfo.doctype  # type: ignore[union-attr]
     if doctype:
         return "DOCTYPE declarations are not allowed"
+    for el in root.iter(etree.Element):
+        namespace = etree.QName(el).namespace
+        if xhtml:
+            if namespace != XHTML_NS:
+                return f"<{el.tag}> is not an XHTML element"
+        elif namespace is None:
+            return (
+                f"<{el.tag}> has no namespace; inline XML content must declare one "
+                "(inside an Atom document it would otherwise read as Atom)"
+            )
+        elif namespace == ATOM_NS:
+            return f"<{el.tag}> is an Atom element; entries cannot nest Atom elements"
     return None
+
+
+def _prefixed(root: Any) -> Any:
+    """A copy of an XML tree in which every element's namespace has an explicit prefix.
+
+    Inline content sits inside an Atom document whose default namespace is Atom. Content in a
+    default namespace of its own is correct XML, but feed parsers such as feedparser read such
+    elements by local name (a ``<link>`` in the content becomes a link of the entry). Explicit
+    prefixes (``c0``, ``c1``, ... in document order) keep the same XML infoset and no ambiguity.
+    """
+    prefixes: dict[str, str] = {}
+
+    def copy(node: Any, parent: Any) -> Any:
+        if not isinstance(node.tag, str):  # comment or processing instruction
+            clone = copy_module.copy(node)
+            clone.tail = node.tail
+            parent.append(clone)
+            return clone
+        namespace = etree.QName(node).namespace
+        if namespace not in prefixes:
+            prefixes[namespace] = f"c{len(prefixes)}"
+        nsmap = {prefixes[namespace]: namespace}
+        if parent is None:
+            el = etree.Element(node.tag, nsmap=nsmap)
+        else:
+            el = etree.SubElement(parent, node.tag, nsmap=nsmap)
+        for key, value in node.attrib.items():
+            el.set(key, value)
+        el.text = node.text
+        el.tail = node.tail
+        for child in node:
+            copy(child, el)
+        return el
+
+    return copy(root, None)

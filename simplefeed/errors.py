@@ -15,6 +15,7 @@
     │   └── Forbidden               .feed: a valid token for another feed
     ├── RequestError                the client sent something we refuse; .status
     │   ├── MalformedRequest        -> 400 (not JSON, not UTF-8)
+    │   ├── LengthRequired          -> 411 (a chunked body: send Content-Length)
     │   ├── PayloadTooLarge         -> 413
     │   ├── UnsupportedMediaType    -> 415
     │   └── InvalidEvent            -> 422, .index (in a batch), .field
@@ -95,6 +96,10 @@ class RequestError(SimplefeedError):
 
 class MalformedRequest(RequestError):
     status = 400
+
+
+class LengthRequired(RequestError):
+    status = 411
 
 
 class PayloadTooLarge(RequestError):

@@ -34,7 +34,7 @@ _NOT_XML_CHAR = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010f
 #: An IRI (RFC 3987), checked loosely: a scheme, then no spaces, controls or delimiters that
 #: are never allowed unescaped.
 _IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"{}|\\^`\x00-\x1f\x7f]*$")
-_IRI_REF = re.compile(r"^[^\s<>\"{}|\\^`\x00-\x1f\x7f]+$")
+_EMAIL = re.compile(r"^[^\s@]+@[^\s@]+$")
 _MEDIA_TYPE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
 )
@@ -159,13 +159,16 @@ class _Checker:
             raise self.fail(field, f"is longer than {max_chars} characters")
         return value
 
-    def iri(self, field: str, value: str | None, *, absolute: bool, max_chars: int) -> str | None:
+    def iri(self, field: str, value: str | None, max_chars: int) -> str | None:
+        """An absolute IRI. Relative references are refused: the same entry appears in the
+        recent document and in its page, whose base URIs differ, so it would resolve twice."""
         if value is None:
             return None
         self.text(field, value, max_chars)
-        if not (_IRI if absolute else _IRI_REF).match(value):
-            kind = "an absolute IRI (scheme:...)" if absolute else "an IRI reference"
-            raise self.fail(field, f"must be {kind} without spaces or control characters")
+        if not _IRI.match(value):
+            raise self.fail(
+                field, "must be an absolute IRI (scheme:...) without spaces or control characters"
+            )
         return value
 
 
@@ -176,15 +179,16 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
     if not title.strip():
         raise c.fail("title", "must not be empty")
     summary = c.text("summary", ev.summary, limits.max_summary_chars)
-    entry_id = c.iri("id", ev.id, absolute=True, max_chars=limits.max_id_chars)
+    entry_id = c.iri("id", ev.id, max_chars=limits.max_id_chars)
 
     content_type = ev.content_type
     if content_type is not None:
-        content_type = content_type.strip()
-        if content_type.lower() not in ("text", "html", "xhtml") and not _MEDIA_TYPE.match(
-            content_type
-        ):
+        # Media types are case-insensitive (RFC 2045); the lower-case form is the one we carry.
+        content_type = content_type.strip().lower()
+        if content_type not in ("text", "html", "xhtml") and not _MEDIA_TYPE.match(content_type):
             raise c.fail("content_type", "must be text, html, xhtml or a media type (type/subtype)")
+        if content_type.startswith(("multipart/", "message/")):
+            raise c.fail("content_type", "must not be a composite type (RFC 4287 4.1.3.1)")
     content = _content(c, ev.content, content_type, limits)
     if content is not None and content_type is None and not isinstance(ev.content, str):
         content_type = "application/json"
@@ -195,10 +199,13 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
         if not author.name.strip():
             raise c.fail("author", "must not be empty")
     elif ev.author is not None:
+        email = c.text("author.email", ev.author.email, 256)
+        if email is not None and not _EMAIL.match(email):
+            raise c.fail("author.email", "must be an e-mail address (name@domain)")
         author = Author(
             name=c.text("author.name", ev.author.name, 256) or "",
-            email=c.text("author.email", ev.author.email, 256),
-            uri=c.iri("author.uri", ev.author.uri, absolute=False, max_chars=2048),
+            email=email,
+            uri=c.iri("author.uri", ev.author.uri, max_chars=2048),
         )
 
     if len(ev.categories) > limits.max_categories:
@@ -212,7 +219,7 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
             categories.append(
                 Category(
                     term=c.text(f"{where}.term", cat.term, 256) or "",
-                    scheme=c.iri(f"{where}.scheme", cat.scheme, absolute=False, max_chars=2048),
+                    scheme=c.iri(f"{where}.scheme", cat.scheme, max_chars=2048),
                     label=c.text(f"{where}.label", cat.label, 256),
                 )
             )
@@ -222,15 +229,24 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
     if len(ev.links) > limits.max_links:
         raise c.fail("links", f"at most {limits.max_links} links are allowed")
     links: list[Link] = []
+    alternates: set[tuple[str | None, str | None]] = set()
     for i, link in enumerate(ev.links):
         where = f"links[{i}]"
         if link.type is not None and not _MEDIA_TYPE.match(link.type):
             raise c.fail(f"{where}.type", "must be a media type (type/subtype)")
         if link.hreflang is not None and not _LANG.match(link.hreflang):
             raise c.fail(f"{where}.hreflang", "must be a language tag (RFC 3066)")
+        if link.rel == "alternate":
+            key = (link.type, link.hreflang)
+            if key in alternates:
+                raise c.fail(
+                    f"{where}.rel",
+                    "two alternate links with the same type and hreflang (RFC 4287 4.1.1)",
+                )
+            alternates.add(key)
         links.append(
             Link(
-                href=c.iri(f"{where}.href", link.href, absolute=False, max_chars=2048) or "",
+                href=c.iri(f"{where}.href", link.href, max_chars=2048) or "",
                 rel=link.rel,
                 type=link.type,
                 hreflang=link.hreflang,

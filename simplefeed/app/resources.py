@@ -10,7 +10,12 @@ from sqlalchemy import text
 
 from simplefeed.app import caching
 from simplefeed.core import Live, Simplefeed
-from simplefeed.errors import FeedNotFound, PayloadTooLarge, UnsupportedMediaType
+from simplefeed.errors import (
+    FeedNotFound,
+    LengthRequired,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+)
 from simplefeed.model import ATOM_MEDIA_TYPE, Appended, FrozenPage
 from simplefeed.settings import FEED_NAME_RE
 from simplefeed.validation import parse_events, read_body
@@ -98,6 +103,9 @@ class Entries(_FeedResource):
                 f"Content-Type must be application/json (UTF-8), got {req.content_type!r}"
             )
         limit = self.settings.limits.max_body_bytes
+        if req.content_length is None and req.get_header("Transfer-Encoding"):
+            # uWSGI's http-socket does not decode chunked request bodies.
+            raise LengthRequired("send the body with a Content-Length (chunked bodies are refused)")
         if req.content_length is not None and req.content_length > limit:
             raise PayloadTooLarge(f"body is {req.content_length} bytes; the limit is {limit}")
         body = req.bounded_stream.read(limit + 1)
