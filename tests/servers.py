@@ -52,6 +52,12 @@ def clean_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SIMPLEFEED_")}
 
 
+def _exited(pid: int) -> bool:
+    """Whether our child ``pid`` has exited, without reaping it (its pid stays reserved)."""
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    return info is not None and info.si_pid == pid
+
+
 class ServerError(RuntimeError):
     pass
 
@@ -77,6 +83,7 @@ class UwsgiServer:
         extra_env: Mapping[str, str] | None = None,
         startup_timeout: float = 20.0,
         stop_timeout: float = 10.0,
+        ini: Path | None = None,
     ) -> None:
         self.database_url = database_url
         self.archive_dir = archive_dir.resolve()
@@ -86,6 +93,7 @@ class UwsgiServer:
         self.extra_env = dict(extra_env or {})
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
+        self.ini = ini  # None: the checkout's uwsgi.ini, as `simplefeed serve` picks it
         self.log_path = self.workdir / "uwsgi.log"
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
@@ -102,6 +110,12 @@ class UwsgiServer:
     def env(self) -> dict[str, str]:
         """The environment of every command run against this server's database and archive."""
         env = clean_environ()
+        # Import the checkout under test whatever the working directory and however the package
+        # was installed (an editable install made before a package had its __init__.py maps it
+        # as a namespace package, which only works from the checkout's own directory).
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p
+        )
         env.update(
             {
                 "SIMPLEFEED_DATABASE_URL": self.database_url,
@@ -113,7 +127,9 @@ class UwsgiServer:
         env.update(self.extra_env)
         return env
 
-    def cli(self, *args: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, check: bool = True, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``simplefeed ARGS`` with this server's environment; output captured as text."""
         result = subprocess.run(
             [*simplefeed_command(), *args],
@@ -168,6 +184,7 @@ class UwsgiServer:
                     str(self.port),
                     "--processes",
                     str(self.processes),
+                    *(["--ini", str(self.ini)] if self.ini is not None else []),
                 ],
                 env=self.env(),
                 cwd=self.workdir,
@@ -184,11 +201,8 @@ class UwsgiServer:
         last = "no answer yet"
         with httpx.Client(timeout=2.0) as client:
             while time.monotonic() < deadline:
-                code = self.process.poll()
-                if code is not None:
-                    raise ServerError(
-                        f"uWSGI exited with {code} before answering /healthz\n{self.log()}"
-                    )
+                if _exited(self.process.pid):
+                    raise ServerError(f"uWSGI exited before answering /healthz\n{self.log()}")
                 try:
                     response = client.get(self.url("/healthz"))
                 except httpx.TransportError as exc:
@@ -225,15 +239,12 @@ class UwsgiServer:
     @staticmethod
     def _wait_exit_unreaped(pid: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            if info is not None and info.si_pid == pid:
-                return
+        while time.monotonic() < deadline and not _exited(pid):
             time.sleep(0.05)
 
     @property
     def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.process is not None and not _exited(self.process.pid)
 
     def log(self) -> str:
         try:
