@@ -161,8 +161,17 @@ def core(settings: Settings, clock: FakeClock) -> Iterator[Simplefeed]:
 
 
 @pytest.fixture
-def client(core: Simplefeed) -> falcon.testing.TestClient:
-    return falcon.testing.TestClient(create_app(core.settings, core=core))
+def token(core: Simplefeed) -> str:
+    """A producer token valid for every feed."""
+    return core.create_token(label="tests")
+
+
+@pytest.fixture
+def client(core: Simplefeed, token: str) -> falcon.testing.TestClient:
+    """The app in-process; requests carry the producer token unless a test replaces it."""
+    return falcon.testing.TestClient(
+        create_app(core.settings, core=core), headers={"Authorization": f"Bearer {token}"}
+    )
 
 
 def with_page_size(settings: Settings, size: int) -> Settings:

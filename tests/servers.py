@@ -97,6 +97,7 @@ class UwsgiServer:
         self.log_path = self.workdir / "uwsgi.log"
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
+        self.token = ""  # a producer token for every feed, minted by start()
 
     # -- configuration -------------------------------------------------------------------
 
@@ -152,11 +153,16 @@ class UwsgiServer:
     def migrate(self) -> None:
         self.cli("db", "upgrade")
 
+    def create_token(self, *args: str) -> str:
+        """A producer token minted with ``simplefeed token create ARGS`` (printed on stdout)."""
+        return self.cli("token", "create", *args).stdout.strip()
+
     def start(self, *, attempts: int = 3) -> None:
         """Migrate, then start uWSGI and wait for /healthz; retries if the port was taken."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.archive_dir.mkdir(parents=True, exist_ok=True)
         self.migrate()
+        self.token = self.create_token("--label", "tests")
         for attempt in range(1, attempts + 1):
             self.port = free_port()
             self._spawn()

@@ -34,11 +34,6 @@ def test_committed_openapi_document_is_current() -> None:
 
 
 @pytest.fixture
-def token(core: Simplefeed) -> str:
-    return core.create_token()
-
-
-@pytest.fixture
 def api_schema(core: Simplefeed, token: str) -> Any:
     core.create_feed("orders", page_size=3)
     return schemathesis.openapi.from_wsgi("/openapi.json", create_app(core.settings, core=core))

@@ -113,9 +113,11 @@ class CountingCore(Simplefeed):
         return super().live_body(live)
 
 
-def test_304_on_recent_renders_nothing(core: Simplefeed, clock: FakeClock) -> None:
+def test_304_on_recent_renders_nothing(core: Simplefeed, clock: FakeClock, token: str) -> None:
     counting = CountingCore(core.settings, db=core.db, clock=clock)
-    client = falcon.testing.TestClient(create_app(core.settings, core=counting))
+    client = falcon.testing.TestClient(
+        create_app(core.settings, core=counting), headers={"Authorization": f"Bearer {token}"}
+    )
     post(client, {"title": "one"})
     etag = client.simulate_get("/recent").headers["etag"]
     CountingCore.renders = 0
@@ -340,14 +342,15 @@ def test_conflict_names_the_id(client: Client, core: Simplefeed) -> None:
     assert state(client, core) == before
 
 
-def test_body_over_the_limit(core: Simplefeed) -> None:
+def test_body_over_the_limit(core: Simplefeed, token: str) -> None:
     from dataclasses import replace
 
     from simplefeed.settings import Limits
 
     settings = replace(core.settings, limits=Limits(max_body_bytes=100))
     client = falcon.testing.TestClient(
-        create_app(settings, core=Simplefeed(settings, db=core.db, clock=core.clock))
+        create_app(settings, core=Simplefeed(settings, db=core.db, clock=core.clock)),
+        headers={"Authorization": f"Bearer {token}"},
     )
     body = json.dumps({"title": "x" * 200}).encode()
     r = client.simulate_post("/entries", body=body, headers={"Content-Type": "application/json"})
@@ -375,3 +378,85 @@ def test_errors_are_json(client: Client, method: str, path: str, status: int) ->
     assert r.status_code == status
     assert r.headers["content-type"].startswith("application/json")
     assert r.json["error"] and r.json["message"]
+
+
+# -- authentication --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "authorization,invalid_token",
+    [
+        (None, False),
+        ("", False),
+        ("Basic dXNlcjpwYXNz", False),
+        ("Bearer", False),
+        ("Bearer not-a-token", True),
+        ("Bearer sft_1_" + "A" * 43, True),  # right shape, wrong secret
+        ("Bearer sft_999_" + "A" * 43, True),  # no such token
+    ],
+)
+def test_publishing_needs_a_valid_token(
+    client: Client, core: Simplefeed, authorization: str | None, invalid_token: bool
+) -> None:
+    before = state(client, core)
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    if authorization is None:
+        headers = {"Authorization": ""}
+    r = client.simulate_post("/entries", json={"title": "x"}, headers=headers)
+    assert r.status_code == 401
+    assert r.json["error"] == "unauthorized"
+    challenge = r.headers["www-authenticate"]
+    assert challenge.startswith('Bearer realm="simplefeed"')
+    assert ('error="invalid_token"' in challenge) is invalid_token
+    assert state(client, core) == before
+
+
+def test_auth_comes_before_everything_else(client: Client) -> None:
+    no_auth = {"Authorization": ""}
+    # An anonymous client learns nothing: not whether the feed exists, not what is wrong.
+    for path, kwargs in [
+        ("/feeds/nope/entries", {"json": {"title": "x"}}),
+        ("/entries", {"body": b"not json", "headers": {"Content-Type": "application/json"}}),
+        ("/entries", {"body": b"{}", "headers": {"Content-Type": "text/plain"}}),
+    ]:
+        headers = {**kwargs.pop("headers", {}), **no_auth}  # type: ignore[dict-item]
+        assert client.simulate_post(path, headers=headers, **kwargs).status_code == 401
+
+
+def test_reading_is_public(client: Client) -> None:
+    post(client, [{"title": f"e{i}"} for i in range(6)])
+    no_auth = {"Authorization": ""}
+    for path in ("/recent", "/pages/1", "/pages/2", "/healthz", "/openapi.json"):
+        assert client.simulate_get(path, headers=no_auth).status_code == 200, path
+
+
+def test_a_feed_token_publishes_only_to_its_feed(client: Client, core: Simplefeed) -> None:
+    core.create_feed("orders")
+    orders_token = core.create_token(feed="orders")
+    headers = {"Authorization": f"Bearer {orders_token}"}
+    ok = client.simulate_post("/feeds/orders/entries", json={"title": "x"}, headers=headers)
+    assert ok.status_code == 201
+    before = state(client, core)
+    r = client.simulate_post("/entries", json={"title": "x"}, headers=headers)
+    assert r.status_code == 403 and r.json["feed"] == "events"
+    assert state(client, core) == before
+
+
+def test_revoked_tokens_stop_working(client: Client, core: Simplefeed) -> None:
+    token = core.create_token(label="short-lived")
+    headers = {"Authorization": f"Bearer {token}"}
+    assert client.simulate_post("/entries", json={"title": "a"}, headers=headers).status_code == 201
+    (record,) = [t for t in core.tokens() if t.label == "short-lived"]
+    assert core.revoke_token(record.id) is True
+    assert core.revoke_token(record.id) is False
+    r = client.simulate_post("/entries", json={"title": "b"}, headers=headers)
+    assert r.status_code == 401
+
+
+def test_only_a_hash_of_the_token_is_stored(core: Simplefeed, token: str) -> None:
+    from sqlalchemy import text
+
+    with core.db.read() as conn:
+        rows = [tuple(r) for r in conn.execute(text("SELECT * FROM tokens"))]
+    secret = token.rsplit("_", 1)[1]
+    assert rows and all(secret not in str(row) and token not in str(row) for row in rows)

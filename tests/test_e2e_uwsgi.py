@@ -118,9 +118,11 @@ def _serve(database_url: str, workdir: Path) -> Iterator[UwsgiServer]:
 
 
 @pytest.fixture(scope="module")
-def http() -> Iterator[httpx.Client]:
+def http(uwsgi_server: UwsgiServer) -> Iterator[httpx.Client]:
     # uwsgi.ini announces Connection: close, so the pooled client opens a connection a request.
-    with httpx.Client(timeout=30.0, follow_redirects=False) as client:
+    # The producer token goes with every request; GETs ignore it (reading is public).
+    headers = {"Authorization": f"Bearer {uwsgi_server.token}"}
+    with httpx.Client(timeout=30.0, follow_redirects=False, headers=headers) as client:
         yield client
 
 

@@ -97,6 +97,10 @@ class Entries(_FeedResource):
     """``POST /entries``: publish one event (a JSON object) or a batch (an array of them)."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, feed: str | None = None) -> None:
+        name = feed if feed is not None else self.settings.default_feed
+        # Authenticate before anything else: an anonymous client learns nothing, not even
+        # whether a feed exists.
+        self.core.authorize(req.get_header("Authorization"), name)
         name = self.feed_name(feed)
         if not _json_media_type(req.content_type):
             raise UnsupportedMediaType(
