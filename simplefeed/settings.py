@@ -76,5 +76,16 @@ class Settings:
             limits=Limits(
                 max_body_bytes=integer("SIMPLEFEED_MAX_BODY_BYTES", Limits.max_body_bytes, 1),
                 max_batch=integer("SIMPLEFEED_MAX_BATCH", Limits.max_batch, 1),
+                max_title_chars=integer("SIMPLEFEED_MAX_TITLE_CHARS", Limits.max_title_chars, 1),
+                max_summary_chars=integer(
+                    "SIMPLEFEED_MAX_SUMMARY_CHARS", Limits.max_summary_chars, 1
+                ),
+                max_content_chars=integer(
+                    "SIMPLEFEED_MAX_CONTENT_CHARS", Limits.max_content_chars, 1
+                ),
+                max_json_depth=integer("SIMPLEFEED_MAX_JSON_DEPTH", Limits.max_json_depth, 1),
+                max_categories=integer("SIMPLEFEED_MAX_CATEGORIES", Limits.max_categories, 0),
+                max_links=integer("SIMPLEFEED_MAX_LINKS", Limits.max_links, 0),
+                max_id_chars=integer("SIMPLEFEED_MAX_ID_CHARS", Limits.max_id_chars, 16),
             ),
         )

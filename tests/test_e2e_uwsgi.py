@@ -932,3 +932,76 @@ def test_archive_files_are_readable_by_another_static_server(
         assert mode == expected, (
             f"{path} has mode {mode:o}; under umask {umask:03o} expected {expected:o}"
         )
+
+
+# -- producers: tokens and concurrent retries -------------------------------------------------
+
+
+def test_tokens_over_real_http(uwsgi_server: UwsgiServer, http: httpx.Client, db: Engine) -> None:
+    create_feed(uwsgi_server, "tokens")
+    feed_token = uwsgi_server.create_token("--feed", "tokens")
+    url = uwsgi_server.url("/feeds/tokens/entries")
+    before = snapshot(uwsgi_server, http, db)
+    for authorization in ("", "Bearer nonsense", f"Bearer {feed_token[:-1]}x"):
+        r = http.post(url, json={"title": "x"}, headers={"Authorization": authorization})
+        assert_json_error(r, 401)
+        assert r.headers["www-authenticate"].startswith("Bearer"), r.headers
+    other = http.post(
+        uwsgi_server.url("/entries"),
+        json={"title": "x"},
+        headers={"Authorization": f"Bearer {feed_token}"},
+    )
+    assert_json_error(other, 403)
+    assert snapshot(uwsgi_server, http, db) == before
+    ok = http.post(url, json={"title": "x"}, headers={"Authorization": f"Bearer {feed_token}"})
+    assert ok.status_code == 201, ok.text
+    # GETs stay public.
+    assert httpx.get(uwsgi_server.url("/feeds/tokens/recent"), timeout=10).status_code == 200
+    token_id = feed_token.split("_")[1]
+    assert "revoked" in uwsgi_server.cli("token", "revoke", token_id).stdout
+    listing = uwsgi_server.cli("token", "list").stdout
+    assert feed_token.rsplit("_", 1)[1] not in listing  # secrets are never shown again
+    again = http.post(url, json={"title": "y"}, headers={"Authorization": f"Bearer {feed_token}"})
+    assert_json_error(again, 401)
+
+
+def test_concurrent_retries_of_one_id_store_it_once(
+    uwsgi_server: UwsgiServer, http: httpx.Client, db: Engine
+) -> None:
+    """Many producers retry the same events at once, landing on several uWSGI processes:
+    each id is stored once, every reply names the same sequence number."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    create_feed(uwsgi_server, "retries")
+    url = uwsgi_server.url("/feeds/retries/entries")
+    ids = [f"tag:e2e.simplefeed.test,2027:retry-{i}" for i in range(5)]
+    headers = {"Authorization": f"Bearer {uwsgi_server.token}"}
+
+    def producer(n: int) -> list[tuple[str, int, bool]]:
+        out = []
+        with httpx.Client(timeout=30, headers=headers) as c:
+            for i, entry_id in enumerate(ids):
+                body: Any = {"id": entry_id, "title": f"retried {i}"}
+                if n % 2:
+                    body = [body]  # half the producers send batches
+                r = c.post(url, json=body)
+                assert r.status_code in (200, 201), r.text
+                reply = r.json()["entries"][0] if n % 2 else r.json()
+                out.append((reply["id"], reply["seq"], reply["created"]))
+        return out
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        replies = [r for rs in pool.map(producer, range(8)) for r in rs]
+    seqs = {entry_id: {seq for i, seq, _ in replies if i == entry_id} for entry_id in ids}
+    assert all(len(s) == 1 for s in seqs.values()), seqs
+    assert sorted(next(iter(s)) for s in seqs.values()) == [1, 2, 3, 4, 5]
+    created = [i for i, _, c in replies if c]
+    assert sorted(created) == sorted(ids)  # exactly one producer created each entry
+    with db.connect() as conn:
+        stored = conn.execute(
+            text(
+                "SELECT count(*) FROM entries e JOIN feeds f ON f.id = e.feed_id "
+                "WHERE f.name = 'retries'"
+            )
+        ).scalar_one()
+    assert stored == 5
