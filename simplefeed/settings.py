@@ -46,7 +46,7 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
 
-        def integer(name: str, default: int, minimum: int) -> int:
+        def integer(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
             raw = env.get(name)
             if raw is None or raw == "":
                 return default
@@ -56,6 +56,8 @@ class Settings:
                 raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
             if value < minimum:
                 raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+            if maximum is not None and value > maximum:
+                raise ConfigError(f"{name} must be at most {maximum}, got {value}")
             return value
 
         base_url = env.get("SIMPLEFEED_BASE_URL") or cls.base_url
@@ -86,6 +88,7 @@ class Settings:
                 max_json_depth=integer("SIMPLEFEED_MAX_JSON_DEPTH", Limits.max_json_depth, 1),
                 max_categories=integer("SIMPLEFEED_MAX_CATEGORIES", Limits.max_categories, 0),
                 max_links=integer("SIMPLEFEED_MAX_LINKS", Limits.max_links, 0),
-                max_id_chars=integer("SIMPLEFEED_MAX_ID_CHARS", Limits.max_id_chars, 16),
+                # entries.entry_id is VARCHAR(1024)
+                max_id_chars=integer("SIMPLEFEED_MAX_ID_CHARS", Limits.max_id_chars, 16, 1024),
             ),
         )

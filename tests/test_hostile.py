@@ -185,3 +185,12 @@ def test_deeply_nested_json_body_is_a_clean_400_or_422(
         assert r.status_code in (400, 413, 422), (depth, r.status_code)
         assert json.loads(r.text)["message"]
     assert state(client, core) == before
+
+
+def test_a_bad_limit_setting_is_a_clear_error() -> None:
+    from simplefeed.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="at most 1024"):
+        Settings.from_env({"SIMPLEFEED_MAX_ID_CHARS": "5000"})
+    with pytest.raises(ConfigError, match="integer"):
+        Settings.from_env({"SIMPLEFEED_MAX_BATCH": "many"})
