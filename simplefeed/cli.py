@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from simplefeed.client.command import consume
 from simplefeed.errors import SimplefeedError
 from simplefeed.settings import FEED_NAME_RE, Settings
 
@@ -37,6 +38,9 @@ def main() -> None:
 
     Configuration comes from SIMPLEFEED_* environment variables (see README.md).
     """
+
+
+main.add_command(consume)
 
 
 @main.command()

@@ -1,0 +1,86 @@
+"""The Simplefeed consumer: read a feed from its entry point, oldest first, at least once.
+
+::
+
+    from simplefeed.client import Consumer
+
+    with Consumer("https://feeds.example.com/recent", "consumer.sqlite3") as consumer:
+        consumer.run(print)                          # or: for entry in consumer.entries(): ...
+
+Modules, each owning one thing:
+
+=============  =================================================================================
+``consumer``   :class:`Consumer`: the loop, checkpoints (at-least-once), follow mode
+``walk``       which entries are new: walk back through ``prev-archive``, forward again
+``fetch``      HTTP (the only httpx user): one pool, conditional GET, cache, retries
+``parse``      bytes -> :class:`Page` (the only feedparser user)
+``state``      the SQLite state file: checkpoints and the HTTP cache
+``poll``       the adaptive polling interval (pure)
+``errors``     the exception hierarchy
+``command``    ``simplefeed consume``
+=============  =================================================================================
+"""
+
+from simplefeed.client.consumer import CheckpointEvery, Consumer, Handler, Start
+from simplefeed.client.errors import (
+    ClientError,
+    FeedError,
+    FetchError,
+    HandlerError,
+    LastEntryVanished,
+    LinkLoop,
+    MalformedPage,
+    NotAtom,
+    RetriesExhausted,
+    SequenceGap,
+    StateError,
+    UnexpectedStatus,
+)
+from simplefeed.client.fetch import Fetched, Fetcher, RetryPolicy
+from simplefeed.client.parse import EntryLink, FeedEntry, Page, parse_page
+from simplefeed.client.poll import PollPolicy, next_interval
+from simplefeed.client.state import (
+    CachedDocument,
+    Checkpoint,
+    CheckpointStore,
+    PageCache,
+    StateFile,
+)
+from simplefeed.client.walk import PageSource, Progress, new_entries, starting_point
+
+__all__ = [
+    "CachedDocument",
+    "Checkpoint",
+    "CheckpointEvery",
+    "CheckpointStore",
+    "ClientError",
+    "Consumer",
+    "EntryLink",
+    "FeedEntry",
+    "FeedError",
+    "FetchError",
+    "Fetched",
+    "Fetcher",
+    "Handler",
+    "HandlerError",
+    "LastEntryVanished",
+    "LinkLoop",
+    "MalformedPage",
+    "NotAtom",
+    "Page",
+    "PageCache",
+    "PageSource",
+    "PollPolicy",
+    "Progress",
+    "RetriesExhausted",
+    "RetryPolicy",
+    "SequenceGap",
+    "Start",
+    "StateError",
+    "StateFile",
+    "UnexpectedStatus",
+    "new_entries",
+    "next_interval",
+    "parse_page",
+    "starting_point",
+]

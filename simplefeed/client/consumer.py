@@ -1,0 +1,256 @@
+"""The consumer: entry point + checkpoint store -> new entries, oldest first, at least once.
+
+::
+
+    with Consumer("https://feeds.example.com/recent", "consumer.sqlite3") as consumer:
+        for entry in consumer.entries():     # or: consumer.run(handler)
+            handle(entry)
+
+Processing is **at least once**. An entry counts as processed when the caller asks for the next
+one (:meth:`Consumer.entries`) or when the handler returns (:meth:`Consumer.run`); only then can
+the checkpoint move past it. With ``checkpoint_every="entry"`` (the default) the checkpoint is
+stored durably after every processed entry, so a crash repeats at most the entry that was being
+processed. With ``checkpoint_every="page"`` it is stored when the last entry of a page has been
+processed (and whenever processing stops, for whatever reason, on the last processed entry), so a
+crash repeats at most one page of entries. An entry is never skipped: the checkpoint never
+moves past an entry that was not processed, and sequence numbers are checked to be contiguous.
+
+A handler that raises stops processing at that entry, with the checkpoint on the entry before it
+(:class:`~simplefeed.client.errors.HandlerError`). A feed that breaks the protocol (not Atom, a
+link loop, a sequence gap, the last processed entry gone) stops processing with a specific
+:class:`~simplefeed.client.errors.FeedError` before the entry past the problem, the checkpoint
+standing on the last processed entry.
+
+In follow mode the consumer polls the entry point again after each pass, waiting an interval
+that adapts to how often new entries appear (:mod:`simplefeed.client.poll`), never shorter than
+the entry point's max-age. The clock and the sleep are injected.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Callable, Generator, Iterator
+from os import PathLike
+from types import TracebackType
+from typing import Literal
+
+from simplefeed.client.errors import HandlerError
+from simplefeed.client.fetch import Fetcher, RetryPolicy, Transport
+from simplefeed.client.parse import FeedEntry, Page, parse_page
+from simplefeed.client.poll import PollPolicy, next_interval
+from simplefeed.client.state import Checkpoint, StateFile
+from simplefeed.client.walk import Progress, new_entries, starting_point
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CheckpointEvery", "Consumer", "Handler", "Start"]
+
+#: Where a consumer without a checkpoint starts: the whole history, or only what comes next.
+Start = Literal["start", "now"]
+#: When the checkpoint is stored: after each entry, or after each page.
+CheckpointEvery = Literal["entry", "page"]
+Handler = Callable[[FeedEntry], object]
+
+
+class _HttpPages:
+    """The consumer's page source: fetch, parse, then let the cache keep what parsed."""
+
+    def __init__(self, fetcher: Fetcher) -> None:
+        self.fetcher = fetcher
+        self.head_max_age: float | None = None
+
+    def page(self, url: str) -> Page:
+        fetched = self.fetcher.get(url)
+        page = parse_page(url, fetched.body)
+        self.fetcher.remember(fetched, immutable=page.is_archive)
+        return page
+
+    def head(self, url: str) -> Page:
+        """The entry point: never pinned, whatever it claims; its max-age is kept."""
+        fetched = self.fetcher.get(url)
+        page = parse_page(url, fetched.body)
+        self.fetcher.remember(fetched, immutable=False)
+        self.head_max_age = fetched.max_age
+        return page
+
+
+class Consumer:
+    """Reads a Simplefeed feed from its entry point, never missing or repeating an entry beyond
+    the at-least-once window described in the module docstring."""
+
+    def __init__(
+        self,
+        url: str,
+        state: str | PathLike[str] | StateFile,
+        *,
+        start: Start = "start",
+        checkpoint_every: CheckpointEvery = "entry",
+        transport: Transport | None = None,
+        timeout: float = 10.0,
+        retry: RetryPolicy | None = None,
+        poll: PollPolicy | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        if start not in ("start", "now"):
+            raise ValueError(f"start must be 'start' or 'now', not {start!r}")
+        if checkpoint_every not in ("entry", "page"):
+            raise ValueError(
+                f"checkpoint_every must be 'entry' or 'page', not {checkpoint_every!r}"
+            )
+        self.url = url
+        self.start = start
+        self.checkpoint_every = checkpoint_every
+        self.poll = poll if poll is not None else PollPolicy()
+        self.clock = clock
+        self.sleep = sleep
+        self.progress = progress
+        self._owns_state = not isinstance(state, StateFile)
+        self.state = state if isinstance(state, StateFile) else StateFile(state)
+        try:
+            self.fetcher = Fetcher(
+                self.state,
+                transport=transport,
+                timeout=timeout,
+                retry=retry,
+                clock=clock,
+                sleep=sleep,
+            )
+        except BaseException:
+            if self._owns_state:
+                self.state.close()
+            raise
+        self._pages = _HttpPages(self.fetcher)
+        self._saved = self.state.load_checkpoint(url)
+        self._pending: Checkpoint | None = None
+        self._streams: weakref.WeakSet[Generator[FeedEntry, None, None]] = weakref.WeakSet()
+        self._closed = False
+
+    # -- public API ----------------------------------------------------------------------
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """The last processed entry (stored, or about to be at the end of its page)."""
+        return self._pending if self._pending is not None else self._saved
+
+    def entries(
+        self, *, follow: bool = False, stop: Callable[[], bool] | None = None
+    ) -> Iterator[FeedEntry]:
+        """New entries, oldest first. Each counts as processed when the next one is asked for.
+
+        Without ``follow``, ends once caught up. With it, polls on until ``stop()`` is true
+        (checked after each pass) or the iterator is closed.
+        """
+        stream = self._stream(follow, stop)
+        self._streams.add(stream)
+        return stream
+
+    def run(
+        self,
+        handler: Handler,
+        *,
+        follow: bool = False,
+        stop: Callable[[], bool] | None = None,
+    ) -> int:
+        """Call ``handler`` on each new entry, oldest first; return how many were processed.
+
+        A handler that raises an :class:`Exception` stops processing with
+        :class:`HandlerError`, the checkpoint on the entry before.
+        """
+        processed = 0
+        stream = self._stream(follow, stop)
+        try:
+            for entry in stream:
+                try:
+                    handler(entry)
+                except Exception as exc:
+                    raise HandlerError(entry, exc) from exc
+                processed += 1
+        finally:
+            stream.close()
+        return processed
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for stream in list(self._streams):
+                stream.close()
+            self._flush()
+        finally:
+            self.fetcher.close()
+            if self._owns_state:
+                self.state.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _stream(
+        self, follow: bool, stop: Callable[[], bool] | None
+    ) -> Generator[FeedEntry, None, None]:
+        interval = self.poll.initial
+        try:
+            while True:
+                found = 0
+                for entry in self._one_pass():
+                    pending = self._pending
+                    if pending is not None and pending.page_url != entry.page_url:
+                        self._flush()  # every entry of the previous page is processed
+                    yield entry
+                    # The caller came back for more: the entry is processed.
+                    self._processed(entry)
+                    found += 1
+                self._flush()
+                if not follow or (stop is not None and stop()):
+                    return
+                interval = next_interval(self.poll, interval, found, self._pages.head_max_age)
+                log.debug("%s: %d new entries; next poll in %.1f s", self.url, found, interval)
+                self.sleep(interval)
+        finally:
+            if not self._closed:
+                self._flush()
+
+    def _one_pass(self) -> Iterator[FeedEntry]:
+        head = self._pages.head(self.url)
+        checkpoint = self.checkpoint
+        if checkpoint is None and self.start == "now":
+            checkpoint = starting_point(self._pages, head)
+            self._save(checkpoint)
+        progress = self.progress if self.progress is not None else _ignore
+        yield from new_entries(self._pages, head, checkpoint, progress=progress)
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def _processed(self, entry: FeedEntry) -> None:
+        checkpoint = Checkpoint(entry.id, entry.seq, entry.page_url)
+        if self.checkpoint_every == "entry":
+            self._save(checkpoint)
+        else:
+            self._pending = checkpoint
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            self._save(self._pending)
+
+    def _save(self, checkpoint: Checkpoint) -> None:
+        self.state.save_checkpoint(self.url, checkpoint, self.clock())
+        self._saved = checkpoint
+        self._pending = None
+
+
+def _ignore(_: Progress) -> None:
+    pass

@@ -1,0 +1,133 @@
+"""The consumer's exceptions: one branch of :class:`simplefeed.errors.SimplefeedError`.
+
+::
+
+    SimplefeedError
+    └── ClientError                     anything the consumer raises on purpose
+        ├── FetchError                  .url: a document could not be retrieved
+        │   ├── RetriesExhausted        .attempts: network errors, timeouts, 5xx until the limit
+        │   └── UnexpectedStatus        .status: an answer that retrying cannot fix (4xx, 3xx)
+        ├── FeedError                   .url: the feed broke the protocol; checkpoint untouched
+        │   ├── NotAtom                 .reason: not well-formed XML, or not an Atom feed
+        │   ├── MalformedPage           .reason: Atom, but not a Simplefeed document
+        │   ├── LinkLoop                .chain: following links came back to a page seen
+        │   ├── SequenceGap             .expected, .found: sequence numbers not contiguous
+        │   └── LastEntryVanished       .entry_id: the checkpoint's entry is in the feed no more
+        ├── HandlerError                .entry: the handler raised (the cause is __cause__);
+        │                               the checkpoint stands just before that entry
+        └── StateError                  .path: the checkpoint file cannot be used
+
+Every error carries the attributes that identify what failed. A :class:`FeedError` never moves
+the checkpoint: fix the feed (or the checkpoint, by hand) and run again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from simplefeed.errors import SimplefeedError
+
+if TYPE_CHECKING:
+    from simplefeed.client.parse import FeedEntry
+
+
+class ClientError(SimplefeedError):
+    """Base of every error raised on purpose by :mod:`simplefeed.client`."""
+
+
+class FetchError(ClientError):
+    def __init__(self, url: str, message: str) -> None:
+        super().__init__(f"{url}: {message}")
+        self.url = url
+
+
+class RetriesExhausted(FetchError):
+    """Transient failures (network, timeout, 5xx, 429) went on past the retry limit."""
+
+    def __init__(self, url: str, attempts: int, last: str) -> None:
+        super().__init__(url, f"gave up after {attempts} attempts; last error: {last}")
+        self.attempts = attempts
+        self.last = last
+
+
+class UnexpectedStatus(FetchError):
+    """An HTTP status that retrying will not fix (a 404, a 403, a redirect loop...)."""
+
+    def __init__(self, url: str, status: int) -> None:
+        super().__init__(url, f"unexpected HTTP status {status}")
+        self.status = status
+
+
+class FeedError(ClientError):
+    """The feed broke the protocol. Processing stops and the checkpoint is left as it was."""
+
+    def __init__(self, url: str, message: str) -> None:
+        super().__init__(f"{url}: {message}")
+        self.url = url
+
+
+class NotAtom(FeedError):
+    """The body is not well-formed XML, or its root is not an Atom 1.0 ``feed``."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(url, f"not an Atom feed: {reason}")
+        self.reason = reason
+
+
+class MalformedPage(FeedError):
+    """Atom, but not what the protocol promises (an entry without an id or sequence number,
+    entries out of order, an archived page without ``next-archive``...)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(url, reason)
+        self.reason = reason
+
+
+class LinkLoop(FeedError):
+    """Following ``prev-archive`` or ``next-archive`` led back to a page already visited."""
+
+    def __init__(self, url: str, chain: Sequence[str]) -> None:
+        super().__init__(url, f"link loop: {' -> '.join([*chain, url])}")
+        self.chain = tuple(chain)
+
+
+class SequenceGap(FeedError):
+    """The next entry's sequence number is not the previous one plus one: entries are missing
+    (or repeated, or out of order)."""
+
+    def __init__(self, url: str, entry_id: str, expected: int, found: int) -> None:
+        super().__init__(
+            url, f"sequence gap at entry {entry_id!r}: expected sequence {expected}, found {found}"
+        )
+        self.entry_id = entry_id
+        self.expected = expected
+        self.found = found
+
+
+class LastEntryVanished(FeedError):
+    """The last processed entry is neither on its page nor anywhere back to the first page."""
+
+    def __init__(self, url: str, entry_id: str) -> None:
+        super().__init__(
+            url,
+            f"the last processed entry {entry_id!r} is no longer in the feed "
+            "(walked back to the first page)",
+        )
+        self.entry_id = entry_id
+
+
+class HandlerError(ClientError):
+    """The handler raised on ``entry``; the checkpoint is the entry before it."""
+
+    def __init__(self, entry: FeedEntry, cause: BaseException) -> None:
+        super().__init__(f"handler failed on entry {entry.id!r} (sequence {entry.seq}): {cause}")
+        self.entry = entry
+
+
+class StateError(ClientError):
+    """The checkpoint file cannot be opened, read or written."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path

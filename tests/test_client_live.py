@@ -1,0 +1,355 @@
+"""The consumer over real sockets: the real app behind a small threaded HTTP server on
+127.0.0.1 (which can drop a connection mid-response or stall on purpose), the
+``simplefeed consume`` command, and a real uWSGI process with a consumer killed mid-walk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+import httpx
+import pytest
+from click.testing import CliRunner, Result
+
+from simplefeed.app import create_app
+from simplefeed.client import Checkpoint, Consumer, RetryPolicy, StateFile
+from simplefeed.client.command import consume
+from simplefeed.core import Simplefeed
+from simplefeed.model import Event
+from simplefeed.settings import Settings
+from tests.conftest import SequentialIds
+from tests.servers import UwsgiServer
+
+
+@pytest.fixture
+def database_url(tmp_path: Path, sqlite_template: Path) -> str:
+    """SQLite only here: these tests are about the consumer and the wire, not the database
+    (tests/test_client.py runs the consumer on both databases)."""
+    path = tmp_path / "simplefeed.sqlite3"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = False
+    block_on_close = True  # server_close() joins every request thread
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.faults: list[str] = []
+        self.connections = 0
+        self.lock = threading.Lock()
+
+    def next_fault(self) -> str | None:
+        with self.lock:
+            self.connections += 1
+            return self.faults.pop(0) if self.faults else None
+
+
+class _Handler(WSGIRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        fault = self.server.next_fault()
+        if fault is None:
+            super().handle()
+            return
+        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+            pass  # the request line and headers
+        if fault == "drop":
+            # Promise a body, send a few bytes of it, then hang up.
+            self.wfile.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/atom+xml\r\n"
+                b"Content-Length: 5000\r\n\r\n<?xml version='1.0'"
+            )
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+        elif fault == "stall":
+            time.sleep(0.5)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class LiveServer:
+    """The real app for ``settings`` (base URL set to where it listens) in a thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.httpd = _Server()
+        port = self.httpd.server_address[1]
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.settings = replace(settings, base_url=self.base_url, recent_max_age=0)
+        self.core = Simplefeed(self.settings, new_uuid=SequentialIds())
+        self.core.create_feed(self.settings.default_feed)
+        self.httpd.set_app(create_app(self.settings, core=self.core))
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}
+        )
+        self.thread.start()
+
+    @property
+    def recent(self) -> str:
+        return f"{self.base_url}/recent"
+
+    def publish(self, n: int) -> list[str]:
+        start = self.core.feed("events").head_seq
+        events = [Event(title=f"event {start + i + 1}") for i in range(n)]
+        return [r.entry_id for r in self.core.publish("events", events)]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+        self.core.db.dispose()
+
+
+@pytest.fixture
+def live(settings: Settings) -> Iterator[LiveServer]:
+    server = LiveServer(settings)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+# -- dropped connections and timeouts over a real socket -----------------------------------
+
+
+def test_a_dropped_connection_is_retried(live: LiveServer, tmp_path: Path) -> None:
+    ids = live.publish(8)
+    live.httpd.faults = ["drop", "drop"]
+    waits: list[float] = []
+    with Consumer(live.recent, tmp_path / "s.sqlite3", sleep=waits.append) as consumer:
+        got = [e.id for e in consumer.entries()]
+        assert consumer.fetcher.stats.retries == 2
+    assert got == ids
+    assert len(waits) == 2 and live.httpd.connections == 4  # 2 dropped, /recent, /pages/1
+
+
+def test_a_stalled_server_times_out_and_is_retried(live: LiveServer, tmp_path: Path) -> None:
+    ids = live.publish(3)
+    live.httpd.faults = ["stall"]
+    waits: list[float] = []
+    with Consumer(live.recent, tmp_path / "s.sqlite3", timeout=0.2, sleep=waits.append) as consumer:
+        assert [e.id for e in consumer.entries()] == ids
+    assert len(waits) == 1
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(consume, list(args), catch_exceptions=False)
+
+
+def test_jsonl_prints_each_new_entry_once_oldest_first(live: LiveServer, tmp_path: Path) -> None:
+    state = str(tmp_path / "state.sqlite3")
+    ids = live.publish(12)
+    result = run(live.recent, "--state", state, "--jsonl")
+    assert result.exit_code == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [e["id"] for e in lines] == ids
+    assert [e["seq"] for e in lines] == list(range(1, 13))
+    assert set(lines[0]) >= {"id", "seq", "title", "updated", "content", "links"}
+    assert lines[0]["title"] == "event 1"
+    assert result.stderr == ""  # no progress bar: stderr is not a terminal
+    more = live.publish(3)
+    result = run(live.recent, "--state", state, "--jsonl")
+    assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == more
+    assert run(live.recent, "--state", state, "--jsonl").stdout == ""
+
+
+def test_default_output_and_from_now(live: LiveServer, tmp_path: Path) -> None:
+    state = str(tmp_path / "state.sqlite3")
+    live.publish(4)
+    result = run(live.recent, "--state", state, "--from", "now")
+    assert result.exit_code == 0 and result.stdout == ""
+    (new,) = live.publish(1)
+    result = run(live.recent, "--state", state)
+    assert result.stdout == f"5\t{new}\tevent 5\n"
+
+
+def test_exec_runs_per_entry_and_stops_on_a_non_zero_exit(live: LiveServer, tmp_path: Path) -> None:
+    state = str(tmp_path / "state.sqlite3")
+    out = tmp_path / "out.txt"
+    live.publish(8)
+    handler = tmp_path / "handler.py"
+    handler.write_text(
+        "import json, os, sys\n"
+        "entry = json.load(sys.stdin)\n"
+        "seq = os.environ['SIMPLEFEED_ENTRY_SEQ']\n"
+        f"with open({str(out)!r}, 'a') as f:\n"
+        "    f.write(f\"{entry['seq']} {seq}\\n\")\n"
+        "sys.exit(7 if entry['seq'] == 5 and not os.environ.get('OK') else 0)\n"
+    )
+    command = f"{sys.executable} {handler}"
+    result = run(live.recent, "--state", state, "--exec", command)
+    assert result.exit_code == 3
+    assert "exited with status 7" in result.stderr and "sequence 5" in result.stderr
+    assert out.read_text().split("\n")[:-1] == [f"{i} {i}" for i in range(1, 6)]
+    with StateFile(state) as file:
+        checkpoint = file.load_checkpoint(live.recent)
+    assert checkpoint is not None and checkpoint.seq == 4
+    result = CliRunner(env={"OK": "1"}).invoke(
+        consume, [live.recent, "--state", state, "--exec", command]
+    )
+    assert result.exit_code == 0
+    assert [line.split()[0] for line in out.read_text().splitlines()] == [
+        *map(str, range(1, 6)),
+        *map(str, range(5, 9)),
+    ]
+
+
+def test_exit_codes(live: LiveServer, tmp_path: Path) -> None:
+    state = str(tmp_path / "state.sqlite3")
+    assert "Exit codes" in run("--help").stdout
+    assert run(live.recent, "--state", state, "--jsonl", "--exec", "cat").exit_code == 2
+    not_atom = run(f"{live.base_url}/healthz", "--state", state)
+    assert not_atom.exit_code == 4 and "not an Atom feed" in not_atom.stderr
+    missing = run(f"{live.base_url}/feeds/nope/recent", "--state", state)
+    assert missing.exit_code == 5 and "404" in missing.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    refused = run(f"http://127.0.0.1:{closed_port}/recent", "--state", state, "--retries", "0")
+    assert refused.exit_code == 5 and "gave up after 1 attempts" in refused.stderr
+    garbage = tmp_path / "garbage.sqlite3"
+    garbage.write_bytes(b"this is not SQLite" * 64)
+    assert run(live.recent, "--state", str(garbage)).exit_code == 6
+
+
+def wait_for_lines(path: Path, n: int, timeout: float = 20.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = path.read_text().splitlines()
+        if len(lines) >= n:
+            return lines
+        time.sleep(0.02)
+    raise AssertionError(f"{path} has {len(path.read_text().splitlines())} lines, not {n}")
+
+
+def test_follow_prints_entries_as_they_come_and_exits_130_on_ctrl_c(
+    live: LiveServer, tmp_path: Path
+) -> None:
+    live.publish(3)
+    out = tmp_path / "out.jsonl"
+    with out.open("wb") as stdout:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "simplefeed.client.command",
+                live.recent,
+                "--state",
+                str(tmp_path / "state.sqlite3"),
+                "--jsonl",
+                "--follow",
+                "--min-interval",
+                "0.1",
+                "--max-interval",
+                "0.2",
+            ],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            wait_for_lines(out, 3)
+            live.publish(2)
+            lines = wait_for_lines(out, 5)
+            process.send_signal(signal.SIGINT)
+            _, stderr = process.communicate(timeout=20)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert process.returncode == 130, stderr
+    assert b"interrupted" in stderr
+    assert [json.loads(line)["seq"] for line in lines] == [1, 2, 3, 4, 5]
+
+
+# -- a real uWSGI server, a consumer process killed mid-walk --------------------------------
+
+
+@pytest.mark.e2e
+def test_against_uwsgi_a_killed_consumer_resumes_without_missing(tmp_path: Path) -> None:
+    server = UwsgiServer(
+        f"sqlite:///{tmp_path / 'server.sqlite3'}",
+        tmp_path / "archive",
+        tmp_path / "work",
+        page_size=5,
+        processes=2,
+        extra_env={"SIMPLEFEED_RECENT_MAX_AGE": "0"},
+    )
+    with server, httpx.Client(timeout=30) as http:
+        headers = {"Authorization": f"Bearer {server.token}"}
+
+        def publish(n: int, first: int) -> None:
+            batch = [{"title": f"event {first + i}"} for i in range(n)]
+            response = http.post(server.url("/entries"), json=batch, headers=headers)
+            assert response.status_code == 201, response.text
+
+        publish(33, 1)
+        recent = server.url("/recent")
+
+        # The library, over the network: everything once, in order; archived pages once.
+        state = tmp_path / "library.sqlite3"
+        with Consumer(recent, state, retry=RetryPolicy(attempts=3)) as consumer:
+            assert [e.seq for e in consumer.entries()] == list(range(1, 34))
+            first_requests = consumer.fetcher.stats.requests
+        assert first_requests == 7  # /recent and pages 6..1
+        publish(12, 34)
+        with Consumer(recent, state) as consumer:
+            assert [e.seq for e in consumer.entries()] == list(range(34, 46))
+            # /recent, the checkpoint's page 7 (frozen since), 8 and 9; 10 is /recent's via.
+            assert consumer.fetcher.stats.requests == 4
+
+        # The command in its own process, killed with SIGKILL in the middle of the history.
+        out = tmp_path / "seen.txt"
+        out.touch()
+        cli_state = tmp_path / "cli.sqlite3"
+        command = [
+            sys.executable,
+            "-m",
+            "simplefeed.client.command",
+            recent,
+            "--state",
+            str(cli_state),
+            "--exec",
+            f"sh -c 'cat >/dev/null; echo $SIMPLEFEED_ENTRY_SEQ >> {out}; sleep 0.02'",
+        ]
+        process = subprocess.Popen(command, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 20
+            while len(out.read_text().split()) < 17 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.killpg(process.pid, signal.SIGKILL)
+        finally:
+            process.wait()
+        first = [int(s) for s in out.read_text().split()]
+        assert 17 <= len(first) < 45, "the consumer was not killed mid-walk"
+        with StateFile(cli_state) as file:
+            checkpoint = file.load_checkpoint(recent)
+        assert isinstance(checkpoint, Checkpoint)
+        assert checkpoint.seq in (first[-1], first[-1] - 1)
+
+        finished = subprocess.run(command, timeout=60, check=False)
+        assert finished.returncode == 0
+        seen = [int(s) for s in out.read_text().split()]
+        assert sorted(set(seen)) == list(range(1, 46))  # nothing missed
+        assert seen == sorted(seen)  # in order
+        repeated = {s for s in seen if seen.count(s) > 1}
+        assert repeated <= {first[-1]}  # at most the entry being handled when killed

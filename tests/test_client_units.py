@@ -1,0 +1,324 @@
+"""The consumer's pure parts and its state file: polling intervals, parsing real rendered
+documents (and bytes that are not Atom), walking over pages held in memory, the SQLite state."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from simplefeed import atom, paging
+from simplefeed.client import (
+    CachedDocument,
+    Checkpoint,
+    LastEntryVanished,
+    LinkLoop,
+    MalformedPage,
+    NotAtom,
+    Page,
+    PollPolicy,
+    SequenceGap,
+    StateError,
+    StateFile,
+    new_entries,
+    next_interval,
+    parse_page,
+    starting_point,
+)
+from simplefeed.model import Document, DocumentKind, Entry, Event, Feed, Link
+
+BASE = "http://feeds.example.test"
+T0 = 1_800_000_000_000_000
+
+# -- polling -------------------------------------------------------------------------------
+
+
+def test_interval_doubles_when_quiet_and_halves_when_busy() -> None:
+    policy = PollPolicy(min_interval=1, max_interval=60, factor=2)
+    interval = policy.initial
+    seen = []
+    for found in [0, 0, 0, 0, 0, 0, 0, 3, 1, 0]:
+        interval = next_interval(policy, interval, found)
+        seen.append(interval)
+    assert seen == [2, 4, 8, 16, 32, 60, 60, 30, 15, 30]
+
+
+def test_interval_stays_within_bounds_and_never_below_max_age() -> None:
+    policy = PollPolicy(min_interval=1, max_interval=30, factor=1.5)
+    assert next_interval(policy, 1, 5) == 1
+    assert next_interval(policy, 30, 0) == 30
+    assert next_interval(policy, 1, 5, max_age=10) == 10
+    assert next_interval(policy, 30, 0, max_age=120) == 120  # max-age beats max_interval
+    assert next_interval(policy, 4, 0, max_age=0) == 6
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"min_interval": 0}, {"min_interval": 5, "max_interval": 1}, {"factor": 0.5}],
+)
+def test_poll_policy_rejects_nonsense(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        PollPolicy(**kwargs)
+
+
+# -- documents rendered by the real renderer -----------------------------------------------
+
+FEED = Feed(
+    id=1,
+    name="events",
+    uuid="8c5d1a3e-0000-4000-8000-000000000001",
+    title="events",
+    page_size=3,
+    created_us=T0,
+    head_seq=0,
+    head_updated_us=None,
+    modified_us=T0,
+)
+
+
+def make_entry(seq: int, **event: object) -> Entry:
+    fields: dict[str, object] = {"title": f"event {seq}"}
+    fields.update(event)
+    return Entry(
+        seq=seq,
+        id=f"urn:test:{seq}",
+        updated_us=T0 + seq,
+        published_us=T0 + seq,
+        event=Event(**fields),  # type: ignore[arg-type]
+    )
+
+
+def render(kind: DocumentKind, number: int, entries: list[Entry]) -> bytes:
+    urls = paging.Urls(BASE, "events", "events")
+    doc = Document(
+        feed=FEED,
+        kind=kind,
+        number=number,
+        updated_us=entries[-1].updated_us if entries else T0,
+        links=paging.links(urls, kind, number),
+        entries=tuple(reversed(entries)),  # documents hold entries newest first
+    )
+    return atom.render(doc)
+
+
+def test_parse_an_archived_page() -> None:
+    entries = [
+        make_entry(4, content='{"amount": 3, "note": "é"}', content_type="application/json"),
+        make_entry(5, content="<b>hi</b>", content_type="html"),
+        make_entry(6, links=(Link(href="http://shop.test/o/6", rel="related", title="order"),)),
+    ]
+    page = parse_page(f"{BASE}/pages/2", render("archive", 2, entries))
+    assert page.is_archive
+    assert page.warnings == ()
+    assert page.links == {
+        "self": f"{BASE}/pages/2",
+        "current": f"{BASE}/recent",
+        "prev-archive": f"{BASE}/pages/1",
+        "next-archive": f"{BASE}/pages/3",
+    }
+    assert page.permanent_url == f"{BASE}/pages/2"
+    assert [e.seq for e in page.entries] == [4, 5, 6]  # oldest first
+    assert [e.id for e in page.entries] == ["urn:test:4", "urn:test:5", "urn:test:6"]
+    json_entry, html_entry, linked = page.entries
+    assert json_entry.content == '{"amount": 3, "note": "é"}'  # Base64 undone
+    assert json_entry.content_type == "application/json"
+    assert json_entry.summary == "event 4"
+    assert html_entry.content == "<b>hi</b>" and html_entry.content_type == "text/html"
+    assert linked.links[0].href == "http://shop.test/o/6"
+    assert linked.links[0].rel == "related" and linked.links[0].title == "order"
+    assert json_entry.updated == "2027-01-15T08:00:00.000004+00:00"
+    assert all(e.page_url == f"{BASE}/pages/2" for e in page.entries)
+    assert json_entry.to_json()["seq"] == 4
+
+
+def test_parse_the_recent_document_uses_via_as_the_permanent_url() -> None:
+    page = parse_page(f"{BASE}/recent", render("recent", 3, [make_entry(7)]))
+    assert not page.is_archive
+    assert page.permanent_url == f"{BASE}/pages/3"
+    assert page.entries[0].page_url == f"{BASE}/pages/3"
+    assert page.next_archive is None and page.prev_archive == f"{BASE}/pages/2"
+    empty = parse_page(f"{BASE}/recent", render("recent", 1, []))
+    assert empty.entries == () and empty.prev_archive is None
+
+
+def test_inline_xml_content_is_kept() -> None:
+    xml = '<order xmlns="urn:shop"><id>9</id></order>'
+    body = render("working", 1, [make_entry(1, content=xml, content_type="application/xml")])
+    (entry,) = parse_page(f"{BASE}/pages/1", body).entries
+    assert entry.content_type == "application/xml"
+    assert "<id>9</id>" in (entry.content or "") and "urn:shop" in (entry.content or "")
+
+
+def test_any_namespace_prefix_works() -> None:
+    body = render("archive", 1, [make_entry(1), make_entry(2)])
+    body = body.replace(b"xmlns:sf=", b"xmlns:q=").replace(b"sf:seq", b"q:seq")
+    body = body.replace(b"xmlns:fh=", b"xmlns:hist=").replace(b"fh:archive", b"hist:archive")
+    page = parse_page("u", body)
+    assert [e.seq for e in page.entries] == [1, 2] and page.is_archive
+
+
+GOOD = render("archive", 1, [make_entry(1), make_entry(2), make_entry(3)])
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"this is not xml <<<", "SAXParseException"),
+        (b'{"error": "oops"}', "SAXParseException"),
+        (GOOD[: len(GOOD) // 2], "SAXParseException"),  # truncated: feedparser still found entries
+        (b"", "no Atom feed element"),
+        (b"<html><body><h1>502 Bad Gateway</h1></body></html>", "no Atom feed element"),
+        (b'<?xml version="1.0"?><foo xmlns="urn:x"/>', "no Atom feed element"),
+        (
+            b'<?xml version="1.0"?><rss version="2.0"><channel><title>t</title></channel></rss>',
+            "a rss20 document",
+        ),
+    ],
+)
+def test_bytes_that_are_not_atom_raise_not_atom(body: bytes, reason: str) -> None:
+    with pytest.raises(NotAtom) as info:
+        parse_page("http://x.test/p", body)
+    assert reason in info.value.reason
+    assert info.value.url == "http://x.test/p"
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        ((b"<sf:seq>2</sf:seq>", b""), "no valid sequence number"),
+        ((b"<sf:seq>2</sf:seq>", b"<sf:seq>two</sf:seq>"), "no valid sequence number"),
+        ((b"<sf:seq>2</sf:seq>", b"<sf:seq>9</sf:seq>"), "not newest first"),
+        ((b"<id>urn:test:2</id>", b""), "has no id"),
+    ],
+)
+def test_atom_that_breaks_the_protocol_raises_malformed_page(
+    edit: tuple[bytes, bytes], reason: str
+) -> None:
+    assert edit[0] in GOOD
+    with pytest.raises(MalformedPage, match=reason):
+        parse_page("u", GOOD.replace(*edit))
+
+
+# -- walking over pages held in memory -----------------------------------------------------
+
+
+class Pages:
+    """A page source from a dict: URL -> parsed page; records what was asked for."""
+
+    def __init__(self, pages: dict[str, Page]) -> None:
+        self.pages = pages
+        self.asked: list[str] = []
+
+    def page(self, url: str) -> Page:
+        self.asked.append(url)
+        return self.pages[url]
+
+
+def feed_pages(head_seq: int, size: int = 3) -> tuple[Page, Pages]:
+    """The documents of a feed with ``head_seq`` entries, as the server renders them."""
+    entries = [make_entry(s) for s in range(1, head_seq + 1)]
+    working = paging.working_page(head_seq, size)
+    pages: dict[str, Page] = {}
+    for n in range(1, working + 1):
+        chunk = entries[(n - 1) * size : n * size]
+        kind: DocumentKind = "archive" if n < working else "working"
+        url = f"{BASE}/pages/{n}"
+        pages[url] = parse_page(url, render(kind, n, chunk))
+    head_entries = entries[(working - 1) * size :]
+    head = parse_page(f"{BASE}/recent", render("recent", working, head_entries))
+    return head, Pages(pages)
+
+
+def seqs(head: Page, source: Pages, checkpoint: Checkpoint | None) -> list[int]:
+    return [e.seq for e in new_entries(source, head, checkpoint)]
+
+
+def test_first_walk_goes_back_to_the_first_page_and_forward() -> None:
+    head, source = feed_pages(10)
+    assert seqs(head, source, None) == list(range(1, 11))
+    assert source.asked == [f"{BASE}/pages/{n}" for n in (3, 2, 1)]
+
+
+def test_checkpoint_in_head_needs_no_other_page() -> None:
+    head, source = feed_pages(11)
+    assert seqs(head, source, Checkpoint("urn:test:10", 10, f"{BASE}/pages/4")) == [11]
+    assert source.asked == []
+
+
+def test_resume_goes_to_the_checkpoints_page_then_forward() -> None:
+    head, source = feed_pages(14)
+    assert seqs(head, source, Checkpoint("urn:test:5", 5, f"{BASE}/pages/2")) == list(range(6, 15))
+    # The checkpoint's page, then next-archive; head stands in for the page its via names.
+    assert source.asked == [f"{BASE}/pages/{n}" for n in (2, 3, 4)]
+
+
+def test_resume_falls_back_to_walking_back_when_the_page_does_not_hold_the_entry() -> None:
+    head, source = feed_pages(14)
+    wrong = Checkpoint("urn:test:5", 5, f"{BASE}/pages/4")
+    assert seqs(head, source, wrong) == list(range(6, 15))
+    assert source.asked[:1] == [f"{BASE}/pages/4"]
+
+
+def test_vanished_entry_loop_and_gap() -> None:
+    head, source = feed_pages(9)
+    with pytest.raises(LastEntryVanished):
+        list(new_entries(source, head, Checkpoint("urn:test:404", 4, f"{BASE}/pages/2")))
+    with pytest.raises(SequenceGap) as gap:
+        list(new_entries(source, head, Checkpoint("urn:test:5", 3, f"{BASE}/pages/2")))
+    assert (gap.value.expected, gap.value.found) == (4, 6)
+    looped = Page(
+        f"{BASE}/pages/1",
+        {"self": f"{BASE}/pages/1", "prev-archive": f"{BASE}/pages/3"},
+        source.pages[f"{BASE}/pages/1"].entries,
+        True,
+    )
+    source.pages[f"{BASE}/pages/1"] = looped
+    with pytest.raises(LinkLoop):
+        list(new_entries(source, head, None))
+
+
+def test_starting_point_is_the_newest_entry_or_before_the_first() -> None:
+    head, source = feed_pages(6)  # the recent document is empty: page 2 just froze
+    assert head.entries == ()
+    assert starting_point(source, head) == Checkpoint("urn:test:6", 6, f"{BASE}/pages/2")
+    empty_head, empty = feed_pages(0)
+    start = starting_point(empty, empty_head)
+    assert start.seq == 0
+    assert seqs(empty_head, empty, start) == []
+
+
+# -- the state file ------------------------------------------------------------------------
+
+
+def test_state_file_keeps_checkpoints_and_documents_across_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "state.sqlite3"
+    cp = Checkpoint("urn:test:7", 7, f"{BASE}/pages/3")
+    doc = CachedDocument(f"{BASE}/pages/1", b"<feed/>", '"e1"', None, True, 100.0, None)
+    with StateFile(path) as state:
+        assert state.load_checkpoint(f"{BASE}/recent") is None
+        state.save_checkpoint(f"{BASE}/recent", cp, now=1.0)
+        state.put_document(doc)
+    with StateFile(path) as state:
+        assert state.load_checkpoint(f"{BASE}/recent") == cp
+        assert state.load_checkpoint(f"{BASE}/feeds/other/recent") is None
+        assert state.get_document(f"{BASE}/pages/1") == doc
+        state.clear_checkpoint(f"{BASE}/recent")
+        assert state.load_checkpoint(f"{BASE}/recent") is None
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
+
+
+def test_cached_document_freshness() -> None:
+    live = CachedDocument("u", b"", None, None, False, fetched_at=100.0, max_age=10.0)
+    assert live.fresh(109.9) and not live.fresh(110.0)
+    assert not CachedDocument("u", b"", None, None, False, 100.0, None).fresh(100.0)
+    assert CachedDocument("u", b"", None, None, True, 100.0, None).fresh(1e12)
+
+
+def test_a_file_that_is_not_a_state_file_is_a_state_error(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite3"
+    path.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(StateError):
+        StateFile(path)
