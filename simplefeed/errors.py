@@ -19,7 +19,8 @@
     │   ├── PayloadTooLarge         -> 413
     │   ├── UnsupportedMediaType    -> 415
     │   └── InvalidEvent            -> 422, .index (in a batch), .field
-    └── ArchiveError                a static page could not be written or does not match
+    ├── ArchiveError                a static page could not be written or does not match
+    └── ClientError                 the consumer's branch: see simplefeed.client.errors
 
 Each error carries the attributes that identify what failed; the HTTP layer maps them to a status
 and a JSON body in one place (``simplefeed.app.errors``).
