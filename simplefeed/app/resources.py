@@ -8,7 +8,9 @@ from typing import Any
 import falcon
 from sqlalchemy import text
 
+from simplefeed import paging
 from simplefeed.app import caching
+from simplefeed.app.caching import ArchivedPage, LiveValidators
 from simplefeed.core import Live, Simplefeed
 from simplefeed.errors import (
     FeedNotFound,
@@ -16,7 +18,7 @@ from simplefeed.errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
 )
-from simplefeed.model import ATOM_MEDIA_TYPE, Appended, FrozenPage
+from simplefeed.model import ATOM_MEDIA_TYPE, Appended, Feed
 from simplefeed.settings import FEED_NAME_RE
 from simplefeed.validation import parse_events, read_body
 
@@ -25,58 +27,107 @@ class _FeedResource:
     def __init__(self, core: Simplefeed) -> None:
         self.core = core
         self.settings = core.settings
+        self.heads = caching.FeedHeads(core)
+        self.live_cache_control = f"public, max-age={self.settings.recent_max_age}"
 
     def feed_name(self, feed: str | None) -> str:
-        name = feed if feed is not None else self.settings.default_feed
-        if not FEED_NAME_RE.match(name):
-            raise FeedNotFound(name)
-        return name
+        if feed is None:
+            return self.settings.default_feed  # validated when the settings were read
+        if not FEED_NAME_RE.match(feed):
+            raise FeedNotFound(feed)
+        return feed
 
-    def send_live(self, req: falcon.Request, resp: falcon.Response, live: Live) -> None:
-        resp.cache_control = [f"public, max-age={self.settings.recent_max_age}"]
-        last_modified = caching.settled_second(live.feed.modified_us, self.core.clock())
-        caching.set_validators(resp, live.etag, last_modified)
-        if caching.not_modified(req, live.etag, last_modified):
+    def send_live(self, req: falcon.Request, resp: falcon.Response, v: LiveValidators) -> None:
+        """A live document: 304 from the validators alone, else the bytes rendered once per
+        version and process (:meth:`Simplefeed.live_body`)."""
+        resp.set_header("Cache-Control", self.live_cache_control)
+        resp.set_header("ETag", v.etag)
+        if v.last_modified is not None:
+            resp.set_header("Last-Modified", v.last_modified)
+        if caching.not_modified(req, v.etag, v.last_modified_s):
             resp.status = falcon.HTTP_304
             return
         resp.content_type = ATOM_MEDIA_TYPE
-        resp.data = self.core.live_body(live)
+        resp.data = self.core.live_body(v.live)
 
 
 class Recent(_FeedResource):
-    """``GET /recent``, ``GET /feeds/{feed}/recent``: the published entry point."""
+    """``GET /recent``, ``GET /feeds/{feed}/recent``: the published entry point.
+
+    A 304 costs one indexed lookup of the feed row and no rendering; a 200 for an unchanged
+    document serves the bytes kept in memory (:mod:`simplefeed.app.caching`).
+    """
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, feed: str | None = None) -> None:
-        f = self.core.feed(self.feed_name(feed))
-        self.send_live(req, resp, self.core.live(f, "recent"))
+        self.send_live(req, resp, self.heads.live(self.feed_name(feed), "recent"))
 
     on_head = on_get
 
 
 class Page(_FeedResource):
-    """``GET /pages/{n}``: an archived page (immutable) or the working page (live)."""
+    """``GET /pages/{n}``: an archived page (immutable) or the working page (live).
+
+    Deployed as shipped, archived pages whose static file exists never reach Python (uWSGI's
+    routing, or nginx, serve the file). When they do (another WSGI server, a file not written
+    yet), the first request reads the page from the database (writing a missing file back);
+    later ones take the validators from memory and send the file with ``wsgi.file_wrapper``
+    (sendfile under uWSGI): no query, no copy.
+    """
+
+    def __init__(self, core: Simplefeed) -> None:
+        super().__init__(core)
+        self.archived = caching.ArchivedPages(core.page_path)
 
     def on_get(
         self, req: falcon.Request, resp: falcon.Response, n: int, feed: str | None = None
     ) -> None:
-        f = self.core.feed(self.feed_name(feed))
-        page = self.core.page(f, n)
-        if isinstance(page, Live):
-            self.send_live(req, resp, page)
+        name = self.feed_name(feed)
+        known = self.archived.get(name, n)
+        if known is not None and self.send_known(req, resp, known):
             return
-        self.send_frozen(req, resp, page)
+        row = self.heads.row(name)
+        f = Feed(*row)
+        if n == paging.working_page(f.head_seq, f.page_size):
+            self.send_live(req, resp, self.heads.live(name, "working", row))
+            return
+        page = self.core.page(f, n)  # the database's bytes; writes a missing file back
+        if isinstance(page, Live):  # pragma: no cover - the working page is handled above
+            self.send_live(req, resp, self.heads.live(name, "working", row))
+            return
+        known = self.archived.remember(name, page)
+        if not self.send_validators(req, resp, known):
+            resp.content_type = ATOM_MEDIA_TYPE
+            resp.data = page.body
 
     on_head = on_get
 
-    def send_frozen(self, req: falcon.Request, resp: falcon.Response, page: FrozenPage) -> None:
-        resp.cache_control = [caching.ARCHIVE_CACHE_CONTROL]
-        last_modified = page.frozen_us // 1_000_000
-        caching.set_validators(resp, page.etag, last_modified)
-        if caching.not_modified(req, page.etag, last_modified):
+    @staticmethod
+    def send_validators(req: falcon.Request, resp: falcon.Response, page: ArchivedPage) -> bool:
+        """Headers of an archived page; True if that is the whole answer (a 304)."""
+        resp.set_header("Cache-Control", caching.ARCHIVE_CACHE_CONTROL)
+        resp.set_header("ETag", page.etag)
+        resp.set_header("Last-Modified", page.last_modified)
+        if caching.not_modified(req, page.etag, page.last_modified_s):
             resp.status = falcon.HTTP_304
-            return
+            return True
+        return False
+
+    def send_known(self, req: falcon.Request, resp: falcon.Response, page: ArchivedPage) -> bool:
+        """An archived page seen before, from memory and its file; False if the file is not
+        there (then the database's bytes are sent, and the file is written back)."""
+        stream = page.open()
+        if stream is None:
+            return False
+        if self.send_validators(req, resp, page):  # a 304
+            stream.close()
+            return True
         resp.content_type = ATOM_MEDIA_TYPE
-        resp.data = page.body
+        resp.content_length = page.size
+        if req.method == "HEAD":
+            stream.close()
+        else:
+            resp.stream = stream  # falcon hands it to wsgi.file_wrapper when the server has one
+        return True
 
 
 def _json_media_type(content_type: str | None) -> bool:

@@ -1,0 +1,439 @@
+"""Read-path benchmark: every GET a consumer or a cache makes, against the machine's ceilings.
+
+One command, from the checkout (needs wrk and nginx: ``apt-get install -y wrk nginx``)::
+
+    .venv/bin/python bench/read.py              # about 9 minutes
+    .venv/bin/python bench/read.py --quick      # one short round per cell, to try it out
+
+It starts every server itself on 127.0.0.1 (and stops them, whatever happens):
+
+- Simplefeed as shipped (``simplefeed serve``, ``uwsgi.ini``) on a SQLite database with 250
+  entries (pages 1-2 archived, page 3 working, /recent holding 50 entries);
+- the framework's ceiling: a minimal falcon app (``bench/minimal_falcon.py``) under the same
+  uWSGI options (an ini derived from ``uwsgi.ini`` with only ``module`` changed), answering
+  /recent with the same bytes and headers, or a 304;
+- uWSGI serving a plain static file (the same derived ini with ``static-map``);
+- nginx with the shipped server block (``deploy/nginx/``), and a plain static server block in
+  the same nginx;
+
+and measures each with wrk (one thread, 16 connections, rounds of a few seconds, ours and its
+baseline alternating so that a slow moment hurts both), for 1 and 4 uWSGI processes. Ratios are
+of median request rates. Then the uWSGI options themselves: http-socket (shipped) against
+http11-socket and uWSGI's HTTP router, and threads.
+
+The figures and the reading of them are in docs/benchmarks.md (section "Reading").
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx
+
+from bench._read_servers import (
+    Child,
+    Load,
+    derive_ini,
+    machine,
+    nginx,
+    uwsgi,
+    wrk,
+)
+from tests.servers import HOST, UwsgiServer, free_port
+
+MINIMAL = "bench.minimal_falcon:application"
+PAGE_SIZE = 100
+EVENTS = 250
+
+
+@dataclass
+class Row:
+    section: str
+    name: str
+    processes: int | str
+    ours: list[Load]
+    baseline_name: str = ""
+    target: float | None = None
+    baseline: list[Load] = field(default_factory=list)
+    note: str = ""
+
+    @staticmethod
+    def rate(loads: list[Load]) -> float:
+        return statistics.median(x.rate for x in loads) if loads else 0.0
+
+    @staticmethod
+    def p99(loads: list[Load]) -> float:
+        return statistics.median(x.p99_us for x in loads) / 1000 if loads else 0.0
+
+    @staticmethod
+    def cpu(loads: list[Load]) -> float:
+        return statistics.median(x.cpu_us for x in loads) if loads else 0.0
+
+    @staticmethod
+    def errors(loads: list[Load]) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for x in loads:
+            for k, v in x.errors.items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    @property
+    def ratio(self) -> float | None:
+        base = self.rate(self.baseline)
+        return self.rate(self.ours) / base if base else None
+
+    @property
+    def cpu_ratio(self) -> float | None:
+        """Baseline's CPU per request over ours: the same comparison, less disturbed by load."""
+        ours = self.cpu(self.ours)
+        return self.cpu(self.baseline) / ours if ours and self.baseline else None
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, workdir: Path, stack: contextlib.ExitStack):
+        self.args = args
+        self.workdir = workdir
+        self.stack = stack
+        self.rows: list[Row] = []
+        self.database_url = f"sqlite:///{workdir / 'simplefeed.sqlite3'}"
+        self.archive = workdir / "archive"
+        self.static = workdir / "static"
+        self.body_file = workdir / "recent.xml"
+
+    # -- servers ------------------------------------------------------------------------------
+
+    def ours(self, name: str, processes: int, ini: Path | None = None, **env: str) -> UwsgiServer:
+        server = UwsgiServer(
+            self.database_url,
+            self.archive,
+            self.workdir / name,
+            page_size=PAGE_SIZE,
+            processes=processes,
+            ini=ini,
+            # The same links (so the same bytes) from every configuration measured.
+            extra_env={"SIMPLEFEED_BASE_URL": "http://feeds.example.test", **env},
+        )
+        return self.stack.enter_context(server)
+
+    def baseline(self, name: str, processes: int, **derive: object) -> tuple[Child, str]:
+        port = free_port()
+        ini = derive_ini(self.workdir / f"{name}.ini", module=MINIMAL, **derive)  # type: ignore[arg-type]
+        child = uwsgi(
+            name,
+            ini,
+            port=port,
+            processes=processes,
+            workdir=self.workdir,
+            env={"SIMPLEFEED_BENCH_BODY": str(self.body_file)},
+        )
+        self.stack.callback(child.stop)
+        return child, f"http://{HOST}:{port}"
+
+    def seed(self, server: UwsgiServer) -> None:
+        headers = {"Authorization": f"Bearer {server.token}"}
+        with httpx.Client(timeout=30, headers=headers) as client:
+            if (
+                client.get(server.url("/recent")).content.count(b"<entry>")
+                or (self.archive / "pages" / "1").exists()
+            ):
+                return
+            for start in range(0, EVENTS, 50):
+                batch = [
+                    {
+                        "title": f"order {i} shipped",
+                        "content": {"order": i, "items": list(range(i % 7)), "note": "x" * 80},
+                        "categories": [{"term": "orders"}],
+                    }
+                    for i in range(start, start + 50)
+                ]
+                r = client.post(server.url("/entries"), json=batch)
+                assert r.status_code == 201, r.text
+        self.body_file.write_bytes(httpx.get(server.url("/recent")).content)
+        self.static.mkdir(exist_ok=True)
+        shutil.copy(self.archive / "pages" / "1", self.static / "page.xml")
+
+    # -- measuring ----------------------------------------------------------------------------
+
+    def load(
+        self,
+        server: UwsgiServer | Child | tuple[UwsgiServer | Child, ...],
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        connections: int | None = None,
+    ) -> Load:
+        """wrk against url; the CPU time of ``server`` (all of them, if several) is measured."""
+        servers = server if isinstance(server, tuple) else (server,)
+        pgids = []
+        for s in servers:
+            assert s.process is not None
+            pgids.append(s.process.pid)  # each server leads its own session and process group
+        return wrk(
+            url,
+            duration=self.args.duration,
+            connections=connections or self.args.connections,
+            headers=headers,
+            pgids=tuple(pgids),
+        )
+
+    def pair(
+        self,
+        row: Row,
+        ours: Callable[[], Load],
+        base: Callable[[], Load] | None = None,
+    ) -> Row:
+        for _ in range(self.args.rounds):
+            row.ours.append(ours())
+            if base is not None:
+                row.baseline.append(base())
+        self.rows.append(row)
+        print(format_row(row), flush=True)
+        return row
+
+    @staticmethod
+    def check(url: str, status: int, headers: Mapping[str, str] | None = None) -> bytes:
+        r = httpx.get(url, headers=headers, timeout=10)
+        assert r.status_code == status, f"{url}: {r.status_code}, expected {status}"
+        return r.content
+
+    # -- the cells ----------------------------------------------------------------------------
+
+    def run_processes(self, processes: int, first: bool) -> None:
+        usock = free_port()
+        ours = self.ours(f"ours-{processes}", processes, SIMPLEFEED_UWSGI_SOCKET=f"{HOST}:{usock}")
+        self.seed(ours)
+        etag = httpx.get(ours.url("/recent")).headers["etag"]
+        mini, minimal = self.baseline(f"minimal-{processes}", processes)
+        min_etag = httpx.get(minimal + "/recent").headers["etag"]
+        ust, ustatic = self.baseline(
+            f"uwsgi-static-{processes}", processes, static_map=f"/static={self.static}"
+        )
+        pyfile = self.ours(
+            f"python-pages-{processes}",
+            processes,
+            derive_ini(self.workdir / f"noroute-{processes}.ini", routing="drop"),
+        )
+
+        recent, page1 = ours.url("/recent"), ours.url("/pages/1")
+        page_bytes = (self.archive / "pages" / "1").read_bytes()
+        inm, min_inm = {"If-None-Match": etag}, {"If-None-Match": min_etag}
+        self.check(recent, 304, inm)
+        self.check(minimal + "/recent", 304, min_inm)
+        assert self.check(recent, 200) == self.check(minimal + "/recent", 200)
+        assert self.check(page1, 200) == page_bytes == self.check(ustatic + "/static/page.xml", 200)
+        assert self.check(pyfile.url("/pages/1"), 200) == page_bytes
+
+        p = processes
+        self.pair(
+            Row("targets", "/recent 304", p, [], "minimal falcon 304", target=0.8),
+            lambda: self.load(ours, recent, inm),
+            lambda: self.load(mini, minimal + "/recent", min_inm),
+        )
+        self.pair(
+            Row("targets", "/recent 200, unchanged", p, [], "minimal falcon, same bytes", 0.7),
+            lambda: self.load(ours, recent),
+            lambda: self.load(mini, minimal + "/recent"),
+        )
+        self.pair(
+            Row("targets", "archived page, uWSGI routing", p, [], "uWSGI static-map", target=0.9),
+            lambda: self.load(ours, page1),
+            lambda: self.load(ust, ustatic + "/static/page.xml"),
+        )
+        self.pair(
+            Row("more", "archived page, Python (file_wrapper)", p, [], "uWSGI static-map"),
+            lambda: self.load(pyfile, pyfile.url("/pages/1")),
+            lambda: self.load(ust, ustatic + "/static/page.xml"),
+        )
+
+        nport, sport = free_port(), free_port()
+        plain = f"    server {{ listen {HOST}:{sport}; location / {{ root {self.static}; }} }}\n"
+        proxy = nginx(
+            self.workdir / f"nginx-{processes}",
+            listen=nport,
+            archive_dir=self.archive,
+            upstream=f"{HOST}:{usock}",
+            extra_server=plain,
+        )
+        self.stack.callback(proxy.stop)
+        via = f"http://{HOST}:{nport}"
+        self.check(via + "/recent", 304, inm)
+        assert self.check(via + "/pages/1", 200) == page_bytes
+        assert self.check(f"http://{HOST}:{sport}/page.xml", 200) == page_bytes
+        self.pair(
+            Row("more", "/recent 304 through nginx (uwsgi_pass)", p, [], "direct (http-socket)"),
+            lambda: self.load((proxy, ours), via + "/recent", inm),
+            lambda: self.load(ours, recent, inm),
+        )
+        if first:
+            self.pair(
+                Row("targets", "archived page, shipped nginx", "-", [], "nginx static", 0.9),
+                lambda: self.load(proxy, via + "/pages/1"),
+                lambda: self.load(proxy, f"http://{HOST}:{sport}/page.xml"),
+            )
+
+    def run_modes(self, processes: int) -> None:
+        """The uWSGI options of uwsgi.ini: how it listens, and threads."""
+        p = processes
+        variants: list[tuple[str, dict[str, object], int]] = [
+            ("http11-socket (keep-alive)", {"listen": "http11-socket"}, self.args.connections),
+            ("http11-socket, connections = processes", {"listen": "http11-socket"}, p),
+            ("HTTP router + keep-alive", {"listen": "http-router"}, self.args.connections),
+            ("http-socket, threads = 2", {"threads": 2}, self.args.connections),
+        ]
+        for label, derive, connections in variants:
+            self.run_mode(p, label, derive, connections)
+
+    def run_mode(self, p: int, label: str, derive: dict[str, object], connections: int) -> None:
+        name = label.split(",")[0].split(" ")[0] + ("-c" if connections == p else "")
+        name += "-t2" if "threads" in derive else ""
+        ini = derive_ini(self.workdir / f"ours-{name}-{p}.ini", **derive)  # type: ignore[arg-type]
+        with contextlib.ExitStack() as stack:
+            saved, self.stack = self.stack, stack
+            try:
+                ours = self.ours(f"ours-{name}-{p}", p, ini)
+                mini, minimal = self.baseline(f"minimal-{name}-{p}", p, **derive)
+                inm = {"If-None-Match": httpx.get(ours.url("/recent")).headers["etag"]}
+                min_inm = {"If-None-Match": httpx.get(minimal + "/recent").headers["etag"]}
+                self.check(ours.url("/recent"), 304, inm)
+                self.check(minimal + "/recent", 304, min_inm)
+                self.pair(
+                    Row("modes", f"/recent 304, {label}", p, [], "minimal falcon 304"),
+                    lambda: self.load(ours, ours.url("/recent"), inm, connections),
+                    lambda: self.load(mini, minimal + "/recent", min_inm, connections),
+                )
+            finally:
+                self.stack = saved
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def fmt_rate(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def format_row(row: Row) -> str:
+    ratio = row.ratio
+    met = ""
+    if row.target is not None and ratio is not None:
+        met = "met" if ratio >= row.target else "MISSED"
+    errors = Row.errors(row.ours)
+    errors.update({f"base {k}": v for k, v in Row.errors(row.baseline).items()})
+    cpu_ratio = row.cpu_ratio
+    cells = [
+        row.name,
+        str(row.processes),
+        fmt_rate(Row.rate(row.ours)),
+        f"{Row.p99(row.ours):.2f}",
+        f"{Row.cpu(row.ours):.0f}",
+        row.baseline_name,
+        fmt_rate(Row.rate(row.baseline)) if row.baseline else "",
+        f"{Row.p99(row.baseline):.2f}" if row.baseline else "",
+        f"{Row.cpu(row.baseline):.0f}" if row.baseline else "",
+        f"{ratio:.0%}" if ratio is not None else "",
+        f"{cpu_ratio:.0%}" if cpu_ratio is not None else "",
+        f">= {row.target:.0%} {met}" if row.target is not None else "",
+        " ".join(f"{k}={v}" for k, v in errors.items()),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+HEADER = (
+    "| GET | uWSGI processes | req/s | p99 ms | CPU us/req | baseline | baseline req/s "
+    "| baseline p99 ms | baseline CPU us/req | ratio (req/s) | CPU ratio | target | wrk errors |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def report(rows: list[Row], info: Mapping[str, str], args: argparse.Namespace) -> str:
+    out = ["", "## Machine", ""]
+    out += [f"- {k}: {v}" for k, v in info.items()]
+    out.append(
+        f"- wrk: 1 thread, {args.connections} connections, {args.rounds} x {args.duration} s "
+        "per cell and baseline, alternating; medians"
+    )
+    for section, title in (
+        ("targets", "Targets"),
+        ("more", "Other paths"),
+        ("modes", "uWSGI options (compare with the http-socket rows above)"),
+    ):
+        selected = [r for r in rows if r.section == section]
+        if selected:
+            out += ["", f"## {title}", "", HEADER] + [format_row(r) for r in selected]
+    scaling = []
+    for r in rows:
+        if r.section != "modes" and r.processes == 1:
+            four = [x for x in rows if x.name == r.name and x.processes == 4]
+            if four:
+                one, many = Row.rate(r.ours), Row.rate(four[0].ours)
+                scaling.append(
+                    f"| {r.name} | {fmt_rate(one)} | {fmt_rate(many)} | {many / one:.2f}x |"
+                )
+    if scaling:
+        out += [
+            "",
+            "## Scaling, 1 -> 4 uWSGI processes (ours)",
+            "",
+            "| GET | 1 process req/s | 4 processes req/s | 4 / 1 |",
+            "|---|---|---|---|",
+            *scaling,
+        ]
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=int, default=3, help="seconds per wrk run")
+    parser.add_argument("--rounds", type=int, default=3, help="wrk runs per cell (alternating)")
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--processes", default="1,4", help="uWSGI process counts")
+    parser.add_argument("--no-modes", action="store_true", help="skip the uWSGI option variants")
+    parser.add_argument("--quick", action="store_true", help="1 round of 1 s per cell")
+    parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    args = parser.parse_args()
+    if args.quick:
+        args.duration, args.rounds = 1, 1
+    missing = [tool for tool in ("wrk", "nginx") if shutil.which(tool) is None]
+    if missing:
+        print(f"bench/read.py needs {' and '.join(missing)}: apt-get install -y wrk nginx")
+        return 2
+    info = machine()
+    print("\n".join(f"{k}: {v}" for k, v in info.items()), flush=True)
+    print(HEADER, flush=True)
+    counts = [int(x) for x in args.processes.split(",")]
+    with tempfile.TemporaryDirectory(prefix="sf-bench-read-") as tmp:
+        bench = None
+        with contextlib.ExitStack() as stack:
+            bench = Bench(args, Path(tmp), stack)
+            for i, processes in enumerate(counts):
+                with contextlib.ExitStack() as per:
+                    saved, bench.stack = bench.stack, per
+                    try:
+                        bench.run_processes(processes, first=i == 0)
+                    finally:
+                        bench.stack = saved
+            if not args.no_modes:
+                for processes in counts:
+                    bench.run_modes(processes)
+        info = {**info, "load average after": machine()["load average"]}
+        text = report(bench.rows, info, args)
+        print(text)
+        if args.json:
+            args.json.write_text(
+                json.dumps({"machine": info, "rows": [asdict(r) for r in bench.rows]}, indent=2)
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

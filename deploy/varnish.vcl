@@ -1,0 +1,74 @@
+vcl 4.1;
+# Simplefeed behind Varnish (7.x): a shared cache in front of the uWSGI service.
+#
+# Fill the placeholders (envsubst, as for deploy/nginx/), e.g.
+#   export SIMPLEFEED_BACKEND_HOST=127.0.0.1 SIMPLEFEED_BACKEND_PORT=8080
+#   envsubst '${SIMPLEFEED_BACKEND_HOST} ${SIMPLEFEED_BACKEND_PORT}' \
+#       < deploy/varnish.vcl > /etc/varnish/simplefeed.vcl
+# The backend is `simplefeed serve`'s HTTP socket (or nginx with deploy/nginx/ in front of it).
+#
+# What it does (and tests/test_varnish.py checks, with many polling clients):
+# - archived pages (max-age one year, immutable) are fetched from the origin once, then served
+#   from the cache; nothing ever needs purging, since they never change;
+# - /recent and the working page are cached for their max-age (SIMPLEFEED_RECENT_MAX_AGE),
+#   fetched by one request at a time however many clients ask (Varnish's waiting list), and
+#   then revalidated with If-None-Match / If-Modified-Since: a 304 from the origin when nothing
+#   changed (beresp.keep below), the new document when something did, so a publish shows up
+#   within max-age;
+# - publishing (POST) passes straight through, with its Authorization header.
+
+import std;
+
+backend simplefeed {
+    .host = "${SIMPLEFEED_BACKEND_HOST}";
+    .port = "${SIMPLEFEED_BACKEND_PORT}";
+    .connect_timeout = 2s;
+    .first_byte_timeout = 30s;
+    .between_bytes_timeout = 10s;
+    .probe = {
+        .url = "/healthz";
+        .interval = 5s;
+        .timeout = 2s;
+        .window = 5;
+        .threshold = 3;
+        .initial = 3;   # healthy from the start, not after the first probes
+    }
+}
+
+sub vcl_recv {
+    set req.backend_hint = simplefeed;
+    if (req.method != "GET" && req.method != "HEAD") {
+        return (pass);  # publishing: never cached, credentials passed on
+    }
+    # Reading is public and no answer depends on who asks, on cookies or on the query string:
+    # one cache entry per path. (Varnish's built-in VCL would not cache a request carrying
+    # Authorization or Cookie at all.)
+    unset req.http.Authorization;
+    unset req.http.Cookie;
+    set req.url = regsub(req.url, "\?.*$", "");
+    # While the origin is healthy never serve a live document past its max-age; when it is not,
+    # serve what we have (beresp.grace below) rather than an error.
+    if (std.healthy(req.backend_hint)) {
+        set req.grace = 0s;
+    }
+    return (hash);
+}
+
+sub vcl_backend_response {
+    # TTL comes from the origin's Cache-Control (max-age); errors are not cached (the origin
+    # sends them with no-store). Keep expired objects for a day so that the next fetch is
+    # conditional (If-None-Match with the stored ETag, If-Modified-Since with Last-Modified),
+    # and as a fallback while the origin is down.
+    set beresp.grace = 1h;
+    set beresp.keep = 1d;
+    return (deliver);
+}
+
+sub vcl_deliver {
+    # For operators (and the tests): whether this answer came from the cache.
+    if (obj.hits > 0) {
+        set resp.http.X-Cache = "HIT";
+    } else {
+        set resp.http.X-Cache = "MISS";
+    }
+}

@@ -1,0 +1,338 @@
+"""Simplefeed behind a real cache: Varnish with the shipped VCL (deploy/varnish.vcl) in front of
+the shipped uWSGI service, and many polling clients.
+
+The origin's own request log (uWSGI's, enabled for this test in a copy of uwsgi.ini) counts what
+reached it: archived pages once each, /recent about once per max-age however many clients poll,
+revalidated with a conditional request (a 304) while nothing changes; a publish shows up through
+the cache within max-age; the cache's archived pages are the origin's bytes.
+
+Needs Debian's varnish (``apt-get install -y varnish``; .ci/run installs it). Without it, and
+with no way to install it here, the test is skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.servers import HOST, PROJECT_ROOT, UwsgiServer, clean_environ, free_port
+
+pytestmark = pytest.mark.e2e
+
+MAX_AGE = 2  # seconds: SIMPLEFEED_RECENT_MAX_AGE of the origin
+PAGE_SIZE = 10
+POLLERS = 50
+POLL_SECONDS = 6.0
+VCL = PROJECT_ROOT / "deploy" / "varnish.vcl"
+
+#: The origin's request log: one line per request that reached uWSGI (routed static files too).
+LOG_FORMAT = (
+    "ORIGIN %(method) %(uri) %(status) inm=[%(var.HTTP_IF_NONE_MATCH)] "
+    "ims=[%(var.HTTP_IF_MODIFIED_SINCE)]"
+)
+LOG_LINE = re.compile(r"^ORIGIN (\S+) (\S+) (\d{3}) inm=\[(.*?)\] ims=\[(.*?)\]$")
+
+
+# -- Varnish ----------------------------------------------------------------------------------
+
+
+def varnishd_path() -> str | None:
+    for candidate in (shutil.which("varnishd"), "/usr/sbin/varnishd"):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def ensure_varnishd() -> str:
+    """varnishd's path; installs Debian's varnish when missing and possible, else skips."""
+    found = varnishd_path()
+    if found:
+        return found
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip("varnishd is not installed (apt-get install -y varnish) and cannot be here")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "varnish"]):
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            pytest.skip(f"varnish could not be installed: {' '.join(argv)}: {done.stderr[-500:]}")
+    found = varnishd_path()
+    if not found:
+        pytest.skip("varnish was installed but varnishd is not to be found")
+    return found
+
+
+def render(template: str, values: dict[str, str]) -> str:
+    """envsubst with a named list: only ``${NAME}`` for the given names; none may be left."""
+    for key, value in values.items():
+        template = template.replace("${" + key + "}", value)
+    left = re.findall(r"\$\{SIMPLEFEED_[A-Z_]+\}", template)
+    assert not left, f"placeholders not filled: {left}"
+    return template
+
+
+class Varnish:
+    """``varnishd -F`` on a free 127.0.0.1 port with the shipped VCL, until ``stop``."""
+
+    def __init__(self, varnishd: str, workdir: Path, backend_port: int) -> None:
+        self.workdir = workdir
+        self.vcl = workdir / "simplefeed.vcl"
+        self.vcl.write_text(
+            render(
+                VCL.read_text(),
+                {"SIMPLEFEED_BACKEND_HOST": HOST, "SIMPLEFEED_BACKEND_PORT": str(backend_port)},
+            )
+        )
+        self.log_path = workdir / "varnishd.log"
+        self.port = free_port()
+        argv = [
+            varnishd,
+            "-F",
+            "-a",
+            f"{HOST}:{self.port}",
+            "-T",
+            f"{HOST}:{free_port()}",
+            "-f",
+            str(self.vcl),
+            "-n",
+            str(workdir / "varnish"),
+            "-s",
+            "malloc,64m",
+        ]
+        if os.geteuid() == 0:
+            # As root varnishd would drop to its own users, who cannot read a private
+            # temporary directory.
+            argv += ["-j", "none"]
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                argv,
+                env=clean_environ(),
+                cwd=workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    break
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get(self.url("/healthz")).status_code == 200:
+                        return
+                time.sleep(0.1)
+        raise RuntimeError(f"varnishd did not come up\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=10)
+        # The manager and its cache child share the session (and process group) we gave them.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
+# -- the origin, logging every request --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OriginHit:
+    method: str
+    path: str
+    status: int
+    if_none_match: str
+    if_modified_since: str
+
+
+class Origin(UwsgiServer):
+    """The shipped service, with uWSGI's request log on (a copy of uwsgi.ini that only adds it)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.request_log = workdir / "requests.log"
+        ini = workdir / "uwsgi-logged.ini"
+        text = (PROJECT_ROOT / "uwsgi.ini").read_text()
+        text, n = re.subn(r"(?m)^disable-logging = true$", "disable-logging = false", text)
+        assert n == 1, "uwsgi.ini no longer has disable-logging = true"
+        text += f"\nreq-logger = file:{self.request_log}\nlog-format = {LOG_FORMAT}\n"
+        ini.write_text(text)
+        super().__init__(
+            f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
+            workdir / "archive",
+            workdir,
+            page_size=PAGE_SIZE,
+            processes=2,
+            ini=ini,
+            extra_env={"SIMPLEFEED_RECENT_MAX_AGE": str(MAX_AGE)},
+        )
+
+    def hits(self) -> list[OriginHit]:
+        """The requests logged so far (uWSGI writes a line once it has answered: wait for the
+        log to stop growing, briefly)."""
+        size, deadline = -1, time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = self.request_log.stat().st_size if self.request_log.exists() else 0
+            if now == size:
+                break
+            size = now
+        try:
+            lines = self.request_log.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in lines:
+            m = LOG_LINE.match(line)
+            if m:
+                method, path, status, inm, ims = m.groups()
+                # uWSGI logs a missing variable as "-".
+                out.append(
+                    OriginHit(
+                        method, path, int(status), *("" if v == "-" else v for v in (inm, ims))
+                    )
+                )
+        return out
+
+    def hits_for(self, path: str) -> list[OriginHit]:
+        return [h for h in self.hits() if h.path == path and h.method in ("GET", "HEAD")]
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[tuple[Origin, Varnish]]:
+    varnishd = ensure_varnishd()
+    origin = Origin(tmp_path)
+    with origin:
+        cache = Varnish(varnishd, tmp_path, origin.port)
+        try:
+            cache.wait_ready()
+            yield origin, cache
+        finally:
+            cache.stop()
+
+
+# -- the test ---------------------------------------------------------------------------------
+
+
+def titles(body: bytes) -> list[str]:
+    return re.findall(r"<title[^>]*>([^<]*)</title>", body.decode())
+
+
+def test_varnish_in_front_of_the_service(stack: tuple[Origin, Varnish]) -> None:
+    origin, cache = stack
+    auth = {"Authorization": f"Bearer {origin.token}"}
+    with httpx.Client(timeout=10.0) as http:
+        # 25 events through the cache (POST passes, with its credentials): pages 1-2 frozen,
+        # page 3 working with 5 entries.
+        r = http.post(
+            cache.url("/entries"), json=[{"title": f"e{i}"} for i in range(25)], headers=auth
+        )
+        assert r.status_code == 201, r.text
+        assert [h.method for h in origin.hits() if h.path == "/entries"] == ["POST"]
+
+        # Archived pages: fetched from the origin once, then served by the cache.
+        archived = ["/pages/1", "/pages/2"]
+        for path in archived:
+            for i in range(20):
+                r = http.get(cache.url(path))
+                assert r.status_code == 200
+                assert r.headers["x-cache"] == ("MISS" if i == 0 else "HIT"), (path, i)
+                assert r.headers["cache-control"] == "public, max-age=31536000, immutable"
+            assert len(origin.hits_for(path)) == 1, origin.hits_for(path)
+
+        # Many clients polling /recent for a while: some plain, some conditional as consumers
+        # are. The origin sees about one request per max-age, conditional once it has a copy.
+        stop = time.monotonic() + POLL_SECONDS
+        statuses: dict[int, int] = {}
+        lock = threading.Lock()
+
+        def poll(n: int) -> None:
+            etag = None
+            with httpx.Client(timeout=10.0) as client:
+                while time.monotonic() < stop:
+                    headers = {"If-None-Match": etag} if etag and n % 2 else {}
+                    resp = client.get(cache.url("/recent"), headers=headers)
+                    with lock:
+                        statuses[resp.status_code] = statuses.get(resp.status_code, 0) + 1
+                    etag = resp.headers.get("etag", etag)
+                    time.sleep(0.02)
+
+        started = time.monotonic()
+        before = len(origin.hits_for("/recent"))
+        with ThreadPoolExecutor(POLLERS) as pool:
+            list(pool.map(poll, range(POLLERS)))
+        elapsed = time.monotonic() - started
+        recent_hits = origin.hits_for("/recent")[before:]
+        polls = sum(statuses.values())
+        assert set(statuses) <= {200, 304}, statuses
+        assert polls > 10 * POLLERS, f"only {polls} polls"
+        # At most one origin request per max-age (+1 for the first fill, +1 for an edge).
+        assert 1 <= len(recent_hits) <= elapsed / MAX_AGE + 2, (len(recent_hits), elapsed)
+        revalidations = [h for h in recent_hits if h.if_none_match or h.if_modified_since]
+        assert any(h.status == 304 for h in revalidations), recent_hits
+        assert all(h.status == 304 for h in revalidations), recent_hits
+
+        # A publish shows up through the cache within max-age.
+        assert "late 2" not in titles(http.get(cache.url("/recent")).content)
+        r = http.post(
+            cache.url("/entries"), json=[{"title": f"late {i}"} for i in range(3)], headers=auth
+        )
+        assert r.status_code == 201, r.text
+        published = time.monotonic()
+        while "late 2" not in titles(http.get(cache.url("/recent")).content):
+            assert time.monotonic() - published <= MAX_AGE + 1.0, "publish not seen in max-age"
+            time.sleep(0.05)
+        # The origin was asked conditionally and answered with the new document.
+        last = origin.hits_for("/recent")[-1]
+        assert last.status == 200 and last.if_none_match, last
+
+        # Page 3 is the working page, cached for max-age; two more events fill and freeze it,
+        # and within max-age the cache has the archived bytes, then keeps them.
+        assert b"fh:archive" not in http.get(cache.url("/pages/3")).content
+        r = http.post(
+            cache.url("/entries"), json=[{"title": f"late {i}"} for i in (3, 4)], headers=auth
+        )
+        assert r.status_code == 201, r.text
+        deadline = time.monotonic() + MAX_AGE + 1.0
+        while b"fh:archive" not in (page3 := http.get(cache.url("/pages/3"))).content:
+            assert time.monotonic() < deadline, "page 3 still the working page in the cache"
+            time.sleep(0.05)
+        archived.append("/pages/3")
+        assert page3.headers["cache-control"] == "public, max-age=31536000, immutable"
+        assert "late 4" in titles(page3.content)
+
+        # No cached archived page differs from the origin's bytes, or from the file.
+        assert len(origin.hits_for("/pages/1")) == len(origin.hits_for("/pages/2")) == 1
+        for path in archived:
+            cached = http.get(cache.url(path))
+            assert cached.headers["x-cache"] == "HIT"
+            direct = http.get(origin.url(path))
+            file_bytes = (origin.archive_dir / path.lstrip("/")).read_bytes()
+            assert cached.content == direct.content == file_bytes, path
+            assert cached.headers["last-modified"] == direct.headers["last-modified"]
