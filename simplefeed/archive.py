@@ -17,7 +17,8 @@ import contextlib
 import hashlib
 import os
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from simplefeed.model import FrozenPage
@@ -50,11 +51,10 @@ def write_atomically(path: Path, body: bytes, mtime_us: int) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    # No fsync of the directory: the file's bytes are on disk before the rename, so a crash
+    # can only lose the rename, i.e. the file is missing, never wrong. A missing page file
+    # heals itself (the app serves the page from the database and writes the file again;
+    # `simplefeed archive rebuild` too); a damaged one would not. One fsync per page saved.
 
 
 def file_matches(path: Path, page: FrozenPage) -> bool:
@@ -68,6 +68,34 @@ def file_matches(path: Path, page: FrozenPage) -> bool:
 class RebuildReport:
     checked: int
     restored: list[Path]
+    #: Temporary files left by writes that never finished (a crash mid-write).
+    removed: list[Path] = field(default_factory=list)
+
+
+#: A temporary file older than this is no write in progress (a write takes milliseconds), but
+#: one a crashed process left behind.
+STALE_TEMP_S = 600.0
+
+
+def remove_stale_temp_files(directory: Path, now: float | None = None) -> list[Path]:
+    """Delete the temporary files (``.<page>.*.tmp``) of writes that never finished.
+
+    They are invisible to readers (no page URL maps to them) but nothing else would ever
+    remove them. Recent ones are left alone: another process, or node sharing the directory,
+    may be writing them right now.
+    """
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+    try:
+        candidates = list(directory.glob(".*.tmp"))
+    except OSError:
+        return removed
+    for path in candidates:
+        with contextlib.suppress(FileNotFoundError):
+            if now - path.stat().st_mtime > STALE_TEMP_S:
+                path.unlink()
+                removed.append(path)
+    return removed
 
 
 def ensure_file(path: Path, page: FrozenPage) -> bool:

@@ -6,14 +6,17 @@ or the renderer directly. The clock and the id generator are injected, so tests 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import logging
+import os
 import threading
 import time
-import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -30,7 +33,13 @@ from simplefeed.model import (
 )
 from simplefeed.settings import Settings
 from simplefeed.store.entries import NewEntry
-from simplefeed.store.tokens import TokenRecord, get_token, insert_token, list_tokens, revoke_token
+from simplefeed.store.tokens import (
+    TokenRecord,
+    find_token,
+    insert_token,
+    list_tokens,
+    revoke_token,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +52,73 @@ def system_clock() -> int:
 
 
 def random_uuid() -> str:
-    return str(uuidlib.uuid4())
+    """A version 7 UUID (RFC 9562): 48 bits of Unix time in milliseconds, then 74 random bits.
+
+    As unique as a version 4 UUID for our purposes (74 random bits per millisecond), but ids made
+    one after the other sort one after the other, so the unique index on (feed, entry id) grows
+    at its right edge: an append touches one or two index pages instead of one random page per
+    entry, which is what keeps appending cheap when the feed holds millions of entries.
+    """
+    value = (time.time_ns() // 1_000_000 & _MS_MASK) << 80 | int.from_bytes(os.urandom(10))
+    value = value & _VERSION_VARIANT_CLEAR | _VERSION_VARIANT_SET
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+_MS_MASK = (1 << 48) - 1
+_VERSION_VARIANT_CLEAR = ~(0xF << 76 | 0x3 << 62)
+_VERSION_VARIANT_SET = 0x7 << 76 | 0x2 << 62  # version 7, RFC 9562 variant
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _plain(value: Any) -> Any:
+    """``dataclasses.asdict`` without its deep copies (values here are str, int and None).
+
+    Tuples become lists, which JSON writes the same way, so the JSON of this equals the JSON of
+    ``asdict``: the fingerprint and the stored data are byte-for-byte what
+    :meth:`Event.fingerprint` and :meth:`Event.to_json` give (a test checks it), in a fraction
+    of the time (``asdict`` was half of the CPU time of a batch of 100).
+    """
+    names = _FIELDS.get(type(value))
+    if names is None:
+        if not dataclasses.is_dataclass(value) or isinstance(value, type):
+            if isinstance(value, (list, tuple)):
+                return [_plain(v) for v in value]
+            if isinstance(value, dict):
+                return {k: _plain(v) for k, v in value.items()}
+            return value
+        names = _FIELDS[type(value)] = tuple(f.name for f in dataclasses.fields(value))
+    out = {}
+    for name in names:
+        v = getattr(value, name)
+        out[name] = v if v is None or type(v) is str or type(v) is int else _plain(v)
+    return out
+
+
+# What json.dumps(..., sort_keys=True, separators=(",", ":")) and the store's compact form use,
+# built once (json.dumps builds an encoder per call when given options).
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_STORED_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What can be computed about an event before the feed lock is taken."""
+
+    event: Event
+    fingerprint: str
+    data: str
+
+
+def _prepare(event: Event) -> _Prepared:
+    plain = _plain(event)
+    canonical = _CANONICAL_JSON.encode(plain)
+    fingerprint = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    stored = {k: v for k, v in plain.items() if v not in (None, (), []) and k not in ("id",)}
+    data = _STORED_JSON.encode(stored)
+    return _Prepared(event, fingerprint, data)
 
 
 @dataclass(frozen=True)
@@ -126,8 +201,7 @@ class Simplefeed:
     def authorize(self, authorization: str | None, feed: str) -> None:
         """Check an ``Authorization`` header for publishing to ``feed``."""
         credentials = auth.parse_authorization(authorization)
-        with self.db.read() as conn:
-            record = get_token(conn, credentials.token_id)
+        record = find_token(self.db, credentials.token_id)
         auth.check(credentials, record, feed)
 
     # -- publishing ----------------------------------------------------------------------
@@ -139,19 +213,23 @@ class Simplefeed:
         the existing entry back (``created=False``) and stores nothing. The same id with other
         content raises :class:`EntryConflict` and the whole batch is refused.
         """
+        # Everything that does not depend on the feed's head is done before taking its lock:
+        # the lock serialises appenders (every process, every node), so what is done under it
+        # bounds the feed's append rate.
+        prepared = [_prepare(event) for event in events]
+        explicit = [p.event.id for p in prepared if p.event.id is not None]
         frozen: list[FrozenPage] = []
         with self.db.write() as conn:
-            feed = store.lock_feed(conn, feed_name)
+            feed, existing = store.lock_feed_and_find(conn, feed_name, explicit)
             size = feed.page_size
-            existing = store.find_entries(conn, feed.id, (e.id for e in events if e.id))
             seen: dict[str, tuple[str, Appended]] = {}
             results: list[Appended] = []
             new: list[NewEntry] = []
             now = self.clock()
             head = feed.head_seq
             last_updated = feed.head_updated_us
-            for index, event in enumerate(events):
-                fingerprint = event.fingerprint()
+            for index, p in enumerate(prepared):
+                event, fingerprint = p.event, p.fingerprint
                 if event.id is not None:
                     if event.id in existing:
                         old = existing[event.id]
@@ -183,26 +261,36 @@ class Simplefeed:
                     published_us=published,
                     event=event,
                 )
-                new.append(NewEntry(entry, fingerprint))
+                new.append(NewEntry(entry, fingerprint, p.data))
                 appended = Appended(entry_id, head, paging.page_of(head, size), created=True)
                 seen[entry_id] = (fingerprint, appended)
                 results.append(appended)
             if new:
-                store.append_entries(conn, feed, new, modified_us=max(now, feed.modified_us + 1))
+                fresh = {n.entry.seq: n.entry for n in new}
                 for number in paging.newly_full_pages(feed.head_seq, head, size):
-                    frozen.append(self._freeze(conn, feed, number, now))
+                    frozen.append(self._freeze(conn, feed, number, now, fresh))
+                store.append_entries(
+                    conn, feed, new, modified_us=max(now, feed.modified_us + 1), pages=frozen
+                )
         for page in frozen:
             self._write_file(feed.name, page)
         return results
 
-    def _freeze(self, conn: Connection, feed: Feed, number: int, now_us: int) -> FrozenPage:
+    def _freeze(
+        self, conn: Connection, feed: Feed, number: int, now_us: int, fresh: dict[int, Entry]
+    ) -> FrozenPage:
+        """Render page ``number``, which the append under way fills; the append stores it.
+
+        ``feed`` is the feed as locked (its head before this append); the entries appended now
+        are in ``fresh`` and rendered from memory, only older ones of the page are read back.
+        """
         first, last = paging.seq_range(number, feed.page_size)
-        entries = store.entries_between(conn, feed.id, first, last)
+        entries = [fresh[seq] for seq in range(last, max(first, feed.head_seq + 1) - 1, -1)]
+        if first <= feed.head_seq:
+            entries += store.entries_between(conn, feed.id, first, feed.head_seq)
         doc = self._document(feed, "archive", number, tuple(entries))
         body = atom.render(doc)
-        page = FrozenPage(feed.id, number, body, archive.strong_etag(body), now_us)
-        store.insert_page(conn, page, first_seq=first, last_seq=last)
-        return page
+        return FrozenPage(feed.id, number, body, archive.strong_etag(body), now_us)
 
     def _document(
         self, feed: Feed, kind: DocumentKind, number: int, entries: tuple[Entry, ...]
@@ -282,18 +370,21 @@ class Simplefeed:
             self._write_file(feed_name, page)
 
     def rebuild_archive(self, feed_name: str | None = None) -> archive.RebuildReport:
-        """Rewrite every static page that is missing or differs from the database's bytes."""
+        """Rewrite every static page that is missing or differs from the database's bytes, and
+        remove temporary files that writes interrupted by a crash left behind."""
         checked = 0
         restored: list[Path] = []
+        removed: list[Path] = []
         with self.db.read() as conn:
             feeds = [store.get_feed(conn, feed_name)] if feed_name else store.list_feeds(conn)
             for feed in feeds:
-                for page in store.list_pages(conn, feed.id):
+                removed += archive.remove_stale_temp_files(self.page_path(feed.name, 1).parent)
+                for page in store.iter_pages(conn, feed.id):
                     checked += 1
                     path = self.page_path(feed.name, page.number)
                     if archive.ensure_file(path, page):
                         restored.append(path)
-        return archive.RebuildReport(checked, restored)
+        return archive.RebuildReport(checked, restored, removed)
 
     def rerender(self, feed: Feed, number: int) -> bytes:
         """Render archived page ``number`` again from its entries (to check determinism)."""

@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, Row, select, update
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Connection, Row, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from simplefeed.errors import FeedExists, FeedNotFound
 from simplefeed.model import Feed
 from simplefeed.store.tables import feeds
 
+# Built once: SQLAlchemy then reuses the compiled form without rebuilding it per call.
+_GET = select(feeds).where(feeds.c.name == bindparam("name"))
+#: Also run, pipelined, by :func:`simplefeed.store.entries.lock_feed_and_find`.
+LOCK = _GET.with_for_update()
+ADVANCE = (
+    update(feeds)
+    .where(feeds.c.id == bindparam("feed_id"))
+    .values(
+        head_seq=bindparam("new_head_seq"),
+        head_updated_us=bindparam("new_head_updated_us"),
+        modified_us=bindparam("new_modified_us"),
+    )
+)
+
 
 def _feed(row: Row[tuple[object, ...]]) -> Feed:
-    m = row._mapping
+    return feed_from(row._mapping)
+
+
+def feed_from(m: Mapping[Any, Any]) -> Feed:
+    """A feed from its row's columns by name."""
     return Feed(
         id=m["id"],
         name=m["name"],
@@ -26,7 +47,7 @@ def _feed(row: Row[tuple[object, ...]]) -> Feed:
 
 
 def get_feed(conn: Connection, name: str) -> Feed:
-    row = conn.execute(select(feeds).where(feeds.c.name == name)).first()
+    row = conn.execute(_GET, {"name": name}).first()
     if row is None:
         raise FeedNotFound(name)
     return _feed(row)
@@ -39,7 +60,7 @@ def lock_feed(conn: Connection, name: str) -> Feed:
     process on any node, and commit in the order they got their sequence numbers. On SQLite the
     write transaction (``BEGIN IMMEDIATE``) already holds the database's single write lock.
     """
-    row = conn.execute(select(feeds).where(feeds.c.name == name).with_for_update()).first()
+    row = conn.execute(LOCK, {"name": name}).first()
     if row is None:
         raise FeedNotFound(name)
     return _feed(row)
@@ -75,7 +96,11 @@ def advance_head(
     conn: Connection, feed: Feed, *, head_seq: int, head_updated_us: int, modified_us: int
 ) -> None:
     conn.execute(
-        update(feeds)
-        .where(feeds.c.id == feed.id)
-        .values(head_seq=head_seq, head_updated_us=head_updated_us, modified_us=modified_us)
+        ADVANCE,
+        {
+            "feed_id": feed.id,
+            "new_head_seq": head_seq,
+            "new_head_updated_us": head_updated_us,
+            "new_modified_us": modified_us,
+        },
     )

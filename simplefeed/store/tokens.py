@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, select, update
+from sqlalchemy import Connection, Row, Select, bindparam, select, update
 
+from simplefeed.store.db import Database
 from simplefeed.store.tables import feeds, tokens
 
 
@@ -21,7 +23,10 @@ class TokenRecord:
 
 
 def _record(row: Row[tuple[object, ...]]) -> TokenRecord:
-    m = row._mapping
+    return _record_from(row._mapping)
+
+
+def _record_from(m: Mapping[Any, Any]) -> TokenRecord:
     return TokenRecord(
         id=m["id"],
         secret_hash=m["secret_hash"],
@@ -38,6 +43,9 @@ def _select() -> Select[Any]:
     )
 
 
+_GET = _select().where(tokens.c.id == bindparam("token_id"))
+
+
 def insert_token(
     conn: Connection, *, secret_hash: str, feed_id: int | None, label: str | None, now_us: int
 ) -> int:
@@ -52,8 +60,15 @@ def insert_token(
     return token_id
 
 
+def find_token(db: Database, token_id: int) -> TokenRecord | None:
+    """:func:`get_token` outside any transaction, on the database's direct lookup path (every
+    publish request makes this lookup first; see :meth:`Database.lookup`)."""
+    row = db.lookup(_GET, {"token_id": token_id})
+    return None if row is None else _record_from(row)
+
+
 def get_token(conn: Connection, token_id: int) -> TokenRecord | None:
-    row = conn.execute(_select().where(tokens.c.id == token_id)).first()
+    row = conn.execute(_GET, {"token_id": token_id}).first()
     return None if row is None else _record(row)
 
 

@@ -1,0 +1,1023 @@
+"""Scale-out and crash safety, end to end: real uWSGI, real producer processes, kill -9.
+
+* ``test_concurrent_producers``: 8 producer processes x 250 events against one uWSGI with 4
+  worker processes, page size 20, on SQLite and on PostgreSQL.
+* ``test_two_nodes_share_postgres``: two uWSGI instances (two "nodes", 2 processes each, one
+  public base URL) sharing one PostgreSQL database, 8 producers x 125 events spread over both;
+  each node with its own archive directory in one variant, one shared directory in the other.
+* ``test_kill_9_while_publishing``: the uWSGI master and its workers killed with SIGKILL while
+  producers publish and pages freeze (page size 5), then restarted.
+
+Producers are separate processes (``python -c PRODUCER``, each with its own httpx client and
+connections) that log every request before sending it and every answer as it arrives (JSON
+lines, flushed), so what was acknowledged (a 2xx) and what was in doubt (sent, never answered)
+is known exactly even when the server dies under them. Checks read the database directly with
+SQLAlchemy (read only) and walk the documents over HTTP following links only.
+
+While producers run, a watcher polls the database (one statement, one snapshot: the number of
+entries must equal the highest sequence number, i.e. no reader can ever see a hole behind a
+later commit) and ``/recent`` (entries contiguous, head never going back, archived pages never
+changing bytes).
+
+PostgreSQL halves need ``SIMPLEFEED_TEST_POSTGRES_URL`` (a fresh database is created and dropped
+per test) and are skipped, with that reason, without it. No timing assertions anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import feedparser
+import httpx
+import pytest
+from lxml import etree
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from simplefeed import archive
+from simplefeed.core import Simplefeed, _prepare
+from simplefeed.model import Author, Category, Event, Link
+from simplefeed.settings import Settings
+from tests.atomcheck import check_atom
+from tests.servers import UwsgiServer
+
+pytestmark = pytest.mark.e2e
+
+PG_ENV = "SIMPLEFEED_TEST_POSTGRES_URL"
+FEED = "events"
+PRODUCERS = 8
+EVENTS_EACH = 250
+TOTAL = PRODUCERS * EVENTS_EACH
+PAGE_SIZE = 20
+#: The two-node test runs twice (own and shared archive directories): half the events each.
+TWO_NODE_EACH = 125
+TWO_NODE_TOTAL = PRODUCERS * TWO_NODE_EACH
+PUBLIC_BASE = "http://feeds.scale.test"  # the two nodes' shared base URL (a load balancer's)
+SF_NS = "https://simplefeed.dev/ns/1.0"
+FH_NS = "http://purl.org/syndication/history/1.0"
+ATOM = "{http://www.w3.org/2005/Atom}"
+
+# -- producers --------------------------------------------------------------------------------
+
+#: One producer process. argv[1]: JSON configuration. Writes JSON lines to cfg["out"]:
+#: {"op": "send", ...} before each request, then "ack" (2xx), "fail" (other status) or "error"
+#: (no answer: in doubt); "replay" for deliberate re-sends of an acknowledged event.
+PRODUCER = r"""
+import json, os, sys, time
+import httpx
+
+cfg = json.loads(sys.argv[1])
+p, tag = cfg["producer"], cfg["tag"]
+sizes, urls = cfg["sizes"], cfg["urls"]
+out = open(cfg["out"], "a", buffering=1)
+
+def log(**record):
+    out.write(json.dumps(record) + "\n")
+
+def event(j):
+    ev = {"title": f"{tag} p{p} e{j}", "content": f"producer {p} event {j} <&>"}
+    if cfg["all_ids"] or j % 4 != 3:
+        ev["id"] = f"tag:scale.simplefeed.test,2027:{tag}-p{p}-e{j}"
+    if j % 9 == 0:
+        ev["content"] = {"producer": p, "event": j}
+    return ev
+
+headers = {"Authorization": "Bearer " + cfg["token"]}
+deadline = time.monotonic() + cfg["seconds"]
+last_single = None
+with httpx.Client(timeout=60.0, headers=headers) as client:
+    j = k = 0
+    while j < cfg["count"] and time.monotonic() < deadline:
+        if cfg["stop"] and os.path.exists(cfg["stop"]):
+            break
+        size = min(sizes[k % len(sizes)], cfg["count"] - j)
+        events = [event(i) for i in range(j, j + size)]
+        url = urls[k % len(urls)]
+        k += 1
+        body = events[0] if size == 1 else events
+        titles = [e["title"] for e in events]
+        log(op="send", req=k, url=url, titles=titles, ids=[e.get("id") for e in events],
+            batch=size > 1)
+        try:
+            r = client.post(url, json=body)
+        except httpx.HTTPError as exc:
+            log(op="error", req=k, error=repr(exc))
+            if cfg["stop_on_error"]:
+                break
+            time.sleep(0.05)
+            continue
+        if r.status_code // 100 != 2:
+            log(op="fail", req=k, status=r.status_code, body=r.text[:500])
+            j += size
+            continue
+        data = r.json()
+        entries = data["entries"] if size > 1 else [data]
+        log(op="ack", req=k, status=r.status_code, titles=titles, entries=entries)
+        if size == 1 and "id" in events[0]:
+            last_single = (url, events[0], entries[0])
+        j += size
+        if cfg["replay_every"] and k % cfg["replay_every"] == 0 and last_single:
+            url0, ev0, entry0 = last_single
+            try:
+                again = client.post(url0, json=ev0)
+            except httpx.HTTPError as exc:
+                log(op="error", req=-k, error=repr(exc))
+                if cfg["stop_on_error"]:
+                    break
+                continue
+            log(op="replay", status=again.status_code, expected=entry0,
+                got=again.json() if again.status_code // 100 == 2 else again.text[:500])
+"""
+
+
+@dataclass
+class Sent:
+    producer: int
+    req: int
+    titles: list[str]
+    ids: list[str | None]
+    batch: bool
+    answer: str = "none"  # "ack", "fail", "error" or "none" (in doubt)
+    status: int = 0
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    """Everything the producers did, as they logged it."""
+
+    requests: list[Sent]
+    replays: list[dict[str, Any]]
+    failures: list[str]
+
+    @property
+    def acked(self) -> list[tuple[str, dict[str, Any]]]:
+        """(title, reply entry) of every acknowledged event, replays excluded."""
+        return [
+            (title, entry)
+            for sent in self.requests
+            if sent.answer == "ack"
+            for title, entry in zip(sent.titles, sent.entries, strict=True)
+        ]
+
+    @property
+    def in_doubt(self) -> list[Sent]:
+        return [s for s in self.requests if s.answer in ("error", "none")]
+
+
+def start_producers(
+    workdir: Path,
+    urls_of: Callable[[int], list[str]],
+    token: str,
+    *,
+    producers: int = PRODUCERS,
+    count: int = EVENTS_EACH,
+    tag: str = "run",
+    sizes: tuple[int, ...] = (1, 1, 3, 1, 2, 7, 1, 4, 1, 1, 5, 1),
+    all_ids: bool = False,
+    replay_every: int = 10,
+    seconds: float = 120.0,
+    stop: Path | None = None,
+    stop_on_error: bool = False,
+) -> list[tuple[subprocess.Popen[bytes], Path]]:
+    started = []
+    for p in range(producers):
+        out = workdir / f"producer-{tag}-{p}.jsonl"
+        cfg = {
+            "producer": p,
+            "tag": tag,
+            "urls": urls_of(p),
+            "token": token,
+            "count": count,
+            # Each producer starts at another point of the pattern: batches interleave.
+            "sizes": list(sizes[p % len(sizes) :] + sizes[: p % len(sizes)]),
+            "all_ids": all_ids,
+            "replay_every": replay_every,
+            "seconds": seconds,
+            "stop": str(stop) if stop else None,
+            "stop_on_error": stop_on_error,
+            "out": str(out),
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-c", PRODUCER, json.dumps(cfg)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        started.append((proc, out))
+    return started
+
+
+def finish_producers(
+    started: list[tuple[subprocess.Popen[bytes], Path]], timeout: float = 120.0
+) -> Outcome:
+    deadline = time.monotonic() + timeout
+    failures = []
+    try:
+        for proc, _ in started:
+            try:
+                _, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+                failures.append(f"producer {proc.pid} did not finish in {timeout} s")
+            if proc.returncode != 0:
+                failures.append(f"producer exited {proc.returncode}: {err.decode()[-2000:]}")
+    finally:
+        for proc, _ in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return read_outcome([out for _, out in started], failures)
+
+
+def read_outcome(paths: list[Path], failures: list[str]) -> Outcome:
+    requests: list[Sent] = []
+    replays: list[dict[str, Any]] = []
+    for p, path in enumerate(paths):
+        by_req: dict[int, Sent] = {}
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            if not line.endswith("}"):
+                continue  # a line cut short by a killed producer
+            rec = json.loads(line)
+            if rec["op"] == "send":
+                by_req[rec["req"]] = Sent(p, rec["req"], rec["titles"], rec["ids"], rec["batch"])
+            elif rec["op"] == "replay":
+                replays.append(rec)
+            elif rec["req"] in by_req:
+                sent = by_req[rec["req"]]
+                sent.answer = rec["op"]
+                sent.status = rec.get("status", 0)
+                sent.entries = rec.get("entries", [])
+                if rec["op"] == "fail":
+                    failures.append(f"producer {p}: {rec['status']} {rec['body']}")
+        requests += by_req.values()
+    return Outcome(requests, replays, failures)
+
+
+# -- the database, read only -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stored:
+    head: int
+    page_size: int
+    entries: list[tuple[int, str, str]]  # (seq, entry id, title), by seq
+    pages: dict[int, tuple[int, int, bytes, str, int]]  # number -> (first, last, body, etag, us)
+
+
+def stored(url: str, feed: str = FEED) -> Stored:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            feed_id, head, page_size = conn.execute(
+                text("SELECT id, head_seq, page_size FROM feeds WHERE name = :n"), {"n": feed}
+            ).one()
+            rows = conn.execute(
+                text("SELECT seq, entry_id, data FROM entries WHERE feed_id = :f ORDER BY seq"),
+                {"f": feed_id},
+            ).all()
+            pages = conn.execute(
+                text(
+                    "SELECT number, first_seq, last_seq, body, etag, frozen_us FROM pages"
+                    " WHERE feed_id = :f ORDER BY number"
+                ),
+                {"f": feed_id},
+            ).all()
+    finally:
+        engine.dispose()
+    return Stored(
+        head=int(head),
+        page_size=int(page_size),
+        entries=[(int(s), str(i), json.loads(d)["title"]) for s, i, d in rows],
+        pages={
+            int(n): (int(a), int(b), bytes(body), str(e), int(us)) for n, a, b, body, e, us in pages
+        },
+    )
+
+
+def check_database(url: str, base_url: str, expected: int | None = None) -> Stored:
+    """The feed's promises, from its rows: contiguous sequence, unique ids, every full page
+    frozen exactly once with the right range, valid, and byte-identical to a fresh render."""
+    st = stored(url)
+    seqs = [s for s, _, _ in st.entries]
+    assert seqs == list(range(1, st.head + 1)), "sequence is not 1..head without gaps"
+    if expected is not None:
+        assert st.head == expected
+    ids = [i for _, i, _ in st.entries]
+    assert len(set(ids)) == len(ids), "an entry id appears twice"
+    full = st.head // st.page_size
+    assert sorted(st.pages) == list(range(1, full + 1)), "frozen pages are not 1..full"
+    core = Simplefeed(Settings(database_url=url, base_url=base_url, default_feed=FEED))
+    try:
+        feed = core.feed(FEED)
+        for number, (first, last, body, etag, _) in st.pages.items():
+            assert (first, last) == (
+                (number - 1) * st.page_size + 1,
+                number * st.page_size,
+            ), f"page {number} range"
+            assert etag == archive.strong_etag(body), f"page {number} ETag"
+            assert page_seqs(body) == list(range(last, first - 1, -1)), f"page {number} entries"
+            problems = check_atom(body, kind="archive")
+            assert problems == [], f"page {number}: {problems}"
+            assert core.rerender(feed, number) == body, f"page {number} is not a render of its rows"
+    finally:
+        core.db.dispose()
+    return st
+
+
+def check_acknowledged(st: Stored, outcome: Outcome) -> None:
+    """Every acknowledged event is in the feed exactly once, where its reply said."""
+    by_seq = {s: (i, t) for s, i, t in st.entries}
+    acked = outcome.acked
+    assert acked, "nothing was acknowledged"
+    for title, entry in acked:
+        assert entry["created"], f"{title}: first send answered as a replay"
+        assert by_seq.get(entry["seq"]) == (entry["id"], title), f"{title} not at {entry['seq']}"
+        assert entry["page"] == (entry["seq"] - 1) // st.page_size + 1
+    titles = [t for _, _, t in st.entries]
+    assert len(set(titles)) == len(titles), "an event was stored twice"
+
+
+def check_producer_order(outcome: Outcome) -> None:
+    """A producer waits for each answer before sending again, so its later events must have
+    later sequence numbers: commit order is the sequence order."""
+    seqs: dict[int, list[int]] = {}
+    for sent in sorted(outcome.requests, key=lambda s: (s.producer, s.req)):
+        if sent.answer == "ack":
+            seqs.setdefault(sent.producer, []).extend(e["seq"] for e in sent.entries)
+    for producer, values in seqs.items():
+        assert values == sorted(values), f"producer {producer}: sequence went backwards"
+
+
+def check_replays(outcome: Outcome) -> None:
+    assert outcome.replays, "no replay was sent"
+    for rec in outcome.replays:
+        assert rec["status"] == 200, rec
+        assert rec["got"]["seq"] == rec["expected"]["seq"], rec
+        assert rec["got"]["id"] == rec["expected"]["id"], rec
+        assert rec["got"]["created"] is False, rec
+
+
+def page_seqs(body: bytes) -> list[int]:
+    root = etree.fromstring(body)
+    return [int(e.findtext(f"{{{SF_NS}}}seq") or 0) for e in root.iter(f"{ATOM}entry")]
+
+
+# -- reading over HTTP ------------------------------------------------------------------------
+
+
+def fetch(client: httpx.Client, url: str, nodes: list[UwsgiServer], public: str | None) -> bytes:
+    """GET a document by its link. With a public base URL, the request goes to one of the
+    nodes (as a load balancer would send it), chosen by the URL so each node serves some."""
+    target = url
+    if public is not None:
+        path = url.removeprefix(public)
+        node = nodes[sum(map(ord, path)) % len(nodes)]
+        target = node.url(path)
+    r = client.get(target)
+    assert r.status_code == 200, f"GET {url} via {target}: {r.status_code} {r.text[:300]}"
+    return r.content
+
+
+def links(body: bytes) -> dict[str, str]:
+    root = etree.fromstring(body)
+    out: dict[str, str] = {}
+    for link in root.findall(f"{ATOM}link"):
+        rel = link.get("rel") or "alternate"
+        assert rel not in out, f"two {rel} links"
+        out[rel] = link.get("href") or ""
+    return out
+
+
+def is_archived(body: bytes) -> bool:
+    return etree.fromstring(body).find(f"{{{FH_NS}}}archive") is not None
+
+
+def walk_and_consume(
+    nodes: list[UwsgiServer], recent_url: str, public: str | None = None
+) -> list[tuple[int, str]]:
+    """Walk back from the entry point to page 1 through prev-archive, then forward through
+    next-archive to the working page and back to ``current``; return every entry (seq, id) in
+    the order a consumer processes them (oldest first). Links only: no URL is built."""
+    with httpx.Client(timeout=30.0) as client:
+        recent = fetch(client, recent_url, nodes, public)
+        recent_links = links(recent)
+        assert not is_archived(recent)
+        back: list[str] = []
+        url = recent_links.get("prev-archive")
+        while url is not None:
+            assert url not in back, f"link loop at {url}"
+            body = fetch(client, url, nodes, public)
+            assert is_archived(body), f"{url} lacks fh:archive"
+            page_links = links(body)
+            assert page_links["self"] == url
+            assert page_links["current"] == recent_url
+            back.append(url)
+            url = page_links.get("prev-archive")
+        consumed: list[tuple[int, str]] = []
+        url = back[-1] if back else recent_links["via"]
+        forward: list[str] = []
+        while True:
+            body = fetch(client, url, nodes, public)
+            page_links = links(body)
+            assert page_links["self"] == url
+            parsed = feedparser.parse(body)
+            assert not parsed.bozo, f"{url}: {parsed.get('bozo_exception')!r}"
+            consumed += [(int(e["sf_seq"]), e["id"]) for e in reversed(parsed.entries)]
+            if not is_archived(body):
+                break
+            forward.append(url)
+            url = page_links["next-archive"]
+            assert url not in forward, f"link loop at {url}"
+        assert forward == list(reversed(back)), "next-archive does not retrace prev-archive"
+        assert url == recent_links["via"], "the chain does not end at the working page"
+        assert "next-archive" not in page_links
+        again = links(fetch(client, page_links["current"], nodes, public))
+        assert again["self"] == recent_url
+    return consumed
+
+
+class Watcher:
+    """Polls, while producers run, what a reader can see, and records every broken promise:
+
+    * the database, in one statement (one snapshot): entries = highest sequence number, so no
+      commit ever becomes visible behind a reader with a lower number than one it could see;
+    * ``/recent`` over HTTP: its entries contiguous up to the head, the head never going back;
+    * archived pages it has seen: the same bytes on every later read.
+    """
+
+    def __init__(self, database_url: str, servers: list[UwsgiServer]) -> None:
+        self.database_url = database_url
+        self.servers = servers
+        self.problems: list[str] = []
+        self.polls = 0
+        self.max_seen = 0
+        self.pages: dict[str, bytes] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Watcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        engine = create_engine(self.database_url)
+        query = text(
+            "SELECT count(*), coalesce(max(seq), 0) FROM entries"
+            " WHERE feed_id = (SELECT id FROM feeds WHERE name = :n)"
+        )
+        try:
+            with httpx.Client(timeout=30.0) as client:
+                while not self._stop.is_set():
+                    with engine.connect() as conn:
+                        count, high = conn.execute(query, {"n": FEED}).one()
+                    if count != high:
+                        self.problems.append(f"snapshot with {count} entries, highest {high}")
+                    self._poll_recent(client)
+                    self.polls += 1
+                    self._stop.wait(0.02)
+        except Exception as exc:  # pragma: no cover - reported by the test
+            self.problems.append(f"watcher failed: {exc!r}")
+        finally:
+            engine.dispose()
+
+    def _poll_recent(self, client: httpx.Client) -> None:
+        server = self.servers[self.polls % len(self.servers)]
+        r = client.get(server.url("/recent"))
+        if r.status_code != 200:
+            self.problems.append(f"/recent answered {r.status_code}")
+            return
+        seqs = page_seqs(r.content)
+        if seqs:
+            if seqs != list(range(seqs[0], seqs[0] - len(seqs), -1)):
+                self.problems.append(f"/recent entries not contiguous: {seqs}")
+            if seqs[0] < self.max_seen:
+                self.problems.append(f"/recent went back from {self.max_seen} to {seqs[0]}")
+            self.max_seen = max(self.max_seen, seqs[0])
+        prev = links(r.content).get("prev-archive")
+        if prev is not None:
+            path = urlsplit(prev).path
+            page = client.get(server.url(path))
+            if page.status_code != 200:
+                self.problems.append(f"{path} answered {page.status_code}")
+            elif self.pages.setdefault(path, page.content) != page.content:
+                self.problems.append(f"{path} changed bytes")
+
+
+# -- servers and databases --------------------------------------------------------------------
+
+
+def log_problems(server: UwsgiServer) -> list[str]:
+    log = server.log()
+    problems = [line for line in log.splitlines() if re.search(r"\(HTTP/1\.[01] 5\d\d\)", line)]
+    if "Traceback" in log:
+        problems.append("a Python traceback in the uWSGI log")
+    return problems
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database (the servers migrate it): a SQLite file, or a fresh PostgreSQL one."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'simplefeed.sqlite3'}"
+        return
+    yield from postgres_database()
+
+
+@pytest.fixture
+def pg_database() -> Iterator[str]:
+    yield from postgres_database()
+
+
+def postgres_database() -> Iterator[str]:
+    admin_url = os.environ.get(PG_ENV)
+    if not admin_url:
+        pytest.skip(f"PostgreSQL half skipped: set {PG_ENV} to run it")
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    name = f"sf_scale_{uuid.uuid4().hex[:12]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+def server(
+    database_url: str,
+    workdir: Path,
+    archive_dir: Path,
+    *,
+    processes: int,
+    page_size: int,
+    public: str | None = None,
+) -> UwsgiServer:
+    env = {"SIMPLEFEED_DEFAULT_FEED": FEED}
+    if public is not None:
+        env["SIMPLEFEED_BASE_URL"] = public
+    return UwsgiServer(
+        database_url,
+        archive_dir,
+        workdir,
+        page_size=page_size,
+        processes=processes,
+        extra_env=env,
+        startup_timeout=60.0,
+    )
+
+
+def archive_files(archive_dir: Path) -> dict[int, bytes]:
+    pages = archive_dir / "pages"
+    if not pages.is_dir():
+        return {}
+    return {int(p.name): p.read_bytes() for p in pages.iterdir() if p.name.isdigit()}
+
+
+# -- the tests --------------------------------------------------------------------------------
+
+
+def test_concurrent_producers(database: str, tmp_path: Path) -> None:
+    """8 producer processes x 250 events, uWSGI with 4 processes, page size 20."""
+    with server(database, tmp_path, tmp_path / "archive", processes=4, page_size=PAGE_SIZE) as srv:
+        url = srv.url("/entries")
+        with Watcher(database, [srv]) as watcher:
+            outcome = finish_producers(start_producers(tmp_path, lambda p: [url], srv.token))
+        assert outcome.failures == []
+        assert not outcome.in_doubt
+        st = check_database(database, srv.base_url, expected=TOTAL)
+        check_acknowledged(st, outcome)
+        assert len(outcome.acked) == TOTAL
+        check_producer_order(outcome)
+        check_replays(outcome)
+        assert watcher.problems == [], watcher.problems[:10]
+        assert watcher.polls > 0
+        # Every frozen page's static file was written, with the database's bytes.
+        files = archive_files(srv.archive_dir)
+        assert sorted(files) == sorted(st.pages)
+        for number, body in files.items():
+            assert body == st.pages[number][2], f"file of page {number}"
+        consumed = walk_and_consume([srv], srv.url("/recent"))
+        assert consumed == [(s, i) for s, i, _ in st.entries]
+        assert [s for s, _ in consumed] == list(range(1, TOTAL + 1))
+        for path, body in watcher.pages.items():
+            number = int(path.rsplit("/", 1)[1])
+            assert body == st.pages[number][2], f"{path} served other bytes than frozen"
+    assert log_problems(srv) == []
+
+
+@pytest.mark.parametrize("archives", ["own-archive-dirs", "shared-archive-dir"])
+def test_two_nodes_share_postgres(pg_database: str, tmp_path: Path, archives: str) -> None:
+    """Two uWSGI nodes, one PostgreSQL database, one public base URL; producers spread over
+    both. A node without a frozen page's file serves it from the database and writes it."""
+    shared = tmp_path / "archive"
+    dirs = (
+        [shared, shared]
+        if archives == "shared-archive-dir"
+        else [tmp_path / "archive-a", tmp_path / "archive-b"]
+    )
+    nodes = [
+        server(
+            pg_database,
+            tmp_path / name,
+            dirs[i],
+            processes=2,
+            page_size=PAGE_SIZE,
+            public=PUBLIC_BASE,
+        )
+        for i, name in enumerate(("node-a", "node-b"))
+    ]
+    try:
+        for node in nodes:
+            node.start()
+        a, b = nodes
+        # Producers alternate between the nodes request by request, starting on either.
+        posts = [a.url("/entries"), b.url("/entries")]
+        with Watcher(pg_database, nodes) as watcher:
+            outcome = finish_producers(
+                start_producers(
+                    tmp_path,
+                    lambda p: posts[p % 2 :] + posts[: p % 2],
+                    a.token,
+                    count=TWO_NODE_EACH,
+                )
+            )
+        assert outcome.failures == []
+        assert not outcome.in_doubt
+        st = check_database(pg_database, PUBLIC_BASE, expected=TWO_NODE_TOTAL)
+        check_acknowledged(st, outcome)
+        check_producer_order(outcome)
+        check_replays(outcome)
+        assert watcher.problems == [], watcher.problems[:10]
+        # Freezing happened on both nodes, each page once: together the nodes' files are
+        # exactly the frozen pages, with the database's bytes.
+        files = [archive_files(d) for d in dirs]
+        union = {**files[0], **files[1]}
+        assert sorted(union) == sorted(st.pages)
+        for number, body in union.items():
+            assert body == st.pages[number][2], f"file of page {number}"
+        if archives == "own-archive-dirs":
+            # Each node writes the pages it froze (and those it was asked for: the watcher
+            # reads pages through both), so neither has them all.
+            assert files[0] and files[1], "one node froze every page"
+            missing = sorted(set(st.pages) - set(files[1]))[:5]
+            assert missing, "node B has every page's file"
+            for number in missing:
+                r = httpx.get(b.url(f"/pages/{number}"), timeout=30)
+                assert r.status_code == 200
+                assert r.content == st.pages[number][2]
+                assert r.headers["etag"] == st.pages[number][3]  # the app answered
+                assert (dirs[1] / "pages" / str(number)).read_bytes() == st.pages[number][2]
+                r = httpx.get(b.url(f"/pages/{number}"), timeout=30)
+                assert r.status_code == 200
+                assert r.content == st.pages[number][2]  # now from node B's own file
+        consumed = walk_and_consume(nodes, f"{PUBLIC_BASE}/recent", PUBLIC_BASE)
+        assert [s for s, _ in consumed] == list(range(1, TWO_NODE_TOTAL + 1))
+        assert consumed == [(s, i) for s, i, _ in st.entries]
+        # Every node serves every archived page with the same bytes.
+        with httpx.Client(timeout=30) as client:
+            for number in (1, len(st.pages) // 2, len(st.pages)):
+                bodies = {client.get(n.url(f"/pages/{number}")).content for n in nodes}
+                assert bodies == {st.pages[number][2]}
+    finally:
+        for node in nodes:
+            node.stop()
+    for node in nodes:
+        assert log_problems(node) == []
+
+
+def test_kill_9_while_publishing(database: str, tmp_path: Path) -> None:
+    """SIGKILL to the uWSGI master and all its workers mid-publish (page size 5: most commits
+    freeze a page), then a restart: nothing acknowledged is lost, nothing in doubt is half
+    there, archived bytes never changed, the archive is restored byte-identically, and
+    publishing goes on with the next sequence number."""
+    size = 5
+    archive_dir = tmp_path / "archive"
+    # A fixed public base URL: the restarted server listens on another port, and frozen pages
+    # (whose links come from the base URL) must render the same after the restart.
+    srv = server(database, tmp_path, archive_dir, processes=4, page_size=size, public=PUBLIC_BASE)
+    stop = tmp_path / "stop"
+    try:
+        srv.start()
+        url = srv.url("/entries")
+        started = start_producers(
+            tmp_path,
+            lambda p: [url],
+            srv.token,
+            producers=4,
+            count=100_000,
+            tag="crash",
+            sizes=(1, 3, 1, 7, 2, 1, 11, 1, 4),
+            all_ids=True,
+            replay_every=0,
+            seconds=60.0,
+            stop=stop,
+            stop_on_error=True,
+        )
+        # Let them publish (and pages freeze) for a while, reading archived pages meanwhile.
+        before: dict[int, bytes] = {}
+        deadline = time.monotonic() + 30
+        with httpx.Client(timeout=10) as client:
+            while time.monotonic() < deadline:
+                acks = sum(
+                    out.read_text().count('"op": "ack"') for _, out in started if out.exists()
+                )
+                if acks >= 150:
+                    break
+                for number in range(1, 4):
+                    r = client.get(srv.url(f"/pages/{number}"))
+                    if r.status_code == 200 and is_archived(r.content):
+                        before.setdefault(number, r.content)
+                time.sleep(0.05)
+        assert srv.process is not None
+        os.killpg(srv.process.pid, signal.SIGKILL)  # the master and every worker, at once
+        srv.stop()  # reaps the master
+        stop.touch()
+        outcome = finish_producers(started, timeout=60)
+    finally:
+        stop.touch()
+        srv.stop()
+    assert [f for f in outcome.failures if "exited" in f or "did not" in f] == []
+    assert outcome.acked, "nothing was acknowledged before the kill"
+
+    # What is on disk after the crash: files either absent or with the frozen bytes.
+    st = check_database(database, PUBLIC_BASE)
+    files = archive_files(archive_dir)
+    for number, body in files.items():
+        assert number in st.pages, f"a file for page {number}, which is not frozen"
+        assert body == st.pages[number][2], f"page {number}'s file has other bytes"
+    for number, body in before.items():
+        assert body == st.pages[number][2], f"page {number} changed bytes across the crash"
+
+    # Nothing acknowledged lost; nothing that was not sent; in-doubt requests all or nothing.
+    check_acknowledged(st, outcome)
+    check_producer_order(outcome)
+    stored_titles = {t for _, _, t in st.entries}
+    sent_titles = {t for s in outcome.requests for t in s.titles}
+    assert stored_titles <= sent_titles, "entries nobody sent"
+    for sent in outcome.in_doubt:
+        present = [t in stored_titles for t in sent.titles]
+        assert all(present) or not any(present), f"request {sent.req} is half there"
+    acked_titles = {t for t, _ in outcome.acked}
+    unacked_stored = stored_titles - acked_titles
+    in_doubt_titles = {t for s in outcome.in_doubt for t in s.titles}
+    assert unacked_stored <= in_doubt_titles
+
+    print(
+        f"\ncrash: {len(outcome.acked)} acknowledged, {len(outcome.in_doubt)} requests in doubt"
+        f" ({len(unacked_stored)} of their events stored), {len(st.pages)} pages frozen,"
+        f" {len(set(st.pages) - set(files))} files missing after the kill"
+    )
+
+    # Damage the archive on purpose too (a lost file, a corrupted one), then rebuild.
+    frozen = sorted(st.pages)
+    assert len(frozen) >= 3
+    victims = {frozen[0]: "missing", frozen[-1]: "corrupt"}
+    (archive_dir / "pages" / str(frozen[0])).unlink(missing_ok=True)
+    (archive_dir / "pages").mkdir(parents=True, exist_ok=True)
+    (archive_dir / "pages" / str(frozen[-1])).write_bytes(b"<feed>damaged</feed>")
+    rebuild = srv.cli("archive", "rebuild")
+    restored = {int(Path(p).name) for p in re.findall(r"^restored (\S+)$", rebuild.stdout, re.M)}
+    assert set(victims) <= restored, rebuild.stdout
+    assert f"checked {len(frozen)} frozen pages" in rebuild.stdout
+    after = archive_files(archive_dir)
+    assert sorted(after) == frozen
+    for number, body in after.items():
+        assert body == st.pages[number][2], f"page {number} not restored byte-identically"
+    again = srv.cli("archive", "rebuild")
+    assert again.stdout.strip().endswith("restored 0"), again.stdout
+
+    # Restart: retries of the in-doubt requests are replays or first appends, never doubles;
+    # then publishing resumes with the next sequence number.
+    try:
+        srv.start()
+        with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {srv.token}"}) as client:
+            for sent in outcome.in_doubt:
+                events = [
+                    _crash_event(sent.producer, title, event_id)
+                    for title, event_id in zip(sent.titles, sent.ids, strict=True)
+                ]
+                r = client.post(srv.url("/entries"), json=events if sent.batch else events[0])
+                was_in = sent.titles[0] in stored_titles
+                assert r.status_code == (200 if was_in else 201), r.text
+            head = stored(database).head
+            r = client.post(srv.url("/entries"), json={"title": "after the crash"})
+            assert r.status_code == 201, r.text
+            assert r.json()["seq"] == head + 1
+        final = check_database(database, PUBLIC_BASE, expected=head + 1)
+        # Everything that was stored, plus the retried in-doubt requests, plus the new event.
+        assert {t for _, _, t in final.entries} == (
+            stored_titles | in_doubt_titles | {"after the crash"}
+        )
+        consumed = walk_and_consume([srv], f"{PUBLIC_BASE}/recent", PUBLIC_BASE)
+        assert [s for s, _ in consumed] == list(range(1, head + 2))
+    finally:
+        srv.stop()
+
+
+def _crash_event(producer: int, title: str, event_id: str | None) -> dict[str, Any]:
+    """The event the producer script sent with this title (see PRODUCER's ``event``)."""
+    j = int(title.rsplit(" e", 1)[1])
+    ev: dict[str, Any] = {"title": title, "content": f"producer {producer} event {j} <&>"}
+    if event_id is not None:
+        ev["id"] = event_id
+    if j % 9 == 0:
+        ev["content"] = {"producer": producer, "event": j}
+    return ev
+
+
+# -- the fast paths compute exactly what the model does ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        Event(title="t"),
+        Event(title="", content="", content_type="text", summary=""),
+        Event(
+            title="Ünïcødé ✓ \U0001f600",
+            content='{"a": [1, 2, {"b": null}]}',
+            content_type="application/json",
+            summary="s",
+            author=Author("A", "a@example.com", "https://example.com/"),
+            categories=(Category("x"), Category("y", "https://s.example/", "Y")),
+            links=(
+                Link("https://example.com/1"),
+                Link("https://e.example/", "related", "text/html", "en", "T", 12),
+            ),
+            id="tag:example.com,2027:1",
+            updated_us=1_800_000_000_000_001,
+        ),
+        Event(title="no author", author=Author("only a name")),
+    ],
+)
+def test_prepared_event_matches_the_model(event: Event) -> None:
+    """The publish path's fingerprint and stored JSON (computed without dataclasses.asdict)
+    are byte-for-byte Event.fingerprint() and the JSON of Event.to_json()."""
+    prepared = _prepare(event)
+    assert prepared.fingerprint == event.fingerprint()
+    assert prepared.data == json.dumps(event.to_json(), ensure_ascii=False, separators=(",", ":"))
+    assert Event.from_json(json.loads(prepared.data), event.id) == dataclasses.replace(event)
+
+
+# -- the store's append path -----------------------------------------------------------------
+
+
+def test_a_second_freeze_or_a_duplicate_is_refused_whole(core: Simplefeed) -> None:
+    """The append's writes (pipelined on PostgreSQL) fail as SQLAlchemy errors and roll back
+    together: a page frozen twice, an entry id twice."""
+    from sqlalchemy.exc import IntegrityError
+
+    from simplefeed import store
+    from simplefeed.model import Entry
+    from simplefeed.store.entries import NewEntry
+
+    core.publish(FEED, [Event(title=f"e{i}", id=f"urn:example:{i}") for i in range(5)])
+    feed = core.feed(FEED)
+    assert feed.head_seq == 5
+    with core.db.read() as conn:
+        page = store.get_page(conn, feed.id, 1)
+    assert page is not None
+
+    def entry(entry_id: str) -> NewEntry:
+        event = Event(title="x")
+        fresh = Entry(6, entry_id, feed.modified_us + 1, feed.modified_us + 1, event)
+        return NewEntry(fresh, "0" * 64)
+
+    for new, pages in (
+        (entry("urn:example:new"), [page]),  # page 1 again
+        (entry("urn:example:0"), []),  # an id the feed holds
+    ):
+        with pytest.raises(IntegrityError), core.db.write() as conn:
+            locked = store.lock_feed(conn, FEED)
+            store.append_entries(
+                conn, locked, [new], modified_us=locked.modified_us + 1, pages=pages
+            )
+        after = core.feed(FEED)
+        assert after.head_seq == 5
+        with core.db.read() as conn:
+            assert len(store.entries_between(conn, feed.id, 1, 10)) == 5
+
+
+def test_a_pooled_connection_dropped_while_idle_is_replaced(
+    pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ping on every checkout (a round trip per transaction), but one after an idle spell:
+    a connection the server dropped meanwhile is replaced, the caller sees nothing."""
+    from simplefeed.store import db as dbmodule
+
+    database_url = pg_database
+    database = dbmodule.Database(database_url)
+    admin = create_engine(database_url, isolation_level="AUTOCOMMIT")
+    try:
+        with database.read_one() as conn:
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        with admin.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        monkeypatch.setattr(dbmodule, "PING_AFTER_IDLE_S", 0.0)
+        with database.read_one() as conn:
+            assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() != pid
+        with database.write() as conn:
+            assert conn.execute(text("SELECT 1")).scalar_one() == 1
+    finally:
+        admin.dispose()
+        database.dispose()
+
+
+def test_rebuild_removes_stale_temporary_files_only(core: Simplefeed) -> None:
+    """A crash in the middle of writing a page file leaves its temporary file behind;
+    ``archive rebuild`` removes it once it is clearly not a write in progress."""
+    core.publish(FEED, [Event(title=f"e{i}") for i in range(12)])  # pages 1 and 2 frozen
+    pages_dir = core.page_path(FEED, 1).parent
+    stale = pages_dir / ".3.abcd1234.tmp"
+    fresh = pages_dir / ".3.efgh5678.tmp"
+    stale.write_bytes(b"<feed>half a page")
+    fresh.write_bytes(b"<feed>being written")
+    old = time.time() - archive.STALE_TEMP_S - 60
+    os.utime(stale, (old, old))
+    report = core.rebuild_archive()
+    assert report.checked == 2
+    assert report.restored == []
+    assert report.removed == [stale]
+    assert not stale.exists()
+    assert fresh.exists()
+
+
+def test_a_sqlite_writer_waits_for_the_write_lock_then_gets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writers wait for SQLite's write lock with short sleeps of their own: one gets in as soon
+    as the holder commits, and one that waits past the busy timeout fails (nothing written)."""
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from simplefeed.store import db as dbmodule
+
+    database = dbmodule.Database(f"sqlite:///{tmp_path / 'w.sqlite3'}")
+    path = tmp_path / "w.sqlite3"
+    try:
+        with database.write() as conn:
+            conn.execute(text("CREATE TABLE t (x INTEGER)"))
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        released = threading.Timer(0.3, holder.execute, args=("COMMIT",))
+        released.start()
+        started = time.monotonic()
+        with database.write() as conn:
+            conn.execute(text("INSERT INTO t VALUES (1)"))
+        assert time.monotonic() - started >= 0.25
+        released.join()
+        holder.execute("BEGIN IMMEDIATE")
+        monkeypatch.setattr(dbmodule, "SQLITE_BUSY_TIMEOUT_S", 0.2)
+        with pytest.raises(OperationalError, match="locked"), database.write() as conn:
+            conn.execute(text("INSERT INTO t VALUES (2)"))
+        holder.execute("ROLLBACK")
+        holder.close()
+        with database.read() as conn:
+            assert conn.execute(text("SELECT x FROM t")).scalars().all() == [1]
+            # The connection is back to SQLite's own busy timeout for everything else.
+            timeout = conn.execute(text("PRAGMA busy_timeout")).scalar_one()
+            assert timeout == int(dbmodule.SQLITE_BUSY_TIMEOUT_S * 1000)
+    finally:
+        database.dispose()
+
+
+def test_server_made_ids_are_version_7_uuids_in_time_order() -> None:
+    import uuid as uuidlib
+
+    from simplefeed.core import random_uuid
+
+    first = [random_uuid() for _ in range(1000)]
+    time.sleep(0.002)
+    later = random_uuid()
+    assert len(set(first)) == len(first)
+    for value in [*first, later]:
+        parsed = uuidlib.UUID(value)
+        assert str(parsed) == value
+        assert parsed.version == 7
+        assert parsed.variant == uuidlib.RFC_4122
+    assert all(later > value for value in first)  # a later millisecond sorts after
