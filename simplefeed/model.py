@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -35,6 +35,34 @@ def rfc3339(us: int) -> str:
     if dt.microsecond:
         text += f".{dt.microsecond:06d}"
     return text + "Z"
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+# Built once: json.dumps builds an encoder per call when given options.
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_STORED_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def plain(value: Any) -> Any:
+    """``dataclasses.asdict`` without its deep copies: dataclasses become dicts, tuples lists.
+
+    JSON writes lists and tuples alike, so the JSON of this equals the JSON of ``asdict``, in a
+    fraction of the time (``asdict`` was half the CPU time of publishing a batch of 100).
+    """
+    names = _FIELDS.get(type(value))
+    if names is None:
+        if not is_dataclass(value) or isinstance(value, type):
+            if isinstance(value, (list, tuple)):
+                return [plain(v) for v in value]
+            if isinstance(value, dict):
+                return {k: plain(v) for k, v in value.items()}
+            return value
+        names = _FIELDS[type(value)] = tuple(f.name for f in fields(value))
+    out = {}
+    for name in names:
+        v = getattr(value, name)
+        out[name] = v if v is None or type(v) is str or type(v) is int else plain(v)
+    return out
 
 
 @dataclass(frozen=True)
@@ -103,12 +131,17 @@ class Event:
 
     def fingerprint(self) -> str:
         """Hash of everything the producer said: equal fingerprints mean a replay."""
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        canonical = _CANONICAL_JSON.encode(plain(self))
         return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        """The event as stored: every field the producer gave, but the id (it has a column)."""
+        data: dict[str, Any] = plain(self)
         return {k: v for k, v in data.items() if v not in (None, (), []) and k not in ("id",)}
+
+    def stored_json(self) -> str:
+        """:meth:`to_json` as the compact JSON text the store keeps."""
+        return _STORED_JSON.encode(self.to_json())
 
     @classmethod
     def from_json(cls, data: dict[str, Any], entry_id: str | None = None) -> Event:

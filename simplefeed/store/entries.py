@@ -116,7 +116,7 @@ class NewEntry:
 
 def event_data(event: Event) -> str:
     """The ``data`` column for an event: its normalised JSON, compact."""
-    return json.dumps(event.to_json(), ensure_ascii=False, separators=(",", ":"))
+    return event.stored_json()
 
 
 def find_entries(conn: Connection, feed_id: int, entry_ids: Iterable[str]) -> dict[str, Existing]:
