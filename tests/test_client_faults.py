@@ -21,6 +21,7 @@ from simplefeed.client import (
     FeedEntry,
     LastEntryVanished,
     LinkLoop,
+    MalformedPage,
     NotAtom,
     RetriesExhausted,
     RetryPolicy,
@@ -207,6 +208,34 @@ def test_a_page_that_is_not_xml_stops_the_walk_and_is_not_cached(
     clock.advance(11)
     assert [e.seq for e in consume(server, state_path, clock)] == list(range(1, 18))
     assert server.paths() == ["/recent", "/pages/2", "/pages/1"]  # 3 and 4 were cached
+
+
+@pytest.mark.parametrize("parser", ["feedparser", "lxml"])
+def test_an_archived_page_that_fails_its_full_parse_is_not_kept_in_the_cache(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path, parser: str
+) -> None:
+    """Walking back reads outlines (no entry checked) and pins archived pages; the full parse
+    on the way forward finds the entry without an id: the page is dropped from the cache, so
+    that the next run asks the server again."""
+    publish(core, 12)
+
+    def drop_an_id(path: str, body: bytes) -> bytes:
+        return (
+            re.sub(rb"<entry><id>[^<]*</id>", b"<entry>", body, count=1)
+            if path == "/pages/1"
+            else body
+        )
+
+    with pytest.raises(MalformedPage, match="has no id"):
+        consume(Rewriting(server, drop_an_id), state_path, clock, parser=parser)
+    assert stored_checkpoint(state_path) is None
+    with StateFile(state_path) as state:
+        assert state.get_document(f"{BASE}/pages/1") is None
+        assert state.get_document(f"{BASE}/pages/2") is not None  # fine, and pinned
+    server.reset()
+    clock.advance(11)
+    assert [e.seq for e in consume(server, state_path, clock, parser=parser)] == list(range(1, 13))
+    assert server.paths() == ["/recent", "/pages/1"]
 
 
 def test_truncated_xml_while_resuming_keeps_the_checkpoint(

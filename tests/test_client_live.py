@@ -173,6 +173,19 @@ def test_jsonl_prints_each_new_entry_once_oldest_first(live: LiveServer, tmp_pat
     assert run(live.recent, "--state", state, "--jsonl").stdout == ""
 
 
+def test_the_fast_parser_prints_the_same(live: LiveServer, tmp_path: Path) -> None:
+    live.publish(12)
+    outputs = {}
+    for parser in ("feedparser", "lxml"):
+        state = str(tmp_path / f"{parser}.sqlite3")
+        result = run(live.recent, "--state", state, "--jsonl", "--parser", parser)
+        assert result.exit_code == 0, result.stderr
+        outputs[parser] = result.stdout
+    assert outputs["lxml"] == outputs["feedparser"] != ""
+    result = run(live.recent, "--state", str(tmp_path / "x.sqlite3"), "--parser", "sax")
+    assert result.exit_code == 2 and "sax" in result.stderr
+
+
 def test_default_output_and_from_now(live: LiveServer, tmp_path: Path) -> None:
     state = str(tmp_path / "state.sqlite3")
     live.publish(4)

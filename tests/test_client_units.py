@@ -16,6 +16,7 @@ from simplefeed.client import (
     LinkLoop,
     MalformedPage,
     NotAtom,
+    Outline,
     Page,
     PollPolicy,
     SequenceGap,
@@ -237,7 +238,29 @@ def seqs(head: Page, source: Pages, checkpoint: Checkpoint | None) -> list[int]:
 def test_first_walk_goes_back_to_the_first_page_and_forward() -> None:
     head, source = feed_pages(10)
     assert seqs(head, source, None) == list(range(1, 11))
-    assert source.asked == [f"{BASE}/pages/{n}" for n in (3, 2, 1)]
+    # Back through prev-archive, holding one page at a time; forward again through
+    # next-archive (the consumer's source serves archived pages from its cache).
+    assert source.asked == [f"{BASE}/pages/{n}" for n in (3, 2, 1, 2, 3)]
+
+
+class Outlines(Pages):
+    """A page source that also gives outlines (as the consumer's does)."""
+
+    def __init__(self, pages: dict[str, Page]) -> None:
+        super().__init__(pages)
+        self.outlined: list[str] = []
+
+    def outline(self, url: str) -> Outline:
+        self.outlined.append(url)
+        return Outline.of(self.pages[url])
+
+
+def test_first_walk_reads_outlines_back_and_pages_forward() -> None:
+    head, pages = feed_pages(10)
+    source = Outlines(pages.pages)
+    assert seqs(head, source, None) == list(range(1, 11))
+    assert source.outlined == [f"{BASE}/pages/{n}" for n in (3, 2, 1)]
+    assert source.asked == [f"{BASE}/pages/{n}" for n in (1, 2, 3)]
 
 
 def test_checkpoint_in_head_needs_no_other_page() -> None:

@@ -13,7 +13,8 @@ Modules, each owning one thing:
 ``consumer``   :class:`Consumer`: the loop, checkpoints (at-least-once), follow mode
 ``walk``       which entries are new: walk back through ``prev-archive``, forward again
 ``fetch``      HTTP (the only httpx user): one pool, conditional GET, cache, retries
-``parse``      bytes -> :class:`Page` (the only feedparser user)
+``parse``      bytes -> :class:`Page` (the only feedparser user), and the parser switch
+``parse_fast`` the fast path: lxml for the documents a Simplefeed server renders
 ``state``      the SQLite state file: checkpoints and the HTTP cache
 ``poll``       the adaptive polling interval (pure)
 ``errors``     the exception hierarchy
@@ -37,7 +38,16 @@ from simplefeed.client.errors import (
     UnexpectedStatus,
 )
 from simplefeed.client.fetch import Fetched, Fetcher, RetryPolicy
-from simplefeed.client.parse import EntryLink, FeedEntry, Page, parse_page
+from simplefeed.client.parse import (
+    PARSERS,
+    EntryLink,
+    FeedEntry,
+    Outline,
+    Page,
+    Parser,
+    outline_page,
+    parse_page,
+)
 from simplefeed.client.poll import PollPolicy, next_interval
 from simplefeed.client.state import (
     CachedDocument,
@@ -46,9 +56,16 @@ from simplefeed.client.state import (
     PageCache,
     StateFile,
 )
-from simplefeed.client.walk import PageSource, Progress, new_entries, starting_point
+from simplefeed.client.walk import (
+    OutlineSource,
+    PageSource,
+    Progress,
+    new_entries,
+    starting_point,
+)
 
 __all__ = [
+    "PARSERS",
     "CachedDocument",
     "Checkpoint",
     "CheckpointEvery",
@@ -67,9 +84,12 @@ __all__ = [
     "LinkLoop",
     "MalformedPage",
     "NotAtom",
+    "Outline",
+    "OutlineSource",
     "Page",
     "PageCache",
     "PageSource",
+    "Parser",
     "PollPolicy",
     "Progress",
     "RetriesExhausted",
@@ -81,6 +101,7 @@ __all__ = [
     "UnexpectedStatus",
     "new_entries",
     "next_interval",
+    "outline_page",
     "parse_page",
     "starting_point",
 ]

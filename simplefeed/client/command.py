@@ -3,6 +3,7 @@
 ::
 
     simplefeed consume URL --state FILE [--from start|now] [--jsonl | --exec CMD] [--follow]
+                           [--parser feedparser|lxml] [--checkpoint entry|page]
 
 Prints (default: ``seq<TAB>id<TAB>title``), prints as JSON lines (``--jsonl``: one object per
 entry with id, seq, title, updated, content, content_type, summary, links, page), or runs a
@@ -24,6 +25,10 @@ Exit codes:
 6    the state file cannot be used
 130  interrupted (Ctrl-C)
 ===  ===========================================================================================
+
+``--parser lxml`` reads the documents a Simplefeed server renders with lxml, more than ten times
+faster than feedparser (the default), with equal results, and anything unusual with feedparser
+still (see :mod:`simplefeed.client.parse`): worth it when catching up on a long history.
 
 A progress bar is drawn on standard error while catching up over several pages, only when
 standard error is a terminal. The lead wires this command into ``simplefeed.cli`` with
@@ -52,7 +57,7 @@ from simplefeed.client.errors import (
     StateError,
 )
 from simplefeed.client.fetch import RetryPolicy
-from simplefeed.client.parse import FeedEntry
+from simplefeed.client.parse import PARSERS, FeedEntry, Parser
 from simplefeed.client.poll import PollPolicy
 from simplefeed.client.walk import Progress
 
@@ -180,6 +185,14 @@ class _ProgressBars:
     help="Store the checkpoint after each entry, or after each page.",
 )
 @click.option(
+    "--parser",
+    type=click.Choice(PARSERS),
+    default="feedparser",
+    show_default=True,
+    help="How entries are parsed: feedparser for everything, or lxml for the documents a "
+    "Simplefeed server renders (much faster, same entries; feedparser for anything unusual).",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(min=0.1),
     default=10.0,
@@ -215,6 +228,7 @@ def _consume(
     exec_command: str | None,
     follow: bool,
     checkpoint_every: CheckpointEvery,
+    parser: Parser,
     timeout: float,
     retries: int,
     min_interval: float,
@@ -256,6 +270,7 @@ def _consume(
             start=start,
             follow=follow,
             checkpoint_every=checkpoint_every,
+            parser=parser,
             timeout=timeout,
             retry=RetryPolicy(attempts=retries + 1),
             poll=PollPolicy(min_interval=min_interval, max_interval=max_interval),
@@ -274,6 +289,7 @@ def _run(
     timeout: float,
     retry: RetryPolicy,
     poll: PollPolicy,
+    parser: Parser = "feedparser",
 ) -> int:
     """Run the consumer; return the exit code. Errors are reported on standard error."""
     logger = logging.getLogger("simplefeed.client")
@@ -293,6 +309,7 @@ def _run(
             retry=retry,
             poll=poll,
             progress=bars,
+            parser=parser,
         ) as consumer:
             consumer.run(handler, follow=follow)
         return EXIT_OK

@@ -21,6 +21,12 @@ link loop, a sequence gap, the last processed entry gone) stops processing with 
 :class:`~simplefeed.client.errors.FeedError` before the entry past the problem, the checkpoint
 standing on the last processed entry.
 
+``parser`` chooses how documents are parsed (:mod:`simplefeed.client.parse`): feedparser, the
+default, or ``"lxml"``, a fast path for the documents a Simplefeed server renders that gives the
+same entries (and hands anything unusual to feedparser). A first run walks back through the
+whole history reading only outlines, then forward again, parsing each page once; memory stays
+flat in the number of pages (:mod:`simplefeed.client.walk`).
+
 In follow mode the consumer polls the entry point again after each pass, waiting an interval
 that adapts to how often new entries appear (:mod:`simplefeed.client.poll`), never shorter than
 the entry point's max-age. The clock and the sleep are injected.
@@ -36,9 +42,17 @@ from os import PathLike
 from types import TracebackType
 from typing import Literal
 
-from simplefeed.client.errors import HandlerError
+from simplefeed.client.errors import FeedError, HandlerError
 from simplefeed.client.fetch import Fetcher, RetryPolicy, Transport
-from simplefeed.client.parse import FeedEntry, Page, parse_page
+from simplefeed.client.parse import (
+    PARSERS,
+    FeedEntry,
+    Outline,
+    Page,
+    Parser,
+    outline_page,
+    parse_page,
+)
 from simplefeed.client.poll import PollPolicy, next_interval
 from simplefeed.client.state import Checkpoint, StateFile
 from simplefeed.client.walk import Progress, new_entries, starting_point
@@ -55,22 +69,43 @@ Handler = Callable[[FeedEntry], object]
 
 
 class _HttpPages:
-    """The consumer's page source: fetch, parse, then let the cache keep what parsed."""
+    """The consumer's page source: fetch, parse, then let the cache keep what parsed.
 
-    def __init__(self, fetcher: Fetcher) -> None:
+    Walking back reads outlines (:func:`~simplefeed.client.parse.outline_page`), which pins
+    archived pages in the cache; the full parse on the way forward reads them from there. A
+    pinned page whose full parse fails is dropped from the cache, so that a later run asks the
+    network again.
+    """
+
+    def __init__(self, fetcher: Fetcher, parser: Parser) -> None:
         self.fetcher = fetcher
+        self.parser = parser
         self.head_max_age: float | None = None
 
     def page(self, url: str) -> Page:
         fetched = self.fetcher.get(url)
-        page = parse_page(url, fetched.body)
-        self.fetcher.remember(fetched, immutable=page.is_archive)
+        try:
+            page = parse_page(url, fetched.body, parser=self.parser)
+        except FeedError:
+            if fetched.document.immutable:
+                self.fetcher.forget(url)
+            raise
+        if fetched.document.immutable and not page.is_archive:
+            self.fetcher.forget(url)  # the outline was wrong about it: never pin it
+        else:
+            self.fetcher.remember(fetched, immutable=page.is_archive)
         return page
+
+    def outline(self, url: str) -> Outline:
+        fetched = self.fetcher.get(url)
+        outline = outline_page(url, fetched.body)
+        self.fetcher.remember(fetched, immutable=outline.is_archive)
+        return outline
 
     def head(self, url: str) -> Page:
         """The entry point: never pinned, whatever it claims; its max-age is kept."""
         fetched = self.fetcher.get(url)
-        page = parse_page(url, fetched.body)
+        page = parse_page(url, fetched.body, parser=self.parser)
         self.fetcher.remember(fetched, immutable=False)
         self.head_max_age = fetched.max_age
         return page
@@ -94,6 +129,7 @@ class Consumer:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         progress: Callable[[Progress], None] | None = None,
+        parser: Parser = "feedparser",
     ) -> None:
         if start not in ("start", "now"):
             raise ValueError(f"start must be 'start' or 'now', not {start!r}")
@@ -101,8 +137,11 @@ class Consumer:
             raise ValueError(
                 f"checkpoint_every must be 'entry' or 'page', not {checkpoint_every!r}"
             )
+        if parser not in PARSERS:
+            raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
         self.url = url
         self.start = start
+        self.parser = parser
         self.checkpoint_every = checkpoint_every
         self.poll = poll if poll is not None else PollPolicy()
         self.clock = clock
@@ -123,7 +162,7 @@ class Consumer:
             if self._owns_state:
                 self.state.close()
             raise
-        self._pages = _HttpPages(self.fetcher)
+        self._pages = _HttpPages(self.fetcher, parser)
         self._saved = self.state.load_checkpoint(url)
         self._pending: Checkpoint | None = None
         self._streams: weakref.WeakSet[Generator[FeedEntry, None, None]] = weakref.WeakSet()

@@ -98,6 +98,8 @@ class _Transient(Exception):
 
 
 _RETRYABLE = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError, _Transient)
+#: Made once: each one is a reference cycle, which only the garbage collector frees.
+_RETRY_IF = tenacity.retry_if_exception_type(_RETRYABLE)
 
 
 class Fetcher:
@@ -170,6 +172,10 @@ class Fetcher:
             return
         self.cache.put_document(replace(fetched.document, immutable=immutable))
 
+    def forget(self, url: str) -> None:
+        """Drop what the cache holds for ``url`` (a body that turned out not to be usable)."""
+        self.cache.delete_document(url)
+
     def _request(self, url: str, headers: dict[str, str]) -> httpx.Response:
         policy = self.retry
         exponential = tenacity.wait_exponential(
@@ -198,7 +204,7 @@ class Fetcher:
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(policy.attempts),
             wait=wait,
-            retry=tenacity.retry_if_exception_type(_RETRYABLE),
+            retry=_RETRY_IF,
             sleep=self.sleep,
             before_sleep=before_sleep,
         )
@@ -207,6 +213,7 @@ class Fetcher:
                 with attempt:
                     self.stats.requests += 1
                     response = self._client.get(url, headers=headers)
+                    _release(response)
                     if response.status_code >= 500 or response.status_code == 429:
                         retry_after = _retry_after(response.headers, self.clock())
                         raise _Transient(response.status_code, retry_after)
@@ -222,6 +229,13 @@ class Fetcher:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _release(response: httpx.Response) -> None:
+    """httpx binds a response and its (already read and closed) stream to each other; cut that
+    loop, so that the response and its body go with the last reference to them rather than at
+    the next garbage collection: a long catch-up then holds one body at a time."""
+    response.stream = httpx.ByteStream(b"")
 
 
 def _describe(exc: BaseException | None) -> str:

@@ -26,6 +26,21 @@ What feedparser gives, and how it lands here:
   only); for those entries the content element is serialised again with the standard library's
   ElementTree from the same, already well-formed, bytes.
 * feedparser invents a ``type`` for links that have none, so link types are not reported.
+
+Two parsers (``parser=``):
+
+``"feedparser"`` (the default)
+    feedparser for every document: the reference.
+``"lxml"``
+    :mod:`simplefeed.client.parse_fast` for the documents a Simplefeed server renders (more
+    than ten times faster), feedparser for anything else: what the fast path returns is equal
+    to what feedparser returns, entry for entry (``tests/test_client_parse.py``), and it gives
+    up on anything it does not vouch for.
+
+:func:`outline_page` reads only what walking back needs (the links, the archive flag, the
+newest and oldest sequence numbers), whichever parser reads entries: with the fast path's
+feed-level reading, or with feedparser when that gives up. The entries of a page walked back
+through are parsed, and checked, when the walk comes forward again.
 """
 
 from __future__ import annotations
@@ -34,19 +49,33 @@ import io
 import itertools
 import logging
 import xml.sax
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from xml.etree import ElementTree
 
 import feedparser
 
+from simplefeed.client import parse_fast
 from simplefeed.client.errors import MalformedPage, NotAtom
 from simplefeed.model import ATOM_NS, FH_NS, SF_NS
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EntryLink", "FeedEntry", "Page", "parse_page"]
+__all__ = [
+    "PARSERS",
+    "EntryLink",
+    "FeedEntry",
+    "Outline",
+    "Page",
+    "Parser",
+    "outline_page",
+    "parse_page",
+]
+
+#: Which parser reads entries: feedparser for everything, or the fast path where it applies.
+Parser = Literal["feedparser", "lxml"]
+PARSERS: tuple[Parser, ...] = ("feedparser", "lxml")
 
 
 @dataclass(frozen=True)
@@ -123,6 +152,14 @@ class Page:
     def next_archive(self) -> str | None:
         return self.links.get("next-archive")
 
+    @property
+    def oldest_seq(self) -> int | None:
+        return self.entries[0].seq if self.entries else None
+
+    @property
+    def newest_seq(self) -> int | None:
+        return self.entries[-1].seq if self.entries else None
+
     def position(self, entry_id: str) -> int | None:
         """Index of the entry in :attr:`entries` (oldest first), or None."""
         for i, entry in enumerate(self.entries):
@@ -131,8 +168,77 @@ class Page:
         return None
 
 
-def parse_page(url: str, body: bytes) -> Page:
+@dataclass(frozen=True)
+class Outline:
+    """What walking back through a document needs: its links, whether it is archived, and the
+    sequence numbers of its oldest and newest entries, without the entries themselves."""
+
+    url: str
+    links: Mapping[str, str]
+    is_archive: bool
+    oldest_seq: int | None
+    newest_seq: int | None
+
+    @classmethod
+    def of(cls, page: Page) -> Outline:
+        return cls(page.url, page.links, page.is_archive, page.oldest_seq, page.newest_seq)
+
+    @property
+    def permanent_url(self) -> str:
+        return self.links.get("via") or self.links.get("self") or self.url
+
+    @property
+    def prev_archive(self) -> str | None:
+        return self.links.get("prev-archive")
+
+    @property
+    def next_archive(self) -> str | None:
+        return self.links.get("next-archive")
+
+
+def parse_page(url: str, body: bytes, *, parser: Parser = "feedparser") -> Page:
     """Parse one document. Raises :class:`NotAtom` or :class:`MalformedPage`."""
+    if parser == "lxml":
+        scanned = parse_fast.scan(body)
+        if scanned is not None:
+            try:
+                return _page(
+                    url, body, scanned.links, scanned.entries, scanned.is_archive, (), _SEQ
+                )
+            except ElementTree.ParseError:
+                pass  # lxml took it, expat did not (for inline XML): leave it to feedparser
+        log.debug("%s: not a usual Simplefeed document; parsed with feedparser", url)
+    elif parser != "feedparser":
+        raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
+    return _parse_with_feedparser(url, body)
+
+
+def outline_page(url: str, body: bytes) -> Outline:
+    """The outline of one document: the fast path's feed-level reading, or a full feedparser
+    parse's when the fast path gives up or the sequence numbers are not right (so that the
+    error raised is feedparser's). The entries are not checked here, only counted."""
+    head = parse_fast.outline(body)
+    if head is not None:
+        if head.count == 0:
+            return Outline(url, head.links, head.is_archive, None, None)
+        newest, oldest = _seq_or_none(head.newest_seq), _seq_or_none(head.oldest_seq)
+        if newest is not None and oldest is not None and newest - oldest >= head.count - 1:
+            return Outline(url, head.links, head.is_archive, oldest, newest)
+    return Outline.of(_parse_with_feedparser(url, body))
+
+
+_SEQ = ("sf_seq",)
+
+
+def _seq_or_none(text: object) -> int | None:
+    try:
+        seq = int(str(text).strip())
+    except ValueError:
+        return None
+    return seq if seq >= 1 else None
+
+
+def _parse_with_feedparser(url: str, body: bytes) -> Page:
     d = feedparser.parse(io.BytesIO(body), sanitize_html=False, resolve_relative_uris=False)
     warnings: list[str] = []
     if d.get("bozo"):
@@ -155,16 +261,30 @@ def parse_page(url: str, body: bytes) -> Page:
         rel, href = link.get("rel"), link.get("href")
         if rel and href and rel not in links:
             links[rel] = href
-    permanent = links.get("via") or links.get("self") or url
+    is_archive = any(key in d.feed for key in archive_keys)
+    return _page(url, body, links, list(d.entries), is_archive, tuple(warnings), seq_keys)
 
-    raw_entries = list(d.entries)
+
+def _page(
+    url: str,
+    body: bytes,
+    links: dict[str, str],
+    raw_entries: Sequence[Mapping[str, Any]],
+    is_archive: bool,
+    warnings: tuple[str, ...],
+    seq_keys: tuple[str, ...],
+) -> Page:
+    """A :class:`Page` from entries keyed as feedparser keys them (newest first)."""
+    permanent = links.get("via") or links.get("self") or url
+    contents = [_content(raw) for raw in raw_entries]
     xml_content: dict[str, str] | None = None
-    if any(_is_inline_xml(_content(e)) for e in raw_entries):
+    if any(_is_inline_xml(content) for content in contents):
         xml_content = _inline_xml_contents(body)
 
-    entries: list[FeedEntry] = []
-    for raw in reversed(raw_entries):  # documents list entries newest first
-        entries.append(_entry(url, raw, seq_keys, permanent, xml_content))
+    entries = [  # documents list entries newest first
+        _entry(url, raw, content, seq_keys, permanent, xml_content)
+        for raw, content in zip(reversed(raw_entries), reversed(contents), strict=True)
+    ]
     for older, newer in itertools.pairwise(entries):
         if newer.seq <= older.seq:
             raise MalformedPage(
@@ -172,8 +292,7 @@ def parse_page(url: str, body: bytes) -> Page:
                 f"entries are not newest first by sequence number "
                 f"({newer.id!r} seq {newer.seq} is above {older.id!r} seq {older.seq})",
             )
-    is_archive = any(key in d.feed for key in archive_keys)
-    return Page(url, links, tuple(entries), is_archive, tuple(warnings))
+    return Page(url, links, tuple(entries), is_archive, warnings)
 
 
 def _keys(namespaces: Mapping[str, str], uri: str, local: str, *, default: str) -> tuple[str, ...]:
@@ -201,6 +320,7 @@ def _is_inline_xml(content: Mapping[str, Any] | None) -> bool:
 def _entry(
     url: str,
     raw: Mapping[str, Any],
+    content: Mapping[str, Any] | None,
     seq_keys: tuple[str, ...],
     page_url: str,
     xml_content: Mapping[str, str] | None,
@@ -208,7 +328,11 @@ def _entry(
     entry_id = raw.get("id")
     if not entry_id:
         raise MalformedPage(url, f"an entry has no id (title {raw.get('title')!r})")
-    seq_text = next((raw[k] for k in seq_keys if k in raw), None)
+    seq_text = None
+    for key in seq_keys:
+        if key in raw:
+            seq_text = raw[key]
+            break
     try:
         seq = int(str(seq_text).strip())
     except ValueError:
@@ -217,20 +341,21 @@ def _entry(
         ) from None
     if seq < 1:
         raise MalformedPage(url, f"entry {entry_id!r} has sequence number {seq}")
-    content = _content(raw)
     text: str | None = None
     content_type: str | None = None
     if content is not None:
         content_type = content.get("type")
         text = content.get("value", "")
-        if _is_inline_xml(content) and xml_content is not None:
+        if xml_content is not None and _is_inline_xml(content):
             text = xml_content.get(entry_id, text)
     summary_detail = raw.get("summary_detail")
     summary = summary_detail.get("value") if summary_detail else None
     links = tuple(
-        EntryLink(href=link["href"], rel=link.get("rel", "alternate"), title=link.get("title"))
-        for link in raw.get("links", ())
-        if link.get("href")
+        [
+            EntryLink(href=link["href"], rel=link.get("rel", "alternate"), title=link.get("title"))
+            for link in raw.get("links", ())
+            if link.get("href")
+        ]
     )
     return FeedEntry(
         id=entry_id,
@@ -248,7 +373,8 @@ def _entry(
 def _inline_xml_contents(body: bytes) -> dict[str, str]:
     """Entry id -> its inline XML content, serialised again (feedparser drops it).
 
-    Only called on bytes feedparser's strict parser has already accepted as well-formed.
+    Called on bytes feedparser's strict parser or lxml has already accepted as well-formed
+    (:class:`ElementTree.ParseError` should lxml be more lenient than expat).
     """
     root = ElementTree.fromstring(body)
     out: dict[str, str] = {}

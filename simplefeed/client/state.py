@@ -9,10 +9,13 @@ Two tables, keyed by absolute URL:
                  ``immutable`` (archived pages) are used for good without asking the network;
                  the others are revalidated (conditional GET) once their ``max-age`` is over.
 
-The file runs in WAL mode with ``synchronous=FULL``: every commit is fsynced before
-:meth:`StateFile.save_checkpoint` returns, so a checkpoint that was acknowledged survives a
-crash or a power cut. Writes are single statements in autocommit mode (each its own
-transaction).
+The file runs in WAL mode. Checkpoint writes are committed with ``synchronous=FULL``: fsynced
+before :meth:`StateFile.save_checkpoint` returns, so a checkpoint that was acknowledged
+survives a crash or a power cut. Cache writes are committed with ``synchronous=NORMAL``: atomic
+all the same, but not fsynced on their own (the next checkpoint's fsync takes them along); a
+power cut may lose the last few, which costs a request each, never a wrong answer. That halves
+the fsyncs of a catch-up that stores its checkpoint once a page. Writes are single statements
+in autocommit mode (each its own transaction).
 
 The consumer only needs the two small protocols :class:`CheckpointStore` and :class:`PageCache`;
 :class:`StateFile` is the one implementation shipped.
@@ -94,6 +97,8 @@ class PageCache(Protocol):
 
     def put_document(self, document: CachedDocument) -> None: ...
 
+    def delete_document(self, url: str) -> None: ...
+
 
 class StateFile:
     """A SQLite file holding checkpoints and the HTTP cache. Use as a context manager."""
@@ -109,6 +114,7 @@ class StateFile:
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
+            self._durable = True
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise StateError(
@@ -169,7 +175,7 @@ class StateFile:
         )
 
     def put_document(self, document: CachedDocument) -> None:
-        self._write(
+        self._write_cache(
             "INSERT INTO documents (url, body, etag, last_modified, immutable, fetched_at, "
             "max_age) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (url) DO UPDATE SET "
             "body = excluded.body, etag = excluded.etag, last_modified = excluded.last_modified, "
@@ -186,6 +192,9 @@ class StateFile:
             ),
         )
 
+    def delete_document(self, url: str) -> None:
+        self._write_cache("DELETE FROM documents WHERE url = ?", (url,))
+
     # -- plumbing ------------------------------------------------------------------------
 
     def _query(self, sql: str, params: tuple[object, ...]) -> tuple[Any, ...] | None:
@@ -196,8 +205,19 @@ class StateFile:
         return row
 
     def _write(self, sql: str, params: tuple[object, ...]) -> None:
+        """One durable transaction (fsynced before returning)."""
+        self._execute(sql, params, durable=True)
+
+    def _write_cache(self, sql: str, params: tuple[object, ...]) -> None:
+        """One atomic transaction, not fsynced on its own."""
+        self._execute(sql, params, durable=False)
+
+    def _execute(self, sql: str, params: tuple[object, ...], *, durable: bool) -> None:
         try:
-            self._db.execute(sql, params)  # autocommit: one durable transaction
+            if durable != self._durable:
+                self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                self._durable = durable
+            self._db.execute(sql, params)  # autocommit: one transaction
         except sqlite3.Error as exc:
             raise StateError(str(self.path), f"write failed: {exc}") from exc
 

@@ -1,8 +1,9 @@
 """Which entries are new, in which order: the walking logic, over any :class:`PageSource`.
 
 No HTTP here: a page source turns a URL into a parsed :class:`~simplefeed.client.parse.Page`
-(the consumer's is the fetcher plus the parser; tests may use pages held in a dict). Links are
-only ever followed, never built.
+(the consumer's is the fetcher plus the parser; tests may use pages held in a dict), and may
+also give an :class:`~simplefeed.client.parse.Outline` (links, archive flag, oldest and newest
+sequence numbers) for less. Links are only ever followed, never built.
 
 One pass (:func:`new_entries`), given the entry point's document (*head*) and the checkpoint:
 
@@ -12,22 +13,32 @@ One pass (:func:`new_entries`), given the entry point's document (*head*) and th
    through ``next-archive`` up to the working page (*head* itself stands in for the page its
    ``via`` names, so that one is not fetched again).
 3. If the entry is not on that page (or the page is gone), walk back from *head* through
-   ``prev-archive``, remembering the chain, until the entry is found; then forward along the
-   chain. Not found back to the first page: :class:`LastEntryVanished`.
-4. No checkpoint (a first run): walk back to the first page and yield everything, oldest first.
-   :func:`starting_point` gives the checkpoint for "start from now" instead.
+   ``prev-archive`` until the entry is found, then forward from there as in 2. Not found back
+   to the first page: :class:`LastEntryVanished`.
+4. No checkpoint (a first run): walk back to the first page, reading only outlines, then
+   forward from it as in 2, everything, oldest first. :func:`starting_point` gives the
+   checkpoint for "start from now" instead.
+
+Memory stays flat in the number of pages walked: one page (and *head*) is held at a time, and
+a bounded trail of URLs. Going forward re-reads the pages walked back through; the consumer's
+page source serves archived pages from its cache, without a request.
 
 Every entry yielded has the sequence number of the one before plus one (the first of a feed has
-1): anything else raises :class:`SequenceGap` before the entry is yielded. Revisiting a page
-raises :class:`LinkLoop`. Errors are raised before any entry past the problem is yielded; the
-caller's checkpoint is never touched here.
+1): anything else raises :class:`SequenceGap` before the entry is yielded; walking back, each
+page must hold older entries than the one before (else :class:`MalformedPage`). So a walk that
+goes round in circles through pages with entries cannot go on: coming back to a page breaks
+the order. Following a link to one of the last pages visited (:data:`TRAIL` of them), or to any
+page visited since the walk last passed an entry, raises :class:`LinkLoop` at once. Errors are
+raised before any entry past the problem is yielded; the caller's checkpoint is never touched
+here.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from simplefeed.client.errors import (
     LastEntryVanished,
@@ -36,17 +47,28 @@ from simplefeed.client.errors import (
     SequenceGap,
     UnexpectedStatus,
 )
-from simplefeed.client.parse import FeedEntry, Page
+from simplefeed.client.parse import FeedEntry, Outline, Page
 from simplefeed.client.state import Checkpoint
 
-__all__ = ["PageSource", "Progress", "new_entries", "starting_point"]
+__all__ = ["OutlineSource", "PageSource", "Progress", "new_entries", "starting_point"]
 
 #: Statuses of the checkpoint's page that send us to the walk back instead of failing.
 GONE = (404, 410)
+#: How many of the last pages visited a walk remembers, for :class:`LinkLoop`.
+TRAIL = 16
 
 
 class PageSource(Protocol):
     def page(self, url: str) -> Page: ...
+
+
+@runtime_checkable
+class OutlineSource(Protocol):
+    """A page source that can also give a page's outline, for less than the page."""
+
+    def page(self, url: str) -> Page: ...
+
+    def outline(self, url: str) -> Outline: ...
 
 
 @dataclass(frozen=True)
@@ -96,9 +118,15 @@ def new_entries(
     progress: ProgressFn = _no_progress,
 ) -> Iterator[FeedEntry]:
     """The entries after ``checkpoint``, oldest first (everything when it is None)."""
+    # Each pass forward is made before it runs, so that the page it starts from is not also
+    # held here: it is let go of as soon as the pass moves on to the next one.
     if checkpoint is None or checkpoint.seq == 0:
-        chain, _ = _walk_back(source, head, None, 0, progress)
-        yield from _forward_chain(head.url, chain, -1, 0, progress)
+        first, newest = _walk_back_to_start(source, head, progress)
+        forward = _forward(
+            source, head, first, -1, 0, progress, newest=newest, report=first is not head
+        )
+        del first
+        yield from forward
         return
 
     position = head.position(checkpoint.entry_id)
@@ -116,95 +144,147 @@ def new_entries(
         page = None
     position = page.position(checkpoint.entry_id) if page is not None else None
     if page is not None and position is not None:
-        yield from _forward_links(source, head, page, position, checkpoint.seq, progress)
-        return
-
-    chain, position = _walk_back(source, head, checkpoint.entry_id, checkpoint.seq, progress)
-    yield from _forward_chain(head.url, chain, position, checkpoint.seq, progress)
-
-
-def _newest_seq(pages: list[Page]) -> int | None:
-    for page in pages:
-        if page.entries:
-            return page.entries[-1].seq
-    return None
+        forward = _forward(source, head, page, position, checkpoint.seq, progress)
+    else:
+        page = None  # not needed while walking back
+        page, position = _walk_back_to_entry(
+            source, head, checkpoint.entry_id, checkpoint.seq, progress
+        )
+        forward = _forward(source, head, page, position, checkpoint.seq, progress, report=True)
+    del page
+    yield from forward
 
 
-def _walk_back(
-    source: PageSource,
-    head: Page,
-    entry_id: str | None,
-    after_seq: int,
-    progress: ProgressFn,
-) -> tuple[list[Page], int]:
-    """Pages from ``head`` back to the one holding ``entry_id`` (or to the first page), newest
-    first, and the entry's position on the last of them (-1 when walking to the start)."""
-    chain = [head]
-    visited = {head.url, head.permanent_url}
-    page = head
-    oldest_seen: int | None = None
+class _Trail:
+    """The URLs a walk remembers, in memory that does not grow with the walk: the last
+    :data:`TRAIL` pages (each by its URL and its permanent URL; the chain a :class:`LinkLoop`
+    reports), and every page since the walk last passed an entry (pages without entries, which
+    the order of sequence numbers cannot tell apart)."""
+
+    def __init__(self, page: Page) -> None:
+        self.chain: deque[str] = deque([page.url], maxlen=TRAIL)
+        self.near: deque[str] = deque([page.url, page.permanent_url], maxlen=2 * TRAIL)
+        self.stalled: set[str] = set()
+
+    def follow(self, url: str) -> None:
+        """About to follow a link to ``url``."""
+        if url in self.stalled or url in self.near:
+            raise LinkLoop(url, list(self.chain))
+
+    def arrived(self, url: str, page: Page | Outline, *, passed_entries: bool) -> None:
+        self.chain.append(url)
+        self.near.extend((url, page.permanent_url))
+        if passed_entries:
+            self.stalled.clear()
+        else:
+            self.stalled.update((url, page.permanent_url))
+
+
+class _Back:
+    """The bookkeeping of a walk back: the trail, the oldest sequence number passed (each page
+    back must hold older entries), progress."""
+
+    def __init__(self, head: Page, after_seq: int, progress: ProgressFn) -> None:
+        self.trail = _Trail(head)
+        self.steps = 0
+        self.oldest: int | None = None
+        self.newest: int | None = None
+        self.after_seq = after_seq
+        self.progress = progress
+
+    def passed(self, page: Page | Outline) -> bool:
+        """``page`` read: check that its entries are older than those passed before; whether
+        it had any."""
+        oldest, newest = page.oldest_seq, page.newest_seq
+        if oldest is None or newest is None:
+            return False
+        if self.oldest is not None and newest >= self.oldest:
+            raise MalformedPage(
+                page.url,
+                f"prev-archive led to newer entries (sequence {newest} after {self.oldest})",
+            )
+        self.oldest = oldest
+        if self.newest is None:
+            self.newest = newest
+        return True
+
+    def step(self, prev: str) -> None:
+        """About to follow ``prev``."""
+        self.trail.follow(prev)
+        if (self.steps or self.oldest is not None) and self.newest is not None:
+            assert self.oldest is not None
+            total = self.newest - self.after_seq
+            self.progress(Progress("locate", self.newest - self.oldest + 1, total))
+
+    def arrived(self, url: str, page: Page | Outline) -> bool:
+        """At ``page`` (reached through ``url``): checked as :meth:`passed`."""
+        self.steps += 1
+        passed = self.passed(page)
+        self.trail.arrived(url, page, passed_entries=passed)
+        return passed
+
+
+def _walk_back_to_start(
+    source: PageSource, head: Page, progress: ProgressFn
+) -> tuple[Page, int | None]:
+    """The first page of the feed (walking back from ``head`` through outlines), and the
+    newest sequence number passed on the way (None if no entry was seen)."""
+    back = _Back(head, 0, progress)
+    outlines = source if isinstance(source, OutlineSource) else None
+    page: Page | Outline = head
+    back.passed(head)
     while True:
-        if entry_id is not None:
-            position = page.position(entry_id)
-            if position is not None:
-                return chain, position
-        if page.entries:
-            if oldest_seen is not None and page.entries[-1].seq >= oldest_seen:
-                raise MalformedPage(
-                    page.url,
-                    f"prev-archive led to newer entries (sequence {page.entries[-1].seq} "
-                    f"after {oldest_seen})",
-                )
-            oldest_seen = page.entries[0].seq
         prev = page.prev_archive
         if prev is None:
-            if entry_id is not None:
-                raise LastEntryVanished(page.url, entry_id)
-            return chain, -1
-        if prev in visited:
-            raise LinkLoop(prev, [p.url for p in chain])
-        if len(chain) > 1 or oldest_seen is not None:
-            newest = _newest_seq(chain)
-            if newest is not None and oldest_seen is not None:
-                progress(Progress("locate", newest - oldest_seen + 1, newest - after_seq))
+            break
+        back.step(prev)
+        page = outlines.outline(prev) if outlines is not None else source.page(prev)
+        back.arrived(prev, page)
+    if isinstance(page, Outline):
+        page = source.page(page.url)
+    return page, back.newest
+
+
+def _walk_back_to_entry(
+    source: PageSource, head: Page, entry_id: str, after_seq: int, progress: ProgressFn
+) -> tuple[Page, int]:
+    """The page holding ``entry_id`` (walking back from ``head``) and the entry's position."""
+    back = _Back(head, after_seq, progress)
+    page = head
+    back.passed(head)
+    while True:
+        prev = page.prev_archive
+        if prev is None:
+            raise LastEntryVanished(page.url, entry_id)
+        back.step(prev)
         page = source.page(prev)
-        visited.add(prev)
-        visited.add(page.permanent_url)
-        chain.append(page)
+        position = page.position(entry_id)
+        if position is not None:
+            return page, position
+        back.arrived(prev, page)
 
 
-def _forward_chain(
-    url: str, chain: list[Page], position: int, after_seq: int, progress: ProgressFn
-) -> Iterator[FeedEntry]:
-    """Walk ``chain`` (newest first, as walked back) oldest first, after ``position``."""
-    newest = _newest_seq(chain)
-    total = None if newest is None else newest - after_seq
-    report = len(chain) > 1
-    prev_seq = after_seq
-    done = 0
-    for i, page in enumerate(reversed(chain)):
-        entries = page.entries[position + 1 :] if i == 0 else page.entries
-        for entry in _checked(page.url, entries, prev_seq):
-            yield entry
-            prev_seq = entry.seq
-            done += 1
-            if report:
-                progress(Progress("process", done, total))
-
-
-def _forward_links(
+def _forward(
     source: PageSource,
     head: Page,
     page: Page,
     position: int,
     after_seq: int,
     progress: ProgressFn,
+    *,
+    newest: int | None = None,
+    report: bool = False,
 ) -> Iterator[FeedEntry]:
-    """From ``page`` (the checkpoint at ``position``) through ``next-archive`` links."""
-    newest = head.entries[-1].seq if head.entries else None
+    """From ``page`` (after ``position``) through ``next-archive`` links, up to ``head``.
+
+    Progress is reported from the second page on, or from the first entry with ``report``;
+    its total is ``newest`` (default: head's newest entry) minus ``after_seq``.
+    """
+    if newest is None or (head.newest_seq is not None and head.newest_seq > newest):
+        newest = head.newest_seq
     total = None if newest is None else newest - after_seq
-    visited = [page.url]
-    seen = {page.url, page.permanent_url}
+    trail = _Trail(page)
+    moved = False
     prev_seq = after_seq
     done = 0
     entries = page.entries[position + 1 :]
@@ -213,20 +293,18 @@ def _forward_links(
             yield entry
             prev_seq = entry.seq
             done += 1
-            if len(visited) > 1:
+            if report or moved:
                 progress(Progress("process", done, total))
         nxt = page.next_archive
         if nxt is None:
             if page.is_archive:
                 raise MalformedPage(page.url, "an archived page without a next-archive link")
             return
-        if nxt in seen:
-            raise LinkLoop(nxt, visited)
+        trail.follow(nxt)
         page = head if nxt == head.permanent_url else source.page(nxt)
-        visited.append(nxt)
-        seen.add(nxt)
-        seen.add(page.permanent_url)
+        moved = True
         entries = page.entries
+        trail.arrived(nxt, page, passed_entries=bool(entries))
 
 
 def _checked(url: str, entries: tuple[FeedEntry, ...], prev_seq: int) -> Iterator[FeedEntry]:

@@ -1,0 +1,109 @@
+"""One cold-start catch-up, in a process of its own (``bench/consume.py`` runs it).
+
+::
+
+    python bench/_consume_run.py URL STATE --parser lxml --checkpoint page [--tracemalloc]
+
+Reads the feed at URL with a fresh state file, handling each entry with a counter, and prints
+one JSON object: entries, seconds (from opening the state file to closing the consumer); the
+resident set size before the consumer, once it is open (its HTTP client loads the TLS trust
+store) and at its peak during the catch-up (sampled every 10 ms); the tracemalloc peak when
+asked (tracing slows the run, so its seconds are not a throughput figure); what the fetcher
+did (requests, cache hits); and the CPU time the process used in all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from simplefeed.client import Consumer
+
+
+def rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+class RssSampler(threading.Thread):
+    """The peak of the resident set size while the catch-up runs, sampled every 10 ms
+    (``ru_maxrss`` is the peak of the whole process, which its imports reach first)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak = rss_kib()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.01):
+            self.peak = max(self.peak, rss_kib())
+
+    def stop(self) -> int:
+        self.done.set()
+        self.join()
+        return max(self.peak, rss_kib())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("state", type=Path)
+    parser.add_argument("--parser", choices=["feedparser", "lxml"], required=True)
+    parser.add_argument("--checkpoint", choices=["entry", "page"], required=True)
+    parser.add_argument("--tracemalloc", action="store_true")
+    args = parser.parse_args()
+    if args.state.exists():
+        raise SystemExit(f"{args.state} exists: a cold start needs a fresh state file")
+
+    count = 0
+
+    def handle(_: object) -> None:
+        nonlocal count
+        count += 1
+
+    rss_before = rss_kib()
+    if args.tracemalloc:
+        tracemalloc.start()
+    started = time.perf_counter()
+    with Consumer(
+        args.url, args.state, parser=args.parser, checkpoint_every=args.checkpoint, timeout=60
+    ) as consumer:
+        rss_open = rss_kib()
+        sampler = RssSampler()
+        sampler.start()
+        consumer.run(handle)
+        rss_peak = sampler.stop()
+        stats = consumer.fetcher.stats
+    seconds = time.perf_counter() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    traced_peak = tracemalloc.get_traced_memory()[1] if args.tracemalloc else None
+    print(
+        json.dumps(
+            {
+                "entries": count,
+                "seconds": seconds,
+                "rss_before_kib": rss_before,
+                "rss_open_kib": rss_open,
+                "rss_peak_kib": rss_peak,
+                "maxrss_kib": usage.ru_maxrss,
+                "cpu_seconds": usage.ru_utime + usage.ru_stime,
+                "traced_peak": traced_peak,
+                "requests": stats.requests,
+                "cache_hits": stats.cache_hits,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
