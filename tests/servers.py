@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 
 import httpx
+import pytest
 
 #: The checkout under test: uwsgi.ini and alembic/ live here.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -273,3 +275,31 @@ class UwsgiServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def ensure_debian_binary(package: str, find: Callable[[], str | None]) -> str:
+    """The path ``find`` gives for a Debian package's binary; installs the package when missing
+    and we are root with apt-get, else skips the test saying why."""
+    found = find()
+    if found:
+        return found
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip(f"{package} is not installed (apt-get install -y {package}) and cannot be here")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", package]):
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            pytest.skip(f"{package} could not be installed: {' '.join(argv)}: {done.stderr[-500:]}")
+    found = find()
+    if not found:
+        pytest.skip(f"{package} was installed but its binary is not to be found")
+    return found
+
+
+def render_template(template: str, values: dict[str, str]) -> str:
+    """envsubst with a named list: only ``${NAME}`` for the given names; none may be left."""
+    for key, value in values.items():
+        template = template.replace("${" + key + "}", value)
+    left = re.findall(r"\$\{SIMPLEFEED_[A-Z_]+\}", template)
+    assert not left, f"placeholders not filled: {left}"
+    return template

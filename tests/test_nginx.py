@@ -28,7 +28,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import HOST, PROJECT_ROOT, UwsgiServer, clean_environ, free_port
+from tests.servers import (
+    HOST,
+    PROJECT_ROOT,
+    UwsgiServer,
+    clean_environ,
+    ensure_debian_binary,
+    free_port,
+    render_template,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -43,30 +51,14 @@ LOG_FORMAT = "ORIGIN %(method) %(uri) %(status)"
 LOG_LINE = re.compile(r"^ORIGIN (\S+) (\S+) (\d{3})$")
 
 
+def _nginx_path() -> str | None:
+    if shutil.which("nginx"):
+        return shutil.which("nginx")
+    return "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
+
+
 def ensure_nginx() -> str:
-    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else "")
-    if found:
-        return found
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip("nginx is not installed (apt-get install -y nginx) and cannot be here")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "nginx"]):
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            pytest.skip(f"nginx could not be installed: {' '.join(argv)}: {done.stderr[-500:]}")
-    found = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not Path(found).exists():
-        pytest.skip("nginx was installed but is not to be found")
-    return found
-
-
-def render(template: str, values: dict[str, str]) -> str:
-    """envsubst with a named list: only ``${NAME}`` for the given names; none may be left."""
-    for key, value in values.items():
-        template = template.replace("${" + key + "}", value)
-    left = re.findall(r"\$\{SIMPLEFEED_[A-Z_]+\}", template)
-    assert not left, f"placeholders not filled: {left}"
-    return template
+    return ensure_debian_binary("nginx", _nginx_path)
 
 
 MAIN_CONF = """\
@@ -101,7 +93,7 @@ class Nginx:
             shutil.copy(Path("/etc/nginx") / name, prefix / name)
         self.port = free_port()
         (prefix / "simplefeed.conf").write_text(
-            render(
+            render_template(
                 TEMPLATE.read_text(),
                 {
                     "SIMPLEFEED_LISTEN": f"{HOST}:{self.port}",

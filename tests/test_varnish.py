@@ -28,7 +28,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import HOST, PROJECT_ROOT, UwsgiServer, clean_environ, free_port
+from tests.servers import (
+    HOST,
+    PROJECT_ROOT,
+    UwsgiServer,
+    clean_environ,
+    ensure_debian_binary,
+    free_port,
+    render_template,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -58,29 +66,7 @@ def varnishd_path() -> str | None:
 
 def ensure_varnishd() -> str:
     """varnishd's path; installs Debian's varnish when missing and possible, else skips."""
-    found = varnishd_path()
-    if found:
-        return found
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip("varnishd is not installed (apt-get install -y varnish) and cannot be here")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "varnish"]):
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            pytest.skip(f"varnish could not be installed: {' '.join(argv)}: {done.stderr[-500:]}")
-    found = varnishd_path()
-    if not found:
-        pytest.skip("varnish was installed but varnishd is not to be found")
-    return found
-
-
-def render(template: str, values: dict[str, str]) -> str:
-    """envsubst with a named list: only ``${NAME}`` for the given names; none may be left."""
-    for key, value in values.items():
-        template = template.replace("${" + key + "}", value)
-    left = re.findall(r"\$\{SIMPLEFEED_[A-Z_]+\}", template)
-    assert not left, f"placeholders not filled: {left}"
-    return template
+    return ensure_debian_binary("varnish", varnishd_path)
 
 
 class Varnish:
@@ -90,7 +76,7 @@ class Varnish:
         self.workdir = workdir
         self.vcl = workdir / "simplefeed.vcl"
         self.vcl.write_text(
-            render(
+            render_template(
                 VCL.read_text(),
                 {"SIMPLEFEED_BACKEND_HOST": HOST, "SIMPLEFEED_BACKEND_PORT": str(backend_port)},
             )
