@@ -124,20 +124,11 @@ class FeedEntry:
         }
 
 
-@dataclass(frozen=True)
-class Page:
-    """One Atom document of a feed."""
+class _Linked:
+    """The links a walk follows, for anything with a ``url`` and its ``links`` by rel."""
 
-    #: The URL it was retrieved from.
     url: str
-    #: The feed-level links, by rel (the first of each rel).
     links: Mapping[str, str]
-    #: The entries, OLDEST FIRST (the reverse of document order), sequence numbers ascending.
-    entries: tuple[FeedEntry, ...]
-    #: ``fh:archive`` present: an archived page, which never changes.
-    is_archive: bool
-    #: bozo conditions that did not stop parsing.
-    warnings: tuple[str, ...] = field(default=())
 
     @property
     def permanent_url(self) -> str:
@@ -151,6 +142,22 @@ class Page:
     @property
     def next_archive(self) -> str | None:
         return self.links.get("next-archive")
+
+
+@dataclass(frozen=True)
+class Page(_Linked):
+    """One Atom document of a feed."""
+
+    #: The URL it was retrieved from.
+    url: str
+    #: The feed-level links, by rel (the first of each rel).
+    links: Mapping[str, str]
+    #: The entries, OLDEST FIRST (the reverse of document order), sequence numbers ascending.
+    entries: tuple[FeedEntry, ...]
+    #: ``fh:archive`` present: an archived page, which never changes.
+    is_archive: bool
+    #: bozo conditions that did not stop parsing.
+    warnings: tuple[str, ...] = field(default=())
 
     @property
     def oldest_seq(self) -> int | None:
@@ -169,7 +176,7 @@ class Page:
 
 
 @dataclass(frozen=True)
-class Outline:
+class Outline(_Linked):
     """What walking back through a document needs: its links, whether it is archived, and the
     sequence numbers of its oldest and newest entries, without the entries themselves."""
 
@@ -182,18 +189,6 @@ class Outline:
     @classmethod
     def of(cls, page: Page) -> Outline:
         return cls(page.url, page.links, page.is_archive, page.oldest_seq, page.newest_seq)
-
-    @property
-    def permanent_url(self) -> str:
-        return self.links.get("via") or self.links.get("self") or self.url
-
-    @property
-    def prev_archive(self) -> str | None:
-        return self.links.get("prev-archive")
-
-    @property
-    def next_archive(self) -> str | None:
-        return self.links.get("next-archive")
 
 
 def parse_page(url: str, body: bytes, *, parser: Parser = "feedparser") -> Page:
