@@ -17,12 +17,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 
 import httpx
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 #: The checkout under test: uwsgi.ini and alembic/ live here.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -303,3 +306,27 @@ def render_template(template: str, values: dict[str, str]) -> str:
     left = re.findall(r"\$\{SIMPLEFEED_[A-Z_]+\}", template)
     assert not left, f"placeholders not filled: {left}"
     return template
+
+
+PG_ENV = "SIMPLEFEED_TEST_POSTGRES_URL"
+
+
+@contextlib.contextmanager
+def scratch_postgres_database(prefix: str) -> Iterator[str]:
+    """A fresh, empty database on the PostgreSQL of ``SIMPLEFEED_TEST_POSTGRES_URL`` (yielded as
+    its URL, dropped afterwards); skips the test, saying why, when the variable is unset."""
+    admin_url = os.environ.get(PG_ENV)
+    if not admin_url:
+        pytest.skip(f"PostgreSQL half skipped: set {PG_ENV} to run it")
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()

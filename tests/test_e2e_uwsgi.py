@@ -20,7 +20,6 @@ import re
 import socket
 import stat
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.utils import formatdate
@@ -33,9 +32,8 @@ import httpx
 import pytest
 from lxml import etree
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
 
-from tests.servers import HOST, UwsgiServer
+from tests.servers import HOST, UwsgiServer, scratch_postgres_database
 
 pytestmark = pytest.mark.e2e
 
@@ -72,23 +70,9 @@ def uwsgi_server(
     if request.param == "sqlite":
         yield from _serve(f"sqlite:///{workdir / 'simplefeed.sqlite3'}", workdir)
         return
-    admin_url = os.environ.get(PG_ENV)
-    if not admin_url:
-        pytest.skip(f"PostgreSQL half skipped: set {PG_ENV} to run it")
     # A fresh database on the configured server, migrated by the CLI, dropped afterwards.
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    database = f"sf_e2e_{uuid.uuid4().hex[:12]}"
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{database}"'))
-        try:
-            url = make_url(admin_url).set(database=database)
-            yield from _serve(url.render_as_string(hide_password=False), workdir)
-        finally:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
+    with scratch_postgres_database("sf_e2e") as url:
+        yield from _serve(url, workdir)
 
 
 def _serve(database_url: str, workdir: Path) -> Iterator[UwsgiServer]:

@@ -35,7 +35,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,14 +46,13 @@ import httpx
 import pytest
 from lxml import etree
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from simplefeed import archive
 from simplefeed.core import Simplefeed, _prepare
 from simplefeed.model import Author, Category, Event, Link
 from simplefeed.settings import Settings
 from tests.atomcheck import check_atom
-from tests.servers import UwsgiServer
+from tests.servers import UwsgiServer, scratch_postgres_database
 
 pytestmark = pytest.mark.e2e
 
@@ -551,21 +549,8 @@ def pg_database() -> Iterator[str]:
 
 
 def postgres_database() -> Iterator[str]:
-    admin_url = os.environ.get(PG_ENV)
-    if not admin_url:
-        pytest.skip(f"PostgreSQL half skipped: set {PG_ENV} to run it")
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    name = f"sf_scale_{uuid.uuid4().hex[:12]}"
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        try:
-            yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-        finally:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
+    with scratch_postgres_database("sf_scale") as url:
+        yield url
 
 
 def server(
