@@ -29,7 +29,7 @@ from simplefeed.model import (
     FrozenPage,
 )
 from simplefeed.settings import Settings
-from simplefeed.store.entries import NewEntry
+from simplefeed.store.entries import NewEntry, Pending
 from simplefeed.store.tokens import (
     TokenRecord,
     find_token,
@@ -104,6 +104,9 @@ class Simplefeed:
         self.clock = clock
         self.new_uuid = new_uuid
         self._live_cache: dict[tuple[int, DocumentKind], tuple[str, bytes]] = {}
+        #: Feeds by name as this process last locked them, for their identity (id, name, page
+        #: size: these never change) on the one-round-trip append path, never for their head.
+        self._feeds: dict[str, Feed] = {}
         self._cache_lock = threading.Lock()
 
     # -- feeds ---------------------------------------------------------------------------
@@ -159,14 +162,28 @@ class Simplefeed:
 
     def authorize(self, authorization: str | None, feed: str) -> None:
         """Check an ``Authorization`` header for publishing to ``feed``."""
-        credentials = auth.parse_authorization(authorization)
+        self.check_credentials(auth.parse_authorization(authorization), feed)
+
+    def check_credentials(self, credentials: auth.Credentials, feed: str) -> None:
+        """Raise :class:`~simplefeed.errors.AuthError` unless ``credentials`` may publish to
+        ``feed``."""
         record = find_token(self.db, credentials.token_id)
         auth.check(credentials, record, feed)
 
     # -- publishing ----------------------------------------------------------------------
 
-    def publish(self, feed_name: str, events: Sequence[Event]) -> list[Appended]:
+    def publish(
+        self,
+        feed_name: str,
+        events: Sequence[Event],
+        *,
+        credentials: auth.Credentials | None = None,
+    ) -> list[Appended]:
         """Append events to a feed, all or nothing, freezing every page they fill.
+
+        With ``credentials`` (a producer's token), nothing is appended unless the token may
+        publish to the feed (:class:`~simplefeed.errors.AuthError` otherwise); on the
+        one-round-trip path that check is part of the append's own statements.
 
         An event whose ``id`` the feed already holds with the same content is a replay: it gets
         the existing entry back (``created=False``) and stores nothing. The same id with other
@@ -177,14 +194,29 @@ class Simplefeed:
         # bounds the feed's append rate.
         prepared = [_prepare(event) for event in events]
         explicit = [p.event.id for p in prepared if p.event.id is not None]
+        # Ids for events that come without one: they are new whichever way they are appended.
+        fresh_ids = {
+            index: f"urn:uuid:{self.new_uuid()}"
+            for index, p in enumerate(prepared)
+            if p.event.id is None
+        }
+        now = self.clock()
+        if prepared and len(set(explicit)) == len(explicit):
+            quick = self._publish_in_one_round_trip(
+                feed_name, prepared, fresh_ids, now, credentials
+            )
+            if quick is not None:
+                return quick
+        if credentials is not None:
+            self.check_credentials(credentials, feed_name)
         frozen: list[FrozenPage] = []
-        with self.db.write() as conn:
+        with self.db.append() as conn:
             feed, existing = store.lock_feed_and_find(conn, feed_name, explicit)
+            self._feeds[feed_name] = feed
             size = feed.page_size
             seen: dict[str, tuple[str, Appended]] = {}
             results: list[Appended] = []
             new: list[NewEntry] = []
-            now = self.clock()
             head = feed.head_seq
             last_updated = feed.head_updated_us
             for index, p in enumerate(prepared):
@@ -207,7 +239,7 @@ class Simplefeed:
                         )
                         continue
                 head += 1
-                entry_id = event.id if event.id is not None else f"urn:uuid:{self.new_uuid()}"
+                entry_id = event.id if event.id is not None else fresh_ids[index]
                 published = event.updated_us if event.updated_us is not None else now
                 # Strictly increasing per feed: no two entries share `updated`, and the order of
                 # `updated` is the order of the sequence.
@@ -234,6 +266,49 @@ class Simplefeed:
         for page in frozen:
             self._write_file(feed.name, page)
         return results
+
+    def _publish_in_one_round_trip(
+        self,
+        feed_name: str,
+        prepared: Sequence[_Prepared],
+        fresh_ids: dict[int, str],
+        now: int,
+        credentials: auth.Credentials | None,
+    ) -> list[Appended] | None:
+        """The common append, on PostgreSQL: new events that stay within the working page,
+        numbered by the database under the feed's lock, in one round trip (see
+        :func:`simplefeed.store.entries.append_in_one_round_trip`). None when that does not
+        apply: :meth:`publish` then goes the ordinary way, which also answers replays and
+        conflicts and freezes the pages an append fills.
+        """
+        known = self._feeds.get(feed_name)
+        if known is None or len(prepared) >= known.page_size:
+            return None  # not seen yet in this process, or certain to fill a page
+        pending = [
+            Pending(
+                p.event.id if p.event.id is not None else fresh_ids[index],
+                p.event.updated_us if p.event.updated_us is not None else now,
+                p.fingerprint,
+                p.data,
+            )
+            for index, p in enumerate(prepared)
+        ]
+        with self.db.append() as conn:
+            if not store.one_round_trip_supported(conn):
+                return None
+            token = (
+                store.TokenCheck(credentials.token_id, auth.hash_secret(credentials.secret))
+                if credentials is not None
+                else None
+            )
+            head = store.append_in_one_round_trip(conn, known, pending, now_us=now, token=token)
+        if head is None:
+            return None
+        size = known.page_size
+        return [
+            Appended(p.entry_id, seq, paging.page_of(seq, size), created=True)
+            for seq, p in enumerate(pending, head - len(pending) + 1)
+        ]
 
     def _freeze(
         self, conn: Connection, feed: Feed, number: int, now_us: int, fresh: dict[int, Entry]

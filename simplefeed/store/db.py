@@ -31,6 +31,7 @@ import logging
 import os
 import random
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -63,12 +64,28 @@ def make_engine(url: str) -> Engine:
         _configure_sqlite(engine)
         return engine
     # READ COMMITTED whatever the server's default: appending relies on it (after waiting for
-    # the feed's row lock, SELECT ... FOR UPDATE returns the row as the previous appender
-    # committed it, and the next statement sees that appender's entries); under REPEATABLE
-    # READ the wait would end in a serialization failure instead.
+    # the feed's lock, the next statement takes a new snapshot, which sees the row and the
+    # entries the previous appender committed); under REPEATABLE READ the snapshot would be
+    # older than the lock, and the append would number from a stale head.
     engine = create_engine(sa_url, pool_size=5, max_overflow=5, isolation_level="READ COMMITTED")
+    _read_committed_by_default(engine)
     _ping_when_idle(engine)
     return engine
+
+
+def _read_committed_by_default(engine: Engine) -> None:
+    """READ COMMITTED also for the transactions no ``BEGIN`` opens: the implicit transaction of a
+    pipeline on an autocommit connection (the one-round-trip append relies on a new snapshot
+    per statement) and single statements in autocommit."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        try:
+            dbapi_connection.execute("SET default_transaction_isolation = 'read committed'")
+        finally:
+            dbapi_connection.autocommit = autocommit
 
 
 def _ping_when_idle(engine: Engine) -> None:
@@ -145,6 +162,23 @@ def _begin_immediate(dbapi_connection: Any) -> None:
             delay = min(delay * 2, _RETRY_MAX_S)
     finally:
         dbapi_connection.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+
+
+def pipeline_supported(driver: Any) -> bool:
+    """psycopg's pipeline mode needs libpq 14 or later (psycopg[binary] bundles a newer one)."""
+    module = sys.modules.get("psycopg")
+    pipeline = getattr(module, "Pipeline", None)
+    return bool(
+        type(driver).__module__.startswith("psycopg")
+        and pipeline is not None
+        and pipeline.is_supported()
+    )
+
+
+def owns_transaction(conn: Connection) -> bool:
+    """Whether the store's statements open and commit this connection's transaction
+    (:meth:`Database.append` on PostgreSQL)."""
+    return bool(conn.get_execution_options().get("simplefeed_own_tx", False))
 
 
 class _Lookups:
@@ -255,6 +289,48 @@ class Database:
             conn = conn.execution_options(simplefeed_write=True)
             with conn.begin():
                 yield conn
+
+    @contextmanager
+    def append(self) -> Iterator[Connection]:
+        """The write transaction of an append: :meth:`write`, except on PostgreSQL (psycopg with
+        pipeline mode), where the append's own statements open and close the transaction.
+
+        psycopg opens a transaction with a ``BEGIN`` of its own, and in pipeline mode waits for
+        it: one round trip; then the commit is another. An append is two pipelines (the lock
+        with the replay lookup, then the writes), and every round trip after the lock is spent
+        holding the feed's lock, which every appender of the feed, on every node, waits for.
+        So the connection is in autocommit at the driver, and
+        :func:`~simplefeed.store.entries.lock_feed_and_find` sends ``BEGIN ISOLATION LEVEL READ
+        COMMITTED`` in its pipeline and :func:`~simplefeed.store.entries.append_entries` sends
+        ``COMMIT`` in its: three round trips per append instead of six, one of them under the
+        lock. Leaving the block commits what is still open (an append of replays only) or, on
+        an exception, rolls back; both are no-ops when the pipeline has committed.
+        """
+        if self.dialect != "postgresql":
+            with self.write() as conn:
+                yield conn
+            return
+        with self.engine.connect() as conn:
+            driver: Any = conn.connection.driver_connection
+            if not pipeline_supported(driver):
+                with self.write() as ordinary:
+                    yield ordinary
+                return
+            conn = conn.execution_options(
+                isolation_level="AUTOCOMMIT", simplefeed_write=True, simplefeed_own_tx=True
+            )
+            try:
+                yield conn
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    driver.rollback()  # ROLLBACK if a transaction is open
+                raise
+            try:
+                driver.commit()  # COMMIT if a transaction is still open, else nothing
+            except conn.dialect.loaded_dbapi.Error as exc:
+                raise DBAPIError.instance(
+                    "COMMIT", None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
+                ) from exc
 
     def dispose(self) -> None:
         self._lookups.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,9 +14,11 @@ from sqlalchemy.exc import DBAPIError
 
 from simplefeed.errors import FeedNotFound
 from simplefeed.model import Entry, Event, Feed, FrozenPage
+from simplefeed.store.db import owns_transaction, pipeline_supported
 from simplefeed.store.feeds import ADVANCE as _ADVANCE
+from simplefeed.store.feeds import ADVISORY_LOCK as _ADVISORY_LOCK
+from simplefeed.store.feeds import ADVISORY_LOCK_SPACE, feed_from, lock_feed
 from simplefeed.store.feeds import LOCK as _LOCK
-from simplefeed.store.feeds import feed_from, lock_feed
 from simplefeed.store.pages import INSERT as _INSERT_PAGE
 from simplefeed.store.tables import entries, feeds
 
@@ -42,6 +43,8 @@ _INSERT_COLUMNS = (
     "fingerprint",
     "data",
 )
+_BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
+_COMMIT = "COMMIT"
 _COMPILED: dict[tuple[str, str], tuple[str, tuple[str, ...] | None]] = {}
 
 
@@ -61,6 +64,8 @@ def _compile(conn: Connection, which: str) -> tuple[str, tuple[str, ...] | None]
             stmt = _ADVANCE
         elif which == "lock":
             stmt = _LOCK
+        elif which == "advisory":
+            stmt = _ADVISORY_LOCK
         elif which == "find":
             stmt = _FIND_BY_NAME
         else:
@@ -135,8 +140,9 @@ def lock_feed_and_find(
 ) -> tuple[Feed, dict[str, Existing]]:
     """:func:`~simplefeed.store.feeds.lock_feed`, then :func:`find_entries` for ``entry_ids``.
 
-    On PostgreSQL the transaction's ``BEGIN``, the lock and the lookup go in one round trip
-    (psycopg's pipeline mode) instead of three. The lookup still runs after the lock is
+    On PostgreSQL the lock and the lookup go in one round trip (psycopg's pipeline mode), with
+    the transaction's ``BEGIN`` when the connection comes from
+    :meth:`~simplefeed.store.db.Database.append`. The lookup still runs after the lock is
     granted, so (READ COMMITTED: a snapshot per statement) it sees every entry committed by the
     appenders before; a lookup before the lock could miss a replay committed meanwhile.
     """
@@ -151,21 +157,30 @@ def lock_feed_and_find(
             raise FeedNotFound(name)
         feed = feed_from(dict(zip(names, row, strict=True)))
         return feed, find_entries(conn, feed.id, ids) if ids else {}
-    if conn.dialect.name != "postgresql" or not _pipeline_supported(driver):
+    if conn.dialect.name != "postgresql" or not pipeline_supported(driver):
         feed = lock_feed(conn, name)
         return feed, find_entries(conn, feed.id, ids) if ids else {}
+    # Results are fetched after the pipeline's single Sync: fetching inside the block would
+    # flush and wait, and the Sync at its end would then cost one more round trip.
+    begin, advisory, lock, find = cursors = [driver.cursor() for _ in range(4)]
     try:
-        with driver.pipeline(), driver.cursor() as lock, driver.cursor() as find:
+        with driver.pipeline():
+            if owns_transaction(conn):
+                begin.execute(_BEGIN, prepare=False)
+            advisory.execute(_compiled(conn, "advisory"), {"name": name})
             lock.execute(_compiled(conn, "lock"), {"name": name})
             if ids:
                 find.execute(_compiled(conn, "find"), {"name": name, "ids": ids})
-            row = lock.fetchone()
-            names = [d[0] for d in lock.description or ()]
-            found = find.fetchall() if ids else []
+        row = lock.fetchone()
+        names = [d[0] for d in lock.description or ()]
+        found = find.fetchall() if ids else []
     except conn.dialect.loaded_dbapi.Error as exc:
         raise DBAPIError.instance(
             None, None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
         ) from exc
+    finally:
+        for cursor in cursors:
+            cursor.close()
     if row is None:
         raise FeedNotFound(name)
     feed = feed_from(dict(zip(names, row, strict=True)))
@@ -253,36 +268,204 @@ def append_entries(
         conn.execute(_INSERT_PAGE, page_row)
 
 
-def _pipeline_supported(driver: Any) -> bool:
-    """psycopg's pipeline mode needs libpq 14 or later (psycopg[binary] bundles a newer one)."""
-    supported: bool = type(driver).__module__.startswith("psycopg") and bool(
-        getattr(sys.modules.get("psycopg"), "Pipeline", None)
-        and sys.modules["psycopg"].Pipeline.is_supported()
-    )
-    return supported
-
-
 def _append_pipelined(
     conn: Connection,
     rows: Sequence[tuple[object, ...]],
     head: Mapping[str, object],
     page_rows: Sequence[Mapping[str, object]],
 ) -> None:
-    """The writes of an append on psycopg, sent together and synchronised once."""
+    """The writes of an append on psycopg, sent together and synchronised once; with the
+    ``COMMIT`` when the store owns the transaction (:meth:`~simplefeed.store.db.Database.append`),
+    so the feed's lock is released one round trip after it was granted."""
     driver: Any = conn.connection.driver_connection
     named = [dict(zip(_INSERT_COLUMNS, r, strict=True)) for r in rows]
-    pipeline = driver.pipeline() if _pipeline_supported(driver) else contextlib.nullcontext()
+    pipelined = pipeline_supported(driver)
+    pipeline = driver.pipeline() if pipelined else contextlib.nullcontext()
     try:
         with pipeline, driver.cursor() as cursor:
             cursor.executemany(_compiled(conn, "entries"), named)
             cursor.execute(_compiled(conn, "head"), head)
             for page_row in page_rows:
                 cursor.execute(_compiled(conn, "page"), page_row)
+            if pipelined and owns_transaction(conn):
+                cursor.execute(_COMMIT, prepare=False)
     except conn.dialect.loaded_dbapi.Error as exc:
         # As SQLAlchemy would have raised it (IntegrityError for a duplicate, ...).
         raise DBAPIError.instance(
             None, None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
         ) from exc
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An event to append in one round trip: its id (the producer's or a fresh one), the time
+    it happened, and what is stored of it."""
+
+    entry_id: str
+    published_us: int
+    fingerprint: str
+    data: str
+
+
+# One round trip, and no client between the feed's lock (its advisory lock, see
+# simplefeed.store.feeds.ADVISORY_LOCK_SPACE) and the commit (PostgreSQL). The two statements
+# go in one pipeline on an autocommit connection, so the server runs them as one implicit
+# transaction, committed at the pipeline's Sync (no BEGIN or COMMIT to send or run). Under READ
+# COMMITTED (the session default, see simplefeed.store.db.make_engine) each statement takes a
+# new snapshot when the one before it has finished, so the statement after the lock sees every
+# entry the feed's previous appenders committed. It inserts only when the events stay within
+# the working page (a page to freeze needs the client to render it) and none of their ids is in
+# the feed (a replay or a conflict needs the client to answer); otherwise it writes nothing, the
+# head does not move, and the caller appends the ordinary way. Only the feeds row (by primary
+# key) and the unique index on (feed_id, entry_id) are read.
+#
+# `updated` follows Simplefeed.publish's rule, u_i = max(p_i, u_(i-1) + 1) with u_0 the feed's
+# head_updated_us, in closed form: u_i = i + max(u_0, m_i), m_i = max over j <= i of (p_j - j),
+# the m_i computed by the client (for one event: max(u_0 + 1, p_1)).
+#
+# With a producer token, the append also requires it to be live and allowed on the feed (a
+# primary-key lookup in the same snapshot): the request's authorization costs no round trip of
+# its own, and a revocation committed before the append is honoured by it.
+_TOKEN_ALLOWS = """
+      AND EXISTS (SELECT 1 FROM tokens AS tk
+                  WHERE tk.id = %(token_id)s AND tk.secret_hash = %(secret_hash)s
+                    AND tk.revoked_us IS NULL
+                    AND (tk.feed_id IS NULL OR tk.feed_id = %(feed_id)s))"""
+_ONE_TRIP_LOCK = "SELECT pg_advisory_xact_lock(%(lock_space)s, %(feed_id)s)"
+_ONE_TRIP_APPEND = """
+WITH inserted AS (
+    INSERT INTO entries (feed_id, seq, entry_id, updated_us, published_us, fingerprint, data)
+    SELECT f.id, f.head_seq + t.ord, t.entry_id,
+           t.ord + GREATEST(COALESCE(f.head_updated_us, %(minus_infinity)s), t.prefix_max),
+           t.published_us, t.fingerprint, t.data
+    FROM feeds AS f
+    CROSS JOIN {events}
+    WHERE f.id = %(feed_id)s AND f.name = %(name)s{token}
+      AND (f.head_seq + %(n)s) / f.page_size = f.head_seq / f.page_size
+      AND NOT EXISTS (SELECT 1 FROM entries AS e
+                      WHERE e.feed_id = %(feed_id)s AND e.entry_id {ids})
+    RETURNING seq, updated_us
+)
+UPDATE feeds
+SET head_seq = (SELECT max(seq) FROM inserted),
+    head_updated_us = (SELECT max(updated_us) FROM inserted),
+    modified_us = GREATEST(%(now_us)s, modified_us + 1)
+WHERE id = %(feed_id)s AND EXISTS (SELECT 1 FROM inserted)
+RETURNING head_seq
+"""
+# One event: plain parameters, and an equality the unique index answers whatever the planner
+# knows of the table. Several: arrays, and `= ANY`, which the index answers once the table has
+# been analysed (before that a plan may scan the feed's index entries: slower, as correct).
+_ONE_EVENT = dict(
+    events="(SELECT %(entry_id)s::text AS entry_id, %(published)s::bigint AS published_us,"
+    " %(prefix_max)s::bigint AS prefix_max, %(fingerprint)s::text AS fingerprint,"
+    " %(data)s::text AS data, 1::bigint AS ord) AS t",
+    ids="= %(entry_id)s",
+)
+_EVENTS = dict(
+    events="unnest(%(entry_id)s::text[], %(published)s::bigint[], %(prefix_max)s::bigint[],"
+    " %(fingerprint)s::text[], %(data)s::text[])"
+    " WITH ORDINALITY AS t(entry_id, published_us, prefix_max, fingerprint, data, ord)",
+    ids="= ANY(%(entry_id)s::text[])",
+)
+#: (lock, append) by (one event, with a token).
+_ONE_TRIP_SQL = {
+    (one, token): (
+        _ONE_TRIP_LOCK,
+        _ONE_TRIP_APPEND.format(
+            token=_TOKEN_ALLOWS if token else "",
+            **(_ONE_EVENT if one else _EVENTS),
+        ),
+    )
+    for one in (True, False)
+    for token in (True, False)
+}
+_MINUS_INFINITY = -(2**62)
+
+
+def one_round_trip_supported(conn: Connection) -> bool:
+    """Whether :func:`append_in_one_round_trip` can run on this connection."""
+    return owns_transaction(conn)
+
+
+@dataclass(frozen=True)
+class TokenCheck:
+    """A producer token to check in the append itself: its id and the SHA-256 of its secret."""
+
+    token_id: int
+    secret_hash: str
+
+
+def append_in_one_round_trip(
+    conn: Connection,
+    feed: Feed,
+    events: Sequence[Pending],
+    *,
+    now_us: int,
+    token: TokenCheck | None = None,
+) -> int | None:
+    """Append ``events`` to ``feed`` in one transaction sent as one pipeline: the feed's row
+    lock, then the insert with the head, committed at the pipeline's end. Returns the new head,
+    or None when nothing was appended (the events would fill a page, an id is in the feed
+    already, ``feed`` no longer names this feed row, or ``token`` is not a live token allowed
+    on the feed): the caller then checks the token and appends the ordinary way.
+
+    ``feed`` is only the feed's identity (id, name): its head is read under the lock. Only on a
+    connection from :meth:`~simplefeed.store.db.Database.append` on PostgreSQL
+    (:func:`one_round_trip_supported`), outside a transaction, with ids unique within
+    ``events``. The lock is held while the server runs one statement and flushes the commit,
+    with no round trip to the client, which on a busy machine may not even be scheduled.
+    """
+    if not events:
+        raise ValueError("nothing to append")
+    prefix_max: list[int] = []
+    best = _MINUS_INFINITY
+    for position, event in enumerate(events, 1):
+        best = max(best, event.published_us - position)
+        prefix_max.append(best)
+    params: dict[str, object] = {
+        "lock_space": ADVISORY_LOCK_SPACE,
+        "feed_id": feed.id,
+        "name": feed.name,
+        "n": len(events),
+        "now_us": now_us,
+        "minus_infinity": _MINUS_INFINITY,
+    }
+    if token is not None:
+        params.update(token_id=token.token_id, secret_hash=token.secret_hash)
+    lock_sql, append_sql = _ONE_TRIP_SQL[len(events) == 1, token is not None]
+    if len(events) == 1:
+        (one,) = events
+        params.update(
+            entry_id=one.entry_id,
+            published=one.published_us,
+            prefix_max=prefix_max[0],
+            fingerprint=one.fingerprint,
+            data=one.data,
+        )
+    else:
+        params.update(
+            entry_id=[e.entry_id for e in events],
+            published=[e.published_us for e in events],
+            prefix_max=prefix_max,
+            fingerprint=[e.fingerprint for e in events],
+            data=[e.data for e in events],
+        )
+    driver: Any = conn.connection.driver_connection
+    lock, append = driver.cursor(), driver.cursor()
+    try:
+        with driver.pipeline():
+            lock.execute(lock_sql, params)
+            append.execute(append_sql, params)
+        row = append.fetchone()
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise DBAPIError.instance(
+            None, None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
+        ) from exc
+    finally:
+        lock.close()
+        append.close()
+    return None if row is None else int(row[0])
 
 
 def _entry(row: Row[tuple[object, ...]]) -> Entry:

@@ -1,11 +1,11 @@
-"""Feeds: creation, lookup, and the row lock that serialises appenders of one feed."""
+"""Feeds: creation, lookup, and the lock that serialises appenders of one feed."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, select, update
+from sqlalchemy import Connection, Row, bindparam, func, literal_column, select, update
 from sqlalchemy.exc import IntegrityError
 
 from simplefeed.errors import FeedExists, FeedNotFound
@@ -14,6 +14,21 @@ from simplefeed.store.tables import feeds
 
 # Built once: SQLAlchemy then reuses the compiled form without rebuilding it per call.
 _GET = select(feeds).where(feeds.c.name == bindparam("name"))
+#: The first key of the transaction-level advisory lock that serialises the appenders of a feed
+#: on PostgreSQL (the second key is the feed's id): ``pg_advisory_xact_lock(ADVISORY_LOCK_SPACE,
+#: feeds.id)``. Taken before the feed's row is read or written. Appenders wait for it in a
+#: queue and are woken one at a time; waiting on the row lock instead, every waiter woke at each
+#: commit to fight for the row again, which halved throughput on a busy machine (and grew the
+#: feeds table, one row, to 21 pages of dead versions in ten seconds). An application sharing
+#: the database must not take advisory locks in this space ("SFd0").
+ADVISORY_LOCK_SPACE = int.from_bytes(b"SFd0", "big")
+#: The appenders' lock, by the feed's name (PostgreSQL).
+ADVISORY_LOCK = select(
+    func.pg_advisory_xact_lock(
+        literal_column(str(ADVISORY_LOCK_SPACE)),
+        select(feeds.c.id).where(feeds.c.name == bindparam("name")).scalar_subquery(),
+    )
+)
 #: Also run, pipelined, by :func:`simplefeed.store.entries.lock_feed_and_find`.
 LOCK = _GET.with_for_update()
 ADVANCE = (
@@ -56,10 +71,13 @@ def get_feed(conn: Connection, name: str) -> Feed:
 def lock_feed(conn: Connection, name: str) -> Feed:
     """Read the feed's row and hold it until the transaction ends.
 
-    On PostgreSQL this is a row lock (``FOR UPDATE``): appenders of one feed queue here, from any
-    process on any node, and commit in the order they got their sequence numbers. On SQLite the
-    write transaction (``BEGIN IMMEDIATE``) already holds the database's single write lock.
+    On PostgreSQL appenders of one feed queue here, from any process on any node, for the
+    feed's advisory lock (:data:`ADVISORY_LOCK_SPACE`), and commit in the order they got their
+    sequence numbers; the row is then read ``FOR UPDATE`` too. On SQLite the write transaction
+    (``BEGIN IMMEDIATE``) already holds the database's single write lock.
     """
+    if conn.dialect.name == "postgresql":
+        conn.execute(ADVISORY_LOCK, {"name": name})
     row = conn.execute(LOCK, {"name": name}).first()
     if row is None:
         raise FeedNotFound(name)
