@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import base64
 import copy as copy_module
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from feedgen.ext.base import BaseEntryExtension, BaseExtension
 from feedgen.feed import FeedGenerator
@@ -46,6 +47,7 @@ from simplefeed.model import (
     ContentMode,
     Document,
     Entry,
+    Event,
     Link,
     us_to_datetime,
 )
@@ -136,9 +138,18 @@ class _EntryExtension(BaseEntryExtension):  # type: ignore[misc]
         return entry
 
 
-def render(doc: Document) -> bytes:
+#: An entry's XML but for its ``updated`` and its sequence number, which are known only under
+#: the feed's lock: what goes before ``updated``, and what goes between it and the number.
+EntryParts = tuple[str, str]
+
+
+def render(doc: Document, parts: Mapping[str, EntryParts] | None = None) -> bytes:
     """Render a document to UTF-8 Atom bytes: the bytes :func:`render_with_feedgen` gives,
-    written directly (inline XML content is parsed and serialised by lxml, as there)."""
+    written directly (inline XML content is parsed and serialised by lxml, as there).
+
+    ``parts`` holds entries already written by :func:`entry_parts` (by entry id): an append
+    prepares the page it may fill before it takes the feed's lock, and only fills them in.
+    """
     feed = doc.feed
     archive = doc.kind == "archive"
     out = [_HEAD_ARCHIVE if archive else _HEAD_LIVE]
@@ -148,7 +159,7 @@ def render(doc: Document) -> bytes:
         "</id><title>",
         _text(feed.title),
         "</title><updated>",
-        us_to_datetime(doc.updated_us).isoformat(),
+        _iso(doc.updated_us),
         "</updated><author><name>",
         _text(feed.title),
         "</name></author>",
@@ -159,23 +170,19 @@ def render(doc: Document) -> bytes:
     if archive:
         out.append("<fh:archive/>")
     for entry in doc.entries:
-        _write_entry(out, entry)
+        found = parts.get(entry.id) if parts is not None else None
+        head, middle = found if found is not None else entry_parts(entry)
+        out += (head, _iso(entry.updated_us), middle, str(entry.seq), "</sf:seq></entry>")
     out.append("</feed>")
     return "".join(out).encode("utf-8")
 
 
-def _write_entry(out: list[str], entry: Entry) -> None:
-    """One entry, in the order feedgen's ``atom_entry`` and :class:`_EntryExtension` write it."""
+def entry_parts(entry: Entry | PendingEntry) -> EntryParts:
+    """An entry, in the order feedgen's ``atom_entry`` and :class:`_EntryExtension` write it,
+    but for its ``updated`` and its sequence number (see :data:`EntryParts`)."""
     event = entry.event
-    out += (
-        "<entry><id>",
-        _text(entry.id),
-        "</id><title>",
-        _text(event.title),
-        "</title><updated>",
-        us_to_datetime(entry.updated_us).isoformat(),
-        "</updated>",
-    )
+    head = f"<entry><id>{_text(entry.id)}</id><title>{_text(event.title)}</title><updated>"
+    out = ["</updated>"]
     author = event.author
     if author is not None and author.name:
         out += ("<author><name>", _text(author.name), "</name>")
@@ -214,7 +221,7 @@ def _write_entry(out: list[str], entry: Entry) -> None:
         if cat.label:
             out += (' label="', _attr(cat.label), '"')
         out.append("/>")
-    out += ("<published>", us_to_datetime(entry.published_us).isoformat(), "</published>")
+    out += ("<published>", _iso(entry.published_us), "</published>")
     for link in event.links:
         out += ('<link href="', _attr(link.href), '" rel="', _attr(link.rel), '"')
         if link.type is not None:
@@ -226,7 +233,34 @@ def _write_entry(out: list[str], entry: Entry) -> None:
         if link.length is not None:
             out += (' length="', str(link.length), '"')
         out.append("/>")
-    out += ("<sf:seq>", str(entry.seq), "</sf:seq></entry>")
+    out.append("<sf:seq>")
+    return head, "".join(out)
+
+
+class PendingEntry(Protocol):
+    """What :func:`entry_parts` needs of an entry: all but its ``updated`` and number."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def event(self) -> Event: ...
+    @property
+    def published_us(self) -> int: ...
+
+
+def _iso(us: int) -> str:
+    """``us_to_datetime(us).isoformat()`` (what feedgen writes), with the part up to the second
+    cached: the entries of a page mostly share their seconds."""
+    seconds, micro = divmod(us, 1_000_000)
+    head = _SECONDS.get(seconds)
+    if head is None:
+        if len(_SECONDS) > 4096:
+            _SECONDS.clear()
+        head = _SECONDS[seconds] = us_to_datetime(seconds * 1_000_000).isoformat()[:19]
+    return f"{head}.{micro:06d}+00:00" if micro else f"{head}+00:00"
+
+
+_SECONDS: dict[int, str] = {}
 
 
 # What lxml (libxml2) writes for the root element feedgen builds: its namespace declarations

@@ -11,9 +11,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from sqlalchemy import Connection
 
@@ -77,7 +78,15 @@ class _Prepared:
 
 
 def _prepare(event: Event) -> _Prepared:
-    return _Prepared(event, event.fingerprint(), event.stored_json())
+    return _Prepared(event, *event.canonical())
+
+
+class _Unnumbered(NamedTuple):
+    """An event about to be appended, as :func:`simplefeed.atom.entry_parts` needs it."""
+
+    id: str
+    event: Event
+    published_us: int
 
 
 @dataclass(frozen=True)
@@ -209,6 +218,22 @@ class Simplefeed:
                 return quick
         if credentials is not None:
             self.check_credentials(credentials, feed_name)
+        # A batch may fill a page: its entries are written out now, all but their `updated` and
+        # number, so that under the lock the page is only put together (atom.render's parts).
+        parts = (
+            {
+                entry_id: atom.entry_parts(_Unnumbered(entry_id, p.event, published))
+                for index, p in enumerate(prepared)
+                for entry_id, published in [
+                    (
+                        p.event.id if p.event.id is not None else fresh_ids[index],
+                        p.event.updated_us if p.event.updated_us is not None else now,
+                    )
+                ]
+            }
+            if len(prepared) > 1
+            else {}
+        )
         frozen: list[FrozenPage] = []
         with self.db.append() as conn:
             feed, existing = store.lock_feed_and_find(conn, feed_name, explicit)
@@ -259,7 +284,7 @@ class Simplefeed:
             if new:
                 fresh = {n.entry.seq: n.entry for n in new}
                 for number in paging.newly_full_pages(feed.head_seq, head, size):
-                    frozen.append(self._freeze(conn, feed, number, now, fresh))
+                    frozen.append(self._freeze(conn, feed, number, now, fresh, parts))
                 store.append_entries(
                     conn, feed, new, modified_us=max(now, feed.modified_us + 1), pages=frozen
                 )
@@ -311,19 +336,28 @@ class Simplefeed:
         ]
 
     def _freeze(
-        self, conn: Connection, feed: Feed, number: int, now_us: int, fresh: dict[int, Entry]
+        self,
+        conn: Connection,
+        feed: Feed,
+        number: int,
+        now_us: int,
+        fresh: dict[int, Entry],
+        parts: Mapping[str, atom.EntryParts],
     ) -> FrozenPage:
         """Render page ``number``, which the append under way fills; the append stores it.
 
         ``feed`` is the feed as locked (its head before this append); the entries appended now
-        are in ``fresh`` and rendered from memory, only older ones of the page are read back.
+        are in ``fresh`` and rendered from memory (from ``parts`` where prepared: only for
+        these, since a replayed id's stored entry may differ in its ``published``), only older
+        ones of the page are read back.
         """
         first, last = paging.seq_range(number, feed.page_size)
         entries = [fresh[seq] for seq in range(last, max(first, feed.head_seq + 1) - 1, -1)]
+        ready = {e.id: parts[e.id] for e in entries if e.id in parts}
         if first <= feed.head_seq:
             entries += store.entries_between(conn, feed.id, first, feed.head_seq)
         doc = self._document(feed, "archive", number, tuple(entries))
-        body = atom.render(doc)
+        body = atom.render(doc, ready)
         return FrozenPage(feed.id, number, body, archive.strong_etag(body), now_us)
 
     def _document(

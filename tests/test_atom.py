@@ -12,6 +12,7 @@ Without that variable a difference is a failure, never a silent rewrite.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -485,14 +486,14 @@ def _xml_text(min_size: int = 0) -> Any:
     return st.text(chars, min_size=min_size, max_size=12)
 
 
-def _documents() -> Any:
+def _events() -> Any:
     from hypothesis import strategies as st
 
-    from simplefeed.model import Author, Category, Document, Entry, Feed, Link
+    from simplefeed.model import Author, Category, Link
     from simplefeed.model import Event as ModelEvent
 
     optional = lambda s: st.none() | s  # noqa: E731
-    events = st.builds(
+    return st.builds(
         ModelEvent,
         title=_xml_text(1),
         content=optional(_xml_text()),
@@ -521,7 +522,18 @@ def _documents() -> Any:
             ),
             max_size=2,
         ).map(tuple),
+        id=optional(_xml_text(1)),
+        updated_us=optional(st.integers(0, 4_102_444_800_000_000)),
     )
+
+
+def _documents() -> Any:
+    from hypothesis import strategies as st
+
+    from simplefeed.model import Document, Entry, Feed
+
+    optional = lambda s: st.none() | s  # noqa: E731
+    events = _events()
     times = st.integers(0, 4_102_444_800_000_000)  # 1970 to 2100, any microsecond
     entries = st.lists(
         st.builds(Entry, st.integers(1, 10**9), _xml_text(1), times, times, events), max_size=3
@@ -565,6 +577,30 @@ def test_the_direct_renderer_matches_feedgen_on_generated_documents() -> None:
     @given(_documents())
     def check(doc: Any) -> None:
         assert atom.render(doc) == atom.render_with_feedgen(doc)
+
+    check()
+
+
+def test_an_events_stored_forms_are_those_of_its_generic_plain_form() -> None:
+    """Event._plain is ``plain(event)`` written out for speed: the fingerprint (replay
+    detection) and the stored JSON of every event must stay what they were."""
+    from hypothesis import HealthCheck, given, settings
+
+    from simplefeed.model import _CANONICAL_JSON, _STORED_JSON, plain
+
+    @settings(
+        max_examples=300, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(_events())
+    def check(event: Any) -> None:
+        generic = plain(event)
+        assert event._plain() == generic
+        stored = {k: v for k, v in generic.items() if v not in (None, (), []) and k != "id"}
+        expected_fp = hashlib.sha256(
+            _CANONICAL_JSON.encode(generic).encode("utf-8", "surrogatepass")
+        ).hexdigest()
+        assert event.canonical() == (expected_fp, _STORED_JSON.encode(stored))
+        assert (event.fingerprint(), event.stored_json()) == event.canonical()
 
     check()
 
