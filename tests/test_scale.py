@@ -30,7 +30,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -1013,37 +1012,3 @@ def test_server_made_ids_are_version_7_uuids_in_time_order() -> None:
         assert parsed.version == 7
         assert parsed.variant == uuidlib.RFC_4122
     assert all(later > value for value in first)  # a later millisecond sorts after
-
-
-def test_sqlite_writers_take_turns_on_the_lock_file(tmp_path: Path, sqlite_template: Path) -> None:
-    """Every write transaction on a SQLite file first queues for an exclusive flock on
-    `<database>-writers.lock` (simplefeed.store.db._WriterQueue): while another process holds
-    it, a writer waits; when it is released, the writer goes on at once."""
-    import fcntl
-
-    from simplefeed.store.db import Database
-
-    path = tmp_path / "queued.sqlite3"
-    shutil.copyfile(sqlite_template, path)
-    database = Database(f"sqlite:///{path}")
-    holder = os.open(tmp_path / "queued.sqlite3-writers.lock", os.O_RDWR | os.O_CREAT)
-    wrote = threading.Event()
-
-    def write() -> None:
-        with database.write() as conn:
-            conn.execute(text("SELECT 1"))
-        wrote.set()
-
-    try:
-        fcntl.flock(holder, fcntl.LOCK_EX)
-        writer = threading.Thread(target=write)
-        writer.start()
-        assert not wrote.wait(0.5), "the writer did not wait for its turn"
-        fcntl.flock(holder, fcntl.LOCK_UN)
-        assert wrote.wait(10), "the writer did not go on when its turn came"
-        writer.join()
-        with database.read() as conn:  # reads never queue
-            assert conn.execute(text("SELECT 1")).scalar() == 1
-    finally:
-        os.close(holder)
-        database.dispose()

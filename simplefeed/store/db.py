@@ -27,7 +27,6 @@ connection (:meth:`Database.lookup`).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import random
@@ -182,49 +181,6 @@ def owns_transaction(conn: Connection) -> bool:
     return bool(conn.get_execution_options().get("simplefeed_own_tx", False))
 
 
-class _WriterQueue:
-    """The writers of one SQLite file, from every process on the machine, queued by the kernel.
-
-    SQLite's write lock has no queue: a writer that finds it taken can only try again later
-    (:func:`_begin_immediate`), and the lock sits free until a sleeper wakes. With four uWSGI
-    workers publishing batches, workers spent over a third of their time asleep there. So a
-    write transaction first takes an exclusive ``flock`` on ``<database>-writers.lock``: waiters
-    block in the kernel, which hands the lock to the next one the moment it is released, and the
-    ``BEGIN IMMEDIATE`` behind it then finds the database free (unless a program that does not
-    queue here writes to it: it is waited for as before). The lock file is never written to; a
-    process that dies releases its turn with its file descriptors. A descriptor per thread (a
-    ``flock`` belongs to an open file, which threads would share) and per process (a forked
-    child gets a fresh one).
-    """
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.local = threading.local()
-
-    @classmethod
-    def for_url(cls, url: str) -> _WriterQueue:
-        sa_url = make_url(url)
-        database = sa_url.database
-        if sa_url.get_backend_name() != "sqlite" or not database or database == ":memory:":
-            return cls(None)
-        return cls(Path(database).with_name(Path(database).name + "-writers.lock"))
-
-    @contextmanager
-    def turn(self) -> Iterator[None]:
-        if self.path is None:
-            yield
-            return
-        fd: int | None = getattr(self.local, "fd", None)
-        if fd is None or self.local.pid != os.getpid():
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            self.local.fd, self.local.pid = fd, os.getpid()
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-
-
 class _Lookups:
     """One DB-API connection per thread, in autocommit, outside the pool, for single reads."""
 
@@ -280,7 +236,6 @@ class Database:
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
         self._lookups = _Lookups(self.engine)
-        self._writers = _WriterQueue.for_url(url)
 
     def lookup(self, stmt: Select[Any], params: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """The first row of one read statement (as a mapping), or None.
@@ -330,7 +285,7 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        with self._writers.turn(), self.engine.connect() as conn:
+        with self.engine.connect() as conn:
             conn = conn.execution_options(simplefeed_write=True)
             with conn.begin():
                 yield conn
