@@ -14,14 +14,16 @@ makes every acknowledged commit durable against power loss, not only against a p
 A writer waiting for the write lock retries every few hundred microseconds
 (:func:`_begin_immediate`) rather than in SQLite's busy handler, whose sleeps grow to 100 ms.
 
-On PostgreSQL the append path locks the feed's row (``SELECT ... FOR UPDATE``) instead.
+On PostgreSQL the append path takes the feed's advisory lock instead
+(:data:`simplefeed.store.feeds.ADVISORY_LOCK_SPACE`), and most appends are a single pipeline
+(:func:`simplefeed.store.entries.append_in_one_round_trip`).
 
 Round trips are what a publish costs on PostgreSQL (every one is spent holding the feed lock or
 waiting for it), so the pool pings a connection only when it has been idle for a while
 (:data:`PING_AFTER_IDLE_S`) instead of on every checkout, single-statement reads
-(:meth:`Database.read_one`) run in autocommit (no ``BEGIN``/``COMMIT`` round trips), and the one
-lookup every publish request makes first, its token, runs on a per-thread autocommit DB-API
-connection (:meth:`Database.lookup`).
+(:meth:`Database.read_one`) run in autocommit (no ``BEGIN``/``COMMIT`` round trips), and a
+publish's token lookup, when it is not part of the append itself, runs on a per-thread
+autocommit DB-API connection (:meth:`Database.lookup`).
 """
 
 from __future__ import annotations
