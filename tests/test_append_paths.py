@@ -192,3 +192,58 @@ def test_a_revoked_or_limited_token_is_refused_on_the_quick_path(
             pg.publish("events", [Event("refused")], credentials=credentials)
     assert counts == {"appended": 1, "gave way": 3}
     assert pg.feed("events").head_seq == head
+
+
+def test_both_append_paths_wait_for_the_feeds_advisory_lock(
+    both: tuple[Simplefeed, Simplefeed], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Appenders of a feed, on every path, from every process and node, queue on
+    pg_advisory_xact_lock(ADVISORY_LOCK_SPACE, feed id): while another session holds it,
+    nothing is appended; once it is released, the appends go through."""
+    import threading
+
+    from sqlalchemy import create_engine
+
+    from simplefeed.store.feeds import ADVISORY_LOCK_SPACE
+
+    _, pg = both
+    counts = _counting(monkeypatch)
+    pg.publish("events", [Event("learn the feed")])  # the ordinary path: the process learns it
+    feed = pg.feed("events")
+    holder = create_engine(pg.settings.database_url)
+    try:
+        for label, events in (
+            ("one round trip", [Event("quick")]),
+            ("ordinary (fills the page)", [Event(f"fill {i}") for i in range(4)]),
+        ):
+            done = threading.Event()
+            errors: list[BaseException] = []
+
+            def publish(
+                events: list[Event] = events,
+                done: threading.Event = done,
+                errors: list[BaseException] = errors,
+            ) -> None:
+                try:
+                    pg.publish("events", events)
+                except BaseException as exc:  # pragma: no cover - reported below
+                    errors.append(exc)
+                done.set()
+
+            with holder.begin() as conn:
+                conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:space, :feed)"),
+                    {"space": ADVISORY_LOCK_SPACE, "feed": feed.id},
+                )
+                worker = threading.Thread(target=publish)
+                worker.start()
+                assert not done.wait(0.5), f"{label}: appended while the lock was held"
+                assert pg.feed("events").head_seq == feed.head_seq
+            assert done.wait(10), f"{label}: still waiting after the lock was released"
+            worker.join()
+            assert not errors, errors
+            feed = pg.feed("events")
+    finally:
+        holder.dispose()
+    assert feed.head_seq == 6
+    assert counts == {"appended": 1, "gave way": 1}

@@ -404,8 +404,8 @@ def append_in_one_round_trip(
     now_us: int,
     token: TokenCheck | None = None,
 ) -> int | None:
-    """Append ``events`` to ``feed`` in one transaction sent as one pipeline: the feed's row
-    lock, then the insert with the head, committed at the pipeline's end. Returns the new head,
+    """Append ``events`` to ``feed`` in one transaction sent as one pipeline: the feed's
+    advisory lock, then the insert with the head, committed at the pipeline's end. Returns the new head,
     or None when nothing was appended (the events would fill a page, an id is in the feed
     already, ``feed`` no longer names this feed row, or ``token`` is not a live token allowed
     on the feed): the caller then checks the token and appends the ordinary way.
