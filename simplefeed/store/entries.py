@@ -405,10 +405,10 @@ def append_in_one_round_trip(
     token: TokenCheck | None = None,
 ) -> int | None:
     """Append ``events`` to ``feed`` in one transaction sent as one pipeline: the feed's
-    advisory lock, then the insert with the head, committed at the pipeline's end. Returns the new head,
-    or None when nothing was appended (the events would fill a page, an id is in the feed
-    already, ``feed`` no longer names this feed row, or ``token`` is not a live token allowed
-    on the feed): the caller then checks the token and appends the ordinary way.
+    advisory lock, then the insert with the head, committed at the pipeline's end. Returns the
+    new head, or None when nothing was appended (the events would fill a page, an id is in the
+    feed already, ``feed`` no longer names this feed row, or ``token`` is not a live token
+    allowed on the feed): the caller then checks the token and appends the ordinary way.
 
     ``feed`` is only the feed's identity (id, name): its head is read under the lock. Only on a
     connection from :meth:`~simplefeed.store.db.Database.append` on PostgreSQL
