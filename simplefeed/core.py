@@ -203,17 +203,18 @@ class Simplefeed:
         # bounds the feed's append rate.
         prepared = [_prepare(event) for event in events]
         explicit = [p.event.id for p in prepared if p.event.id is not None]
-        # Ids for events that come without one: they are new whichever way they are appended.
-        fresh_ids = {
-            index: f"urn:uuid:{self.new_uuid()}"
-            for index, p in enumerate(prepared)
-            if p.event.id is None
-        }
+        # Each event's entry id (the producer's, or a new one) and the time it happened (its
+        # own, or now): the same whichever way it is appended.
         now = self.clock()
-        if prepared and len(set(explicit)) == len(explicit):
-            quick = self._publish_in_one_round_trip(
-                feed_name, prepared, fresh_ids, now, credentials
+        keys = [
+            (
+                p.event.id if p.event.id is not None else f"urn:uuid:{self.new_uuid()}",
+                p.event.updated_us if p.event.updated_us is not None else now,
             )
+            for p in prepared
+        ]
+        if prepared and len(set(explicit)) == len(explicit):
+            quick = self._publish_in_one_round_trip(feed_name, prepared, keys, now, credentials)
             if quick is not None:
                 return quick
         if credentials is not None:
@@ -223,13 +224,7 @@ class Simplefeed:
         parts = (
             {
                 entry_id: atom.entry_parts(_Unnumbered(entry_id, p.event, published))
-                for index, p in enumerate(prepared)
-                for entry_id, published in [
-                    (
-                        p.event.id if p.event.id is not None else fresh_ids[index],
-                        p.event.updated_us if p.event.updated_us is not None else now,
-                    )
-                ]
+                for p, (entry_id, published) in zip(prepared, keys, strict=True)
             }
             if len(prepared) > 1
             else {}
@@ -264,8 +259,7 @@ class Simplefeed:
                         )
                         continue
                 head += 1
-                entry_id = event.id if event.id is not None else fresh_ids[index]
-                published = event.updated_us if event.updated_us is not None else now
+                entry_id, published = keys[index]
                 # Strictly increasing per feed: no two entries share `updated`, and the order of
                 # `updated` is the order of the sequence.
                 updated = published if last_updated is None else max(published, last_updated + 1)
@@ -296,7 +290,7 @@ class Simplefeed:
         self,
         feed_name: str,
         prepared: Sequence[_Prepared],
-        fresh_ids: dict[int, str],
+        keys: Sequence[tuple[str, int]],
         now: int,
         credentials: auth.Credentials | None,
     ) -> list[Appended] | None:
@@ -310,13 +304,8 @@ class Simplefeed:
         if known is None or len(prepared) >= known.page_size:
             return None  # not seen yet in this process, or certain to fill a page
         pending = [
-            Pending(
-                p.event.id if p.event.id is not None else fresh_ids[index],
-                p.event.updated_us if p.event.updated_us is not None else now,
-                p.fingerprint,
-                p.data,
-            )
-            for index, p in enumerate(prepared)
+            Pending(entry_id, published, p.fingerprint, p.data)
+            for p, (entry_id, published) in zip(prepared, keys, strict=True)
         ]
         with self.db.append() as conn:
             if not store.one_round_trip_supported(conn):
