@@ -238,6 +238,13 @@ class Database:
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
         self._lookups = _Lookups(self.engine)
+        # psycopg with pipeline mode (libpq 14 or later): see append().
+        self._pipelined = (
+            self.dialect == "postgresql"
+            and self.engine.dialect.driver == "psycopg"
+            and bool(getattr(sys.modules.get("psycopg"), "Pipeline", None))
+            and sys.modules["psycopg"].Pipeline.is_supported()
+        )
 
     def lookup(self, stmt: Select[Any], params: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """The first row of one read statement (as a mapping), or None.
@@ -305,19 +312,17 @@ class Database:
         :func:`~simplefeed.store.entries.lock_feed_and_find` sends ``BEGIN ISOLATION LEVEL READ
         COMMITTED`` in its pipeline and :func:`~simplefeed.store.entries.append_entries` sends
         ``COMMIT`` in its: three round trips per append instead of six, one of them under the
-        lock. Leaving the block commits what is still open (an append of replays only) or, on
-        an exception, rolls back; both are no-ops when the pipeline has committed.
+        lock. (:func:`~simplefeed.store.entries.append_in_one_round_trip` needs no ``BEGIN``
+        at all: its pipeline is one implicit transaction.) Leaving the block commits what is
+        still open (an append of replays only) or, on an exception, rolls back; both are no-ops
+        when the pipeline has committed.
         """
-        if self.dialect != "postgresql":
+        if not self._pipelined:
             with self.write() as conn:
                 yield conn
             return
         with self.engine.connect() as conn:
             driver: Any = conn.connection.driver_connection
-            if not pipeline_supported(driver):
-                with self.write() as ordinary:
-                    yield ordinary
-                return
             conn = conn.execution_options(
                 isolation_level="AUTOCOMMIT", simplefeed_write=True, simplefeed_own_tx=True
             )
