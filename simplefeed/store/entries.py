@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,18 @@ def _compile(conn: Connection, which: str) -> tuple[str, tuple[str, ...] | None]
             assert order == _INSERT_COLUMNS, order
         found = _COMPILED[key] = (str(compiled), order)
     return found
+
+
+@contextlib.contextmanager
+def _as_sqlalchemy_errors(conn: Connection) -> Iterator[None]:
+    """Errors of statements handed straight to the driver, raised as SQLAlchemy raises them
+    (``IntegrityError`` for a duplicate, ...)."""
+    try:
+        yield
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise DBAPIError.instance(
+            None, None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
+        ) from exc
 
 
 def _sqlite(conn: Connection, which: str, params: Mapping[str, Any]) -> Any:
@@ -164,20 +176,17 @@ def lock_feed_and_find(
     # flush and wait, and the Sync at its end would then cost one more round trip.
     begin, advisory, lock, find = cursors = [driver.cursor() for _ in range(4)]
     try:
-        with driver.pipeline():
-            if owns_transaction(conn):
-                begin.execute(_BEGIN, prepare=False)
-            advisory.execute(_compiled(conn, "advisory"), {"name": name})
-            lock.execute(_compiled(conn, "lock"), {"name": name})
-            if ids:
-                find.execute(_compiled(conn, "find"), {"name": name, "ids": ids})
-        row = lock.fetchone()
-        names = [d[0] for d in lock.description or ()]
-        found = find.fetchall() if ids else []
-    except conn.dialect.loaded_dbapi.Error as exc:
-        raise DBAPIError.instance(
-            None, None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
-        ) from exc
+        with _as_sqlalchemy_errors(conn):
+            with driver.pipeline():
+                if owns_transaction(conn):
+                    begin.execute(_BEGIN, prepare=False)
+                advisory.execute(_compiled(conn, "advisory"), {"name": name})
+                lock.execute(_compiled(conn, "lock"), {"name": name})
+                if ids:
+                    find.execute(_compiled(conn, "find"), {"name": name, "ids": ids})
+            row = lock.fetchone()
+            names = [d[0] for d in lock.description or ()]
+            found = find.fetchall() if ids else []
     finally:
         for cursor in cursors:
             cursor.close()
@@ -281,19 +290,13 @@ def _append_pipelined(
     named = [dict(zip(_INSERT_COLUMNS, r, strict=True)) for r in rows]
     pipelined = pipeline_supported(driver)
     pipeline = driver.pipeline() if pipelined else contextlib.nullcontext()
-    try:
-        with pipeline, driver.cursor() as cursor:
-            cursor.executemany(_compiled(conn, "entries"), named)
-            cursor.execute(_compiled(conn, "head"), head)
-            for page_row in page_rows:
-                cursor.execute(_compiled(conn, "page"), page_row)
-            if pipelined and owns_transaction(conn):
-                cursor.execute(_COMMIT, prepare=False)
-    except conn.dialect.loaded_dbapi.Error as exc:
-        # As SQLAlchemy would have raised it (IntegrityError for a duplicate, ...).
-        raise DBAPIError.instance(
-            None, None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
-        ) from exc
+    with _as_sqlalchemy_errors(conn), pipeline, driver.cursor() as cursor:
+        cursor.executemany(_compiled(conn, "entries"), named)
+        cursor.execute(_compiled(conn, "head"), head)
+        for page_row in page_rows:
+            cursor.execute(_compiled(conn, "page"), page_row)
+        if pipelined and owns_transaction(conn):
+            cursor.execute(_COMMIT, prepare=False)
 
 
 @dataclass(frozen=True)
@@ -454,14 +457,11 @@ def append_in_one_round_trip(
     driver: Any = conn.connection.driver_connection
     lock, append = driver.cursor(), driver.cursor()
     try:
-        with driver.pipeline():
-            lock.execute(lock_sql, params)
-            append.execute(append_sql, params)
-        row = append.fetchone()
-    except conn.dialect.loaded_dbapi.Error as exc:
-        raise DBAPIError.instance(
-            None, None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
-        ) from exc
+        with _as_sqlalchemy_errors(conn):
+            with driver.pipeline():
+                lock.execute(lock_sql, params)
+                append.execute(append_sql, params)
+            row = append.fetchone()
     finally:
         lock.close()
         append.close()
