@@ -177,7 +177,7 @@ def render(doc: Document, parts: Mapping[str, EntryParts] | None = None) -> byte
     return "".join(out).encode("utf-8")
 
 
-def entry_parts(entry: Entry | PendingEntry) -> EntryParts:
+def entry_parts(entry: PendingEntry) -> EntryParts:
     """An entry, in the order feedgen's ``atom_entry`` and :class:`_EntryExtension` write it,
     but for its ``updated`` and its sequence number (see :data:`EntryParts`)."""
     event = entry.event
