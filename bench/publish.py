@@ -308,6 +308,20 @@ class RssSampler:
 _last_stat: list[tuple[float, dict[int, int]]] = []
 
 
+def proc_stat(pid: int) -> tuple[str, list[str]] | None:
+    """A process's name and the fields after it in ``/proc/<pid>/stat``; None once it is gone."""
+    try:
+        head, _, tail = Path(f"/proc/{pid}/stat").read_text().rpartition(")")
+    except OSError:
+        return None
+    return head.partition("(")[2], tail.split()
+
+
+def cpu_ticks(fields: list[str]) -> int:
+    """User plus system time (clock ticks) from :func:`proc_stat`'s fields."""
+    return int(fields[11]) + int(fields[12])
+
+
 def background_cpu() -> float:
     """Share of the machine's CPU time used, since the last call, by processes that are not
     the benchmark's (itself and its descendants: servers, their workers, wrk) nor PostgreSQL's
@@ -318,16 +332,13 @@ def background_cpu() -> float:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                head, _, tail = f.read().rpartition(")")
-            fields = tail.split()
-        except OSError:
+        stat = proc_stat(int(entry))
+        if stat is None:
             continue
         pid = int(entry)
+        names[pid], fields = stat
         parents[pid] = int(fields[1])
-        ticks[pid] = int(fields[11]) + int(fields[12])
-        names[pid] = head.partition("(")[2]
+        ticks[pid] = cpu_ticks(fields)
     ours = {os.getpid()}
     changed = True
     while changed:

@@ -49,17 +49,18 @@ def machine_ticks() -> tuple[int, int]:
     return sum(fields), fields[3] + fields[4]
 
 
-def process_ticks(pattern: str) -> int:
-    """User + system jiffies of every process whose command line matches ``pattern``."""
-    pids = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        total += int(fields[11]) + int(fields[12])
-    return total
+def process_ticks(pgrep: list[str]) -> int:
+    """User + system clock ticks of the processes ``pgrep`` finds with these arguments."""
+    pids = subprocess.run(["pgrep", *pgrep], capture_output=True, text=True).stdout.split()
+    stats = (publish.proc_stat(int(pid)) for pid in pids)
+    return sum(publish.cpu_ticks(stat[1]) for stat in stats if stat is not None)
+
+
+# The servers' processes, by what they run: uWSGI's by command line (its workers are Python
+# processes running the uwsgi entry point), PostgreSQL's by process name, so that this script
+# (whose command line may say "postgres") and anything else that mentions it are not counted.
+UWSGI = ["-f", "uwsgi --ini"]
+POSTGRES = ["-x", "postgres"]
 
 
 class WaitSampler:
@@ -143,7 +144,7 @@ def main() -> None:
                     if admin_url and args.database == "postgres"
                     else None
                 )
-                uwsgi0, pg0 = process_ticks("uwsgi"), process_ticks("postgres")
+                uwsgi0, pg0 = process_ticks(UWSGI), process_ticks(POSTGRES)
                 all0, idle0 = machine_ticks()
                 if sampler is not None:
                     sampler.__enter__()
@@ -155,7 +156,7 @@ def main() -> None:
                     if sampler is not None:
                         sampler.__exit__()
                 all1, idle1 = machine_ticks()
-                uwsgi1, pg1 = process_ticks("uwsgi"), process_ticks("postgres")
+                uwsgi1, pg1 = process_ticks(UWSGI), process_ticks(POSTGRES)
             ms_per_tick = 1000 / os.sysconf("SC_CLK_TCK")
             events = result.rps * publish.events_per_request(args.mode)
             busy = 1 - (idle1 - idle0) / max(1, all1 - all0)
