@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 
 from simplefeed import archive, atom, auth, paging, store
 from simplefeed.errors import EntryConflict, PageNotFound
@@ -237,6 +238,7 @@ class Simplefeed:
             seen: dict[str, tuple[str, Appended]] = {}
             results: list[Appended] = []
             new: list[NewEntry] = []
+            replayed = False
             head = feed.head_seq
             last_updated = feed.head_updated_us
             for index, p in enumerate(prepared):
@@ -249,6 +251,7 @@ class Simplefeed:
                         results.append(
                             Appended(event.id, old.seq, paging.page_of(old.seq, size), False)
                         )
+                        replayed = True
                         continue
                     if event.id in seen:
                         old_fp, first = seen[event.id]
@@ -282,6 +285,12 @@ class Simplefeed:
                 store.append_entries(
                     conn, feed, new, modified_us=max(now, feed.modified_us + 1), pages=frozen
                 )
+        if replayed and not new:
+            # Nothing was written, so nothing was flushed: the stored entry may be an append
+            # committed a moment ago whose WAL is not on disk yet (one-round-trip appends commit
+            # without waiting for it). Answer only once it is. (A commit that wrote waits for
+            # the WAL up to its own record, so past every earlier one.)
+            self.db.flush_barrier()
         for page in frozen:
             self._write_file(feed.name, page)
         return results
@@ -307,15 +316,22 @@ class Simplefeed:
             Pending(entry_id, published, p.fingerprint, p.data)
             for p, (entry_id, published) in zip(prepared, keys, strict=True)
         ]
-        with self.db.append() as conn:
-            if not store.one_round_trip_supported(conn):
-                return None
-            token = (
-                store.TokenCheck(credentials.token_id, auth.hash_secret(credentials.secret))
-                if credentials is not None
-                else None
-            )
-            head = store.append_in_one_round_trip(conn, known, pending, now_us=now, token=token)
+        if not self.db.one_round_trip:
+            return None
+        token = (
+            store.TokenCheck(credentials.token_id, auth.hash_secret(credentials.secret))
+            if credentials is not None
+            else None
+        )
+        try:
+            with self.db.direct() as conn:
+                head = store.append_in_one_round_trip(conn, known, pending, now_us=now, token=token)
+        except DBAPIError:
+            # A dropped connection (a server restart, an idle timeout), or anything else: the
+            # ordinary way, on a pooled connection, either appends or finds the events appended
+            # (their ids are fixed above), and raises what is really wrong.
+            log.warning("one-round-trip append failed; appending the ordinary way", exc_info=True)
+            return None
         if head is None:
             return None
         size = known.page_size
@@ -386,6 +402,10 @@ class Simplefeed:
         first, _ = paging.seq_range(live.number, feed.page_size)
         with self.db.read() as conn:
             entries = store.entries_between(conn, feed.id, first, feed.head_seq)
+        # The head this version shows may be an append committed without waiting for its WAL
+        # flush (see store.entries.append_in_one_round_trip): no one is shown it before it is
+        # durable, so a server crash cannot take back what a consumer has read.
+        self.db.flush_barrier()
         body = atom.render(self._document(feed, live.kind, live.number, tuple(entries)))
         with self._cache_lock:
             self._live_cache[key] = (live.etag, body)

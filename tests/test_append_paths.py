@@ -247,3 +247,123 @@ def test_both_append_paths_wait_for_the_feeds_advisory_lock(
         holder.dispose()
     assert feed.head_seq == 6
     assert counts == {"appended": 1, "gave way": 1}
+
+
+class _Worker:
+    """A thread of its own, so its own direct connection (``Database.direct`` is per thread):
+    runs what it is given, one call at a time."""
+
+    def __init__(self, core: Simplefeed) -> None:
+        import queue
+        import threading
+
+        self.jobs: queue.Queue[Callable[[], Any] | None] = queue.Queue()
+        self.results: queue.Queue[tuple[bool, Any]] = queue.Queue()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        self.backend_pid: int = self.call(lambda: _direct_pid(core))
+
+    def _run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            try:
+                self.results.put((True, job()))
+            except BaseException as exc:  # pragma: no cover - raised by result()
+                self.results.put((False, exc))
+
+    def start(self, job: Callable[[], Any]) -> None:
+        self.jobs.put(job)
+
+    def result(self, timeout: float) -> Any:
+        import queue
+
+        try:
+            ok, value = self.results.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError("still running") from None
+        if not ok:
+            raise value
+        return value
+
+    def call(self, job: Callable[[], Any]) -> Any:
+        self.start(job)
+        return self.result(10)
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self.thread.join(10)
+
+
+def _direct_pid(core: Simplefeed) -> int:
+    with core.db.direct() as conn:
+        return int(conn.info.backend_pid)
+
+
+def test_nothing_is_acknowledged_or_shown_before_its_flush_barrier(
+    both: tuple[Simplefeed, Simplefeed], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-round-trip append commits without waiting for its WAL flush (so the feed's lock
+    is free at once), and is acknowledged only after the flush barrier, a synchronous commit
+    of its own, has returned. Held up at its barrier (another session locks the backend's
+    flush_marks row), such an append is already visible and the feed's next append can go
+    on, but the publish has not returned; a replay of a stored entry and a newly rendered
+    live document wait for the barrier too."""
+    from sqlalchemy import create_engine
+
+    _, pg = both
+    counts = _counting(monkeypatch)
+    worker = _Worker(pg)
+    holder = create_engine(pg.settings.database_url)
+    lock_row = text("SELECT n FROM flush_marks WHERE backend_pid = :pid FOR UPDATE")
+
+    def n_marks() -> int:
+        rows = _rows(pg, f"SELECT n FROM flush_marks WHERE backend_pid = {worker.backend_pid}")
+        return int(rows[0][0]) if rows else 0
+
+    try:
+        worker.call(lambda: pg.publish("events", [Event("learn the feed")]))
+        worker.call(lambda: pg.publish("events", [Event("quick", id="urn:x:quick")]))
+        assert counts["appended"] == 1 and n_marks() == 1  # one barrier per quick append
+        # The barrier's transaction is not the append's: it commits with the session's
+        # synchronous_commit, which the append's own setting does not outlive.
+        with pg.db.direct() as conn:
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        assert worker.call(lambda: _show_sync_commit(pg)) == "on"
+
+        # (what, the job, the head while it waits at its barrier)
+        cases: list[tuple[str, Callable[[], Any], int]] = [
+            ("one-round-trip append", lambda: pg.publish("events", [Event("held")]), 3),
+            # (twice in one batch: straight to the ordinary way, which finds it stored)
+            ("replay", lambda: pg.publish("events", [Event("quick", id="urn:x:quick")] * 2), 4),
+            ("new live document", lambda: pg.live_body(pg.live(pg.feed("events"), "recent")), 4),
+        ]
+        for label, job, head in cases:
+            marks = n_marks()
+            with holder.begin() as conn:
+                conn.execute(lock_row, {"pid": worker.backend_pid})
+                worker.start(job)
+                with pytest.raises(TimeoutError):
+                    worker.result(0.5)
+                # The append itself is committed and visible, and the lock is free: another
+                # process appends meanwhile (this thread has a connection of its own).
+                assert pg.feed("events").head_seq == head, label
+                if label == "one-round-trip append":
+                    pg.publish("events", [Event("meanwhile")])
+            result = worker.result(10)
+            assert n_marks() == marks + 1, label
+            if label == "one-round-trip append":
+                assert [r.created for r in result] == [True]
+            elif label == "replay":
+                assert [(r.entry_id, r.created) for r in result] == [("urn:x:quick", False)] * 2
+            else:
+                assert b"meanwhile" in result
+        # The rendered version is kept: serving it again needs no barrier.
+        worker.call(lambda: pg.live_body(pg.live(pg.feed("events"), "recent")))
+        assert n_marks() == marks + 1
+    finally:
+        worker.stop()
+        holder.dispose()
+
+
+def _show_sync_commit(core: Simplefeed) -> str:
+    with core.db.direct() as conn:
+        return str(conn.execute("SHOW synchronous_commit").fetchone()[0])

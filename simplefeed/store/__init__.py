@@ -11,7 +11,6 @@ from simplefeed.store.entries import (
     entries_between,
     find_entries,
     lock_feed_and_find,
-    one_round_trip_supported,
 )
 from simplefeed.store.feeds import create_feed, get_feed, list_feeds, lock_feed
 from simplefeed.store.pages import get_page, insert_page, iter_pages, list_pages
@@ -32,5 +31,4 @@ __all__ = [
     "list_pages",
     "lock_feed",
     "lock_feed_and_find",
-    "one_round_trip_supported",
 ]

@@ -183,6 +183,14 @@ def owns_transaction(conn: Connection) -> bool:
     return bool(conn.get_execution_options().get("simplefeed_own_tx", False))
 
 
+#: The write whose synchronous commit is :meth:`Database.flush_barrier`: one row per server
+#: backend (no two sessions contend for it), updated in place.
+FLUSH_MARK = (
+    "INSERT INTO flush_marks (backend_pid, n) VALUES (pg_backend_pid(), 1)"
+    " ON CONFLICT (backend_pid) DO UPDATE SET n = flush_marks.n + 1"
+)
+
+
 class _Lookups:
     """One DB-API connection per thread, in autocommit, outside the pool, for single reads."""
 
@@ -272,6 +280,53 @@ class Database:
                 result = conn.execute(stmt, dict(params)).first()
             return None if result is None else dict(result._mapping)
         return None if row is None else dict(zip(names, row, strict=True))
+
+    @property
+    def one_round_trip(self) -> bool:
+        """Whether appends may go in one round trip
+        (:func:`~simplefeed.store.entries.append_in_one_round_trip`: PostgreSQL, psycopg with
+        pipeline mode), on :meth:`direct`'s connection."""
+        return self._pipelined
+
+    @contextmanager
+    def direct(self) -> Iterator[Any]:
+        """This thread's own DB-API connection (PostgreSQL: in autocommit), outside the pool,
+        for the statements a publish sends straight to the driver: no checkout, no isolation
+        level set and reset, about 0.1 ms of CPU less per publish than :meth:`append`.
+
+        On a driver error the connection is closed (the next call opens a new one) and the
+        error raised as SQLAlchemy raises it. Nothing is left open between calls: every use is
+        whole implicit transactions.
+        """
+        conn = self._lookups.connection()
+        error = self.engine.dialect.loaded_dbapi.Error
+        try:
+            yield conn
+        except error as exc:
+            self._lookups.drop()
+            raise DBAPIError.instance(None, None, exc, error, dialect=self.engine.dialect) from exc
+        except BaseException:
+            self._lookups.drop()
+            raise
+
+    def flush_barrier(self) -> None:
+        """Return once everything committed so far, by any session, is durable (PostgreSQL;
+        nothing to do on SQLite, whose commits are synchronous).
+
+        Appends in one round trip commit without waiting for their WAL flush, so that the
+        feed's next appender need not wait for it (see
+        :func:`~simplefeed.store.entries.append_in_one_round_trip`). Whatever exposes what
+        such a commit wrote calls this first: the append itself before it is acknowledged, a
+        replay answered from the stored entry, a newly rendered live document. It commits a
+        write (this backend's row of ``flush_marks``) with the session's own
+        ``synchronous_commit``; that commit waits for the WAL up to its own record, which is
+        after every commit already visible (and, with synchronous replication, for the
+        standby as well).
+        """
+        if self.dialect != "postgresql":
+            return
+        with self.direct() as conn:
+            conn.execute(FLUSH_MARK, prepare=True)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

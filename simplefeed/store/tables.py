@@ -82,3 +82,14 @@ tokens = Table(
     Column("created_us", BigInteger, nullable=False),
     Column("revoked_us", BigInteger, nullable=True),
 )
+
+# PostgreSQL: one row per server backend that appends, rewritten after each append committed
+# without waiting for its WAL flush (see simplefeed.store.entries.append_in_one_round_trip).
+# Writing it makes the next commit wait for the WAL up to there, so the append's own commit
+# record is on disk before the append is acknowledged. Never read.
+flush_marks = Table(
+    "flush_marks",
+    metadata,
+    Column("backend_pid", Integer, primary_key=True, autoincrement=False),
+    Column("n", BigInteger, nullable=False),
+)
