@@ -414,8 +414,9 @@ def run_wrk(
     elapsed = _ms(requests_match.group(2) + requests_match.group(3)) / 1000
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = re.search(r"Socket errors: (.*)", out)
-    p50 = re.search(r"50%\s+(\S+)", out)
-    p99 = re.search(r"99%\s+(\S+)", out)
+    # The latency distribution's own lines: "89.50%" in the thread stats above also ends in 50%.
+    p50 = re.search(r"^\s*50%\s+(\S+)", out, re.M)
+    p99 = re.search(r"^\s*99%\s+(\S+)", out, re.M)
     return WrkResult(
         requests=requests,
         seconds=elapsed,
