@@ -6,6 +6,7 @@ or the renderer directly. The clock and the id generator are injected, so tests 
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import logging
 import os
@@ -98,6 +99,15 @@ class Live:
     kind: DocumentKind
     number: int
     etag: str
+
+
+class _QuickOutcome(enum.Enum):
+    GAVE_WAY = "gave way"
+    OUTCOME_UNKNOWN = "outcome unknown"
+
+
+_GAVE_WAY = _QuickOutcome.GAVE_WAY
+_OUTCOME_UNKNOWN = _QuickOutcome.OUTCOME_UNKNOWN
 
 
 class Simplefeed:
@@ -214,10 +224,16 @@ class Simplefeed:
             )
             for p in prepared
         ]
+        # The ids to look up under the lock: the producer's, to answer replays and conflicts.
+        look_up = explicit
         if prepared and len(set(explicit)) == len(explicit):
             quick = self._publish_in_one_round_trip(feed_name, prepared, keys, now, credentials)
-            if quick is not None:
+            if isinstance(quick, list):
                 return quick
+            if quick is _OUTCOME_UNKNOWN:
+                # The quick path failed (a dropped connection, say) and may have appended the
+                # events before it did: look up every one of them, generated ids too.
+                look_up = [entry_id for entry_id, _ in keys]
         if credentials is not None:
             self.check_credentials(credentials, feed_name)
         # A batch may fill a page: its entries are written out now, all but their `updated` and
@@ -232,7 +248,7 @@ class Simplefeed:
         )
         frozen: list[FrozenPage] = []
         with self.db.append() as conn:
-            feed, existing = store.lock_feed_and_find(conn, feed_name, explicit)
+            feed, existing = store.lock_feed_and_find(conn, feed_name, look_up)
             self._feeds[feed_name] = feed
             size = feed.page_size
             seen: dict[str, tuple[str, Appended]] = {}
@@ -243,26 +259,26 @@ class Simplefeed:
             last_updated = feed.head_updated_us
             for index, p in enumerate(prepared):
                 event, fingerprint = p.event, p.fingerprint
-                if event.id is not None:
-                    if event.id in existing:
-                        old = existing[event.id]
-                        if old.fingerprint != fingerprint:
-                            raise EntryConflict(event.id, index)
-                        results.append(
-                            Appended(event.id, old.seq, paging.page_of(old.seq, size), False)
-                        )
-                        replayed = True
-                        continue
-                    if event.id in seen:
-                        old_fp, first = seen[event.id]
-                        if old_fp != fingerprint:
-                            raise EntryConflict(event.id, index)
-                        results.append(
-                            Appended(first.entry_id, first.seq, first.page, created=False)
-                        )
-                        continue
-                head += 1
                 entry_id, published = keys[index]
+                if entry_id in existing:
+                    old = existing[entry_id]
+                    if old.fingerprint != fingerprint:
+                        raise EntryConflict(entry_id, index)
+                    # A producer's id: a replay. An id made for this request: this request's
+                    # own append, by the quick path before it failed.
+                    created = event.id is None
+                    results.append(
+                        Appended(entry_id, old.seq, paging.page_of(old.seq, size), created)
+                    )
+                    replayed = True
+                    continue
+                if entry_id in seen:  # the producer's id twice in one batch
+                    old_fp, first = seen[entry_id]
+                    if old_fp != fingerprint:
+                        raise EntryConflict(entry_id, index)
+                    results.append(Appended(first.entry_id, first.seq, first.page, created=False))
+                    continue
+                head += 1
                 # Strictly increasing per feed: no two entries share `updated`, and the order of
                 # `updated` is the order of the sequence.
                 updated = published if last_updated is None else max(published, last_updated + 1)
@@ -302,22 +318,23 @@ class Simplefeed:
         keys: Sequence[tuple[str, int]],
         now: int,
         credentials: auth.Credentials | None,
-    ) -> list[Appended] | None:
+    ) -> list[Appended] | _QuickOutcome:
         """The common append, on PostgreSQL: new events that stay within the working page,
         numbered by the database under the feed's lock, in one round trip (see
-        :func:`simplefeed.store.entries.append_in_one_round_trip`). None when that does not
-        apply: :meth:`publish` then goes the ordinary way, which also answers replays and
-        conflicts and freezes the pages an append fills.
+        :func:`simplefeed.store.entries.append_in_one_round_trip`). Otherwise nothing was
+        appended (``_GAVE_WAY``: it does not apply) or it is not known whether the events were
+        (``_OUTCOME_UNKNOWN``: it failed); :meth:`publish` then goes the ordinary way, which
+        also answers replays and conflicts and freezes the pages an append fills.
         """
         known = self._feeds.get(feed_name)
         if known is None or len(prepared) >= known.page_size:
-            return None  # not seen yet in this process, or certain to fill a page
+            return _GAVE_WAY  # not seen yet in this process, or certain to fill a page
         pending = [
             Pending(entry_id, published, p.fingerprint, p.data)
             for p, (entry_id, published) in zip(prepared, keys, strict=True)
         ]
         if not self.db.one_round_trip:
-            return None
+            return _GAVE_WAY
         token = (
             store.TokenCheck(credentials.token_id, auth.hash_secret(credentials.secret))
             if credentials is not None
@@ -328,12 +345,13 @@ class Simplefeed:
                 head = store.append_in_one_round_trip(conn, known, pending, now_us=now, token=token)
         except DBAPIError:
             # A dropped connection (a server restart, an idle timeout), or anything else: the
-            # ordinary way, on a pooled connection, either appends or finds the events appended
-            # (their ids are fixed above), and raises what is really wrong.
+            # ordinary way, on a pooled connection, either appends the events or finds them
+            # appended (their ids are fixed before either path), and raises what is really
+            # wrong.
             log.warning("one-round-trip append failed; appending the ordinary way", exc_info=True)
-            return None
+            return _OUTCOME_UNKNOWN
         if head is None:
-            return None
+            return _GAVE_WAY
         size = known.page_size
         return [
             Appended(p.entry_id, seq, paging.page_of(seq, size), created=True)

@@ -367,3 +367,39 @@ def test_nothing_is_acknowledged_or_shown_before_its_flush_barrier(
 def _show_sync_commit(core: Simplefeed) -> str:
     with core.db.direct() as conn:
         return str(conn.execute("SHOW synchronous_commit").fetchone()[0])
+
+
+@pytest.mark.parametrize("appended_first", [True, False], ids=["after-commit", "before-append"])
+def test_a_failed_quick_path_appends_each_event_exactly_once(
+    both: tuple[Simplefeed, Simplefeed], monkeypatch: pytest.MonkeyPatch, appended_first: bool
+) -> None:
+    """The quick path failing (here: its connection reported lost, after its append committed
+    or before it ran) is not an error for the producer: the ordinary path looks up every
+    event's id, the ones made for this request included, and appends only what is not there.
+    An id made for this request and found stored is this request's own append (created); a
+    producer's id found stored cannot be told from a replay."""
+    import psycopg
+
+    _, pg = both
+    real: Callable[..., int | None] = store.append_in_one_round_trip
+    pids: list[int] = []
+
+    def failing(driver: Any, *args: Any, **kwargs: Any) -> int | None:
+        pids.append(driver.info.backend_pid)
+        if appended_first:
+            real(driver, *args, **kwargs)
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    pg.publish("events", [Event("learn the feed")])
+    monkeypatch.setattr(store, "append_in_one_round_trip", failing)
+    (generated,) = pg.publish("events", [Event("no id")])
+    (explicit,) = pg.publish("events", [Event("an id", id="urn:x:failed")])
+    assert (generated.seq, explicit.seq) == (2, 3)
+    assert generated.created is True
+    assert explicit.created is (not appended_first)
+    entries = _snapshot(pg)["entries"]
+    assert [row[0] for row in entries] == [1, 2, 3]
+    assert [row[1] for row in entries][1:] == [generated.entry_id, "urn:x:failed"]
+    assert pg.feed("events").head_seq == 3
+    # The connection that failed was dropped: the next attempt had a new one.
+    assert len(pids) == 2 and pids[0] != pids[1]
