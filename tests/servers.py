@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -330,3 +332,111 @@ def scratch_postgres_database(prefix: str) -> Iterator[str]:
                 conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
         admin.dispose()
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of the test's own (``initdb`` into a temporary directory, on a free
+    127.0.0.1 port), for tests that crash the database server: the shared one must not be.
+
+    PostgreSQL refuses to run as root: as root, the cluster runs as the ``postgres`` user
+    (``runuser``). Use :func:`private_postgres`, which skips the test saying what is missing.
+    """
+
+    def __init__(self, bindir: Path, as_user: list[str]) -> None:
+        self.bindir = bindir
+        self.as_user = as_user
+        self.root = Path(tempfile.mkdtemp(prefix="sf-pg-"))
+        self.data = self.root / "data"
+        self.log_path = self.root / "server.log"
+        self.port = 0
+
+    def _run(self, *argv: str, timeout: float = 120.0) -> None:
+        done = subprocess.run(
+            [*self.as_user, *argv], capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if done.returncode != 0:
+            raise ServerError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr[-2000:]}")
+
+    def create(self) -> None:
+        if self.as_user:
+            shutil.chown(self.root, user="postgres", group="postgres")
+        self._run(
+            str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
+            "--no-sync",
+        )  # fmt: skip
+        self.port = free_port()
+
+    def start(self, *settings: str) -> None:
+        """Start the server, with ``settings`` (``name=value``) on its command line."""
+        options = " ".join(
+            [
+                f"-p {self.port} -c listen_addresses={HOST} -k {self.data}",
+                "-c shared_buffers=32MB -c max_connections=60 -c fsync=on",
+                *(f"-c {setting}" for setting in settings),
+            ]
+        )
+        self._run(
+            str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.log_path), "-w",
+            "-t", "60", "-o", options, "start",
+        )  # fmt: skip
+
+    def crash(self) -> None:
+        """Immediate shutdown: every server process quits at once, nothing written or flushed
+        on the way out (what is in shared memory, WAL buffers included, is lost); the next
+        start runs crash recovery from the WAL on disk."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql+psycopg://postgres@{HOST}:{self.port}/{database}"
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except (FileNotFoundError, PermissionError):
+            return "(no server log)"
+
+    def destroy(self) -> None:
+        with contextlib.suppress(Exception):
+            self.crash()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _postgres_bindir() -> Path | None:
+    found = shutil.which("pg_config")
+    if found:
+        done = subprocess.run([found, "--bindir"], capture_output=True, text=True, check=False)
+        bindir = Path(done.stdout.strip())
+        if (bindir / "initdb").exists():
+            return bindir
+    candidates = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
+    )
+    return candidates[-1].parent if candidates else None
+
+
+@contextlib.contextmanager
+def private_postgres(*settings: str) -> Iterator[PrivatePostgres]:
+    """A started :class:`PrivatePostgres` (with ``settings``, ``name=value``), destroyed
+    afterwards; skips the test, saying why, without PostgreSQL's server binaries or (as root) a
+    ``postgres`` user and ``runuser``."""
+    bindir = _postgres_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL's server binaries (initdb, pg_ctl) are not installed")
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root, and there is no postgres user to run PostgreSQL as")
+        runuser = shutil.which("runuser")
+        if runuser is None:
+            pytest.skip("running as root, and runuser is missing to run PostgreSQL as postgres")
+        as_user = [runuser, "-u", "postgres", "--"]
+    server = PrivatePostgres(bindir, as_user)
+    try:
+        server.create()
+        server.start(*settings)
+        yield server
+    finally:
+        server.destroy()
