@@ -403,3 +403,25 @@ def test_a_failed_quick_path_appends_each_event_exactly_once(
     assert pg.feed("events").head_seq == 3
     # The connection that failed was dropped: the next attempt had a new one.
     assert len(pids) == 2 and pids[0] != pids[1]
+
+
+def test_the_flush_barrier_survives_a_dropped_connection(
+    both: tuple[Simplefeed, Simplefeed],
+) -> None:
+    """A server restart or an idle timeout kills the thread's own connection: the barrier
+    (idempotent) goes again on a new one instead of failing the read or the publish."""
+    from sqlalchemy import create_engine
+
+    _, pg = both
+    pg.db.flush_barrier()
+    old = _direct_pid(pg)
+    killer = create_engine(pg.settings.database_url)
+    try:
+        with killer.begin() as conn:
+            assert conn.execute(text(f"SELECT pg_terminate_backend({old})")).scalar() is True
+    finally:
+        killer.dispose()
+    pg.db.flush_barrier()
+    new = _direct_pid(pg)
+    assert new != old
+    assert _rows(pg, f"SELECT n FROM flush_marks WHERE backend_pid = {new}") == [(1,)]

@@ -325,8 +325,15 @@ class Database:
         """
         if self.dialect != "postgresql":
             return
-        with self.direct() as conn:
-            conn.execute(FLUSH_MARK, prepare=True)
+        try:
+            with self.direct() as conn:
+                conn.execute(FLUSH_MARK, prepare=True)
+        except DBAPIError:
+            # Most likely the thread's connection died (a server restart, an idle timeout):
+            # direct() dropped it, and the barrier is idempotent. A second failure is real.
+            log.info("flush barrier failed; once more on a new connection", exc_info=True)
+            with self.direct() as conn:
+                conn.execute(FLUSH_MARK, prepare=True)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
