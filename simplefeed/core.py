@@ -309,6 +309,11 @@ class Simplefeed:
             self.db.flush_barrier()
         for page in frozen:
             self._write_file(feed.name, page)
+        if frozen and frozen[0].number == 1:
+            try:
+                self.db.analyze_entries_once()
+            except DBAPIError:
+                log.warning("could not analyse the entries table", exc_info=True)
         return results
 
     def _publish_in_one_round_trip(

@@ -425,3 +425,29 @@ def test_the_flush_barrier_survives_a_dropped_connection(
     new = _direct_pid(pg)
     assert new != old
     assert _rows(pg, f"SELECT n FROM flush_marks WHERE backend_pid = {new}") == [(1,)]
+
+
+def test_the_entries_table_is_analysed_when_a_first_page_freezes(
+    both: tuple[Simplefeed, Simplefeed],
+) -> None:
+    """Until the planner has statistics for ``entries``, a cached plan may look entries up by
+    the primary key and scan the whole feed on every append: the first frozen page of a feed
+    analyses the table if it never was (once; not again for later pages)."""
+    lite, pg = both
+
+    def reltuples() -> float:
+        return float(_rows(pg, "SELECT reltuples FROM pg_class WHERE relname = 'entries'")[0][0])
+
+    def analyze_count() -> int:
+        sql = "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'entries'"
+        return int(_rows(pg, sql)[0][0])
+
+    assert reltuples() < 0  # never analysed
+    pg.publish("events", [Event(f"e{i}") for i in range(4)])
+    assert reltuples() < 0
+    pg.publish("events", [Event("fills page 1")])  # page size 5
+    assert reltuples() == 5
+    pg.publish("events", [Event(f"f{i}") for i in range(5)])  # page 2: no second ANALYZE
+    assert reltuples() == 5
+    assert analyze_count() <= 1  # (the statistics collector may lag: at most once)
+    assert lite.db.analyze_entries_once() is False  # nothing to do on SQLite

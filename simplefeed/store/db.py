@@ -335,6 +335,27 @@ class Database:
             with self.direct() as conn:
                 conn.execute(FLUSH_MARK, prepare=True)
 
+    def analyze_entries_once(self) -> bool:
+        """PostgreSQL: ``ANALYZE entries`` if it never has been; True if it ran.
+
+        Until then the planner knows nothing of the table, and on a table of a few rows a
+        lookup by (feed, entry id) costs the same through the primary key (feed, seq) as
+        through the unique index; a connection that caches such a plan reads every entry of
+        the feed on every lookup, a little slower with each append, until autovacuum analyses
+        the table (a minute or more). Called when a feed's first page freezes, so statistics
+        exist from then on, and every cached plan is made again with them.
+        """
+        if self.dialect != "postgresql":
+            return False
+        with self.direct() as conn:
+            (tuples,) = conn.execute(
+                "SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass"
+            ).fetchone()
+            if tuples >= 0:
+                return False
+            conn.execute("ANALYZE entries")  # a warning, not an error, if we may not
+        return True
+
     @contextmanager
     def read(self) -> Iterator[Connection]:
         with self.engine.connect() as conn, conn.begin():
