@@ -292,7 +292,8 @@ class Database:
     def direct(self) -> Iterator[Any]:
         """This thread's own DB-API connection (PostgreSQL: in autocommit), outside the pool,
         for the statements a publish sends straight to the driver: no checkout, no isolation
-        level set and reset, about 0.1 ms of CPU less per publish than :meth:`append`.
+        level set and reset: about 0.1 ms of CPU less per publish than :meth:`append` (cProfile of
+        the app in one process; 3,000 publishes).
 
         On a driver error the connection is closed (the next call opens a new one) and the
         error raised as SQLAlchemy raises it. Nothing is left open between calls: every use is
