@@ -31,6 +31,7 @@ from tests.test_scale import (
     ATOM,
     PUBLIC_BASE,
     SF_NS,
+    acks_so_far,
     check_acknowledged,
     check_database,
     check_producer_order,
@@ -120,10 +121,7 @@ def test_nothing_acknowledged_or_shown_is_lost_when_postgresql_crashes(tmp_path:
                 # Publish for a while, then crash the database in mid-flight.
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline:
-                    acks = sum(
-                        out.read_text().count('"op": "ack"') for _, out in started if out.exists()
-                    )
-                    if acks >= 600 and reader.polls >= 10:
+                    if acks_so_far(started) >= 600 and reader.polls >= 10:
                         break
                     time.sleep(0.05)
                 pg.crash()

@@ -220,6 +220,11 @@ def start_producers(
     return started
 
 
+def acks_so_far(started: list[tuple[subprocess.Popen[bytes], Path]]) -> int:
+    """How many requests the running producers have had acknowledged so far."""
+    return sum(out.read_text().count('"op": "ack"') for _, out in started if out.exists())
+
+
 def finish_producers(
     started: list[tuple[subprocess.Popen[bytes], Path]], timeout: float = 120.0
 ) -> Outcome:
@@ -728,10 +733,7 @@ def test_kill_9_while_publishing(database: str, tmp_path: Path) -> None:
         deadline = time.monotonic() + 30
         with httpx.Client(timeout=10) as client:
             while time.monotonic() < deadline:
-                acks = sum(
-                    out.read_text().count('"op": "ack"') for _, out in started if out.exists()
-                )
-                if acks >= 150:
+                if acks_so_far(started) >= 150:
                     break
                 for number in range(1, 4):
                     r = client.get(srv.url(f"/pages/{number}"))
