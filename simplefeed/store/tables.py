@@ -83,10 +83,11 @@ tokens = Table(
     Column("revoked_us", BigInteger, nullable=True),
 )
 
-# PostgreSQL: one row per server backend that appends, rewritten after each append committed
-# without waiting for its WAL flush (see simplefeed.store.entries.append_in_one_round_trip).
-# Writing it makes the next commit wait for the WAL up to there, so the append's own commit
-# record is on disk before the append is acknowledged. Never read.
+# PostgreSQL's flush barrier (Database.flush_barrier): one row per server backend that runs it,
+# rewritten in a commit of its own that waits for the WAL up to its record, so past every commit
+# visible before it: an append committed without waiting for its flush (see
+# simplefeed.store.entries.append_in_one_round_trip) is on disk before it is acknowledged or
+# shown. Never read; unused on SQLite.
 flush_marks = Table(
     "flush_marks",
     metadata,
