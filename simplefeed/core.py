@@ -102,12 +102,10 @@ class Live:
 
 
 class _QuickOutcome(enum.Enum):
-    GAVE_WAY = "gave way"
-    OUTCOME_UNKNOWN = "outcome unknown"
+    """Why the one-round-trip append returned no entries."""
 
-
-_GAVE_WAY = _QuickOutcome.GAVE_WAY
-_OUTCOME_UNKNOWN = _QuickOutcome.OUTCOME_UNKNOWN
+    GAVE_WAY = "gave way"  # nothing appended: it does not apply
+    OUTCOME_UNKNOWN = "outcome unknown"  # it failed, perhaps after its commit
 
 
 class Simplefeed:
@@ -230,7 +228,7 @@ class Simplefeed:
             quick = self._publish_in_one_round_trip(feed_name, prepared, keys, now, credentials)
             if isinstance(quick, list):
                 return quick
-            if quick is _OUTCOME_UNKNOWN:
+            if quick is _QuickOutcome.OUTCOME_UNKNOWN:
                 # The quick path failed (a dropped connection, say) and may have appended the
                 # events before it did: look up every one of them, generated ids too.
                 look_up = [entry_id for entry_id, _ in keys]
@@ -327,19 +325,19 @@ class Simplefeed:
         """The common append, on PostgreSQL: new events that stay within the working page,
         numbered by the database under the feed's lock, in one round trip (see
         :func:`simplefeed.store.entries.append_in_one_round_trip`). Otherwise nothing was
-        appended (``_GAVE_WAY``: it does not apply) or it is not known whether the events were
-        (``_OUTCOME_UNKNOWN``: it failed); :meth:`publish` then goes the ordinary way, which
+        appended (``GAVE_WAY``: it does not apply) or it is not known whether the events were
+        (``OUTCOME_UNKNOWN``: it failed); :meth:`publish` then goes the ordinary way, which
         also answers replays and conflicts and freezes the pages an append fills.
         """
         known = self._feeds.get(feed_name)
         if known is None or len(prepared) >= known.page_size:
-            return _GAVE_WAY  # not seen yet in this process, or certain to fill a page
+            return _QuickOutcome.GAVE_WAY  # not seen yet in this process, or certain to fill a page
         pending = [
             Pending(entry_id, published, p.fingerprint, p.data)
             for p, (entry_id, published) in zip(prepared, keys, strict=True)
         ]
         if not self.db.one_round_trip:
-            return _GAVE_WAY
+            return _QuickOutcome.GAVE_WAY
         token = (
             store.TokenCheck(credentials.token_id, auth.hash_secret(credentials.secret))
             if credentials is not None
@@ -354,9 +352,9 @@ class Simplefeed:
             # appended (their ids are fixed before either path), and raises what is really
             # wrong.
             log.warning("one-round-trip append failed; appending the ordinary way", exc_info=True)
-            return _OUTCOME_UNKNOWN
+            return _QuickOutcome.OUTCOME_UNKNOWN
         if head is None:
-            return _GAVE_WAY
+            return _QuickOutcome.GAVE_WAY
         size = known.page_size
         return [
             Appended(p.entry_id, seq, paging.page_of(seq, size), created=True)
