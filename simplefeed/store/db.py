@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Select, create_engine, event
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Dialect, Engine, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 log = logging.getLogger(__name__)
@@ -183,6 +183,17 @@ def owns_transaction(conn: Connection) -> bool:
     return bool(conn.get_execution_options().get("simplefeed_own_tx", False))
 
 
+@contextmanager
+def as_sqlalchemy_errors(dialect: Dialect) -> Iterator[None]:
+    """Errors of statements handed straight to the driver, raised as SQLAlchemy raises them
+    (``IntegrityError`` for a duplicate, ``OperationalError`` for a lost connection, ...)."""
+    error = dialect.loaded_dbapi.Error
+    try:
+        yield
+    except error as exc:
+        raise DBAPIError.instance(None, None, exc, error, dialect=dialect) from exc
+
+
 #: The write whose synchronous commit is :meth:`Database.flush_barrier`: one row per server
 #: backend (no two sessions contend for it), updated in place.
 FLUSH_MARK = (
@@ -300,12 +311,9 @@ class Database:
         whole implicit transactions.
         """
         conn = self._lookups.connection()
-        error = self.engine.dialect.loaded_dbapi.Error
         try:
-            yield conn
-        except error as exc:
-            self._lookups.drop()
-            raise DBAPIError.instance(None, None, exc, error, dialect=self.engine.dialect) from exc
+            with as_sqlalchemy_errors(self.engine.dialect):
+                yield conn
         except BaseException:
             self._lookups.drop()
             raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +14,12 @@ from sqlalchemy.exc import DBAPIError
 
 from simplefeed.errors import FeedNotFound
 from simplefeed.model import Entry, Event, Feed, FrozenPage
-from simplefeed.store.db import FLUSH_MARK, owns_transaction, pipeline_supported
+from simplefeed.store.db import (
+    FLUSH_MARK,
+    as_sqlalchemy_errors,
+    owns_transaction,
+    pipeline_supported,
+)
 from simplefeed.store.feeds import ADVANCE as _ADVANCE
 from simplefeed.store.feeds import ADVISORY_LOCK as _ADVISORY_LOCK
 from simplefeed.store.feeds import ADVISORY_LOCK_SPACE, feed_from, lock_feed
@@ -76,18 +81,6 @@ def _compile(conn: Connection, which: str) -> tuple[str, tuple[str, ...] | None]
             assert order == _INSERT_COLUMNS, order
         found = _COMPILED[key] = (str(compiled), order)
     return found
-
-
-@contextlib.contextmanager
-def _as_sqlalchemy_errors(conn: Connection) -> Iterator[None]:
-    """Errors of statements handed straight to the driver, raised as SQLAlchemy raises them
-    (``IntegrityError`` for a duplicate, ...)."""
-    try:
-        yield
-    except conn.dialect.loaded_dbapi.Error as exc:
-        raise DBAPIError.instance(
-            None, None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
-        ) from exc
 
 
 def _sqlite(conn: Connection, which: str, params: Mapping[str, Any]) -> Any:
@@ -176,7 +169,7 @@ def lock_feed_and_find(
     # flush and wait, and the Sync at its end would then cost one more round trip.
     begin, advisory, lock, find = cursors = [driver.cursor() for _ in range(4)]
     try:
-        with _as_sqlalchemy_errors(conn):
+        with as_sqlalchemy_errors(conn.dialect):
             with driver.pipeline():
                 if owns_transaction(conn):
                     begin.execute(_BEGIN, prepare=False)
@@ -290,7 +283,7 @@ def _append_pipelined(
     named = [dict(zip(_INSERT_COLUMNS, r, strict=True)) for r in rows]
     pipelined = pipeline_supported(driver)
     pipeline = driver.pipeline() if pipelined else contextlib.nullcontext()
-    with _as_sqlalchemy_errors(conn), pipeline, driver.cursor() as cursor:
+    with as_sqlalchemy_errors(conn.dialect), pipeline, driver.cursor() as cursor:
         cursor.executemany(_compiled(conn, "entries"), named)
         cursor.execute(_compiled(conn, "head"), head)
         for page_row in page_rows:
