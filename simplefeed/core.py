@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError
 
 from simplefeed import archive, atom, auth, paging, store
-from simplefeed.errors import EntryConflict, PageNotFound
+from simplefeed.errors import EntryConflict, PageNotFound, StoreError
 from simplefeed.model import (
     Appended,
     Document,
@@ -126,6 +125,12 @@ class Simplefeed:
         #: size: these never change) on the one-round-trip append path, never for their head.
         self._feeds: dict[str, Feed] = {}
         self._cache_lock = threading.Lock()
+
+    def ping(self) -> str:
+        """The database's kind (``sqlite``, ``postgresql``) once it has answered a query;
+        :class:`~simplefeed.errors.StoreUnavailable` if it does not."""
+        self.db.ping()
+        return self.db.dialect
 
     # -- feeds ---------------------------------------------------------------------------
 
@@ -310,7 +315,7 @@ class Simplefeed:
         if frozen and frozen[0].number == 1:
             try:
                 self.db.analyze_entries_once()
-            except DBAPIError:
+            except StoreError:
                 log.warning("could not analyse the entries table", exc_info=True)
         return results
 
@@ -346,7 +351,7 @@ class Simplefeed:
         try:
             with self.db.direct() as conn:
                 head = store.append_in_one_round_trip(conn, known, pending, now_us=now, token=token)
-        except DBAPIError:
+        except StoreError:
             # A dropped connection (a server restart, an idle timeout), or anything else: the
             # ordinary way, on a pooled connection, either appends the events or finds them
             # appended (their ids are fixed before either path), and raises what is really

@@ -19,7 +19,8 @@
     │   ├── PayloadTooLarge         -> 413
     │   ├── UnsupportedMediaType    -> 415
     │   └── InvalidEvent            -> 422, .index (in a batch), .field
-    ├── ArchiveError                a static page could not be written or does not match
+    ├── StoreError                  the database failed a request (a bug or a fault) -> 500
+    │   └── StoreUnavailable        -> 503 + Retry-After: unreachable, locked, read-only, ...
     └── ClientError                 the consumer's branch: see simplefeed.client.errors
 
 Each error carries the attributes that identify what failed; the HTTP layer maps them to a status
@@ -120,5 +121,11 @@ class InvalidEvent(RequestError):
         self.field = field
 
 
-class ArchiveError(SimplefeedError):
-    pass
+class StoreError(SimplefeedError):
+    """The database refused or failed a statement. The store raises this (never its driver's
+    or SQLAlchemy's exceptions, which it chains as ``__cause__``)."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot serve us now (unreachable, shut down, locked for longer than the
+    busy timeout, read-only, out of resources): retrying later may succeed."""

@@ -880,11 +880,10 @@ def test_prepared_event_matches_the_model(event: Event) -> None:
 
 
 def test_a_second_freeze_or_a_duplicate_is_refused_whole(core: Simplefeed) -> None:
-    """The append's writes (pipelined on PostgreSQL) fail as SQLAlchemy errors and roll back
+    """The append's writes (pipelined on PostgreSQL) fail as the store's error and roll back
     together: a page frozen twice, an entry id twice."""
-    from sqlalchemy.exc import IntegrityError
-
     from simplefeed import store
+    from simplefeed.errors import StoreError
     from simplefeed.model import Entry
     from simplefeed.store.entries import NewEntry
 
@@ -904,7 +903,7 @@ def test_a_second_freeze_or_a_duplicate_is_refused_whole(core: Simplefeed) -> No
         (entry("urn:example:new"), [page]),  # page 1 again
         (entry("urn:example:0"), []),  # an id the feed holds
     ):
-        with pytest.raises(IntegrityError), core.db.write() as conn:
+        with pytest.raises(StoreError), core.db.write() as conn:
             locked = store.lock_feed(conn, FEED)
             store.append_entries(
                 conn, locked, [new], modified_us=locked.modified_us + 1, pages=pages
@@ -966,8 +965,7 @@ def test_a_sqlite_writer_waits_for_the_write_lock_then_gets_it(
     as the holder commits, and one that waits past the busy timeout fails (nothing written)."""
     import sqlite3
 
-    from sqlalchemy.exc import OperationalError
-
+    from simplefeed.errors import StoreUnavailable
     from simplefeed.store import db as dbmodule
 
     database = dbmodule.Database(f"sqlite:///{tmp_path / 'w.sqlite3'}")
@@ -986,7 +984,7 @@ def test_a_sqlite_writer_waits_for_the_write_lock_then_gets_it(
         released.join()
         holder.execute("BEGIN IMMEDIATE")
         monkeypatch.setattr(dbmodule, "SQLITE_BUSY_TIMEOUT_S", 0.2)
-        with pytest.raises(OperationalError, match="locked"), database.write() as conn:
+        with pytest.raises(StoreUnavailable, match="locked"), database.write() as conn:
             conn.execute(text("INSERT INTO t VALUES (2)"))
         holder.execute("ROLLBACK")
         holder.close()

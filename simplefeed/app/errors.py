@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import falcon
-from sqlalchemy.exc import OperationalError
 
 from simplefeed.errors import (
     AuthError,
@@ -18,6 +17,7 @@ from simplefeed.errors import (
     NotFound,
     RequestError,
     SimplefeedError,
+    StoreUnavailable,
     Unauthorized,
 )
 
@@ -69,16 +69,12 @@ def handle_domain(req: falcon.Request, resp: falcon.Response, ex: Exception, par
         _reply(resp, ex.status, ex.message, index=ex.index, field=ex.field)
     elif isinstance(ex, RequestError):
         _reply(resp, ex.status, ex.message)
+    elif isinstance(ex, StoreUnavailable):
+        log.warning("database unavailable on %s %s: %s", req.method, req.path, ex)
+        _reply(resp, 503, "the database is unavailable; retry later")
+        resp.set_header("Retry-After", "1")
     else:
         handle_unexpected(req, resp, ex, params)
-
-
-def handle_database_down(
-    req: falcon.Request, resp: falcon.Response, ex: Exception, params: Any
-) -> None:
-    log.warning("database unavailable: %s", ex)
-    _reply(resp, 503, "the database is unavailable; retry later")
-    resp.set_header("Retry-After", "1")
 
 
 def handle_unexpected(
@@ -98,5 +94,4 @@ def install(app: falcon.App[falcon.Request, falcon.Response]) -> None:
     # Falcon looks handlers up by the exception's MRO, most specific registered class first.
     app.add_error_handler(Exception, handle_unexpected)
     app.add_error_handler(falcon.HTTPError, handle_unexpected)
-    app.add_error_handler(OperationalError, handle_database_down)
     app.add_error_handler(SimplefeedError, handle_domain)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import falcon
-from sqlalchemy import text
 
 from simplefeed import auth, paging
 from simplefeed.app import caching
@@ -210,9 +209,7 @@ class Health:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.cache_control = ["no-store"]
-        with self.core.db.read() as conn:
-            conn.execute(text("SELECT 1"))
-        resp.media = {"status": "ok", "database": self.core.db.dialect}
+        resp.media = {"status": "ok", "database": self.core.ping()}
 
     on_head = on_get
 

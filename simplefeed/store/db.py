@@ -43,7 +43,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, create_engine, event
 from sqlalchemy.engine import Dialect, Engine, make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from simplefeed.errors import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +197,57 @@ def as_sqlalchemy_errors(dialect: Dialect) -> Iterator[None]:
         raise DBAPIError.instance(None, None, exc, error, dialect=dialect) from exc
 
 
+#: SQLSTATE classes (and codes) of PostgreSQL errors that say "not now" rather than "never":
+#: connection exceptions, insufficient resources, operator intervention (shutdown, recovery),
+#: a read-only transaction (a standby, or default_transaction_read_only), and the two a retry
+#: resolves (serialization failure, deadlock).
+_UNAVAILABLE_SQLSTATES = ("08", "53", "57", "25006", "40001", "40P01")
+
+
+def store_error(exc: BaseException) -> StoreError:
+    """The project's error for an exception of SQLAlchemy or of a driver (DB-API names:
+    ``OperationalError`` and ``InterfaceError`` are a database we cannot use now)."""
+    unavailable = isinstance(exc, DisconnectionError | PoolTimeout) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        exc = exc.orig
+    unavailable = unavailable or any(
+        kind.__name__ in ("OperationalError", "InterfaceError") for kind in type(exc).__mro__
+    )
+    sqlstate = getattr(exc, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate.startswith(_UNAVAILABLE_SQLSTATES):
+        unavailable = True
+    text = str(exc).strip()
+    message = text.splitlines()[0] if text else type(exc).__name__
+    return (StoreUnavailable if unavailable else StoreError)(message)
+
+
+class _Translated:
+    """Raises what SQLAlchemy or a driver raised in its block as the project's own error
+    (:func:`store_error`), the original as its cause: every way out of the store passes one."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        if exc is not None and isinstance(exc, SQLAlchemyError | sqlite3.Error | _driver_error()):
+            raise store_error(exc) from exc
+
+
+def _driver_error() -> type[BaseException]:
+    module = sys.modules.get("psycopg")
+    error: type[BaseException] = getattr(module, "Error", sqlite3.Error)
+    return error
+
+
+translated = _Translated()
+
+
 #: The write whose synchronous commit is :meth:`Database.flush_barrier`: one row per server
 #: backend (no two sessions contend for it), updated in place.
 FLUSH_MARK = (
@@ -310,9 +364,9 @@ class Database:
         error raised as SQLAlchemy raises it. Nothing is left open between calls: every use is
         whole implicit transactions.
         """
-        conn = self._lookups.connection()
         try:
-            with as_sqlalchemy_errors(self.engine.dialect):
+            with translated:
+                conn = self._lookups.connection()
                 yield conn
         except BaseException:
             self._lookups.drop()
@@ -337,7 +391,7 @@ class Database:
         try:
             with self.direct() as conn:
                 conn.execute(FLUSH_MARK, prepare=True)
-        except DBAPIError:
+        except StoreError:
             # Most likely the thread's connection died (a server restart, an idle timeout):
             # direct() dropped it, and the barrier is idempotent. A second failure is real.
             log.info("flush barrier failed; once more on a new connection", exc_info=True)
@@ -367,7 +421,7 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn, conn.begin():
+        with translated, self.engine.connect() as conn, conn.begin():
             yield conn
 
     @contextmanager
@@ -381,12 +435,12 @@ class Database:
             with self.read() as conn:
                 yield conn
             return
-        with self.engine.connect() as conn:
+        with translated, self.engine.connect() as conn:
             yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn:
+        with translated, self.engine.connect() as conn:
             conn = conn.execution_options(simplefeed_write=True)
             with conn.begin():
                 yield conn
@@ -413,7 +467,7 @@ class Database:
             with self.write() as conn:
                 yield conn
             return
-        with self.engine.connect() as conn:
+        with translated, self.engine.connect() as conn:
             driver: Any = conn.connection.driver_connection
             conn = conn.execution_options(
                 isolation_level="AUTOCOMMIT", simplefeed_write=True, simplefeed_own_tx=True
@@ -430,6 +484,11 @@ class Database:
                 raise DBAPIError.instance(
                     "COMMIT", None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
                 ) from exc
+
+    def ping(self) -> None:
+        """Raise :class:`~simplefeed.errors.StoreUnavailable` unless the database answers."""
+        with self.read_one() as conn:
+            conn.exec_driver_sql("SELECT 1")
 
     def dispose(self) -> None:
         self._lookups.close()

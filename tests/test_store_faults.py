@@ -1,0 +1,93 @@
+"""The store raises the project's own errors, and the app maps them: a database that cannot serve
+now is a 503 with Retry-After on every route that needs it, never a 500. Real faults only: a
+SQLite write lock held by another connection, a PostgreSQL server that is not there."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import falcon.testing
+import pytest
+
+from simplefeed.app import create_app
+from simplefeed.core import Simplefeed
+from simplefeed.errors import StoreUnavailable
+from simplefeed.model import Event
+from simplefeed.settings import Settings
+from tests.conftest import FakeClock, SequentialIds
+from tests.servers import free_port
+
+
+def _assert_unavailable(result: falcon.testing.Result) -> None:
+    assert result.status_code == 503, result.text
+    assert result.headers["retry-after"] == "1"
+    assert result.json["error"] == "unavailable"
+
+
+def _settings(tmp_path: Path, url: str) -> Settings:
+    return Settings(
+        database_url=url,
+        archive_dir=tmp_path / "archive",
+        base_url="http://feeds.example.test",
+        page_size=5,
+        recent_max_age=10,
+        default_feed="events",
+    )
+
+
+def test_a_held_sqlite_write_lock_past_the_busy_timeout_is_store_unavailable(
+    tmp_path: Path, sqlite_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from simplefeed.store import db as dbmodule
+
+    path = tmp_path / "simplefeed.sqlite3"
+    shutil.copyfile(sqlite_template, path)
+    core = Simplefeed(_settings(tmp_path, f"sqlite:///{path}"), clock=FakeClock())
+    core.create_feed("events")
+    token = core.create_token()
+    monkeypatch.setattr(dbmodule, "SQLITE_BUSY_TIMEOUT_S", 0.2)
+    core.publish("events", [Event("before")])
+    holder = sqlite3.connect(path, isolation_level=None)
+    client = falcon.testing.TestClient(
+        create_app(core.settings, core=core), headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreUnavailable, match="locked"):
+            core.publish("events", [Event("waits")])
+        _assert_unavailable(client.simulate_post("/entries", json={"title": "waits too"}))
+        # Readers do not wait for the writer (WAL): reading goes on.
+        assert client.simulate_get("/recent").status_code == 200
+        assert client.simulate_get("/healthz").status_code == 200
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    try:
+        assert core.feed("events").head_seq == 1
+        assert client.simulate_post("/entries", json={"title": "after"}).status_code == 201
+    finally:
+        core.db.dispose()
+
+
+def test_an_unreachable_postgresql_is_a_503_on_every_route_that_needs_it(tmp_path: Path) -> None:
+    # Nothing listens on this port: every connection attempt is refused.
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/test?connect_timeout=2"
+    settings = _settings(tmp_path, url)
+    core = Simplefeed(settings, clock=FakeClock(), new_uuid=SequentialIds())
+    try:
+        with pytest.raises(StoreUnavailable):
+            core.feed("events")
+        client = falcon.testing.TestClient(create_app(settings, core=core))
+        token = {"Authorization": "Bearer sft_1_" + "A" * 43}
+        for method, path, kwargs in (
+            ("GET", "/healthz", {}),
+            ("GET", "/recent", {}),
+            ("GET", "/pages/1", {}),
+            ("GET", "/feeds/other/recent", {}),
+            ("POST", "/entries", {"json": {"title": "x"}, "headers": token}),
+        ):
+            _assert_unavailable(client.simulate_request(method, path, **kwargs))
+    finally:
+        core.db.dispose()
