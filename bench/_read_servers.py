@@ -41,7 +41,6 @@ def derive_ini(
     *,
     module: str | None = None,
     listen: str = "http-socket",
-    routing: str = "keep",
     static_map: str | None = None,
     threads: int | None = None,
 ) -> Path:
@@ -49,7 +48,6 @@ def derive_ini(
 
     ``listen``: ``http-socket`` (as shipped), ``http11-socket`` (keep-alive in the workers) or
     ``http-router`` (uWSGI's HTTP router process with keep-alive in front of the workers).
-    ``routing``: ``keep`` the archived-page routes, or ``drop`` them (Python serves the pages).
     """
     text = (PROJECT_ROOT / "uwsgi.ini").read_text()
     if module is not None:
@@ -64,10 +62,6 @@ def derive_ini(
         else:
             text = re.sub(r"(?m)^http-socket = ", "http = ", text)
             text += "\nhttp-keepalive = 1\n"
-    if routing == "drop":
-        text = re.sub(r"(?m)^route.*$", "", text)
-    else:
-        assert routing == "keep", routing
     if static_map is not None:
         text += f"\nstatic-map = {static_map}\n"
     if threads is not None:
@@ -205,7 +199,6 @@ def nginx(
     prefix: Path,
     *,
     listen: int,
-    archive_dir: Path,
     upstream: str,
     extra_server: str = "",
     workers: str = "auto",
@@ -220,7 +213,6 @@ def nginx(
         {
             "SIMPLEFEED_LISTEN": f"{HOST}:{listen}",
             "SIMPLEFEED_SERVER_NAME": "localhost",
-            "SIMPLEFEED_ARCHIVE_DIR": str(archive_dir),
             "SIMPLEFEED_UPSTREAM": upstream,
         },
     )

@@ -208,7 +208,7 @@ class Bench:
 
     # -- the cells ----------------------------------------------------------------------------
 
-    def run_processes(self, processes: int, first: bool) -> None:
+    def run_processes(self, processes: int) -> None:
         usock = free_port()
         ours = self.ours(f"ours-{processes}", processes, SIMPLEFEED_UWSGI_SOCKET=f"{HOST}:{usock}")
         self.seed(ours)
@@ -218,11 +218,6 @@ class Bench:
         ust, ustatic = self.baseline(
             f"uwsgi-static-{processes}", processes, static_map=f"/static={self.static}"
         )
-        pyfile = self.ours(
-            f"python-pages-{processes}",
-            processes,
-            derive_ini(self.workdir / f"noroute-{processes}.ini", routing="drop"),
-        )
 
         recent, page1 = ours.url("/recent"), ours.url("/pages/1")
         page_bytes = (self.archive / "pages" / "1").read_bytes()
@@ -231,7 +226,6 @@ class Bench:
         self.check(minimal + "/recent", 304, min_inm)
         assert self.check(recent, 200) == self.check(minimal + "/recent", 200)
         assert self.check(page1, 200) == page_bytes == self.check(ustatic + "/static/page.xml", 200)
-        assert self.check(pyfile.url("/pages/1"), 200) == page_bytes
 
         p = processes
         self.pair(
@@ -245,13 +239,8 @@ class Bench:
             lambda: self.load(mini, minimal + "/recent"),
         )
         self.pair(
-            Row("targets", "archived page, uWSGI routing", p, [], "uWSGI static-map", target=0.9),
+            Row("targets", "archived page, uWSGI (the app, sendfile)", p, [], "uWSGI static-map"),
             lambda: self.load(ours, page1),
-            lambda: self.load(ust, ustatic + "/static/page.xml"),
-        )
-        self.pair(
-            Row("more", "archived page, Python (file_wrapper)", p, [], "uWSGI static-map"),
-            lambda: self.load(pyfile, pyfile.url("/pages/1")),
             lambda: self.load(ust, ustatic + "/static/page.xml"),
         )
 
@@ -260,7 +249,6 @@ class Bench:
         proxy = nginx(
             self.workdir / f"nginx-{processes}",
             listen=nport,
-            archive_dir=self.archive,
             upstream=f"{HOST}:{usock}",
             extra_server=plain,
         )
@@ -274,12 +262,11 @@ class Bench:
             lambda: self.load((proxy, ours), via + "/recent", inm),
             lambda: self.load(ours, recent, inm),
         )
-        if first:
-            self.pair(
-                Row("targets", "archived page, shipped nginx", "-", [], "nginx static", 0.9),
-                lambda: self.load(proxy, via + "/pages/1"),
-                lambda: self.load(proxy, f"http://{HOST}:{sport}/page.xml"),
-            )
+        self.pair(
+            Row("targets", "archived page, shipped nginx (to the app)", p, [], "nginx static"),
+            lambda: self.load((proxy, ours), via + "/pages/1"),
+            lambda: self.load(proxy, f"http://{HOST}:{sport}/page.xml"),
+        )
 
     def run_modes(self, processes: int) -> None:
         """The uWSGI options of uwsgi.ini: how it listens, and threads."""
@@ -415,11 +402,11 @@ def main() -> int:
         bench = None
         with contextlib.ExitStack() as stack:
             bench = Bench(args, Path(tmp), stack)
-            for i, processes in enumerate(counts):
+            for processes in counts:
                 with contextlib.ExitStack() as per:
                     saved, bench.stack = bench.stack, per
                     try:
-                        bench.run_processes(processes, first=i == 0)
+                        bench.run_processes(processes)
                     finally:
                         bench.stack = saved
             if not args.no_modes:

@@ -1,9 +1,6 @@
 """The shipped nginx configuration (deploy/nginx/simplefeed.conf.template) in front of the shipped
-uWSGI service, on loopback ports: archived pages straight from the archive directory with the
-app's headers and bytes, everything else through uwsgi_pass to the app.
-
-Also the other way archived pages are served without uWSGI's routing: by Python, from the file
-(``wsgi.file_wrapper``), when uWSGI runs without the routing rules.
+uWSGI service, on loopback ports: every request through uwsgi_pass to the app, answered as the
+app answers it directly (archived pages from their files, with the app's validators).
 
 Needs Debian's nginx (``apt-get install -y nginx``; .ci/run installs it). Without it, and with no
 way to install it here, the nginx test is skipped with that reason.
@@ -18,7 +15,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -85,7 +81,7 @@ http {{
 class Nginx:
     """nginx in the foreground with the shipped server block, its own prefix, pid and logs."""
 
-    def __init__(self, nginx: str, prefix: Path, archive_dir: Path, upstream: str) -> None:
+    def __init__(self, nginx: str, prefix: Path, upstream: str) -> None:
         prefix.mkdir(parents=True)
         # The block includes uwsgi_params relative to nginx's configuration directory, as in
         # /etc/nginx: the main file lives beside copies of Debian's.
@@ -98,7 +94,6 @@ class Nginx:
                 {
                     "SIMPLEFEED_LISTEN": f"{HOST}:{self.port}",
                     "SIMPLEFEED_SERVER_NAME": "localhost",
-                    "SIMPLEFEED_ARCHIVE_DIR": str(archive_dir),
                     "SIMPLEFEED_UPSTREAM": upstream,
                 },
             )
@@ -161,16 +156,13 @@ class Nginx:
         self.process.wait()
 
 
-def logged_ini(workdir: Path, log: Path, *, routing: bool = True) -> Path:
-    """A copy of the shipped uwsgi.ini with a request log (and, if asked, no routing rules)."""
+def logged_ini(workdir: Path, log: Path) -> Path:
+    """A copy of the shipped uwsgi.ini with a request log."""
     text = (PROJECT_ROOT / "uwsgi.ini").read_text()
     text, n = re.subn(r"(?m)^disable-logging = true$", "disable-logging = false", text)
     assert n == 1
-    if not routing:
-        text, n = re.subn(r"(?m)^route.*$", "", text)
-        assert n > 0
     text += f"\nreq-logger = file:{log}\nlog-format = {LOG_FORMAT}\n"
-    ini = workdir / ("uwsgi-logged.ini" if routing else "uwsgi-no-routing.ini")
+    ini = workdir / "uwsgi-logged.ini"
     ini.write_text(text)
     return ini
 
@@ -217,7 +209,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             events = [{"title": f"{path} {i}", "content": f"<&> {i}"} for i in range(25)]
             r = httpx.post(origin.url(path), json=events, headers=auth, timeout=30)
             assert r.status_code == 201, r.text
-        proxy = Nginx(nginx, workdir / "nginx", origin.archive_dir, upstream)
+        proxy = Nginx(nginx, workdir / "nginx", upstream)
         try:
             yield Deployment(origin, proxy, log)
         finally:
@@ -227,7 +219,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
 ARCHIVED = ["/pages/1", "/pages/2", "/feeds/orders/pages/1", "/feeds/orders/pages/2"]
 
 
-def test_archived_pages_from_disk_with_the_apps_headers_and_bytes(
+def test_archived_pages_with_the_apps_headers_and_bytes(
     deployment: Deployment,
 ) -> None:
     origin, nginx = deployment.origin, deployment.nginx
@@ -242,10 +234,8 @@ def test_archived_pages_from_disk_with_the_apps_headers_and_bytes(
             assert served.content == file.read_bytes()
             assert served.headers.get_list("content-type") == [ATOM]
             assert served.headers.get_list("cache-control") == [IMMUTABLE]
-            assert "etag" not in served.headers  # see the comment in the template
-            # The same as uWSGI's own static route, and as the app (which adds its ETag).
             direct = http.get(origin.url(path))
-            for name in COMPARED:
+            for name in (*COMPARED, "etag"):
                 assert served.headers.get_list(name) == direct.headers.get_list(name), name
             assert served.content == direct.content
             mtime = int(file.stat().st_mtime)
@@ -262,13 +252,16 @@ def test_archived_pages_from_disk_with_the_apps_headers_and_bytes(
             earlier = formatdate(parsedate_to_datetime(lm).timestamp() - 60, usegmt=True)
             r = http.get(nginx.url(path), headers={"If-Modified-Since": earlier})
             assert r.status_code == 200 and r.content == file.read_bytes()
+            r = http.get(nginx.url(path), headers={"If-None-Match": served.headers["etag"]})
+            assert r.status_code == 304 and r.content == b""
             head = http.head(nginx.url(path))
             assert head.status_code == 200 and head.content == b""
-            for name in COMPARED:
+            for name in (*COMPARED, "etag"):
                 assert head.headers.get_list(name) == served.headers.get_list(name), name
-        # None of the nginx requests reached uWSGI (only the direct ones did).
+            assert len(served.headers.get_list("date")) == 1
+        # The app answered each of them (nginx serves nothing by itself).
         hits = origin_hits(deployment.request_log)[before:]
-        assert [h for h in hits if h[0] == "GET"] == [("GET", p, 200) for p in ARCHIVED], hits
+        assert len([h for h in hits if h[0] == "GET"]) == 6 * len(ARCHIVED), hits
 
 
 def test_missing_file_goes_to_the_app_which_writes_it_back(deployment: Deployment) -> None:
@@ -287,7 +280,7 @@ def test_missing_file_goes_to_the_app_which_writes_it_back(deployment: Deploymen
         ]
         assert file.read_bytes() == body
         again = httpx.get(nginx.url("/feeds/orders/pages/2"))
-        assert again.content == body and "etag" not in again.headers  # from disk again
+        assert again.content == body and again.headers["etag"] == r.headers["etag"]
     finally:
         if not file.exists():
             file.write_bytes(body)
@@ -327,77 +320,3 @@ def test_everything_else_goes_to_the_app(deployment: Deployment) -> None:
         )
         assert r.status_code == 201, r.text
         assert b"through nginx" in http.get(nginx.url("/recent")).content
-
-
-def test_without_routing_python_serves_archived_pages_from_the_file(tmp_path: Path) -> None:
-    """uWSGI without the routing rules (a build without PCRE would refuse uwsgi.ini, see
-    docs/architecture.md; this is a copy of it without them): the app serves archived pages,
-    the same bytes and headers plus its strong ETag, from the file with wsgi.file_wrapper."""
-    log = tmp_path / "requests.log"
-    server = UwsgiServer(
-        f"sqlite:///{tmp_path / 'simplefeed.sqlite3'}",
-        tmp_path / "archive",
-        tmp_path,
-        page_size=PAGE_SIZE,
-        processes=1,
-        ini=logged_ini(tmp_path, log, routing=False),
-    )
-    with server, httpx.Client(timeout=10) as http:
-        r = http.post(
-            server.url("/entries"),
-            json=[{"title": f"e{i}"} for i in range(25)],
-            headers={"Authorization": f"Bearer {server.token}"},
-        )
-        assert r.status_code == 201
-        file = server.archive_dir / "pages" / "1"
-        body = file.read_bytes()
-        first = http.get(server.url("/pages/1"))  # from the database (then remembered)
-        second = http.get(server.url("/pages/1"))  # from the file
-        for r in (first, second):
-            assert r.status_code == 200 and r.content == body
-            assert r.headers.get_list("content-type") == [ATOM]
-            assert r.headers.get_list("cache-control") == [IMMUTABLE]
-            assert int(r.headers["content-length"]) == len(body)
-            assert r.headers["last-modified"] == formatdate(int(file.stat().st_mtime), usegmt=True)
-        assert first.headers["etag"] == second.headers["etag"]
-        assert (
-            http.get(
-                server.url("/pages/1"), headers={"If-None-Match": second.headers["etag"]}
-            ).status_code
-            == 304
-        )
-        head = http.head(server.url("/pages/1"))
-        assert head.content == b"" and int(head.headers["content-length"]) == len(body)
-        # Every one of them reached Python (no routing), and none failed.
-        hits = [h for h in origin_hits(log) if h[1] == "/pages/1"]
-        assert [h[2] for h in hits] == [200, 200, 304, 200]
-        assert "Traceback" not in server.log()
-
-
-def test_uwsgi_without_routing_refuses_the_shipped_ini(tmp_path: Path) -> None:
-    """A uWSGI built without PCRE has no ``route`` directives; uwsgi.ini runs in strict mode,
-    so such a uWSGI stops at once with "[strict-mode] unknown config directive: route" (seen
-    with pip's source build of uwsgi 2.0.31 on a machine without libpcre2-dev) instead of
-    quietly sending every archived page through Python. Here the same refusal, with the wheel's
-    uWSGI, for a directive this uWSGI does not know either."""
-    ini = (PROJECT_ROOT / "uwsgi.ini").read_text()
-    assert re.search(r"(?m)^strict = true$", ini)
-    assert re.search(r"(?m)^route = ", ini)
-    unknown = tmp_path / "uwsgi.ini"
-    unknown.write_text(re.sub(r"(?m)^route = ", "route-that-is-not-built-in = ", ini, count=1))
-    uwsgi = Path(sys.executable).with_name("uwsgi")
-    env = clean_environ()
-    env["SIMPLEFEED_HTTP_SOCKET"] = f"{HOST}:{free_port()}"
-    done = subprocess.run(
-        [str(uwsgi), "--ini", str(unknown)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert done.returncode != 0
-    assert "[strict-mode] unknown config directive: route-that-is-not-built-in" in (
-        done.stdout + done.stderr
-    )

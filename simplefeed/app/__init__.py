@@ -7,7 +7,9 @@ from collections.abc import Callable
 import falcon
 
 from simplefeed.app import errors, resources
+from simplefeed.app.caching import http_date
 from simplefeed.core import Clock, Simplefeed, random_uuid, system_clock
+from simplefeed.errors import NotFound
 from simplefeed.settings import Settings
 
 __all__ = ["create_app"]
@@ -21,7 +23,7 @@ def create_app(
     new_uuid: Callable[[], str] = random_uuid,
 ) -> falcon.App[falcon.Request, falcon.Response]:
     core = core if core is not None else Simplefeed(settings, clock=clock, new_uuid=new_uuid)
-    app = falcon.App(cors_enable=False)
+    app = falcon.App(cors_enable=False, middleware=HttpRules(core.clock))
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
 
@@ -29,11 +31,37 @@ def create_app(
     page = resources.Page(core)
     entries = resources.Entries(core)
     app.add_route("/recent", recent)
-    app.add_route("/pages/{n:int(min=1)}", page)
+    app.add_route("/pages/{n}", page)
     app.add_route("/entries", entries)
     app.add_route("/feeds/{feed}/recent", recent)
-    app.add_route("/feeds/{feed}/pages/{n:int(min=1)}", page)
+    app.add_route("/feeds/{feed}/pages/{n}", page)
     app.add_route("/feeds/{feed}/entries", entries)
     app.add_route("/healthz", resources.Health(core))
     app.add_route("/openapi.json", resources.OpenApi())
     return app
+
+
+class HttpRules:
+    """What every request and response share.
+
+    - ``Date`` on every response (RFC 9110 6.6.1: an origin with a clock MUST send it),
+      formatted once per second.
+    - One document, one URL: an empty path segment (``//recent``) names nothing (404).
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.second = -1
+        self.date = ""
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if "//" in req.path:
+            raise NotFound(f"no resource at {req.path!r}")
+
+    def process_response(
+        self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool
+    ) -> None:
+        second = self.clock() // 1_000_000
+        if second != self.second:
+            self.date, self.second = http_date(second), second
+        resp.set_header("Date", self.date)

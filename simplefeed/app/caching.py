@@ -22,12 +22,10 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from datetime import UTC
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import falcon
 from sqlalchemy import bindparam, select
 
 from simplefeed.core import Live, Simplefeed
@@ -48,29 +46,6 @@ def settled_second(modified_us: int, now_us: int) -> int | None:
     """Last-Modified (whole seconds) for a live document, or None while its second is running."""
     second = modified_us // 1_000_000
     return second if second < now_us // 1_000_000 else None
-
-
-def not_modified(req: falcon.Request, etag: str, last_modified_s: int | None) -> bool:
-    """True if the request's preconditions say the client's copy is current (GET/HEAD)."""
-    env = req.env
-    header = env.get("HTTP_IF_NONE_MATCH")
-    if header is None and "HTTP_IF_MODIFIED_SINCE" not in env:
-        return False  # an unconditional GET
-    if header == etag:
-        return True  # what a cache or a consumer sends back: the tag itself (no parsing)
-    tags = req.if_none_match
-    if tags is not None:
-        # Weak comparison (RFC 9110 13.1.2): the opaque tags must match.
-        if any(t == "*" for t in tags):
-            return True
-        opaque = etag.removeprefix("W/").strip('"')
-        return any(str(t) == opaque for t in tags)
-    since = req.if_modified_since
-    if since is not None and last_modified_s is not None:
-        if since.tzinfo is None:
-            since = since.replace(tzinfo=UTC)
-        return last_modified_s <= int(since.timestamp())
-    return False
 
 
 # -- live documents ---------------------------------------------------------------------------

@@ -31,6 +31,7 @@ _STATUS_CODES = {
     405: "method_not_allowed",
     409: "conflict",
     411: "length_required",
+    412: "precondition_failed",
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid_event",
@@ -46,6 +47,11 @@ def _reply(resp: falcon.Response, status: int, message: str, **extra: Any) -> No
     resp.media = body
     resp.content_type = falcon.MEDIA_JSON
     resp.cache_control = ["no-store"]
+
+
+def precondition_failed(resp: falcon.Response) -> None:
+    """412: an If-Match or If-Unmodified-Since of a GET/HEAD is false (RFC 9110 13.1.1, 13.1.4)."""
+    _reply(resp, 412, "the representation does not match the request's preconditions")
 
 
 def handle_domain(req: falcon.Request, resp: falcon.Response, ex: Exception, params: Any) -> None:

@@ -3,23 +3,40 @@ domain errors propagate to the handlers in :mod:`simplefeed.app.errors`."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import falcon
 
 from simplefeed import auth, paging
-from simplefeed.app import caching
+from simplefeed.app import caching, errors, preconditions
 from simplefeed.app.caching import ArchivedPage, LiveValidators
 from simplefeed.core import Live, Simplefeed
 from simplefeed.errors import (
     FeedNotFound,
     LengthRequired,
+    NotFound,
+    PageNotFound,
     PayloadTooLarge,
     UnsupportedMediaType,
 )
 from simplefeed.model import ATOM_MEDIA_TYPE, Appended, Event, Feed
 from simplefeed.settings import FEED_NAME_RE
 from simplefeed.validation import parse_events, read_body
+
+#: A page number as URLs spell it: canonical decimal digits, no sign, no leading zero, at most
+#: 18 digits (what the static routes in uwsgi.ini and deploy/nginx match too).
+_PAGE_NUMBER = re.compile(r"[1-9][0-9]{0,17}")
+#: The same number with leading zeros: an alias, redirected to its canonical URL.
+_ZERO_PADDED = re.compile(r"0+([1-9][0-9]{0,17})")
+
+#: What the feed documents, /healthz and /openapi.json allow (the 405's Allow says the same).
+READ_METHODS = "GET, HEAD, OPTIONS"
+
+
+def send_options(resp: falcon.Response, allow: str) -> None:
+    resp.set_header("Allow", allow)
+    resp.content_length = 0
 
 
 class _FeedResource:
@@ -29,25 +46,49 @@ class _FeedResource:
         self.heads = caching.FeedHeads(core)
         self.live_cache_control = f"public, max-age={self.settings.recent_max_age}"
 
-    def feed_name(self, feed: str | None) -> str:
+    def feed_name(self, req: falcon.Request, feed: str | None) -> str:
+        """The feed a URL names. The default feed has one URL per document, without
+        ``/feeds/<name>``: its ``/feeds/<name>/...`` form redirects there (308)."""
         if feed is None:
             return self.settings.default_feed  # validated when the settings were read
         if not FEED_NAME_RE.match(feed):
             raise FeedNotFound(feed)
+        if feed == self.settings.default_feed:
+            raise redirect(self.core.urls(feed).prefix + req.path[len(f"/feeds/{feed}") :])
         return feed
 
     def send_live(self, req: falcon.Request, resp: falcon.Response, v: LiveValidators) -> None:
         """A live document: 304 from the validators alone, else the bytes rendered once per
         version and process (:meth:`Simplefeed.live_body`)."""
+        status = preconditions.evaluate(
+            req.env,
+            v.etag,
+            v.live.feed.modified_us // 1_000_000,
+            settled=v.last_modified_s is not None,
+            now_s=self.core.clock() // 1_000_000,
+        )
+        if status == 412:
+            errors.precondition_failed(resp)
+            return
         resp.set_header("Cache-Control", self.live_cache_control)
         resp.set_header("ETag", v.etag)
         if v.last_modified is not None:
             resp.set_header("Last-Modified", v.last_modified)
-        if caching.not_modified(req, v.etag, v.last_modified_s):
+        if status == 304:
             resp.status = falcon.HTTP_304
             return
         resp.content_type = ATOM_MEDIA_TYPE
         resp.data = self.core.live_body(v.live)
+
+
+def redirect(location: str) -> falcon.HTTPPermanentRedirect:
+    """308 to a document's one URL (an alias is never served, so never cached as a copy)."""
+    return falcon.HTTPPermanentRedirect(location, headers={"Cache-Control": REDIRECT_CACHE_CONTROL})
+
+
+#: Aliases redirect for a day: long enough to spare a cache the round trip, short enough that a
+#: changed SIMPLEFEED_DEFAULT_FEED is not remembered for long.
+REDIRECT_CACHE_CONTROL = "public, max-age=86400"
 
 
 class Recent(_FeedResource):
@@ -58,38 +99,57 @@ class Recent(_FeedResource):
     """
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, feed: str | None = None) -> None:
-        self.send_live(req, resp, self.heads.live(self.feed_name(feed), "recent"))
+        self.send_live(req, resp, self.heads.live(self.feed_name(req, feed), "recent"))
 
     on_head = on_get
+
+    def on_options(
+        self, req: falcon.Request, resp: falcon.Response, feed: str | None = None
+    ) -> None:
+        self.heads.row(self.feed_name(req, feed))  # 404 for a feed that does not exist
+        send_options(resp, READ_METHODS)
 
 
 class Page(_FeedResource):
     """``GET /pages/{n}``: an archived page (immutable) or the working page (live).
 
-    Deployed as shipped, archived pages whose static file exists never reach Python (uWSGI's
-    routing, or nginx, serve the file). When they do (another WSGI server, a file not written
-    yet), the first request reads the page from the database (writing a missing file back);
-    later ones take the validators from memory and send the file with ``wsgi.file_wrapper``
-    (sendfile under uWSGI): no query, no copy.
+    Archived pages are served from memory (validators) and their static file (sent with
+    ``wsgi.file_wrapper``: sendfile under uWSGI); the first request in a process reads the page
+    from the database (writing a missing file back). No query after that: the shipped uWSGI and
+    nginx configurations send archived pages here too, so every route evaluates conditional
+    requests alike and sends the same validators (docs/architecture.md, 2026-11-22).
     """
 
     def __init__(self, core: Simplefeed) -> None:
         super().__init__(core)
         self.archived = caching.ArchivedPages(core.page_path)
 
+    def locate(self, req: falcon.Request, n: str, feed: str | None) -> tuple[str, int]:
+        """The feed and page number a URL names; an alias (leading zeros, the default feed by
+        name) redirects to the page's one URL in one step, any other spelling is a 404."""
+        padded = _ZERO_PADDED.fullmatch(n)
+        if padded is None and not _PAGE_NUMBER.fullmatch(n):
+            raise NotFound(f"{n!r} is not a page number (decimal digits, no leading zero)")
+        number = int(n)
+        if padded is not None or feed == self.settings.default_feed:
+            name = self.settings.default_feed if feed is None else feed
+            if FEED_NAME_RE.match(name):
+                raise redirect(self.core.urls(name).page(number))
+        return self.feed_name(req, feed), number
+
     def on_get(
-        self, req: falcon.Request, resp: falcon.Response, n: int, feed: str | None = None
+        self, req: falcon.Request, resp: falcon.Response, n: str, feed: str | None = None
     ) -> None:
-        name = self.feed_name(feed)
-        known = self.archived.get(name, n)
+        name, number = self.locate(req, n, feed)
+        known = self.archived.get(name, number)
         if known is not None and self.send_known(req, resp, known):
             return
         row = self.heads.row(name)
         f = Feed(*row)
-        if n == paging.working_page(f.head_seq, f.page_size):
+        if number == paging.working_page(f.head_seq, f.page_size):
             self.send_live(req, resp, self.heads.live(name, "working", row))
             return
-        page = self.core.page(f, n)  # the database's bytes; writes a missing file back
+        page = self.core.page(f, number)  # the database's bytes; writes a missing file back
         if isinstance(page, Live):  # pragma: no cover - the working page is handled above
             self.send_live(req, resp, self.heads.live(name, "working", row))
             return
@@ -100,13 +160,34 @@ class Page(_FeedResource):
 
     on_head = on_get
 
-    @staticmethod
-    def send_validators(req: falcon.Request, resp: falcon.Response, page: ArchivedPage) -> bool:
-        """Headers of an archived page; True if that is the whole answer (a 304)."""
+    def on_options(
+        self, req: falcon.Request, resp: falcon.Response, n: str, feed: str | None = None
+    ) -> None:
+        name, number = self.locate(req, n, feed)
+        if self.archived.get(name, number) is None:
+            f = self.core.feed(name)
+            if number > paging.working_page(f.head_seq, f.page_size):
+                raise PageNotFound(name, number)
+        send_options(resp, READ_METHODS)
+
+    def send_validators(
+        self, req: falcon.Request, resp: falcon.Response, page: ArchivedPage
+    ) -> bool:
+        """Headers of an archived page; True if that is the whole answer (a 304 or 412)."""
+        status = preconditions.evaluate(
+            req.env,
+            page.etag,
+            page.last_modified_s,
+            settled=True,
+            now_s=self.core.clock() // 1_000_000,
+        )
+        if status == 412:
+            errors.precondition_failed(resp)
+            return True
         resp.set_header("Cache-Control", caching.ARCHIVE_CACHE_CONTROL)
         resp.set_header("ETag", page.etag)
         resp.set_header("Last-Modified", page.last_modified)
-        if caching.not_modified(req, page.etag, page.last_modified_s):
+        if status == 304:
             resp.status = falcon.HTTP_304
             return True
         return False
@@ -117,7 +198,7 @@ class Page(_FeedResource):
         stream = page.open()
         if stream is None:
             return False
-        if self.send_validators(req, resp, page):  # a 304
+        if self.send_validators(req, resp, page):  # a 304 or 412
             stream.close()
             return True
         resp.content_type = ATOM_MEDIA_TYPE
@@ -172,7 +253,7 @@ class Entries(_FeedResource):
 
     def _read_events(self, req: falcon.Request, feed: str | None) -> tuple[str, list[Event], bool]:
         """The feed's name, the request's events, and whether they came as a batch."""
-        name = self.feed_name(feed)
+        name = self.feed_name_to_publish(feed)
         if not _json_media_type(req.content_type):
             raise UnsupportedMediaType(
                 f"Content-Type must be application/json (UTF-8), got {req.content_type!r}"
@@ -189,6 +270,20 @@ class Entries(_FeedResource):
         payload = read_body(body)
         events, batch = parse_events(payload, self.settings.limits, self.core.clock())
         return name, events, batch
+
+    def feed_name_to_publish(self, feed: str | None) -> str:
+        """Publishing is no document: ``/feeds/<default feed>/entries`` takes events too."""
+        if feed is None or feed == self.settings.default_feed:
+            return self.settings.default_feed
+        if not FEED_NAME_RE.match(feed):
+            raise FeedNotFound(feed)
+        return feed
+
+    def on_options(
+        self, req: falcon.Request, resp: falcon.Response, feed: str | None = None
+    ) -> None:
+        self.heads.row(self.feed_name_to_publish(feed))  # 404 for a feed that does not exist
+        send_options(resp, "OPTIONS, POST")
 
     @staticmethod
     def _entry(result: Appended, url: str) -> dict[str, Any]:
@@ -213,6 +308,9 @@ class Health:
 
     on_head = on_get
 
+    def on_options(self, req: falcon.Request, resp: falcon.Response) -> None:
+        send_options(resp, READ_METHODS)
+
 
 class OpenApi:
     """``GET /openapi.json``: the API description (simplefeed.app.openapi)."""
@@ -226,3 +324,8 @@ class OpenApi:
         resp.content_type = falcon.MEDIA_JSON
         resp.cache_control = ["public, max-age=300"]
         resp.data = self.body
+
+    on_head = on_get
+
+    def on_options(self, req: falcon.Request, resp: falcon.Response) -> None:
+        send_options(resp, READ_METHODS)

@@ -1,0 +1,209 @@
+"""One table of requests asked of the three routes a document can be reached by: the app itself
+(in-process, over the same database and archive), the shipped uWSGI (``uwsgi.ini``) and the
+shipped nginx block in front of it. Conditional requests, HEAD, OPTIONS and the URL rules must
+answer alike on all three: the same status and the same validators and headers.
+
+Needs Debian's nginx (tests/test_nginx.py says how it is found or installed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from email.utils import formatdate, parsedate_to_datetime
+
+import falcon.testing
+import httpx
+import pytest
+
+from simplefeed.app import create_app
+from simplefeed.settings import Settings
+from tests.servers import HOST, UwsgiServer, free_port
+from tests.test_nginx import Nginx, ensure_nginx, logged_ini
+
+pytestmark = pytest.mark.e2e
+
+PAGE_SIZE = 10
+#: Headers that must be equal on every route (Date must be there, its value is the clock's).
+COMPARED = (
+    "etag",
+    "last-modified",
+    "cache-control",
+    "content-type",
+    "content-length",
+    "allow",
+    "location",
+)
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, list[str]]
+    body: bytes
+    dates: int
+
+
+@dataclass
+class Routes:
+    app: falcon.testing.TestClient
+    uwsgi: UwsgiServer
+    nginx: Nginx
+
+    def ask(self, route: str, method: str, path: str, headers: dict[str, str]) -> Answer:
+        if route == "app":
+            r = self.app.simulate_request(method, path, headers=headers)
+            got = {k.lower(): [v] for k, v in r.headers.items()}
+            dates = 1 if "date" in got else 0
+            return Answer(r.status_code, got, r.content, dates)
+        base = self.uwsgi.base_url if route == "uwsgi" else f"http://{HOST}:{self.nginx.port}"
+        with httpx.Client(timeout=10) as http:
+            resp = http.request(method, base + path, headers=headers)
+        multi = {k.lower(): resp.headers.get_list(k) for k in resp.headers}
+        return Answer(resp.status_code, multi, resp.content, len(resp.headers.get_list("date")))
+
+
+@pytest.fixture(scope="module")
+def routes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routes]:
+    nginx_binary = ensure_nginx()
+    workdir = tmp_path_factory.mktemp("routes")
+    upstream = f"{HOST}:{free_port()}"
+    server = UwsgiServer(
+        f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
+        workdir / "archive",
+        workdir,
+        page_size=PAGE_SIZE,
+        processes=2,
+        ini=logged_ini(workdir, workdir / "requests.log"),
+        extra_env={"SIMPLEFEED_UWSGI_SOCKET": upstream},
+    )
+    with server:
+        server.cli("feed", "create", "orders", "--page-size", str(PAGE_SIZE))
+        auth = {"Authorization": f"Bearer {server.token}"}
+        for path in ("/entries", "/feeds/orders/entries"):
+            events = [{"title": f"{path} {i}"} for i in range(25)]
+            r = httpx.post(server.url(path), json=events, headers=auth, timeout=30)
+            assert r.status_code == 201, r.text
+        time.sleep(1.1)  # the live documents' Last-Modified settles once its second is over
+        settings = Settings(
+            database_url=server.database_url,
+            archive_dir=server.archive_dir,
+            base_url=server.base_url,
+            page_size=PAGE_SIZE,
+        )
+        app = falcon.testing.TestClient(create_app(settings))
+        proxy = Nginx(nginx_binary, workdir / "nginx", upstream)
+        try:
+            yield Routes(app, server, proxy)
+        finally:
+            proxy.stop()
+
+
+def _shifted(date: str, seconds: int) -> str:
+    return formatdate(parsedate_to_datetime(date).timestamp() + seconds, usegmt=True)
+
+
+def _rfc850(date: str) -> str:
+    return parsedate_to_datetime(date).strftime("%A, %d-%b-%y %H:%M:%S GMT")
+
+
+def _asctime(date: str) -> str:
+    d = parsedate_to_datetime(date)
+    return d.strftime("%a %b ") + f"{d.day:2d}" + d.strftime(" %H:%M:%S %Y")
+
+
+def table(etag: str, lm: str) -> list[tuple[str, dict[str, str], int]]:
+    """(method, headers, expected status) for a document whose validators are etag and lm."""
+    earlier, later = _shifted(lm, -60), _shifted(lm, 60)
+    return [
+        ("GET", {}, 200),
+        ("HEAD", {}, 200),
+        ("GET", {"If-None-Match": etag}, 304),
+        ("HEAD", {"If-None-Match": etag}, 304),
+        ("GET", {"If-None-Match": f"W/{etag}"}, 304),
+        ("GET", {"If-None-Match": f'"x", {etag}'}, 304),
+        ("GET", {"If-None-Match": "*"}, 304),
+        ("GET", {"If-None-Match": '"x"'}, 200),
+        ("GET", {"If-Modified-Since": lm}, 304),
+        ("GET", {"If-Modified-Since": later}, 304),
+        ("GET", {"If-Modified-Since": earlier}, 200),
+        ("GET", {"If-Modified-Since": _rfc850(lm)}, 304),
+        ("GET", {"If-Modified-Since": _asctime(lm)}, 304),
+        ("GET", {"If-Modified-Since": "garbage"}, 200),
+        ("GET", {"If-Modified-Since": f"{lm}, {earlier}"}, 200),
+        ("GET", {"If-None-Match": '"x"', "If-Modified-Since": later}, 200),
+        ("GET", {"If-None-Match": etag, "If-Modified-Since": earlier}, 304),
+        ("GET", {"If-Match": etag}, 200),
+        ("GET", {"If-Match": "*"}, 200),
+        ("GET", {"If-Match": '"x"'}, 412),
+        ("HEAD", {"If-Match": '"x"'}, 412),
+        ("GET", {"If-Match": f"W/{etag}"}, 412),
+        ("GET", {"If-Unmodified-Since": lm}, 200),
+        ("GET", {"If-Unmodified-Since": earlier}, 412),
+        ("GET", {"If-Unmodified-Since": "garbage"}, 200),
+        ("GET", {"If-Match": etag, "If-Unmodified-Since": earlier}, 200),
+        ("GET", {"If-Match": '"x"', "If-None-Match": etag}, 412),
+        ("GET", {"Range": "bytes=0-9"}, 200),
+        ("OPTIONS", {}, 200),
+        ("PUT", {}, 405),
+        ("DELETE", {}, 405),
+    ]
+
+
+DOCUMENTS = ["/pages/1", "/pages/2", "/pages/3", "/recent", "/feeds/orders/pages/1"]
+OTHERS: list[tuple[str, str, int]] = [
+    ("GET", "/healthz", 200),
+    ("HEAD", "/healthz", 200),
+    ("OPTIONS", "/healthz", 200),
+    ("GET", "/openapi.json", 200),
+    ("HEAD", "/openapi.json", 200),
+    ("OPTIONS", "/openapi.json", 200),
+    ("OPTIONS", "/entries", 200),
+    ("OPTIONS", "/feeds/nope/recent", 404),
+    ("OPTIONS", "/feeds/nope/pages/1", 404),
+    ("GET", "/pages/01", 308),
+    ("HEAD", "/pages/001", 308),
+    ("GET", "/feeds/events/pages/1", 308),
+    ("GET", "/feeds/events/recent", 308),
+    ("GET", "/feeds/orders/pages/01", 308),
+    ("GET", "/pages/+1", 404),
+    ("GET", "/pages/1_0", 404),
+    ("GET", "/pages/0", 404),
+    ("GET", "//recent", 404),
+    ("GET", "//pages/1", 404),
+    ("GET", "/pages/99", 404),
+    ("POST", "/pages/1", 405),
+]
+
+
+def assert_alike(
+    routes: Routes, method: str, path: str, headers: dict[str, str], status: int
+) -> None:
+    answers = {r: routes.ask(r, method, path, headers) for r in ("app", "uwsgi", "nginx")}
+    where = (method, path, headers)
+    for route, answer in answers.items():
+        assert answer.status == status, (route, where, answer.status, answer.body[:200])
+        assert answer.dates == 1, (route, where, "one Date header")
+    app = answers["app"]
+    for route in ("uwsgi", "nginx"):
+        other = answers[route]
+        for name in COMPARED:
+            assert other.headers.get(name) == app.headers.get(name), (route, where, name)
+        assert other.body == app.body, (route, where)
+    if method == "HEAD" or status in (304, 308):
+        assert app.body == b"", where
+
+
+@pytest.mark.parametrize("path", DOCUMENTS)
+def test_documents_answer_alike_on_every_route(routes: Routes, path: str) -> None:
+    first = routes.ask("app", "GET", path, {})
+    assert first.status == 200
+    etag, lm = first.headers["etag"][0], first.headers["last-modified"][0]
+    for method, headers, status in table(etag, lm):
+        assert_alike(routes, method, path, headers, status)
+
+
+def test_other_urls_answer_alike_on_every_route(routes: Routes) -> None:
+    for method, path, status in OTHERS:
+        assert_alike(routes, method, path, {}, status)
