@@ -1,0 +1,69 @@
+"""REDbot (``redbot``, lint for HTTP, from the dev extras) over every kind of response the service
+gives, through the shipped uWSGI and through the shipped nginx block: nothing above "info", except
+its note that ``Cache-Control: public`` is probably unnecessary (issue #12 accepts it: ``public``
+says so to caches that would otherwise not store a response to an authenticated request).
+
+REDbot runs its own follow-up requests (conditional, Range, compression) against each URL.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_routes import Routes, routes  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.e2e
+
+ACCEPTED = {"STORE_PUBLIC_UNNECESSARY"}
+FINE = {"good", "info"}
+
+PATHS = [
+    "/recent",
+    "/pages/3",  # the working page
+    "/pages/1",  # an archived page
+    "/feeds/orders/pages/1",
+    "/healthz",
+    "/openapi.json",
+    "/pages/99",  # a 404
+    "/pages/01",  # a 308 to /pages/1
+]
+
+
+def redbot() -> str:
+    found = shutil.which("redbot") or str(Path(sys.executable).with_name("redbot"))
+    if not Path(found).exists():
+        pytest.fail("redbot is not installed: `pip install -e .[dev]` (scripts/setup) installs it")
+    return found
+
+
+def notes(url: str) -> list[dict[str, str]]:
+    done = subprocess.run(
+        [redbot(), "-o", "har", url], capture_output=True, text=True, timeout=120, check=True
+    )
+    har = json.loads(done.stdout)
+    entries = har["log"]["entries"]
+    assert entries, f"REDbot checked nothing at {url}: {done.stdout[:500]} {done.stderr[:500]}"
+    return [note for entry in entries for note in entry.get("_red_messages", [])]
+
+
+@pytest.mark.parametrize("route", ["uwsgi", "nginx"])
+def test_redbot_finds_nothing_above_info(routes: Routes, route: str) -> None:  # noqa: F811
+    base = routes.uwsgi.base_url if route == "uwsgi" else routes.nginx.url("")
+    problems = {}
+    for path in PATHS:
+        found = notes(base + path)
+        assert any(n["level"].lower() == "good" for n in found), (path, found)
+        bad = [
+            f"{n['level']} {n['note_id']}: {n['summary']}"
+            for n in found
+            if n["level"].lower() not in FINE and n["note_id"] not in ACCEPTED
+        ]
+        if bad:
+            problems[path] = bad
+    assert not problems, json.dumps(problems, indent=1)
