@@ -51,7 +51,7 @@ import feedparser
 import httpx
 from lxml import etree
 
-from simplefeed.client import parse_page
+from simplefeed.client.parse import parse_page
 from simplefeed.model import ATOM_NS
 from tests.servers import UwsgiServer
 

@@ -24,10 +24,10 @@ from simplefeed.client import (
     FeedEntry,
     HandlerError,
     PollPolicy,
-    Progress,
     RetryPolicy,
     StateFile,
 )
+from simplefeed.client.walk import Progress
 from simplefeed.core import Simplefeed
 from simplefeed.model import Event
 from tests.conftest import FakeClock

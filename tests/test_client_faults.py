@@ -366,5 +366,7 @@ def test_a_next_archive_loop_while_resuming(clock: FakeClock, tmp_path: Path) ->
         pytest.raises(LinkLoop),
     ):
         consumer.run(lambda e: handled.append(e.seq))
-    assert handled == [3, 4, 5, 6]
-    assert stored_checkpoint(state) == Checkpoint("urn:loop:6", 6, f"{BASE}/p/2")
+    # The next page is read before a page's entries are handed over (its prev-archive link
+    # vouches for the page): the loop past p/2 stops the walk before p/2's entries.
+    assert handled == [3]
+    assert stored_checkpoint(state) == Checkpoint("urn:loop:3", 3, f"{BASE}/p/1")

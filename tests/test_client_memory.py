@@ -27,7 +27,8 @@ import pytest
 from lxml import etree
 
 from simplefeed.app import create_app
-from simplefeed.client import Consumer, Page, Parser, parse_page
+from simplefeed.client import Consumer
+from simplefeed.client.parse import Page, Parser, parse_page
 from simplefeed.core import Simplefeed
 from simplefeed.model import ATOM_NS, Event
 from tests.conftest import FakeClock

@@ -4,29 +4,28 @@ documents (and bytes that are not Atom), walking over pages held in memory, the 
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from simplefeed import atom, paging
 from simplefeed.client import (
-    CachedDocument,
     Checkpoint,
     LastEntryVanished,
     LinkLoop,
     MalformedPage,
     NotAtom,
-    Outline,
-    Page,
     PollPolicy,
+    RepeatedEntry,
     SequenceGap,
     StateError,
     StateFile,
-    new_entries,
-    next_interval,
-    parse_page,
-    starting_point,
 )
+from simplefeed.client.parse import Outline, Page, parse_page
+from simplefeed.client.poll import next_interval
+from simplefeed.client.state import CachedDocument
+from simplefeed.client.walk import new_entries, starting_point
 from simplefeed.model import Document, DocumentKind, Entry, Event, Feed, Link
 
 BASE = "http://feeds.example.test"
@@ -122,10 +121,10 @@ def test_parse_an_archived_page() -> None:
     assert [e.seq for e in page.entries] == [4, 5, 6]  # oldest first
     assert [e.id for e in page.entries] == ["urn:test:4", "urn:test:5", "urn:test:6"]
     json_entry, html_entry, linked = page.entries
-    assert json_entry.content == '{"amount": 3, "note": "é"}'  # Base64 undone
+    assert json_entry.content == {"amount": 3, "note": "é"}  # the JSON value
     assert json_entry.content_type == "application/json"
     assert json_entry.summary == "event 4"
-    assert html_entry.content == "<b>hi</b>" and html_entry.content_type == "text/html"
+    assert html_entry.content == "<b>hi</b>" and html_entry.content_type == "html"
     assert linked.links[0].href == "http://shop.test/o/6"
     assert linked.links[0].rel == "related" and linked.links[0].title == "order"
     assert json_entry.updated == "2027-01-15T08:00:00.000004+00:00"
@@ -191,6 +190,18 @@ def test_bytes_that_are_not_atom_raise_not_atom(body: bytes, reason: str) -> Non
         ((b"<sf:seq>2</sf:seq>", b"<sf:seq>two</sf:seq>"), "no valid sequence number"),
         ((b"<sf:seq>2</sf:seq>", b"<sf:seq>9</sf:seq>"), "not newest first"),
         ((b"<id>urn:test:2</id>", b""), "has no id"),
+        ((b"<sf:seq>2</sf:seq>", b"<sf:seq>0</sf:seq>"), "out of range"),
+        ((b"<sf:seq>2</sf:seq>", b"<sf:seq>1180591620717411303424</sf:seq>"), "no valid seq"),
+        ((b"<sf:seq>2</sf:seq>", b"<sf:seq>9223372036854775808</sf:seq>"), "out of range"),
+        ((b"<sf:seq>2</sf:seq>", b"<sf:seq>-2</sf:seq>"), "no valid sequence number"),
+        ((b"<id>urn:test:2</id>", b"<id>urn:test:1</id>"), "on the page twice"),
+        (
+            (
+                b"<sf:seq>2</sf:seq>",
+                b'<link href="urn:x" length="' + b"9" * 400 + b'"/><sf:seq>2</sf:seq>',
+            ),
+            "length",
+        ),
     ],
 )
 def test_atom_that_breaks_the_protocol_raises_malformed_page(
@@ -287,9 +298,16 @@ def test_vanished_entry_loop_and_gap() -> None:
     head, source = feed_pages(9)
     with pytest.raises(LastEntryVanished):
         list(new_entries(source, head, Checkpoint("urn:test:404", 4, f"{BASE}/pages/2")))
-    with pytest.raises(SequenceGap) as gap:
+    # Position is found by id and sequence number: the id at another number is an error.
+    with pytest.raises(RepeatedEntry) as repeated:
         list(new_entries(source, head, Checkpoint("urn:test:5", 3, f"{BASE}/pages/2")))
-    assert (gap.value.expected, gap.value.found) == (4, 6)
+    assert (repeated.value.expected, repeated.value.found) == (3, 5)
+    page2 = source.pages[f"{BASE}/pages/2"]
+    source.pages[page2.url] = replace(page2, entries=page2.entries[1:])  # without entry 4
+    with pytest.raises(SequenceGap) as gap:
+        list(new_entries(source, head, Checkpoint("urn:test:3", 3, f"{BASE}/pages/1")))
+    assert (gap.value.expected, gap.value.found) == (4, 5)
+    source.pages[page2.url] = page2
     looped = Page(
         f"{BASE}/pages/1",
         {"self": f"{BASE}/pages/1", "prev-archive": f"{BASE}/pages/3"},

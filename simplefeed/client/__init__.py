@@ -13,8 +13,9 @@ Modules, each owning one thing:
 ``consumer``   :class:`Consumer`: the loop, checkpoints (at-least-once), follow mode
 ``walk``       which entries are new: walk back through ``prev-archive``, forward again
 ``fetch``      HTTP (the only httpx user): one pool, conditional GET, cache, retries
+``entry``      :class:`FeedEntry`: what the consumer hands over, every field published
 ``parse``      bytes -> :class:`Page` (the only feedparser user), and the parser switch
-``parse_fast`` the fast path: lxml for the documents a Simplefeed server renders
+``tree``       the strict reading by namespace, exact values (the only lxml user)
 ``state``      the SQLite state file: checkpoints and the HTTP cache
 ``poll``       the adaptive polling interval (pure)
 ``errors``     the exception hierarchy
@@ -22,9 +23,11 @@ Modules, each owning one thing:
 =============  =================================================================================
 """
 
-from simplefeed.client.consumer import CheckpointEvery, Consumer, Handler, Start
+from simplefeed.client.consumer import Consumer
+from simplefeed.client.entry import EntryAuthor, EntryCategory, EntryLink, FeedEntry
 from simplefeed.client.errors import (
     ClientError,
+    DigestMismatch,
     FeedError,
     FetchError,
     HandlerError,
@@ -32,76 +35,45 @@ from simplefeed.client.errors import (
     LinkLoop,
     MalformedPage,
     NotAtom,
+    RedirectRefused,
+    RepeatedEntry,
+    ResponseTooLarge,
     RetriesExhausted,
     SequenceGap,
     StateError,
     UnexpectedStatus,
 )
-from simplefeed.client.fetch import Fetched, Fetcher, RetryPolicy
-from simplefeed.client.parse import (
-    PARSERS,
-    EntryLink,
-    FeedEntry,
-    Outline,
-    Page,
-    Parser,
-    outline_page,
-    parse_page,
-)
-from simplefeed.client.poll import PollPolicy, next_interval
-from simplefeed.client.state import (
-    CachedDocument,
-    Checkpoint,
-    CheckpointStore,
-    PageCache,
-    StateFile,
-)
-from simplefeed.client.walk import (
-    OutlineSource,
-    PageSource,
-    Progress,
-    new_entries,
-    starting_point,
-)
+from simplefeed.client.fetch import RetryPolicy
+from simplefeed.client.poll import PollPolicy
+from simplefeed.client.state import Checkpoint, StateFile
 
+#: The public surface: the consumer, what it yields, how it is configured, what it raises.
+#: Everything else (the walk, the fetcher, the parsers) is reachable through its module and may
+#: change without notice.
 __all__ = [
-    "PARSERS",
-    "CachedDocument",
     "Checkpoint",
-    "CheckpointEvery",
-    "CheckpointStore",
     "ClientError",
     "Consumer",
+    "DigestMismatch",
+    "EntryAuthor",
+    "EntryCategory",
     "EntryLink",
     "FeedEntry",
     "FeedError",
     "FetchError",
-    "Fetched",
-    "Fetcher",
-    "Handler",
     "HandlerError",
     "LastEntryVanished",
     "LinkLoop",
     "MalformedPage",
     "NotAtom",
-    "Outline",
-    "OutlineSource",
-    "Page",
-    "PageCache",
-    "PageSource",
-    "Parser",
     "PollPolicy",
-    "Progress",
+    "RedirectRefused",
+    "RepeatedEntry",
+    "ResponseTooLarge",
     "RetriesExhausted",
     "RetryPolicy",
     "SequenceGap",
-    "Start",
     "StateError",
     "StateFile",
     "UnexpectedStatus",
-    "new_entries",
-    "next_interval",
-    "outline_page",
-    "parse_page",
-    "starting_point",
 ]

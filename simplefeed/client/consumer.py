@@ -42,11 +42,11 @@ from os import PathLike
 from types import TracebackType
 from typing import Literal
 
-from simplefeed.client.errors import FeedError, HandlerError
+from simplefeed.client.entry import FeedEntry
+from simplefeed.client.errors import DigestMismatch, FeedError, HandlerError
 from simplefeed.client.fetch import Fetcher, RetryPolicy, Transport
 from simplefeed.client.parse import (
     PARSERS,
-    FeedEntry,
     Outline,
     Page,
     Parser,
@@ -270,7 +270,11 @@ class Consumer:
             checkpoint = starting_point(self._pages, head)
             self._save(checkpoint)
         progress = self.progress if self.progress is not None else _ignore
-        yield from new_entries(self._pages, head, checkpoint, progress=progress)
+        try:
+            yield from new_entries(self._pages, head, checkpoint, progress=progress)
+        except DigestMismatch as exc:
+            self.fetcher.forget(exc.url)  # a damaged cached copy: the next run asks again
+            raise
 
     # -- checkpoints ---------------------------------------------------------------------
 

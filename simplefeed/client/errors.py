@@ -6,12 +6,17 @@
     └── ClientError                     anything the consumer raises on purpose
         ├── FetchError                  .url: a document could not be retrieved
         │   ├── RetriesExhausted        .attempts: network errors, timeouts, 5xx until the limit
-        │   └── UnexpectedStatus        .status: an answer that retrying cannot fix (4xx, 3xx)
+        │   ├── UnexpectedStatus        .status: an answer that retrying cannot fix (4xx, 3xx)
+        │   ├── RedirectRefused         .location: a redirect to an origin not allowed
+        │   └── ResponseTooLarge        .limit: a body over the size bound (compressed or not)
         ├── FeedError                   .url: the feed broke the protocol; checkpoint untouched
         │   ├── NotAtom                 .reason: not well-formed XML, or not an Atom feed
         │   ├── MalformedPage           .reason: Atom, but not a Simplefeed document
         │   ├── LinkLoop                .chain: following links came back to a page seen
         │   ├── SequenceGap             .expected, .found: sequence numbers not contiguous
+        │   ├── RepeatedEntry           .entry_id, .expected, .found: an id at another number
+        │   ├── DigestMismatch          .expected, .found: a page is not the one its newer
+        │   │                           neighbour's prev-archive link vouches for (sf:sha256)
         │   └── LastEntryVanished       .entry_id: the checkpoint's entry is in the feed no more
         ├── HandlerError                .entry: the handler raised (the cause is __cause__);
         │                               the checkpoint stands just before that entry
@@ -29,7 +34,7 @@ from typing import TYPE_CHECKING
 from simplefeed.errors import SimplefeedError
 
 if TYPE_CHECKING:
-    from simplefeed.client.parse import FeedEntry
+    from simplefeed.client.entry import FeedEntry
 
 
 class ClientError(SimplefeedError):
@@ -57,6 +62,16 @@ class UnexpectedStatus(FetchError):
     def __init__(self, url: str, status: int) -> None:
         super().__init__(url, f"unexpected HTTP status {status}")
         self.status = status
+
+
+class RedirectRefused(FetchError):
+    """A redirect to an origin other than the entry point's (and not allowed)."""
+
+    def __init__(self, url: str, location: str) -> None:
+        super().__init__(
+            url, f"redirect to another origin refused: {location} (see allow_redirect_origins)"
+        )
+        self.location = location
 
 
 class FeedError(ClientError):
@@ -103,6 +118,41 @@ class SequenceGap(FeedError):
         self.entry_id = entry_id
         self.expected = expected
         self.found = found
+
+
+class RepeatedEntry(FeedError):
+    """An entry id appears at another sequence number than the one it was processed (or
+    listed) at: position is found by id and sequence number, never by id alone."""
+
+    def __init__(self, url: str, entry_id: str, expected: int, found: int) -> None:
+        super().__init__(
+            url,
+            f"entry {entry_id!r} appears again with sequence number {found} "
+            f"(it has sequence number {expected})",
+        )
+        self.entry_id = entry_id
+        self.expected = expected
+        self.found = found
+
+
+class DigestMismatch(FeedError):
+    """A page's SHA-256 is not the digest the newer document's ``prev-archive`` link gives
+    for it: the page was altered (or is not the one linked). Nothing on it is processed."""
+
+    def __init__(self, url: str, expected: str, found: str) -> None:
+        super().__init__(
+            url, f"SHA-256 mismatch: the newer page's prev-archive says {expected}, got {found}"
+        )
+        self.expected = expected
+        self.found = found
+
+
+class ResponseTooLarge(FetchError):
+    """A response body went over the size bound (as received, or once decompressed)."""
+
+    def __init__(self, url: str, what: str, limit: int) -> None:
+        super().__init__(url, f"response too large: {what} over the limit of {limit} bytes")
+        self.limit = limit
 
 
 class LastEntryVanished(FeedError):

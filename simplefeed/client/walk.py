@@ -31,6 +31,14 @@ the order. Following a link to one of the last pages visited (:data:`TRAIL` of t
 page visited since the walk last passed an entry, raises :class:`LinkLoop` at once. Errors are
 raised before any entry past the problem is yielded; the caller's checkpoint is never touched
 here.
+
+Integrity: a document's ``prev-archive`` link may give the SHA-256 of the page it links to
+(``sf:sha256``). Walking back, each page read is checked against the digest of the link that led
+to it; going forward, the next page is read before the entries of the current one are yielded,
+and its link checks the current page (so a copy taken from the cache is checked too). A page
+that does not match raises :class:`DigestMismatch`, before any of its entries is yielded.
+Position is found by id *and* sequence number: the checkpoint's id at another number, or passed
+again going forward, raises :class:`RepeatedEntry`.
 """
 
 from __future__ import annotations
@@ -40,17 +48,27 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from simplefeed.client.entry import FeedEntry
 from simplefeed.client.errors import (
+    DigestMismatch,
     LastEntryVanished,
     LinkLoop,
     MalformedPage,
+    RepeatedEntry,
     SequenceGap,
     UnexpectedStatus,
 )
-from simplefeed.client.parse import FeedEntry, Outline, Page
+from simplefeed.client.parse import Outline, Page
 from simplefeed.client.state import Checkpoint
 
-__all__ = ["OutlineSource", "PageSource", "Progress", "new_entries", "starting_point"]
+__all__ = [
+    "OutlineSource",
+    "PageSource",
+    "Progress",
+    "new_entries",
+    "starting_point",
+    "verify",
+]
 
 #: Statuses of the checkpoint's page that send us to the walk back instead of failing.
 GONE = (404, 410)
@@ -107,7 +125,9 @@ def starting_point(source: PageSource, head: Page) -> Checkpoint:
         if prev in visited:
             raise LinkLoop(prev, visited)
         visited.append(prev)
-        page = source.page(prev)
+        older = source.page(prev)
+        verify(page, older)
+        page = older
 
 
 def new_entries(
@@ -123,15 +143,15 @@ def new_entries(
     if checkpoint is None or checkpoint.seq == 0:
         first, newest = _walk_back_to_start(source, head, progress)
         forward = _forward(
-            source, head, first, -1, 0, progress, newest=newest, report=first is not head
+            source, head, first, -1, None, progress, newest=newest, report=first is not head
         )
         del first
         yield from forward
         return
 
-    position = head.position(checkpoint.entry_id)
+    position = head.position(checkpoint.entry_id, checkpoint.seq)
     if position is not None:
-        yield from _checked(head.url, head.entries[position + 1 :], checkpoint.seq)
+        yield from _checked(head.url, head.entries[position + 1 :], checkpoint.seq, checkpoint)
         return
 
     page: Page | None
@@ -142,15 +162,13 @@ def new_entries(
         if exc.status not in GONE:
             raise
         page = None
-    position = page.position(checkpoint.entry_id) if page is not None else None
+    position = page.position(checkpoint.entry_id, checkpoint.seq) if page is not None else None
     if page is not None and position is not None:
-        forward = _forward(source, head, page, position, checkpoint.seq, progress)
+        forward = _forward(source, head, page, position, checkpoint, progress)
     else:
         page = None  # not needed while walking back
-        page, position = _walk_back_to_entry(
-            source, head, checkpoint.entry_id, checkpoint.seq, progress
-        )
-        forward = _forward(source, head, page, position, checkpoint.seq, progress, report=True)
+        page, position = _walk_back_to_entry(source, head, checkpoint, progress)
+        forward = _forward(source, head, page, position, checkpoint, progress, report=True)
     del page
     yield from forward
 
@@ -238,7 +256,9 @@ def _walk_back_to_start(
         if prev is None:
             break
         back.step(prev)
-        page = outlines.outline(prev) if outlines is not None else source.page(prev)
+        older = outlines.outline(prev) if outlines is not None else source.page(prev)
+        verify(page, older)
+        page = older
         back.arrived(prev, page)
     if isinstance(page, Outline):
         page = source.page(page.url)
@@ -246,19 +266,22 @@ def _walk_back_to_start(
 
 
 def _walk_back_to_entry(
-    source: PageSource, head: Page, entry_id: str, after_seq: int, progress: ProgressFn
+    source: PageSource, head: Page, checkpoint: Checkpoint, progress: ProgressFn
 ) -> tuple[Page, int]:
-    """The page holding ``entry_id`` (walking back from ``head``) and the entry's position."""
-    back = _Back(head, after_seq, progress)
+    """The page holding the checkpoint's entry (walking back from ``head``) and the entry's
+    position."""
+    back = _Back(head, checkpoint.seq, progress)
     page = head
     back.passed(head)
     while True:
         prev = page.prev_archive
         if prev is None:
-            raise LastEntryVanished(page.url, entry_id)
+            raise LastEntryVanished(page.url, checkpoint.entry_id)
         back.step(prev)
-        page = source.page(prev)
-        position = page.position(entry_id)
+        older = source.page(prev)
+        verify(page, older)
+        page = older
+        position = page.position(checkpoint.entry_id, checkpoint.seq)
         if position is not None:
             return page, position
         back.arrived(prev, page)
@@ -269,7 +292,7 @@ def _forward(
     head: Page,
     page: Page,
     position: int,
-    after_seq: int,
+    checkpoint: Checkpoint | None,
     progress: ProgressFn,
     *,
     newest: int | None = None,
@@ -277,9 +300,12 @@ def _forward(
 ) -> Iterator[FeedEntry]:
     """From ``page`` (after ``position``) through ``next-archive`` links, up to ``head``.
 
+    The next page is read before the entries of the current one are yielded: its
+    ``prev-archive`` digest vouches for the current page (:func:`verify`), cached copy or not.
     Progress is reported from the second page on, or from the first entry with ``report``;
-    its total is ``newest`` (default: head's newest entry) minus ``after_seq``.
+    its total is ``newest`` (default: head's newest entry) minus the checkpoint's number.
     """
+    after_seq = checkpoint.seq if checkpoint is not None else 0
     if newest is None or (head.newest_seq is not None and head.newest_seq > newest):
         newest = head.newest_seq
     total = None if newest is None else newest - after_seq
@@ -289,27 +315,44 @@ def _forward(
     done = 0
     entries = page.entries[position + 1 :]
     while True:
-        for entry in _checked(page.url, entries, prev_seq):
+        nxt_url = page.next_archive
+        nxt: Page | None = None
+        if nxt_url is not None:
+            trail.follow(nxt_url)
+            nxt = head if nxt_url == head.permanent_url else source.page(nxt_url)
+            verify(nxt, page)
+        elif page.is_archive:
+            raise MalformedPage(page.url, "an archived page without a next-archive link")
+        for entry in _checked(page.url, entries, prev_seq, checkpoint):
             yield entry
             prev_seq = entry.seq
             done += 1
             if report or moved:
                 progress(Progress("process", done, total))
-        nxt = page.next_archive
-        if nxt is None:
-            if page.is_archive:
-                raise MalformedPage(page.url, "an archived page without a next-archive link")
+        if nxt is None or nxt_url is None:
             return
-        trail.follow(nxt)
-        page = head if nxt == head.permanent_url else source.page(nxt)
+        page = nxt
+        del nxt
         moved = True
         entries = page.entries
-        trail.arrived(nxt, page, passed_entries=bool(entries))
+        trail.arrived(nxt_url, page, passed_entries=bool(entries))
 
 
-def _checked(url: str, entries: tuple[FeedEntry, ...], prev_seq: int) -> Iterator[FeedEntry]:
+def verify(newer: Page | Outline, older: Page | Outline) -> None:
+    """``older`` is the page ``newer``'s ``prev-archive`` link vouches for, when it gives a
+    digest (pages written before servers gave one do not: nothing to check)."""
+    expected = newer.prev_sha256
+    if expected is not None and expected != older.sha256:
+        raise DigestMismatch(older.url, expected, older.sha256)
+
+
+def _checked(
+    url: str, entries: tuple[FeedEntry, ...], prev_seq: int, checkpoint: Checkpoint | None
+) -> Iterator[FeedEntry]:
     for entry in entries:
         if entry.seq != prev_seq + 1:
             raise SequenceGap(url, entry.id, prev_seq + 1, entry.seq)
+        if checkpoint is not None and entry.id == checkpoint.entry_id:
+            raise RepeatedEntry(url, entry.id, checkpoint.seq, entry.seq)
         yield entry
         prev_seq = entry.seq

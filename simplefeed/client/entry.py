@@ -1,0 +1,99 @@
+"""What the consumer hands over: one :class:`FeedEntry` per entry, every field the producer sent.
+
+Pure values, no I/O. :meth:`FeedEntry.to_json` is what ``simplefeed consume --jsonl`` prints
+and what ``--exec`` commands read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["EntryAuthor", "EntryCategory", "EntryLink", "FeedEntry"]
+
+
+@dataclass(frozen=True)
+class EntryLink:
+    """An ``atom:link`` of an entry, with every attribute Atom gives it."""
+
+    href: str
+    rel: str = "alternate"
+    type: str | None = None
+    hreflang: str | None = None
+    title: str | None = None
+    length: int | None = None
+
+
+@dataclass(frozen=True)
+class EntryAuthor:
+    name: str
+    email: str | None = None
+    uri: str | None = None
+
+
+@dataclass(frozen=True)
+class EntryCategory:
+    term: str
+    scheme: str | None = None
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class FeedEntry:
+    """One entry as the producer published it, with its place in the feed."""
+
+    #: The entry's ``atom:id``.
+    id: str
+    #: Its sequence number in the feed (``sf:seq``): contiguous from 1.
+    seq: int
+    #: The title, exactly as published (no whitespace stripped).
+    title: str
+    #: ``atom:updated`` as the document carries it (RFC 3339).
+    updated: str
+    #: The content: the JSON value itself for JSON media types (``application/json``,
+    #: ``*+json``), else the text exactly as published (Base64 undone when it was UTF-8 text;
+    #: XHTML and inline XML as XML text); ``None`` when the entry has no content.
+    content: Any
+    #: The content's type: ``text``, ``html``, ``xhtml`` or the producer's media type.
+    content_type: str | None
+    summary: str | None
+    links: tuple[EntryLink, ...]
+    #: Permanent URL of the page the entry was read from (``via`` or ``self``).
+    page_url: str
+    author: EntryAuthor | None = None
+    categories: tuple[EntryCategory, ...] = ()
+    #: ``atom:published`` (RFC 3339), when the document has it.
+    published: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (what ``simplefeed consume --jsonl`` prints): every field, the
+        optional ones as ``null`` when absent."""
+        author = self.author
+        return {
+            "id": self.id,
+            "seq": self.seq,
+            "title": self.title,
+            "updated": self.updated,
+            "published": self.published,
+            "content": self.content,
+            "content_type": self.content_type,
+            "summary": self.summary,
+            "author": None
+            if author is None
+            else {"name": author.name, "email": author.email, "uri": author.uri},
+            "categories": [
+                {"term": c.term, "scheme": c.scheme, "label": c.label} for c in self.categories
+            ],
+            "links": [
+                {
+                    "href": link.href,
+                    "rel": link.rel,
+                    "type": link.type,
+                    "hreflang": link.hreflang,
+                    "title": link.title,
+                    "length": link.length,
+                }
+                for link in self.links
+            ],
+            "page": self.page_url,
+        }

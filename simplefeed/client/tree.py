@@ -1,0 +1,332 @@
+"""The strict reading of a document: lxml, element by element, by namespace. The only lxml user
+of the consumer; no I/O.
+
+Whichever parser is chosen (:mod:`simplefeed.client.parse`), entries come from here, so that
+
+* nothing inside ``atom:content`` (or any other element) is ever taken for structure: an
+  entry's id, title, links, sequence number... are the Atom (and ``sf``) children of an
+  ``atom:entry`` that is a child of the root ``atom:feed``, nothing else. Elements of other
+  vocabularies inside content (Atom 0.3, RSS, Dublin Core...) are content;
+* values are what the producer published, character for character: no whitespace stripped
+  from titles, summaries or content (identifiers, dates and numbers are stripped), no
+  character mapping;
+* JSON content is restored to its value, from either form a server writes: the readable one
+  (``type="text"`` with ``sf:type="application/json"``) or the older Base64 one.
+
+A DOCTYPE is refused (no entity is ever expanded), as is a root other than ``atom:feed``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any
+from xml.etree import ElementTree
+
+from lxml import etree
+
+from simplefeed.client.entry import EntryAuthor, EntryCategory, EntryLink, FeedEntry
+from simplefeed.client.errors import MalformedPage, NotAtom
+from simplefeed.model import ATOM_NS, FH_NS, SF_NS
+
+__all__ = ["MAX_SEQ", "Feed", "is_json", "read_entries", "read_feed", "root"]
+
+XHTML_NS = "http://www.w3.org/1999/xhtml"
+#: Sequence numbers above this are refused: they would not fit a SQLite INTEGER.
+MAX_SEQ = 2**63 - 1
+
+_A = f"{{{ATOM_NS}}}"
+_FEED = f"{_A}feed"
+_ENTRY = f"{_A}entry"
+_ID = f"{_A}id"
+_TITLE = f"{_A}title"
+_UPDATED = f"{_A}updated"
+_PUBLISHED = f"{_A}published"
+_CONTENT = f"{_A}content"
+_SUMMARY = f"{_A}summary"
+_LINK = f"{_A}link"
+_CATEGORY = f"{_A}category"
+_AUTHOR = f"{_A}author"
+_NAME = f"{_A}name"
+_EMAIL = f"{_A}email"
+_URI = f"{_A}uri"
+_SEQ = f"{{{SF_NS}}}seq"
+_SF_TYPE = f"{{{SF_NS}}}type"
+_SF_SHA256 = f"{{{SF_NS}}}sha256"
+_ARCHIVE = f"{{{FH_NS}}}archive"
+_XHTML_DIV = f"{{{XHTML_NS}}}div"
+
+_PARSER = etree.XMLParser(
+    resolve_entities=False,
+    no_network=True,
+    load_dtd=False,
+    huge_tree=False,
+    collect_ids=False,
+    remove_comments=True,
+    remove_pis=True,
+)
+
+
+def root(url: str, body: bytes) -> Any:
+    """The ``atom:feed`` element of ``body``; :class:`NotAtom` if it is anything else."""
+    try:
+        element = etree.fromstring(body, _PARSER)
+    except (etree.LxmlError, ValueError) as exc:
+        raise NotAtom(url, f"not well-formed XML: {exc}") from None
+    doctype: str = element.getroottree().docinfo.doctype  # type: ignore[union-attr]
+    if doctype:
+        raise NotAtom(url, "a DOCTYPE (refused: no entity is expanded)")
+    if element.tag != _FEED:
+        raise NotAtom(url, f"the root element is {element.tag!r}, not an Atom 1.0 feed")
+    return element
+
+
+@dataclass
+class Feed:
+    """The feed-level reading: links by rel (the first of each), the digest the
+    ``prev-archive`` link gives (``sf:sha256``), the archive flag and the entry elements
+    (document order: newest first)."""
+
+    links: dict[str, str]
+    prev_sha256: str | None
+    is_archive: bool
+    entries: list[Any]
+
+
+def read_feed(url: str, feed: Any) -> Feed:
+    links: dict[str, str] = {}
+    prev_sha256: str | None = None
+    is_archive = False
+    entries = []
+    for child in feed:
+        tag = child.tag
+        if tag == _ENTRY:
+            entries.append(child)
+        elif tag == _LINK:
+            rel = child.get("rel", "alternate")
+            href = child.get("href")
+            if href and rel not in links:
+                links[rel] = href
+                if rel == "prev-archive":
+                    digest = child.get(_SF_SHA256)
+                    prev_sha256 = digest.strip().lower() if digest is not None else None
+        elif tag == _ARCHIVE:
+            is_archive = True
+    return Feed(links, prev_sha256, is_archive, entries)
+
+
+def seq_of(url: str, entry: Any) -> int:
+    """The sequence number of an entry element (:class:`MalformedPage` if it has none)."""
+    for child in entry:
+        if child.tag == _SEQ:
+            return _seq(url, _stripped(child), _id_text(entry))
+    raise MalformedPage(url, f"entry {_id_text(entry)!r} has no valid sequence number (no sf:seq)")
+
+
+def read_entries(url: str, elements: list[Any], page_url: str) -> list[FeedEntry]:
+    """The entries, in the order given."""
+    return [_entry(url, element, page_url) for element in elements]
+
+
+def _entry(url: str, el: Any, page_url: str) -> FeedEntry:
+    entry_id: str | None = None
+    seq_text: str | None = None
+    title: str | None = None
+    updated: str | None = None
+    published: str | None = None
+    summary: str | None = None
+    content: Any = None
+    content_type: str | None = None
+    has_content = False
+    author: EntryAuthor | None = None
+    categories: list[EntryCategory] = []
+    links: list[EntryLink] = []
+    for child in el:
+        tag = child.tag
+        if tag == _ID:
+            if entry_id is not None:
+                raise MalformedPage(url, f"entry {entry_id!r} has two ids")
+            entry_id = _stripped(child)
+        elif tag == _SEQ:
+            if seq_text is not None:
+                raise MalformedPage(url, "an entry has two sequence numbers")
+            seq_text = _stripped(child)
+        elif tag == _TITLE:
+            title = _text_construct(child)
+        elif tag == _UPDATED:
+            updated = _stripped(child)
+        elif tag == _PUBLISHED:
+            published = _stripped(child)
+        elif tag == _LINK:
+            links.append(_link(url, child))
+        elif tag == _CONTENT:
+            if has_content:
+                raise MalformedPage(url, "an entry has two content elements")
+            has_content = True
+            content_type, content = _content(url, child)
+        elif tag == _SUMMARY:
+            summary = _text_construct(child)
+        elif tag == _CATEGORY:
+            term = child.get("term")
+            if term is not None:
+                categories.append(EntryCategory(term, child.get("scheme"), child.get("label")))
+        elif tag == _AUTHOR and author is None:
+            author = _author(child)
+    if not entry_id:
+        raise MalformedPage(url, f"an entry has no id (title {title!r})")
+    if seq_text is None:
+        raise MalformedPage(url, f"entry {entry_id!r} has no valid sequence number (no sf:seq)")
+    return FeedEntry(
+        id=entry_id,
+        seq=_seq(url, seq_text, entry_id),
+        title=title if title is not None else "",
+        updated=updated if updated is not None else "",
+        content=content,
+        content_type=content_type,
+        summary=summary,
+        links=tuple(links),
+        page_url=page_url,
+        author=author,
+        categories=tuple(categories),
+        published=published,
+    )
+
+
+def _seq(url: str, text: str, entry_id: str | None) -> int:
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        raise MalformedPage(url, f"entry {entry_id!r} has no valid sequence number: {text!r:.40}")
+    seq = int(text)
+    if not 1 <= seq <= MAX_SEQ:
+        raise MalformedPage(url, f"entry {entry_id!r} has sequence number {seq} (out of range)")
+    return seq
+
+
+def _id_text(entry: Any) -> str | None:
+    for child in entry:
+        if child.tag == _ID:
+            return _stripped(child)
+    return None
+
+
+def _stripped(el: Any) -> str:
+    return "".join(el.itertext()).strip()
+
+
+def _string(el: Any) -> str:
+    """The element's text, descendants' text included, exactly as it stands."""
+    text: str | None = el.text
+    if len(el) == 0:
+        return text or ""
+    return "".join(el.itertext())
+
+
+def _text_construct(el: Any) -> str:
+    """A title or summary: its text for ``text`` and ``html``, its markup for ``xhtml``."""
+    if el.get("type") == "xhtml":
+        return _xhtml(el)
+    return _string(el)
+
+
+def _author(el: Any) -> EntryAuthor:
+    name = email = uri = None
+    for part in el:
+        if part.tag == _NAME and name is None:
+            name = _string(part)
+        elif part.tag == _EMAIL and email is None:
+            email = _string(part)
+        elif part.tag == _URI and uri is None:
+            uri = _string(part)
+    return EntryAuthor(name or "", email, uri)
+
+
+def _link(url: str, el: Any) -> EntryLink:
+    href = el.get("href")
+    if href is None:
+        raise MalformedPage(url, "a link without href")
+    length_text = el.get("length")
+    length: int | None = None
+    if length_text is not None:
+        length_text = length_text.strip()
+        if not length_text.isascii() or not length_text.isdigit() or len(length_text) > 19:
+            raise MalformedPage(url, f"a link with a length that is not a number: {href!r}")
+        length = int(length_text)
+    return EntryLink(
+        href=href,
+        rel=el.get("rel", "alternate"),
+        type=el.get("type"),
+        hreflang=el.get("hreflang"),
+        title=el.get("title"),
+        length=length,
+    )
+
+
+def is_json(media_type: str) -> bool:
+    media = media_type.partition(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+def _content(url: str, el: Any) -> tuple[str | None, Any]:
+    """(content type, value) of ``atom:content``."""
+    if el.get("src") is not None:
+        return el.get("type"), None  # out-of-line content: the link is the src
+    kind = el.get("type", "text")
+    declared = el.get(_SF_TYPE)
+    if declared is not None and kind == "text":  # the readable form of JSON (or other text)
+        text = _string(el)
+        return declared, _json(url, text) if is_json(declared) else text
+    lowered = kind.lower()
+    if lowered in ("text", "html"):
+        return kind, _string(el)
+    if lowered == "xhtml":
+        return kind, _xhtml(el)
+    if lowered.endswith("/xml") or lowered.endswith("+xml"):
+        children = list(el)
+        if not children:
+            return kind, _string(el)
+        return kind, "".join(_xml(child) for child in children)
+    if lowered.startswith("text/"):
+        return kind, _string(el)
+    text = _string(el)
+    try:
+        decoded = base64.b64decode(text.encode("ascii"), validate=False).decode("utf-8")
+    except (binascii.Error, UnicodeError, ValueError):
+        return kind, text  # not Base64 of UTF-8 text: as it stands
+    return kind, _json(url, decoded) if is_json(kind) else decoded
+
+
+def _json(url: str, text: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise MalformedPage(url, f"JSON content that is not JSON: {exc}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _xml(el: Any) -> str:
+    """Inline XML content as XML text, without the declarations of the document around it,
+    its own namespace as the default one when that works (the form producers mostly send)."""
+    written = etree.tostring(el, encoding="unicode", with_tail=False)
+    standalone = ElementTree.fromstring(written)  # lxml writes every declaration in scope
+    tag: str = el.tag
+    if tag.startswith("{"):
+        namespace = tag[1:].partition("}")[0]
+        try:
+            return ElementTree.tostring(standalone, encoding="unicode", default_namespace=namespace)
+        except ValueError:  # un-namespaced descendants: keep generated prefixes
+            pass
+    return ElementTree.tostring(standalone, encoding="unicode")
+
+
+def _xhtml(el: Any) -> str:
+    """The markup inside the wrapping XHTML ``div`` (or inside ``el`` when there is none)."""
+    children = list(el)
+    inner = children[0] if len(children) == 1 and children[0].tag == _XHTML_DIV else el
+    written: str = etree.tostring(inner, encoding="unicode", with_tail=False)
+    if written.endswith("/>") and len(inner) == 0 and not inner.text:
+        return ""
+    return written[written.index(">") + 1 : written.rindex("</")]
