@@ -43,7 +43,7 @@ from simplefeed.client.errors import (
     StateError,
     UnexpectedStatus,
 )
-from simplefeed.client.fetch import RetryPolicy
+from simplefeed.client.fetch import Bounds, RetryPolicy
 from simplefeed.client.poll import PollPolicy
 from simplefeed.client.state import Checkpoint, StateFile
 
@@ -51,6 +51,7 @@ from simplefeed.client.state import Checkpoint, StateFile
 #: Everything else (the walk, the fetcher, the parsers) is reachable through its module and may
 #: change without notice.
 __all__ = [
+    "Bounds",
     "Checkpoint",
     "ClientError",
     "Consumer",

@@ -21,11 +21,16 @@ link loop, a sequence gap, the last processed entry gone) stops processing with 
 :class:`~simplefeed.client.errors.FeedError` before the entry past the problem, the checkpoint
 standing on the last processed entry.
 
-``parser`` chooses how documents are parsed (:mod:`simplefeed.client.parse`): feedparser, the
-default, or ``"lxml"``, a fast path for the documents a Simplefeed server renders that gives the
-same entries (and hands anything unusual to feedparser). A first run walks back through the
+``parser`` chooses what reads documents besides the strict reading every entry comes from
+(:mod:`simplefeed.client.parse`): feedparser too, the default, or nothing else (``"lxml"``,
+several times faster); the entries are the same. A first run walks back through the
 whole history reading only outlines, then forward again, parsing each page once; memory stays
 flat in the number of pages (:mod:`simplefeed.client.walk`).
+
+Every response is bounded in size and time (``bounds``, :class:`~simplefeed.client.fetch.Bounds`)
+and redirects stay within the entry point's origin unless ``allow_redirect_origins`` names
+others (:mod:`simplefeed.client.fetch`). Memory stays flat across passes of follow mode: a
+pass holds at most two pages and the walk's bounded trail.
 
 In follow mode the consumer polls the entry point again after each pass, waiting an interval
 that adapts to how often new entries appear (:mod:`simplefeed.client.poll`), never shorter than
@@ -37,14 +42,14 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from os import PathLike
 from types import TracebackType
 from typing import Literal
 
 from simplefeed.client.entry import FeedEntry
 from simplefeed.client.errors import DigestMismatch, FeedError, HandlerError
-from simplefeed.client.fetch import Fetcher, RetryPolicy, Transport
+from simplefeed.client.fetch import Bounds, Fetcher, RetryPolicy, Transport
 from simplefeed.client.parse import (
     PARSERS,
     Outline,
@@ -77,13 +82,14 @@ class _HttpPages:
     network again.
     """
 
-    def __init__(self, fetcher: Fetcher, parser: Parser) -> None:
+    def __init__(self, fetcher: Fetcher, parser: Parser, entry_point: str) -> None:
         self.fetcher = fetcher
         self.parser = parser
+        self.entry_point = entry_point
         self.head_max_age: float | None = None
 
     def page(self, url: str) -> Page:
-        fetched = self.fetcher.get(url)
+        fetched = self.fetcher.get(url, entry_point=self.entry_point)
         try:
             page = parse_page(url, fetched.body, parser=self.parser)
         except FeedError:
@@ -97,14 +103,14 @@ class _HttpPages:
         return page
 
     def outline(self, url: str) -> Outline:
-        fetched = self.fetcher.get(url)
+        fetched = self.fetcher.get(url, entry_point=self.entry_point)
         outline = outline_page(url, fetched.body)
         self.fetcher.remember(fetched, immutable=outline.is_archive)
         return outline
 
     def head(self, url: str) -> Page:
         """The entry point: never pinned, whatever it claims; its max-age is kept."""
-        fetched = self.fetcher.get(url)
+        fetched = self.fetcher.get(url, entry_point=self.entry_point)
         page = parse_page(url, fetched.body, parser=self.parser)
         self.fetcher.remember(fetched, immutable=False)
         self.head_max_age = fetched.max_age
@@ -125,6 +131,8 @@ class Consumer:
         transport: Transport | None = None,
         timeout: float = 10.0,
         retry: RetryPolicy | None = None,
+        bounds: Bounds | None = None,
+        allow_redirect_origins: Iterable[str] = (),
         poll: PollPolicy | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
@@ -155,6 +163,8 @@ class Consumer:
                 transport=transport,
                 timeout=timeout,
                 retry=retry,
+                bounds=bounds,
+                allow_redirect_origins=allow_redirect_origins,
                 clock=clock,
                 sleep=sleep,
             )
@@ -162,7 +172,7 @@ class Consumer:
             if self._owns_state:
                 self.state.close()
             raise
-        self._pages = _HttpPages(self.fetcher, parser)
+        self._pages = _HttpPages(self.fetcher, parser, url)
         self._saved = self.state.load_checkpoint(url)
         self._pending: Checkpoint | None = None
         self._streams: weakref.WeakSet[Generator[FeedEntry, None, None]] = weakref.WeakSet()

@@ -14,6 +14,16 @@ Retrieval and parsing are separate: :meth:`Fetcher.get` returns a :class:`Fetche
 write the cache; the caller parses the body and then calls :meth:`Fetcher.remember`, so a body
 that fails to parse (an error page, truncated XML) is never cached.
 
+Every response is bounded (:class:`Bounds`): its body is streamed and given up on past
+``max_bytes``, as received and once decompressed (a gzip bomb stops at the bound, never
+inflated whole), and the whole response, headers and body, must arrive within ``max_seconds``:
+each read on the socket waits at most for what is left of that time, so a server that drips
+one byte at a time is cut off. Redirects are followed only within the entry point's origin and
+the origins named in ``allow_redirect_origins`` (:class:`~simplefeed.client.errors.RedirectRefused`
+otherwise), at most :data:`MAX_REDIRECTS` in a row. Header values that overflow
+(a 400-digit ``max-age``, ``Age`` or ``Retry-After``) are taken at the bound RFC 9111 gives
+(2**31 seconds), never a traceback.
+
 Network errors, timeouts, ``5xx`` and ``429`` are retried with exponential backoff and jitter
 (honouring ``Retry-After`` up to the maximum wait) until :attr:`RetryPolicy.attempts` attempts
 have failed; then :class:`~simplefeed.client.errors.RetriesExhausted`. Other statuses raise
@@ -24,21 +34,36 @@ clock are injected.
 from __future__ import annotations
 
 import logging
+import ssl
+import threading
 import time
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
+import httpcore
 import httpx
 import tenacity
 
-from simplefeed.client.errors import FetchError, RetriesExhausted, UnexpectedStatus
+from simplefeed.client.errors import (
+    FetchError,
+    RedirectRefused,
+    ResponseTooLarge,
+    RetriesExhausted,
+    UnexpectedStatus,
+)
 from simplefeed.client.state import CachedDocument, PageCache
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Fetched", "Fetcher", "RetryPolicy", "Transport"]
+__all__ = ["MAX_REDIRECTS", "Bounds", "Fetched", "Fetcher", "RetryPolicy", "Transport", "origin"]
+
+#: Redirects followed in a row before giving up (:class:`UnexpectedStatus` with the 3xx).
+MAX_REDIRECTS = 5
+#: RFC 9111 1.2.2: a delta-seconds value too large to hold is taken as this.
+MAX_DELTA_SECONDS = 2**31
 
 #: What :class:`Fetcher` accepts as a transport (``httpx.WSGITransport`` in tests).
 Transport = httpx.BaseTransport
@@ -66,6 +91,26 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class Bounds:
+    """What one response may cost: ``max_bytes`` of body (as received, and once decompressed)
+    and ``max_seconds`` for the whole of it, from sending the request to the last byte."""
+
+    max_bytes: int = 64 * 1024 * 1024
+    max_seconds: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 1 or self.max_seconds <= 0:
+            raise ValueError("bounds must be positive")
+
+
+def origin(url: str | httpx.URL) -> str:
+    """``scheme://host:port`` of a URL (the default port written out)."""
+    parsed = httpx.URL(url)
+    port = parsed.port or {"http": 80, "https": 443}.get(parsed.scheme, 0)
+    return f"{parsed.scheme}://{parsed.host}:{port}"
+
+
+@dataclass(frozen=True)
 class Fetched:
     """A document's body and where it came from. ``document`` is what the cache should hold
     once the caller has accepted the body (see :meth:`Fetcher.remember`)."""
@@ -88,6 +133,11 @@ class FetchStats:
     retries: int = 0
 
 
+class _TooSlow(Exception):
+    """The response did not arrive whole within :attr:`Bounds.max_seconds` (retried as a
+    timeout is)."""
+
+
 class _Transient(Exception):
     """A status worth retrying (5xx, 429)."""
 
@@ -97,9 +147,21 @@ class _Transient(Exception):
         self.retry_after = retry_after
 
 
-_RETRYABLE = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError, _Transient)
+_RETRYABLE = (
+    httpx.NetworkError,
+    httpx.TimeoutException,
+    httpx.RemoteProtocolError,
+    _Transient,
+    _TooSlow,
+)
 #: Made once: each one is a reference cycle, which only the garbage collector frees.
 _RETRY_IF = tenacity.retry_if_exception_type(_RETRYABLE)
+
+
+class _Answer(typing.NamedTuple):
+    status: int
+    headers: httpx.Headers
+    body: bytes
 
 
 class Fetcher:
@@ -110,24 +172,31 @@ class Fetcher:
         transport: Transport | None = None,
         timeout: float = 10.0,
         retry: RetryPolicy | None = None,
+        bounds: Bounds | None = None,
+        allow_redirect_origins: Iterable[str] = (),
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         user_agent: str = USER_AGENT,
     ) -> None:
         self.cache = cache
         self.retry = retry if retry is not None else RetryPolicy()
+        self.bounds = bounds if bounds is not None else Bounds()
+        self.allow_redirect_origins = frozenset(origin(o) for o in allow_redirect_origins)
         self.clock = clock
         self.sleep = sleep
         self.stats = FetchStats()
+        self._deadlines = _Deadlines()
         self._client = httpx.Client(
-            transport=transport,
+            transport=transport if transport is not None else _transport(self._deadlines),
             timeout=timeout,
-            follow_redirects=True,
+            follow_redirects=False,
             headers={"User-Agent": user_agent, "Accept": ACCEPT},
         )
 
-    def get(self, url: str) -> Fetched:
-        """The document at ``url``: from the cache when allowed, else over the network."""
+    def get(self, url: str, *, entry_point: str | None = None) -> Fetched:
+        """The document at ``url``: from the cache when allowed, else over the network.
+        Redirects stay within the origin of ``entry_point`` (default: ``url``) and the
+        allowed ones."""
         cached = self.cache.get_document(url)
         now = self.clock()
         if cached is not None and cached.fresh(now):
@@ -139,10 +208,10 @@ class Fetcher:
                 headers["If-None-Match"] = cached.etag
             if cached.last_modified:
                 headers["If-Modified-Since"] = cached.last_modified
-        response = self._request(url, headers)
+        response = self._request(url, headers, origin(entry_point or url))
         now = self.clock()
         max_age = _max_age(response.headers)
-        if response.status_code == 304 and cached is not None:
+        if response.status == 304 and cached is not None:
             self.stats.not_modified += 1
             document = replace(
                 cached,
@@ -152,9 +221,9 @@ class Fetcher:
                 max_age=max_age,
             )
             return Fetched(url, cached.body, "revalidated", document)
-        if response.status_code != 200:
-            raise UnexpectedStatus(url, response.status_code)
-        body = response.content
+        if response.status != 200:
+            raise UnexpectedStatus(url, response.status)
+        body = response.body
         document = CachedDocument(
             url=url,
             body=body,
@@ -176,7 +245,7 @@ class Fetcher:
         """Drop what the cache holds for ``url`` (a body that turned out not to be usable)."""
         self.cache.delete_document(url)
 
-    def _request(self, url: str, headers: dict[str, str]) -> httpx.Response:
+    def _request(self, url: str, headers: dict[str, str], home: str) -> _Answer:
         policy = self.retry
         exponential = tenacity.wait_exponential(
             multiplier=policy.initial, max=policy.max_wait
@@ -212,12 +281,11 @@ class Fetcher:
             for attempt in retrying:
                 with attempt:
                     self.stats.requests += 1
-                    response = self._client.get(url, headers=headers)
-                    _release(response)
-                    if response.status_code >= 500 or response.status_code == 429:
-                        retry_after = _retry_after(response.headers, self.clock())
-                        raise _Transient(response.status_code, retry_after)
-                    return response
+                    answer = self._follow(url, headers, home)
+                    if answer.status >= 500 or answer.status == 429:
+                        retry_after = _retry_after(answer.headers, self.clock())
+                        raise _Transient(answer.status, retry_after)
+                    return answer
         except tenacity.RetryError as exc:
             last = exc.last_attempt.exception()
             raise RetriesExhausted(url, policy.attempts, _describe(last)) from last
@@ -227,15 +295,156 @@ class Fetcher:
             raise FetchError(url, f"invalid URL: {exc}") from exc
         raise AssertionError("unreachable: tenacity either returns, retries or raises")
 
+    def _follow(self, url: str, headers: dict[str, str], home: str) -> _Answer:
+        """One answer to GET ``url``, following redirects within the allowed origins."""
+        allowed = self.allow_redirect_origins | {home}
+        target = httpx.URL(url)
+        for _ in range(MAX_REDIRECTS + 1):
+            answer = self._once(url, target, headers)
+            location = answer.headers.get("Location")
+            if answer.status not in (301, 302, 303, 307, 308) or location is None:
+                return answer
+            try:
+                target = target.join(location)
+            except httpx.InvalidURL as exc:
+                raise FetchError(url, f"redirect to an invalid URL: {exc}") from exc
+            if origin(target) not in allowed:
+                raise RedirectRefused(url, str(target))
+            log.info("GET %s: redirected to %s", url, target)
+        raise UnexpectedStatus(url, answer.status)
+
+    def _once(self, url: str, target: httpx.URL, headers: dict[str, str]) -> _Answer:
+        """One request and its whole body, within the bounds."""
+        bounds = self.bounds
+        deadline = time.monotonic() + bounds.max_seconds
+        self._deadlines.set(deadline)
+        try:
+            with self._client.stream("GET", target, headers=headers) as response:
+                if response.status_code in (301, 302, 303, 307, 308) or (
+                    response.status_code >= 500 or response.status_code == 429
+                ):
+                    return _Answer(response.status_code, response.headers, b"")
+                declared = response.headers.get("Content-Length", "")
+                if declared.isdigit() and (len(declared) > 18 or int(declared) > bounds.max_bytes):
+                    raise ResponseTooLarge(url, "Content-Length", bounds.max_bytes)
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > bounds.max_bytes:
+                        raise ResponseTooLarge(url, "the decompressed body", bounds.max_bytes)
+                    if response.num_bytes_downloaded > bounds.max_bytes:
+                        raise ResponseTooLarge(url, "the body as received", bounds.max_bytes)
+                    if time.monotonic() > deadline:
+                        raise _TooSlow(f"the response took over {bounds.max_seconds:g} s")
+                return _Answer(response.status_code, response.headers, bytes(body))
+        except httpx.TimeoutException as exc:
+            if time.monotonic() >= deadline:
+                raise _TooSlow(f"the response took over {bounds.max_seconds:g} s") from exc
+            raise
+        finally:
+            self._deadlines.set(None)
+
     def close(self) -> None:
         self._client.close()
 
 
-def _release(response: httpx.Response) -> None:
-    """httpx binds a response and its (already read and closed) stream to each other; cut that
-    loop, so that the response and its body go with the last reference to them rather than at
-    the next garbage collection: a long catch-up then holds one body at a time."""
-    response.stream = httpx.ByteStream(b"")
+# -- the whole response within its time: every socket read waits only for what is left ------
+
+
+class _Deadlines(threading.local):
+    """The deadline of the response being read, per thread (None: none)."""
+
+    at: float | None = None
+
+    def set(self, at: float | None) -> None:
+        self.at = at
+
+    def clamp(self, timeout: float | None) -> float | None:
+        if self.at is None:
+            return timeout
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise httpcore.ReadTimeout("the response's time is over")
+        return left if timeout is None else min(timeout, left)
+
+
+class _Stream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream, deadlines: _Deadlines) -> None:
+        self._inner = inner
+        self._deadlines = deadlines
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, self._deadlines.clamp(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, self._deadlines.clamp(timeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        inner = self._inner.start_tls(ssl_context, server_hostname, self._deadlines.clamp(timeout))
+        return _Stream(inner, self._deadlines)
+
+    def get_extra_info(self, info: str) -> typing.Any:
+        return self._inner.get_extra_info(info)
+
+
+class _Backend(httpcore.NetworkBackend):
+    """httpcore's own socket backend, each stream's reads and writes clamped to the deadline."""
+
+    def __init__(self, deadlines: _Deadlines) -> None:
+        self._inner = httpcore.SyncBackend()
+        self._deadlines = deadlines
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: typing.Iterable[typing.Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        stream = self._inner.connect_tcp(
+            host, port, self._deadlines.clamp(timeout), local_address, socket_options
+        )
+        return _Stream(stream, self._deadlines)
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: typing.Iterable[typing.Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        stream = self._inner.connect_unix_socket(
+            path, self._deadlines.clamp(timeout), socket_options
+        )
+        return _Stream(stream, self._deadlines)
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+class _BoundedTransport(httpx.HTTPTransport):
+    """httpx's transport over a connection pool whose sockets keep to the deadline (the pool
+    is httpx's own, but for its network backend)."""
+
+    def __init__(self, deadlines: _Deadlines) -> None:
+        super().__init__()
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(),
+            keepalive_expiry=5.0,
+            network_backend=_Backend(deadlines),
+        )
+
+
+def _transport(deadlines: _Deadlines) -> httpx.BaseTransport:
+    return _BoundedTransport(deadlines)
 
 
 def _describe(exc: BaseException | None) -> str:
@@ -255,6 +464,16 @@ def _directives(headers: httpx.Headers) -> dict[str, str]:
     return out
 
 
+def _delta_seconds(text: str) -> float | None:
+    """RFC 9111 delta-seconds: None unless digits; over :data:`MAX_DELTA_SECONDS`, that."""
+    text = text.strip()
+    if not text.isascii() or not text.isdigit():
+        return None
+    if len(text) > 10:
+        return float(MAX_DELTA_SECONDS)
+    return float(min(int(text), MAX_DELTA_SECONDS))
+
+
 def _max_age(headers: httpx.Headers) -> float | None:
     """Freshness lifetime left (RFC 9111 4.2.1), for a private cache: max-age minus Age."""
     directives = _directives(headers)
@@ -263,14 +482,10 @@ def _max_age(headers: httpx.Headers) -> float | None:
     raw = directives.get("max-age")
     if raw is None:
         return None
-    try:
-        max_age = float(int(raw))
-    except ValueError:
+    max_age = _delta_seconds(raw)
+    if max_age is None:
         return 0.0
-    try:
-        age = float(int(headers.get("Age", "0")))
-    except ValueError:
-        age = 0.0
+    age = _delta_seconds(headers.get("Age", "0")) or 0.0
     return max(0.0, max_age - age)
 
 
@@ -278,12 +493,11 @@ def _retry_after(headers: httpx.Headers, now: float) -> float | None:
     raw = headers.get("Retry-After")
     if raw is None:
         return None
-    try:
-        return max(0.0, float(int(raw)))
-    except ValueError:
-        pass
+    seconds = _delta_seconds(raw)
+    if seconds is not None:
+        return seconds
     try:
         when = parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
+        return max(0.0, when.timestamp() - now)
+    except (TypeError, ValueError, OverflowError, IndexError):
         return None
-    return max(0.0, when.timestamp() - now)

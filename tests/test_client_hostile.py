@@ -1,0 +1,353 @@
+"""The consumer against a hostile server, over real sockets on 127.0.0.1: nothing a server sends
+makes it hang, eat memory, follow it elsewhere, print a forged line or end with a traceback.
+
+The server is a few lines of socket code of the test's own (:class:`Hostile`), so it can do what
+no WSGI server would: declare or send a 2 GB body, send a 2 MB gzip bomb (2 GB once inflated),
+drip its answer one byte every 5 s, send 400-digit header values, redirect to another origin.
+``simplefeed consume`` runs as a process of its own under a wrapper that reports its peak
+resident set size; every bound is checked against its exit code, its message and that peak:
+**the consumer stays under 300 MB of RSS** with the default bounds (64 MiB per response), where
+main grew to 5.6 GB on the 2 GB body and 4.2 GB on the bomb. An address-space limit of 2 GB on
+the child keeps a regression from taking the machine with it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from simplefeed.client import Consumer, RetryPolicy
+from tests.servers import HOST, clean_environ, simplefeed_command
+
+RSS_LIMIT_KIB = 300 * 1024
+GIB = 1024**3
+
+Send = Callable[[socket.socket], None]
+
+
+def atom(base: str, entries: list[tuple[int, str]], *, extra_head: str = "") -> bytes:
+    """A one-page feed: the recent document, standing for itself; ``(seq, title)`` entries."""
+    items = "".join(
+        f"<entry><id>urn:h:{seq}</id><title>{title}</title>"
+        f"<updated>2027-01-01T00:00:00Z</updated><sf:seq>{seq}</sf:seq></entry>"
+        for seq, title in reversed(entries)
+    )
+    return (
+        "<?xml version='1.0' encoding='UTF-8'?>\n"
+        '<feed xmlns="http://www.w3.org/2005/Atom" xmlns:sf="https://simplefeed.dev/ns/1.0">'
+        f"<id>urn:h</id><title>h</title><updated>2027-01-01T00:00:00Z</updated>{extra_head}"
+        f'<link rel="self" href="{base}/recent"/>{items}</feed>'
+    ).encode()
+
+
+def head(status: str, headers: dict[str, str]) -> bytes:
+    lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers.items()), "", ""]
+    return "\r\n".join(lines).encode()
+
+
+def answer(body: bytes, status: str = "200 OK", **headers: str) -> Send:
+    def send(sock: socket.socket) -> None:
+        fields = {"Content-Type": "application/atom+xml", "Content-Length": str(len(body))}
+        fields.update({k.replace("_", "-"): v for k, v in headers.items()})
+        sock.sendall(head(status, fields) + body)
+
+    return send
+
+
+def endless(sock: socket.socket) -> None:
+    """2 GB of body, no Content-Length: the connection's end would end it."""
+    sock.sendall(head("200 OK", {"Content-Type": "application/atom+xml", "Connection": "close"}))
+    chunk = b"<" * (1024 * 1024)
+    for _ in range(2048):
+        sock.sendall(chunk)
+
+
+def declared_huge(sock: socket.socket) -> None:
+    sock.sendall(head("200 OK", {"Content-Length": str(2 * GIB)}) + b"<feed")
+
+
+def drip(data: bytes) -> Send:
+    def send(sock: socket.socket) -> None:
+        for i in range(len(data)):
+            sock.sendall(data[i : i + 1])
+            time.sleep(5)
+
+    return send
+
+
+@dataclass
+class Hostile:
+    """A server on 127.0.0.1 answering each path with its scripted behaviour."""
+
+    routes: dict[str, Send]
+    port: int = 0
+
+    @property
+    def base(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+
+@pytest.fixture
+def hostile() -> Iterator[Callable[[dict[str, Send]], Hostile]]:
+    servers: list[socketserver.ThreadingTCPServer] = []
+
+    def start(routes: dict[str, Send]) -> Hostile:
+        server_state = Hostile(routes)
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    more = self.request.recv(65536)
+                    if not more:
+                        return
+                    data += more
+                path = data.split(b" ", 2)[1].decode()
+                send = server_state.routes.get(path)
+                try:
+                    if send is None:
+                        self.request.sendall(head("404 Not Found", {"Content-Length": "0"}))
+                    else:
+                        send(self.request)
+                except OSError:
+                    pass  # the consumer hung up: what it should do
+
+        socketserver.ThreadingTCPServer.daemon_threads = True
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        server = socketserver.ThreadingTCPServer((HOST, 0), Handler)
+        servers.append(server)
+        server_state.port = server.server_address[1]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server_state
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+    rss_kib: int
+    seconds: float
+
+
+#: Runs the command, then prints its peak RSS (KiB) as the wrapper's last line on stderr.
+WRAPPER = (
+    "import resource, subprocess, sys\n"
+    "def limit():\n"
+    f"    resource.setrlimit(resource.RLIMIT_AS, ({2 * GIB}, {2 * GIB}))\n"
+    "code = subprocess.call(sys.argv[1:], preexec_fn=limit)\n"
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
+def consume(url: str, state: Path, *args: str, timeout: float = 120) -> Run:
+    started = time.monotonic()
+    command = [sys.executable, "-c", WRAPPER, *simplefeed_command(), "consume", url]
+    result = subprocess.run(
+        [*command, "--state", str(state), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=clean_environ(),
+        check=False,
+    )
+    *stderr, rss = result.stderr.rstrip("\n").split("\n")
+    return Run(
+        result.returncode, result.stdout, "\n".join(stderr), int(rss), time.monotonic() - started
+    )
+
+
+def assert_no_traceback(run: Run) -> None:
+    assert "Traceback" not in run.stderr, run.stderr
+    assert run.rss_kib < RSS_LIMIT_KIB, f"peak RSS {run.rss_kib} KiB"
+
+
+@pytest.fixture(scope="module")
+def bomb() -> bytes:
+    """About 2 MB of gzip that inflates to 2 GB of zeros."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(16 * 1024 * 1024)
+    parts = [compressor.compress(zeros) for _ in range(128)]
+    parts.append(compressor.flush())
+    data = b"".join(parts)
+    assert 1_000_000 < len(data) < 3_000_000
+    return data
+
+
+# -- size ----------------------------------------------------------------------------------
+
+
+def test_a_2_gb_body_is_given_up_at_the_bound(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    server = hostile({"/recent": endless, "/declared": declared_huge})
+    run = consume(f"{server.base}/recent", tmp_path / "s.sqlite3", "--retries", "0")
+    assert run.code == 5, run.stderr
+    assert "response too large" in run.stderr and str(64 * 1024 * 1024) in run.stderr
+    assert_no_traceback(run)
+    run = consume(f"{server.base}/declared", tmp_path / "s.sqlite3", "--retries", "0")
+    assert run.code == 5 and "Content-Length over the limit" in run.stderr, run.stderr
+    assert_no_traceback(run)
+
+
+def test_a_gzip_bomb_is_given_up_at_the_bound(
+    hostile: Callable[..., Hostile], tmp_path: Path, bomb: bytes
+) -> None:
+    server = hostile({"/recent": answer(bomb, Content_Encoding="gzip")})
+    run = consume(f"{server.base}/recent", tmp_path / "s.sqlite3", "--retries", "0")
+    assert run.code == 5, run.stderr
+    assert "the decompressed body over the limit" in run.stderr
+    assert_no_traceback(run)
+    # A small bound is kept as well (the bomb's first inflated chunk already passes it).
+    run = consume(
+        f"{server.base}/recent", tmp_path / "t.sqlite3", "--retries", "0", "--max-size", "100000"
+    )
+    assert run.code == 5 and "100000" in run.stderr
+
+
+def test_a_gzipped_feed_within_the_bound_is_read(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    server = hostile({})
+    server.routes["/recent"] = answer(
+        gzip.compress(atom(server.base, [(1, "one"), (2, "two")])), Content_Encoding="gzip"
+    )
+    run = consume(f"{server.base}/recent", tmp_path / "s.sqlite3")
+    assert run.code == 0, run.stderr
+    assert run.stdout == "1\turn:h:1\tone\n2\turn:h:2\ttwo\n"
+
+
+# -- time ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("what", ["body", "headers"])
+def test_a_server_dripping_a_byte_every_5_s_is_cut_off_at_max_time(
+    hostile: Callable[..., Hostile], tmp_path: Path, what: str
+) -> None:
+    server = hostile({})
+    body = atom(server.base, [(1, "one")])
+    if what == "body":
+        server.routes["/recent"] = lambda sock: (
+            sock.sendall(head("200 OK", {"Content-Length": str(len(body))})),
+            drip(body)(sock),
+        )[-1]
+    else:
+        server.routes["/recent"] = drip(head("200 OK", {"Content-Length": str(len(body))}) + body)
+    run = consume(
+        f"{server.base}/recent", tmp_path / "s.sqlite3", "--retries", "0", "--max-time", "3"
+    )
+    assert run.code == 5, run.stderr
+    assert "took over 3 s" in run.stderr
+    assert run.seconds < 30  # 3 s and the start of the process; main waited forever
+    assert_no_traceback(run)
+
+
+# -- headers and numbers that overflow -----------------------------------------------------
+
+HUGE = "9" * 400
+
+
+def test_overflowing_header_values_are_taken_at_their_bound(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    server = hostile({})
+    body = atom(server.base, [(1, "one")])
+    server.routes["/recent"] = answer(body, Cache_Control=f"max-age={HUGE}", Age=HUGE)
+    run = consume(f"{server.base}/recent", tmp_path / "s.sqlite3")
+    assert run.code == 0, run.stderr
+    assert run.stdout == "1\turn:h:1\tone\n"
+    assert_no_traceback(run)
+
+
+def test_an_overflowing_retry_after_waits_the_longest_wait(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    server = hostile({"/recent": answer(b"", "503 Service Unavailable", Retry_After=HUGE)})
+    waits: list[float] = []
+    with (
+        Consumer(
+            f"{server.base}/recent",
+            tmp_path / "s.sqlite3",
+            retry=RetryPolicy(attempts=3, max_wait=7.0),
+            sleep=waits.append,
+        ) as consumer,
+        pytest.raises(Exception, match="gave up after 3 attempts"),
+    ):
+        list(consumer.entries())
+    assert waits == [7.0, 7.0]
+
+
+def test_a_sequence_number_of_2_to_the_70_is_a_protocol_error(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    server = hostile({})
+    body = atom(server.base, [(2**70, "big")])
+    server.routes["/recent"] = answer(body)
+    run = consume(f"{server.base}/recent", tmp_path / "s.sqlite3")
+    assert run.code == 4, run.stderr
+    assert "sequence number" in run.stderr and "checkpoint untouched" in run.stderr
+    assert_no_traceback(run)
+
+
+# -- redirects -----------------------------------------------------------------------------
+
+
+def test_redirects_stay_within_the_origin_unless_another_is_allowed(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    other = hostile({})
+    other.routes["/recent"] = answer(atom(other.base, [(1, "elsewhere")]))
+    server = hostile({})
+    server.routes["/recent"] = answer(atom(server.base, [(1, "here")]))
+    server.routes["/moved"] = answer(b"", "301 Moved Permanently", Location="/recent")
+    server.routes["/away"] = answer(b"", "302 Found", Location=f"{other.base}/recent")
+    run = consume(f"{server.base}/moved", tmp_path / "a.sqlite3")
+    assert run.code == 0 and run.stdout == "1\turn:h:1\there\n", run.stderr
+    run = consume(f"{server.base}/away", tmp_path / "b.sqlite3")
+    assert run.code == 5, run.stderr
+    assert f"redirect to another origin refused: {other.base}/recent" in run.stderr
+    assert run.stdout == ""
+    run = consume(
+        f"{server.base}/away", tmp_path / "c.sqlite3", "--allow-redirect-origin", other.base
+    )
+    assert run.code == 0 and run.stdout == "1\turn:h:1\telsewhere\n", run.stderr
+
+
+# -- output --------------------------------------------------------------------------------
+
+
+def test_a_title_cannot_forge_a_line_of_the_default_output(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    server = hostile({})
+    forged = "real&#10;2\turn:forged\tforged&#13;&#x85;&#x2028;\\"
+    server.routes["/recent"] = answer(atom(server.base, [(1, forged), (2, "two")]))
+    run = consume(f"{server.base}/recent", tmp_path / "s.sqlite3")
+    assert run.code == 0, run.stderr
+    lines = run.stdout.split("\n")
+    assert lines == [
+        "1\turn:h:1\treal\\n2\\turn:forged\\tforged\\r\\x85\\u2028\\\\",
+        "2\turn:h:2\ttwo",
+        "",
+    ]
+    run = consume(f"{server.base}/recent", tmp_path / "j.sqlite3", "--jsonl")
+    title = json.loads(run.stdout.split("\n")[0])["title"]
+    assert title == "real\n2\turn:forged\tforged\r\x85\u2028\\"
