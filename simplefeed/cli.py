@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from simplefeed.client.command import consume
+from simplefeed.client.command import consume, consumer_group
 from simplefeed.errors import SimplefeedError
 from simplefeed.settings import FEED_NAME_RE, Settings
 
@@ -41,6 +41,7 @@ def main() -> None:
 
 
 main.add_command(consume)
+main.add_command(consumer_group)
 
 
 @main.command()

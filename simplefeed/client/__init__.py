@@ -41,6 +41,7 @@ from simplefeed.client.errors import (
     RetriesExhausted,
     SequenceGap,
     StateError,
+    TooManyParked,
     UnexpectedStatus,
 )
 from simplefeed.client.fetch import Bounds, RetryPolicy
@@ -76,5 +77,6 @@ __all__ = [
     "SequenceGap",
     "StateError",
     "StateFile",
+    "TooManyParked",
     "UnexpectedStatus",
 ]

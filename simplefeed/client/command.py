@@ -40,6 +40,10 @@ Entries are always read strictly by namespace with lxml, values exactly as publi
 skips that check, several times faster (see :mod:`simplefeed.client.parse`): worth it when
 catching up on a long history.
 
+``simplefeed consumer parked|retry|drop|status --state FILE`` work on the state file: the
+entries parked with ``--on-error park`` (listed, handled again, forgotten) and where each
+consumer stands (checkpoint, head as last seen, lag, parked count).
+
 A progress bar is drawn on standard error while catching up over several pages, only when
 standard error is a terminal. The lead wires this command into ``simplefeed.cli`` with
 ``main.add_command(consume)``.
@@ -54,12 +58,13 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
 import click
 
-from simplefeed.client.consumer import CheckpointEvery, Consumer, Start
+from simplefeed.client.consumer import CheckpointEvery, Consumer, OnError, Start, Status
 from simplefeed.client.errors import (
     FeedError,
     FetchError,
@@ -69,9 +74,10 @@ from simplefeed.client.errors import (
 from simplefeed.client.fetch import Bounds, RetryPolicy
 from simplefeed.client.parse import PARSERS, FeedEntry, Parser
 from simplefeed.client.poll import PollPolicy
+from simplefeed.client.state import StateFile
 from simplefeed.client.walk import Progress
 
-__all__ = ["EXIT_CODES", "consume"]
+__all__ = ["EXIT_CODES", "consume", "consumer_group"]
 
 EXIT_OK = 0
 EXIT_HANDLER = 3
@@ -235,6 +241,20 @@ class _ProgressBars:
     help="Retries of a failing request (network error, timeout, 5xx) before giving up.",
 )
 @click.option(
+    "--on-error",
+    type=click.Choice(["stop", "park"]),
+    default="stop",
+    show_default=True,
+    help="When the handler fails: stop at that entry, or park it in the state file (see "
+    "`simplefeed consumer`) and go on.",
+)
+@click.option(
+    "--max-parked",
+    type=click.IntRange(min=0),
+    default=None,
+    help="With --on-error park: stop (exit 3) rather than park more than this many entries.",
+)
+@click.option(
     "--max-size",
     type=click.IntRange(min=1024),
     default=Bounds.max_bytes,
@@ -282,6 +302,8 @@ def _consume(
     parser: Parser,
     timeout: float,
     retries: int,
+    on_error: OnError,
+    max_parked: int | None,
     max_size: int,
     max_time: float,
     redirect_origins: tuple[str, ...],
@@ -297,8 +319,8 @@ def _consume(
     Exit codes:
       0    caught up
       2    usage error
-      3    handler failed (--exec exited non-zero, or output failed);
-           the checkpoint is on the entry before
+      3    handler failed (--exec exited non-zero, or output failed),
+           or --max-parked reached; the checkpoint is on the entry before
       4    feed broke the protocol (not Atom, link loop, sequence gap,
            repeated id, digest mismatch, last processed entry gone);
            checkpoint untouched
@@ -332,6 +354,8 @@ def _consume(
             poll=PollPolicy(min_interval=min_interval, max_interval=max_interval),
             bounds=Bounds(max_bytes=max_size, max_seconds=max_time),
             allow_redirect_origins=redirect_origins,
+            on_error=on_error,
+            max_parked=max_parked,
         )
     )
 
@@ -350,6 +374,8 @@ def _run(
     parser: Parser = "feedparser",
     bounds: Bounds | None = None,
     allow_redirect_origins: tuple[str, ...] = (),
+    on_error: OnError = "stop",
+    max_parked: int | None = None,
 ) -> int:
     """Run the consumer; return the exit code. Errors are reported on standard error."""
     logger = logging.getLogger("simplefeed.client")
@@ -372,6 +398,8 @@ def _run(
             parser=parser,
             bounds=bounds,
             allow_redirect_origins=allow_redirect_origins,
+            on_error=on_error,
+            max_parked=max_parked,
         ) as consumer:
             consumer.run(handler, follow=follow)
         return EXIT_OK
@@ -397,6 +425,171 @@ def _fail(code: int, message: str, bars: _ProgressBars) -> int:
 
 
 consume = click.command("consume")(_consume)
+
+
+# -- simplefeed consumer: parked entries and status, from the state file -------------------
+
+_STATE = click.option(
+    "--state",
+    "state_path",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="The consumer's state file.",
+)
+_URL = click.option(
+    "--url",
+    help="The entry point (needed only when the state file holds several).",
+)
+
+
+@click.group("consumer")
+def consumer_group() -> None:
+    """Work on a consumer's state file: parked entries, where it stands.
+
+    \b
+    Exit codes: 0 done; 2 usage (an unknown entry id, an ambiguous state file);
+    3 a retried handler failed again; 6 state file unusable.
+    """
+
+
+def _entry_points(state: StateFile, url: str | None) -> list[str]:
+    known = sorted(
+        set(state.checkpoints()) | set(state.heads()) | {p.feed_url for p in state.parked()}
+    )
+    if url is not None:
+        if url not in known:
+            raise click.UsageError(f"{url} is not in the state file (it has: {', '.join(known)})")
+        return [url]
+    return known
+
+
+def _one_entry_point(state: StateFile, url: str | None) -> str:
+    known = _entry_points(state, url)
+    if len(known) != 1:
+        raise click.UsageError(
+            f"the state file holds {len(known)} entry points; name one with --url"
+        )
+    return known[0]
+
+
+def _open(state_path: Path) -> StateFile:
+    try:
+        return StateFile(state_path)
+    except StateError as exc:
+        click.echo(f"simplefeed consumer: error: {exc}", err=True)
+        sys.exit(EXIT_STATE)
+
+
+@consumer_group.command("parked")
+@_STATE
+@_URL
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per parked entry.")
+def _parked(state_path: Path, url: str | None, as_json: bool) -> None:
+    """List parked entries, oldest first: seq, id, attempts, error (or JSON lines)."""
+    with _open(state_path) as state:
+        for feed_url in _entry_points(state, url):
+            for parked in state.parked(feed_url):
+                if as_json:
+                    record = {
+                        "url": parked.feed_url,
+                        "entry": parked.entry,
+                        "error": parked.error,
+                        "parked_at": parked.parked_at,
+                        "attempts": parked.attempts,
+                    }
+                    click.echo(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+                else:
+                    fields = (str(parked.seq), parked.entry_id, str(parked.attempts), parked.error)
+                    click.echo("\t".join(escape_field(f) for f in fields))
+
+
+@consumer_group.command("retry")
+@_STATE
+@_URL
+@click.option("--exec", "exec_command", required=True, metavar="CMD", help="As for consume.")
+@click.argument("entry_ids", nargs=-1, metavar="[ID]...")
+def _retry(
+    state_path: Path, url: str | None, exec_command: str, entry_ids: tuple[str, ...]
+) -> None:
+    """Run CMD again on parked entries (all, or the IDs given), oldest first, forgetting each
+    that succeeds."""
+    handler = _exec_handler(exec_command)
+    with _open(state_path) as state:
+        feed_url = _one_entry_point(state, url)
+        with Consumer(feed_url, state) as consumer:
+            known = {p.entry_id for p in consumer.parked()}
+            unknown = [i for i in entry_ids if i not in known]
+            if unknown:
+                raise click.UsageError(f"not parked: {', '.join(unknown)}")
+            succeeded, failed = consumer.retry(handler, entry_ids)
+    click.echo(f"{succeeded} succeeded, {failed} failed (still parked)", err=True)
+    sys.exit(EXIT_HANDLER if failed else EXIT_OK)
+
+
+@consumer_group.command("drop")
+@_STATE
+@_URL
+@click.argument("entry_id", metavar="ID")
+def _drop(state_path: Path, url: str | None, entry_id: str) -> None:
+    """Forget one parked entry (it will not be handled again)."""
+    with _open(state_path) as state:
+        feed_url = _one_entry_point(state, url)
+        with Consumer(feed_url, state) as consumer:
+            if not consumer.drop(entry_id):
+                raise click.UsageError(f"not parked: {entry_id}")
+
+
+@consumer_group.command("status")
+@_STATE
+@_URL
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per entry point.")
+def _status(state_path: Path, url: str | None, as_json: bool) -> None:
+    """Where each consumer of the state file stands: checkpoint, head as last seen, lag (from
+    sequence numbers), parked entries."""
+    with _open(state_path) as state:
+        for feed_url in _entry_points(state, url):
+            with Consumer(feed_url, state) as consumer:
+                status = consumer.status()
+            click.echo(_status_json(status) if as_json else _status_text(status))
+
+
+def _status_json(status: Status) -> str:
+    checkpoint, head = status.checkpoint, status.head
+    record = {
+        "url": status.url,
+        "checkpoint": None
+        if checkpoint is None
+        else {"id": checkpoint.entry_id, "seq": checkpoint.seq, "page": checkpoint.page_url},
+        "head": None if head is None else {"seq": head.seq, "seen_at": _iso(head.seen_at)},
+        "lag": status.lag,
+        "parked": status.parked,
+    }
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def _status_text(status: Status) -> str:
+    checkpoint, head = status.checkpoint, status.head
+    lines = [status.url]
+    if checkpoint is None:
+        lines.append("  checkpoint  none")
+    else:
+        lines.append(
+            f"  checkpoint  seq {checkpoint.seq}  {escape_field(checkpoint.entry_id)}  "
+            f"{checkpoint.page_url}"
+        )
+    lines.append(
+        "  head        never seen"
+        if head is None
+        else f"  head        seq {head.seq}  seen {_iso(head.seen_at)}"
+    )
+    lines.append(f"  lag         {'unknown' if status.lag is None else status.lag}")
+    lines.append(f"  parked      {status.parked}")
+    return "\n".join(lines)
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
 
 if __name__ == "__main__":  # pragma: no cover - `python -m simplefeed.client.command`
     consume()

@@ -16,7 +16,13 @@ crash repeats at most one page of entries. An entry is never skipped: the checkp
 moves past an entry that was not processed, and sequence numbers are checked to be contiguous.
 
 A handler that raises stops processing at that entry, with the checkpoint on the entry before it
-(:class:`~simplefeed.client.errors.HandlerError`). A feed that breaks the protocol (not Atom, a
+(:class:`~simplefeed.client.errors.HandlerError`), unless ``on_error="park"``: the entry is then
+kept in the state file with its error (durably, before the checkpoint moves past it) and
+processing goes on; :meth:`Consumer.parked`, :meth:`Consumer.retry` and :meth:`Consumer.drop`
+work on the parked entries, and ``max_parked`` stops the consumer
+(:class:`~simplefeed.client.errors.TooManyParked`) before a broken handler parks the whole feed.
+:meth:`Consumer.status` tells the checkpoint, the head as last seen, the lag and the parked
+count. A feed that breaks the protocol (not Atom, a
 link loop, a sequence gap, the last processed entry gone) stops processing with a specific
 :class:`~simplefeed.client.errors.FeedError` before the entry past the problem, the checkpoint
 standing on the last processed entry.
@@ -43,12 +49,13 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass
 from os import PathLike
 from types import TracebackType
 from typing import Literal
 
 from simplefeed.client.entry import FeedEntry
-from simplefeed.client.errors import DigestMismatch, FeedError, HandlerError
+from simplefeed.client.errors import DigestMismatch, FeedError, HandlerError, TooManyParked
 from simplefeed.client.fetch import Bounds, Fetcher, RetryPolicy, Transport
 from simplefeed.client.parse import (
     PARSERS,
@@ -59,18 +66,37 @@ from simplefeed.client.parse import (
     parse_page,
 )
 from simplefeed.client.poll import PollPolicy, next_interval
-from simplefeed.client.state import Checkpoint, StateFile
+from simplefeed.client.state import Checkpoint, Head, Parked, StateFile
 from simplefeed.client.walk import Progress, new_entries, starting_point
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CheckpointEvery", "Consumer", "Handler", "Start"]
+__all__ = ["CheckpointEvery", "Consumer", "Handler", "OnError", "Start", "Status"]
 
 #: Where a consumer without a checkpoint starts: the whole history, or only what comes next.
 Start = Literal["start", "now"]
 #: When the checkpoint is stored: after each entry, or after each page.
 CheckpointEvery = Literal["entry", "page"]
 Handler = Callable[[FeedEntry], object]
+#: What a handler's failure does: stop at that entry, or park it and go on.
+OnError = Literal["stop", "park"]
+
+
+@dataclass(frozen=True)
+class Status:
+    """Where a consumer stands: its checkpoint, the head of the feed as last seen, how many
+    entries it is behind (from sequence numbers), how many are parked."""
+
+    url: str
+    checkpoint: Checkpoint | None
+    head: Head | None
+    parked: int
+
+    @property
+    def lag(self) -> int | None:
+        if self.head is None:
+            return None
+        return max(0, self.head.seq - (self.checkpoint.seq if self.checkpoint else 0))
 
 
 class _HttpPages:
@@ -138,7 +164,13 @@ class Consumer:
         sleep: Callable[[float], None] = time.sleep,
         progress: Callable[[Progress], None] | None = None,
         parser: Parser = "feedparser",
+        on_error: OnError = "stop",
+        max_parked: int | None = None,
     ) -> None:
+        if on_error not in ("stop", "park"):
+            raise ValueError(f"on_error must be 'stop' or 'park', not {on_error!r}")
+        if max_parked is not None and max_parked < 0:
+            raise ValueError("max_parked must not be negative")
         if start not in ("start", "now"):
             raise ValueError(f"start must be 'start' or 'now', not {start!r}")
         if checkpoint_every not in ("entry", "page"):
@@ -148,6 +180,8 @@ class Consumer:
         if parser not in PARSERS:
             raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
         self.url = url
+        self.on_error = on_error
+        self.max_parked = max_parked
         self.start = start
         self.parser = parser
         self.checkpoint_every = checkpoint_every
@@ -207,7 +241,8 @@ class Consumer:
         """Call ``handler`` on each new entry, oldest first; return how many were processed.
 
         A handler that raises an :class:`Exception` stops processing with
-        :class:`HandlerError`, the checkpoint on the entry before.
+        :class:`HandlerError`, the checkpoint on the entry before; with ``on_error="park"``
+        the entry is parked (:meth:`park`) and processing goes on.
         """
         processed = 0
         stream = self._stream(follow, stop)
@@ -216,11 +251,60 @@ class Consumer:
                 try:
                     handler(entry)
                 except Exception as exc:
-                    raise HandlerError(entry, exc) from exc
+                    if self.on_error == "stop":
+                        raise HandlerError(entry, exc) from exc
+                    self.park(entry, exc)
                 processed += 1
         finally:
             stream.close()
         return processed
+
+    def park(self, entry: FeedEntry, error: BaseException) -> None:
+        """Keep ``entry`` in the state file with ``error`` (durably), to be retried or dropped;
+        :class:`TooManyParked` instead when ``max_parked`` entries are parked already."""
+        if self.max_parked is not None and self.state.parked_count(self.url) >= self.max_parked:
+            raise TooManyParked(entry, error, self.max_parked) from error
+        log.warning("%s: entry %r (sequence %d) parked: %s", self.url, entry.id, entry.seq, error)
+        self.state.park(
+            self.url, entry.id, entry.seq, entry.to_json(), _describe(error), self.clock()
+        )
+
+    def parked(self) -> list[Parked]:
+        """The parked entries of this entry point, oldest first."""
+        return self.state.parked(self.url)
+
+    def retry(self, handler: Handler, entry_ids: Iterable[str] = ()) -> tuple[int, int]:
+        """Call ``handler`` on the parked entries (those of ``entry_ids``, or all), oldest
+        first, forgetting each that succeeds; (succeeded, failed)."""
+        wanted = set(entry_ids)
+        succeeded = failed = 0
+        for parked in self.parked():
+            if wanted and parked.entry_id not in wanted:
+                continue
+            entry = FeedEntry.from_json(parked.entry)
+            try:
+                handler(entry)
+            except Exception as exc:
+                failed += 1
+                self.state.park(
+                    self.url, entry.id, entry.seq, parked.entry, _describe(exc), self.clock()
+                )
+            else:
+                succeeded += 1
+                self.state.unpark(self.url, entry.id)
+        return succeeded, failed
+
+    def drop(self, entry_id: str) -> bool:
+        """Forget a parked entry; whether there was one."""
+        return self.state.unpark(self.url, entry_id)
+
+    def status(self) -> Status:
+        return Status(
+            self.url,
+            self.checkpoint,
+            self.state.heads().get(self.url),
+            self.state.parked_count(self.url),
+        )
 
     def close(self) -> None:
         if self._closed:
@@ -275,6 +359,8 @@ class Consumer:
 
     def _one_pass(self) -> Iterator[FeedEntry]:
         head = self._pages.head(self.url)
+        if head.newest_seq is not None:
+            self.state.save_head(self.url, head.newest_seq, self.clock())
         checkpoint = self.checkpoint
         if checkpoint is None and self.start == "now":
             checkpoint = starting_point(self._pages, head)
@@ -307,3 +393,8 @@ class Consumer:
 
 def _ignore(_: Progress) -> None:
     pass
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -65,6 +65,25 @@ class FeedEntry:
     #: ``atom:published`` (RFC 3339), when the document has it.
     published: str | None = None
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FeedEntry:
+        """The entry :meth:`to_json` gave (a parked entry, read back)."""
+        author = data.get("author")
+        return cls(
+            id=data["id"],
+            seq=data["seq"],
+            title=data["title"],
+            updated=data["updated"],
+            content=data.get("content"),
+            content_type=data.get("content_type"),
+            summary=data.get("summary"),
+            links=tuple(EntryLink(**link) for link in data.get("links", ())),
+            page_url=data["page"],
+            author=EntryAuthor(**author) if author is not None else None,
+            categories=tuple(EntryCategory(**c) for c in data.get("categories", ())),
+            published=data.get("published"),
+        )
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (what ``simplefeed consume --jsonl`` prints): every field, the
         optional ones as ``null`` when absent."""

@@ -19,7 +19,8 @@
         │   │                           neighbour's prev-archive link vouches for (sf:sha256)
         │   └── LastEntryVanished       .entry_id: the checkpoint's entry is in the feed no more
         ├── HandlerError                .entry: the handler raised (the cause is __cause__);
-        │                               the checkpoint stands just before that entry
+        │   │                           the checkpoint stands just before that entry
+        │   └── TooManyParked           .limit: parking this entry would pass max_parked
         └── StateError                  .path: the checkpoint file cannot be used
 
 Every error carries the attributes that identify what failed. A :class:`FeedError` never moves
@@ -173,6 +174,16 @@ class HandlerError(ClientError):
     def __init__(self, entry: FeedEntry, cause: BaseException) -> None:
         super().__init__(f"handler failed on entry {entry.id!r} (sequence {entry.seq}): {cause}")
         self.entry = entry
+
+
+class TooManyParked(HandlerError):
+    """The handler failed on ``entry`` with ``limit`` entries parked already: the consumer
+    stops (the checkpoint just before that entry) rather than park the whole feed."""
+
+    def __init__(self, entry: FeedEntry, cause: BaseException, limit: int) -> None:
+        super().__init__(entry, cause)
+        self.args = (f"{self.args[0]}; {limit} entries are parked already (max_parked)",)
+        self.limit = limit
 
 
 class StateError(ClientError):

@@ -1,6 +1,6 @@
 """The consumer's durable state: its checkpoint and its HTTP cache, in one SQLite file.
 
-Two tables, keyed by absolute URL:
+Four tables, keyed by absolute URL:
 
 ``checkpoints``  one row per entry point: the last processed entry's id, its sequence number and
                  the permanent URL of its page (``via`` / ``self``), so a restart resumes with one
@@ -8,6 +8,11 @@ Two tables, keyed by absolute URL:
 ``documents``    the HTTP cache: body and validators of every document fetched. Rows flagged
                  ``immutable`` (archived pages) are used for good without asking the network;
                  the others are revalidated (conditional GET) once their ``max-age`` is over.
+``parked``       entries whose handler failed with ``on_error="park"``: the entry (as JSON), the
+                 last error, when it was parked and how many times it was tried. Written
+                 durably, before the checkpoint moves past the entry.
+``heads``        per entry point, the newest sequence number seen at its head and when: what
+                 ``simplefeed consumer status`` reports the lag from.
 
 The file runs in WAL mode. Checkpoint writes are committed with ``synchronous=FULL``: fsynced
 before :meth:`StateFile.save_checkpoint` returns, so a checkpoint that was acknowledged
@@ -23,6 +28,7 @@ The consumer only needs the two small protocols :class:`CheckpointStore` and :cl
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass
 from os import PathLike
@@ -32,9 +38,17 @@ from typing import Any, Protocol
 
 from simplefeed.client.errors import StateError
 
-__all__ = ["CachedDocument", "Checkpoint", "CheckpointStore", "PageCache", "StateFile"]
+__all__ = [
+    "CachedDocument",
+    "Checkpoint",
+    "CheckpointStore",
+    "Head",
+    "PageCache",
+    "Parked",
+    "StateFile",
+]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -43,6 +57,21 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     seq         INTEGER NOT NULL,
     page_url    TEXT NOT NULL,
     saved_at    REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS parked (
+    feed_url    TEXT NOT NULL,
+    entry_id    TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    entry_json  TEXT NOT NULL,
+    error       TEXT NOT NULL,
+    parked_at   REAL NOT NULL,
+    attempts    INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (feed_url, entry_id)
+);
+CREATE TABLE IF NOT EXISTS heads (
+    feed_url    TEXT PRIMARY KEY,
+    head_seq    INTEGER NOT NULL,
+    seen_at     REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS documents (
     url           TEXT PRIMARY KEY,
@@ -84,6 +113,29 @@ class CachedDocument:
         if self.immutable:
             return True
         return self.max_age is not None and now - self.fetched_at < self.max_age
+
+
+@dataclass(frozen=True)
+class Parked:
+    """An entry whose handler failed, kept to be retried or dropped."""
+
+    feed_url: str
+    entry_id: str
+    seq: int
+    #: The entry as :meth:`~simplefeed.client.entry.FeedEntry.to_json` gives it.
+    entry: dict[str, Any]
+    error: str
+    parked_at: float
+    attempts: int
+
+
+@dataclass(frozen=True)
+class Head:
+    """The newest sequence number seen at an entry point, and when."""
+
+    feed_url: str
+    seq: int
+    seen_at: float
 
 
 class CheckpointStore(Protocol):
@@ -154,6 +206,64 @@ class StateFile:
     def clear_checkpoint(self, feed_url: str) -> None:
         self._write("DELETE FROM checkpoints WHERE feed_url = ?", (feed_url,))
 
+    def checkpoints(self) -> dict[str, Checkpoint]:
+        """Every entry point's checkpoint, by entry point."""
+        rows = self._all("SELECT feed_url, entry_id, seq, page_url FROM checkpoints ORDER BY 1", ())
+        return {row[0]: Checkpoint(row[1], int(row[2]), row[3]) for row in rows}
+
+    # -- parked entries ------------------------------------------------------------------
+
+    def park(
+        self, feed_url: str, entry_id: str, seq: int, entry: dict[str, Any], error: str, now: float
+    ) -> None:
+        """Keep an entry whose handler failed (durably); parked again, its error is updated
+        and its attempts counted."""
+        self._write(
+            "INSERT INTO parked (feed_url, entry_id, seq, entry_json, error, parked_at) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (feed_url, entry_id) DO UPDATE SET "
+            "error = excluded.error, attempts = parked.attempts + 1",
+            (feed_url, entry_id, seq, json.dumps(entry, ensure_ascii=False), error, now),
+        )
+
+    def parked(self, feed_url: str | None = None) -> list[Parked]:
+        """Parked entries, oldest first (by entry point, then sequence number)."""
+        where, params = ("WHERE feed_url = ? ", (feed_url,)) if feed_url is not None else ("", ())
+        rows = self._all(
+            "SELECT feed_url, entry_id, seq, entry_json, error, parked_at, attempts FROM parked "
+            f"{where}ORDER BY feed_url, seq",
+            params,
+        )
+        return [
+            Parked(row[0], row[1], int(row[2]), json.loads(row[3]), row[4], row[5], int(row[6]))
+            for row in rows
+        ]
+
+    def parked_count(self, feed_url: str) -> int:
+        row = self._query("SELECT count(*) FROM parked WHERE feed_url = ?", (feed_url,))
+        return int(row[0]) if row is not None else 0
+
+    def unpark(self, feed_url: str, entry_id: str) -> bool:
+        """Forget a parked entry; whether there was one."""
+        return self._execute(
+            "DELETE FROM parked WHERE feed_url = ? AND entry_id = ?",
+            (feed_url, entry_id),
+            durable=True,
+        )
+
+    # -- the head as last seen -----------------------------------------------------------
+
+    def save_head(self, feed_url: str, seq: int, now: float) -> None:
+        self._write_cache(
+            "INSERT INTO heads (feed_url, head_seq, seen_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (feed_url) DO UPDATE SET head_seq = excluded.head_seq, "
+            "seen_at = excluded.seen_at",
+            (feed_url, seq, now),
+        )
+
+    def heads(self) -> dict[str, Head]:
+        rows = self._all("SELECT feed_url, head_seq, seen_at FROM heads", ())
+        return {row[0]: Head(row[0], int(row[1]), float(row[2])) for row in rows}
+
     # -- HTTP cache ----------------------------------------------------------------------
 
     def get_document(self, url: str) -> CachedDocument | None:
@@ -204,6 +314,12 @@ class StateFile:
             raise StateError(str(self.path), f"read failed: {exc}") from exc
         return row
 
+    def _all(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        try:
+            return self._db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise StateError(str(self.path), f"read failed: {exc}") from exc
+
     def _write(self, sql: str, params: tuple[object, ...]) -> None:
         """One durable transaction (fsynced before returning)."""
         self._execute(sql, params, durable=True)
@@ -212,12 +328,13 @@ class StateFile:
         """One atomic transaction, not fsynced on its own."""
         self._execute(sql, params, durable=False)
 
-    def _execute(self, sql: str, params: tuple[object, ...], *, durable: bool) -> None:
+    def _execute(self, sql: str, params: tuple[object, ...], *, durable: bool) -> bool:
+        """Run one write; whether it changed a row."""
         try:
             if durable != self._durable:
                 self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
                 self._durable = durable
-            self._db.execute(sql, params)  # autocommit: one transaction
+            return self._db.execute(sql, params).rowcount > 0  # autocommit: one transaction
         except sqlite3.Error as exc:
             raise StateError(str(self.path), f"write failed: {exc}") from exc
 

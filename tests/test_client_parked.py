@@ -1,0 +1,178 @@
+"""Failed entries: parked in the state file with their error, never lost, retried or dropped;
+``max_parked`` stops a consumer before a broken handler parks the whole feed; the status of a
+consumer (checkpoint, head as last seen, lag, parked count). Through the library against the
+real app in-process, and through ``simplefeed consume`` / ``simplefeed consumer`` against the
+real app on a socket.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from simplefeed.app import create_app
+from simplefeed.cli import main
+from simplefeed.client import Checkpoint, FeedEntry, StateFile, TooManyParked
+from simplefeed.core import Simplefeed
+from simplefeed.settings import Settings
+from tests.conftest import FakeClock
+from tests.test_client import CountingApp, make_consumer, publish, stored_checkpoint
+from tests.test_client_live import LiveServer
+
+
+@pytest.fixture
+def database_url(tmp_path: Path, sqlite_template: Path) -> str:
+    """SQLite only: parking is the consumer's state file's business, not the server's."""
+    path = tmp_path / "simplefeed.sqlite3"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def server(core: Simplefeed) -> CountingApp:
+    return CountingApp(create_app(core.settings, core=core))
+
+
+@pytest.fixture
+def live(settings: Settings) -> Iterator[LiveServer]:
+    server = LiveServer(settings)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def failing_on(*seqs: int) -> tuple[list[int], Callable[[FeedEntry], None]]:
+    handled: list[int] = []
+
+    def handler(entry: FeedEntry) -> None:
+        if entry.seq in seqs:
+            raise ValueError(f"cannot handle {entry.seq}")
+        handled.append(entry.seq)
+
+    return handled, handler
+
+
+def test_parked_entries_are_kept_with_their_error_and_the_walk_goes_on(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, tmp_path: Path
+) -> None:
+    state = tmp_path / "state.sqlite3"
+    ids = publish(core, 9)
+    handled, handler = failing_on(3, 7)
+    with make_consumer(server, state, clock, on_error="park") as consumer:
+        assert consumer.run(handler) == 9
+    assert handled == [1, 2, 4, 5, 6, 8, 9]
+    assert stored_checkpoint(state) == Checkpoint(ids[8], 9, "http://feeds.example.test/pages/2")
+    with make_consumer(server, state, clock, on_error="park") as consumer:  # a restart
+        parked = consumer.parked()
+        assert [(p.seq, p.entry_id, p.attempts) for p in parked] == [(3, ids[2], 1), (7, ids[6], 1)]
+        assert parked[0].error == "ValueError: cannot handle 3"
+        assert FeedEntry.from_json(parked[0].entry).title == "event 3"
+        # Retried: 3 now succeeds and is forgotten, 7 fails again and stays.
+        retried: list[int] = []
+        _, still_failing = failing_on(7)
+
+        def again(entry: FeedEntry) -> None:
+            still_failing(entry)
+            retried.append(entry.seq)
+
+        assert consumer.retry(again) == (1, 1)
+        assert retried == [3]
+        assert [(p.seq, p.attempts) for p in consumer.parked()] == [(7, 2)]
+        assert consumer.drop(ids[6]) is True
+        assert consumer.drop(ids[6]) is False
+        assert consumer.parked() == []
+
+
+def test_max_parked_stops_before_the_entry_that_would_pass_it(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, tmp_path: Path
+) -> None:
+    state = tmp_path / "state.sqlite3"
+    ids = publish(core, 9)
+    handled, handler = failing_on(3, 5, 7)
+    with make_consumer(server, state, clock, on_error="park", max_parked=1) as consumer:
+        with pytest.raises(TooManyParked) as info:
+            consumer.run(handler)
+        assert info.value.entry.seq == 5 and info.value.limit == 1
+        assert [p.seq for p in consumer.parked()] == [3]
+    assert handled == [1, 2, 4]
+    assert stored_checkpoint(state) == Checkpoint(ids[3], 4, "http://feeds.example.test/pages/1")
+
+
+def test_status_tells_checkpoint_head_lag_and_parked(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, tmp_path: Path
+) -> None:
+    state = tmp_path / "state.sqlite3"
+    publish(core, 9)
+    _, handler = failing_on(7)
+    with make_consumer(server, state, clock) as consumer:
+        assert consumer.status().head is None
+        with pytest.raises(Exception, match="cannot handle 7"):
+            consumer.run(handler)
+        status = consumer.status()
+    assert status.checkpoint is not None and status.checkpoint.seq == 6
+    assert status.head is not None and status.head.seq == 9
+    assert status.lag == 3 and status.parked == 0
+
+
+# -- the command line, against the real app on a socket ------------------------------------
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_the_commands_park_list_retry_drop_and_report(live: LiveServer, tmp_path: Path) -> None:
+    state = str(tmp_path / "state.sqlite3")
+    ids = live.publish(6)
+    handler = tmp_path / "handler.py"
+    handler.write_text(
+        "import json, os, sys\n"
+        "entry = json.load(sys.stdin)\n"
+        "sys.exit(9 if entry['seq'] in (2, 4) and not os.environ.get('OK') else 0)\n"
+    )
+    command = f"{sys.executable} {handler}"
+    result = cli("consume", live.recent, "--state", state, "--exec", command, "--on-error", "park")
+    assert result.exit_code == 0, result.stderr
+    listed = cli("consumer", "parked", "--state", state)
+    lines = listed.stdout.splitlines()
+    assert [line.split("\t")[:3] for line in lines] == [["2", ids[1], "1"], ["4", ids[3], "1"]]
+    assert "exited with status 9" in lines[0]
+    listed = cli("consumer", "parked", "--state", state, "--json")
+    as_json = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert as_json[0]["entry"]["title"] == "event 2" and as_json[0]["url"] == live.recent
+    status = json.loads(cli("consumer", "status", "--state", state, "--json").stdout)
+    assert status["checkpoint"]["seq"] == 6 and status["head"]["seq"] == 6
+    assert status["lag"] == 0 and status["parked"] == 2
+    text = cli("consumer", "status", "--state", state).stdout
+    assert "lag         0" in text and "parked      2" in text
+    # Retry fails again for both: exit 3, still parked, attempts counted.
+    failed = cli("consumer", "retry", "--state", state, "--exec", command)
+    assert failed.exit_code == 3
+    assert "0 succeeded, 2 failed" in failed.stderr
+    # One by id, with a handler that now works; the other is dropped.
+    ok = CliRunner(env={"OK": "1"}).invoke(
+        main, ["consumer", "retry", "--state", state, "--exec", command, ids[1]]
+    )
+    assert ok.exit_code == 0 and "1 succeeded, 0 failed" in ok.stderr
+    assert cli("consumer", "drop", "--state", state, ids[3]).exit_code == 0
+    assert cli("consumer", "drop", "--state", state, ids[3]).exit_code == 2
+    assert cli("consumer", "parked", "--state", state).stdout == ""
+    # --max-parked 0: the first failure stops the run (exit 3), the checkpoint before it.
+    live.publish(2)
+    failing = f"{sys.executable} -c 'import sys; sys.exit(1)'"
+    stopped = cli(
+        *("consume", live.recent, "--state", state, "--exec", failing),
+        *("--on-error", "park", "--max-parked", "0"),
+    )
+    assert stopped.exit_code == 3 and "max_parked" in stopped.stderr
+    with StateFile(state) as file:
+        checkpoint = file.load_checkpoint(live.recent)
+    assert checkpoint is not None and checkpoint.seq == 6
+    assert cli("consumer", "status", "--state", str(tmp_path / "none.sqlite3")).exit_code == 2
