@@ -7,7 +7,7 @@ from logging.config import fileConfig
 
 from alembic import context
 from simplefeed.settings import Settings
-from simplefeed.store.db import make_engine
+from simplefeed.store import make_engine
 from simplefeed.store.tables import metadata
 
 config = context.config

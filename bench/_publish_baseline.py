@@ -2,7 +2,7 @@
 
 It does the least a publish must do: parse the JSON body and insert it in its own write
 transaction, one row per event, with SQLAlchemy Core on the very engine Simplefeed uses
-(``simplefeed.store.db.Database``: same pool, same SQLite pragmas and ``BEGIN IMMEDIATE``, same
+(``simplefeed.store.open_store``: same pool, same SQLite pragmas and ``BEGIN IMMEDIATE``, same
 PostgreSQL settings). uWSGI runs it with the project's ``uwsgi.ini`` (the benchmark swaps only
 the ``module`` line), so socket, processes, lazy-apps and headers are the same as the service's.
 No token, no validation, no sequence, no feed lock, no freezing: whatever Simplefeed reaches
@@ -18,7 +18,8 @@ import falcon
 from sqlalchemy import Column, Integer, MetaData, Table, Text
 
 from simplefeed.settings import Settings
-from simplefeed.store.db import Database
+from simplefeed.store import open_store
+from simplefeed.store.sql import SqlStore
 
 metadata = MetaData()
 rows = Table(
@@ -31,7 +32,7 @@ INSERT = rows.insert()
 
 
 class Events:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: SqlStore) -> None:
         self.db = db
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -50,7 +51,8 @@ class Health:
 
 def create_app() -> falcon.App[falcon.Request, falcon.Response]:
     # The benchmark creates the table before it starts uWSGI (workers would race to do it).
-    db = Database(Settings.from_env().database_url)
+    db = open_store(Settings.from_env().database_url)
+    assert isinstance(db, SqlStore)
     app = falcon.App()
     app.add_route("/entries", Events(db))
     app.add_route("/healthz", Health())

@@ -14,7 +14,7 @@ import secrets
 from dataclasses import dataclass
 
 from simplefeed.errors import Forbidden, Unauthorized
-from simplefeed.store.tokens import TokenRecord
+from simplefeed.model import TokenRecord
 
 PREFIX = "sft"
 _TOKEN = re.compile(r"^sft_([1-9][0-9]{0,17})_([A-Za-z0-9_-]{43})$")

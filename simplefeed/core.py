@@ -15,12 +15,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
-from sqlalchemy import Connection
-
-from simplefeed import archive, atom, auth, paging, store
-from simplefeed.errors import EntryConflict, PageNotFound, StoreError
+from simplefeed import appending, archive, atom, auth, paging
+from simplefeed.errors import PageNotFound, StoreError
 from simplefeed.model import (
     Appended,
     Document,
@@ -29,16 +26,11 @@ from simplefeed.model import (
     Event,
     Feed,
     FrozenPage,
+    PendingEntry,
+    TokenRecord,
 )
 from simplefeed.settings import Settings
-from simplefeed.store.entries import NewEntry, Pending
-from simplefeed.store.tokens import (
-    TokenRecord,
-    find_token,
-    insert_token,
-    list_tokens,
-    revoke_token,
-)
+from simplefeed.store import Appending, Store, TokenCheck, open_store
 
 log = logging.getLogger(__name__)
 
@@ -70,27 +62,6 @@ _VERSION_VARIANT_SET = 0x7 << 76 | 0x2 << 62  # version 7, RFC 9562 variant
 
 
 @dataclass(frozen=True)
-class _Prepared:
-    """What can be computed about an event before the feed lock is taken."""
-
-    event: Event
-    fingerprint: str
-    data: str
-
-
-def _prepare(event: Event) -> _Prepared:
-    return _Prepared(event, *event.canonical())
-
-
-class _Unnumbered(NamedTuple):
-    """An event about to be appended, as :func:`simplefeed.atom.entry_parts` needs it."""
-
-    id: str
-    event: Event
-    published_us: int
-
-
-@dataclass(frozen=True)
 class Live:
     """The working page, seen as ``kind``: validators, and the bytes when asked for."""
 
@@ -112,12 +83,12 @@ class Simplefeed:
         self,
         settings: Settings,
         *,
-        db: store.Database | None = None,
+        store: Store | None = None,
         clock: Clock = system_clock,
         new_uuid: Callable[[], str] = random_uuid,
     ) -> None:
         self.settings = settings
-        self.db = db if db is not None else store.Database(settings.database_url)
+        self.store = store if store is not None else open_store(settings.database_url)
         self.clock = clock
         self.new_uuid = new_uuid
         self._live_cache: dict[tuple[int, DocumentKind], tuple[str, bytes]] = {}
@@ -129,8 +100,8 @@ class Simplefeed:
     def ping(self) -> str:
         """The database's kind (``sqlite``, ``postgresql``) once it has answered a query;
         :class:`~simplefeed.errors.StoreUnavailable` if it does not."""
-        self.db.ping()
-        return self.db.dialect
+        self.store.ping()
+        return self.store.backend
 
     # -- feeds ---------------------------------------------------------------------------
 
@@ -140,48 +111,40 @@ class Simplefeed:
     def create_feed(
         self, name: str, *, title: str | None = None, page_size: int | None = None
     ) -> Feed:
-        with self.db.write() as conn:
-            return store.create_feed(
-                conn,
-                name=name,
-                title=title or name,
-                page_size=page_size or self.settings.page_size,
-                uuid=self.new_uuid(),
-                now_us=self.clock(),
-            )
+        return self.store.create_feed(
+            name=name,
+            title=title or name,
+            page_size=page_size or self.settings.page_size,
+            uuid=self.new_uuid(),
+            now_us=self.clock(),
+        )
 
     def feed(self, name: str) -> Feed:
-        """The feed's row: its head and validators. One indexed lookup."""
-        with self.db.read() as conn:
-            return store.get_feed(conn, name)
+        """The feed: its head and validators. One indexed lookup."""
+        return self.store.feed(name)
+
+    def feed_head(self, name: str) -> Feed:
+        """:meth:`feed` on the hot path (a 304's validators): the store's fastest lookup."""
+        return self.store.feed_head(name)
 
     def feeds(self) -> list[Feed]:
-        with self.db.read() as conn:
-            return store.list_feeds(conn)
+        return self.store.feeds()
 
     # -- producer tokens -----------------------------------------------------------------
 
     def create_token(self, *, feed: str | None = None, label: str | None = None) -> str:
         """Mint a token (optionally limited to one feed); returns it. Only its hash is kept."""
         secret = auth.new_secret()
-        with self.db.write() as conn:
-            feed_id = store.get_feed(conn, feed).id if feed is not None else None
-            token_id = insert_token(
-                conn,
-                secret_hash=auth.hash_secret(secret),
-                feed_id=feed_id,
-                label=label,
-                now_us=self.clock(),
-            )
+        token_id = self.store.create_token(
+            secret_hash=auth.hash_secret(secret), feed=feed, label=label, now_us=self.clock()
+        )
         return auth.format_token(token_id, secret)
 
     def tokens(self) -> list[TokenRecord]:
-        with self.db.read() as conn:
-            return list_tokens(conn)
+        return self.store.tokens()
 
     def revoke_token(self, token_id: int) -> bool:
-        with self.db.write() as conn:
-            return revoke_token(conn, token_id, self.clock())
+        return self.store.revoke_token(token_id, self.clock())
 
     def authorize(self, authorization: str | None, feed: str) -> None:
         """Check an ``Authorization`` header for publishing to ``feed``."""
@@ -190,7 +153,7 @@ class Simplefeed:
     def check_credentials(self, credentials: auth.Credentials, feed: str) -> None:
         """Raise :class:`~simplefeed.errors.AuthError` unless ``credentials`` may publish to
         ``feed``."""
-        record = find_token(self.db, credentials.token_id)
+        record = self.store.token(credentials.token_id)
         auth.check(credentials, record, feed)
 
     # -- publishing ----------------------------------------------------------------------
@@ -206,151 +169,79 @@ class Simplefeed:
 
         With ``credentials`` (a producer's token), nothing is appended unless the token may
         publish to the feed (:class:`~simplefeed.errors.AuthError` otherwise); on the
-        one-round-trip path that check is part of the append's own statements.
-
-        An event whose ``id`` the feed already holds with the same content is a replay: it gets
-        the existing entry back (``created=False``) and stores nothing. The same id with other
-        content raises :class:`EntryConflict` and the whole batch is refused.
+        one-round-trip path that check is part of the append's own statements. Replays and
+        conflicts: see :mod:`simplefeed.appending`, which decides the append under the lock.
         """
         # Everything that does not depend on the feed's head is done before taking its lock:
         # the lock serialises appenders (every process, every node), so what is done under it
         # bounds the feed's append rate.
-        prepared = [_prepare(event) for event in events]
-        explicit = [p.event.id for p in prepared if p.event.id is not None]
-        # Each event's entry id (the producer's, or a new one) and the time it happened (its
-        # own, or now): the same whichever way it is appended.
         now = self.clock()
-        keys = [
-            (
-                p.event.id if p.event.id is not None else f"urn:uuid:{self.new_uuid()}",
-                p.event.updated_us if p.event.updated_us is not None else now,
-            )
-            for p in prepared
-        ]
+        pending = appending.pending_entries(events, now, self._new_entry_id)
         # The ids to look up under the lock: the producer's, to answer replays and conflicts.
-        look_up = explicit
-        if prepared and len(set(explicit)) == len(explicit):
-            quick = self._publish_in_one_round_trip(feed_name, prepared, keys, now, credentials)
+        look_up = [p.id for p in pending if p.event.id is not None]
+        if pending and appending.ids_are_distinct(pending):
+            quick = self._publish_in_one_round_trip(feed_name, pending, now, credentials)
             if isinstance(quick, list):
                 return quick
             if quick is _QuickOutcome.OUTCOME_UNKNOWN:
                 # The quick path failed (a dropped connection, say) and may have appended the
                 # events before it did: look up every one of them, generated ids too.
-                look_up = [entry_id for entry_id, _ in keys]
+                look_up = [p.id for p in pending]
         if credentials is not None:
             self.check_credentials(credentials, feed_name)
         # A batch may fill a page: its entries are written out now, all but their `updated` and
         # number, so that under the lock the page is only put together (atom.render's parts).
-        parts = (
-            {
-                entry_id: atom.entry_parts(_Unnumbered(entry_id, p.event, published))
-                for p, (entry_id, published) in zip(prepared, keys, strict=True)
-            }
-            if len(prepared) > 1
-            else {}
-        )
-        frozen: list[FrozenPage] = []
-        with self.db.append() as conn:
-            feed, existing = store.lock_feed_and_find(conn, feed_name, look_up)
-            self._feeds[feed_name] = feed
-            size = feed.page_size
-            seen: dict[str, tuple[str, Appended]] = {}
-            results: list[Appended] = []
-            new: list[NewEntry] = []
-            replayed = False
-            head = feed.head_seq
-            last_updated = feed.head_updated_us
-            for index, p in enumerate(prepared):
-                event, fingerprint = p.event, p.fingerprint
-                entry_id, published = keys[index]
-                if entry_id in existing:
-                    old = existing[entry_id]
-                    if old.fingerprint != fingerprint:
-                        raise EntryConflict(entry_id, index)
-                    # A producer's id: a replay. An id made for this request: this request's
-                    # own append, by the quick path before it failed.
-                    created = event.id is None
-                    results.append(
-                        Appended(entry_id, old.seq, paging.page_of(old.seq, size), created)
-                    )
-                    replayed = True
-                    continue
-                if entry_id in seen:  # the producer's id twice in one batch
-                    old_fp, first = seen[entry_id]
-                    if old_fp != fingerprint:
-                        raise EntryConflict(entry_id, index)
-                    results.append(Appended(first.entry_id, first.seq, first.page, created=False))
-                    continue
-                head += 1
-                # Strictly increasing per feed: no two entries share `updated`, and the order of
-                # `updated` is the order of the sequence.
-                updated = published if last_updated is None else max(published, last_updated + 1)
-                last_updated = updated
-                entry = Entry(
-                    seq=head,
-                    id=entry_id,
-                    updated_us=updated,
-                    published_us=published,
-                    event=event,
-                )
-                new.append(NewEntry(entry, fingerprint, p.data))
-                appended = Appended(entry_id, head, paging.page_of(head, size), created=True)
-                seen[entry_id] = (fingerprint, appended)
-                results.append(appended)
-            if new:
-                fresh = {n.entry.seq: n.entry for n in new}
-                for number in paging.newly_full_pages(feed.head_seq, head, size):
-                    frozen.append(self._freeze(conn, feed, number, now, fresh, parts))
-                store.append_entries(
-                    conn, feed, new, modified_us=max(now, feed.modified_us + 1), pages=frozen
-                )
-        if replayed and not new:
+        parts = {p.id: atom.entry_parts(p) for p in pending} if len(pending) > 1 else {}
+        with self.store.append(feed_name, look_up) as append:
+            self._feeds[feed_name] = append.feed
+            decision = appending.decide(append.feed, pending, append.found, now)
+            frozen = [
+                self._freeze(append, number, now, decision, parts) for number in decision.full_pages
+            ]
+            append.write(decision.new, modified_us=decision.modified_us, pages=frozen)
+        if decision.replayed and not decision.new:
             # Nothing was written, so nothing was flushed: the stored entry may be an append
             # committed a moment ago whose WAL is not on disk yet (one-round-trip appends commit
             # without waiting for it). Answer only once it is. (A commit that wrote waits for
             # the WAL up to its own record, so past every earlier one.)
-            self.db.flush_barrier()
+            self.store.flush_barrier()
         for page in frozen:
-            self._write_file(feed.name, page)
+            self._write_file(feed_name, page)
         if frozen and frozen[0].number == 1:
             try:
-                self.db.analyze_entries_once()
+                self.store.analyze_entries_once()
             except StoreError:
                 log.warning("could not analyse the entries table", exc_info=True)
-        return results
+        return list(decision.results)
+
+    def _new_entry_id(self) -> str:
+        return f"urn:uuid:{self.new_uuid()}"
 
     def _publish_in_one_round_trip(
         self,
         feed_name: str,
-        prepared: Sequence[_Prepared],
-        keys: Sequence[tuple[str, int]],
+        pending: Sequence[PendingEntry],
         now: int,
         credentials: auth.Credentials | None,
     ) -> list[Appended] | _QuickOutcome:
-        """The common append, on PostgreSQL: new events that stay within the working page,
-        numbered by the database under the feed's lock, in one round trip (see
-        :func:`simplefeed.store.entries.append_in_one_round_trip`). Otherwise nothing was
+        """The common append, where the store can: new events that stay within the working
+        page, numbered by the database under the feed's lock, in one round trip (see
+        :meth:`simplefeed.store.Store.append_in_one_round_trip`). Otherwise nothing was
         appended (``GAVE_WAY``: it does not apply) or it is not known whether the events were
         (``OUTCOME_UNKNOWN``: it failed); :meth:`publish` then goes the ordinary way, which
         also answers replays and conflicts and freezes the pages an append fills.
         """
         known = self._feeds.get(feed_name)
-        if known is None or len(prepared) >= known.page_size:
-            return _QuickOutcome.GAVE_WAY  # not seen yet in this process, or certain to fill a page
-        pending = [
-            Pending(entry_id, published, p.fingerprint, p.data)
-            for p, (entry_id, published) in zip(prepared, keys, strict=True)
-        ]
-        if not self.db.one_round_trip:
+        if not self.store.one_round_trip or known is None or len(pending) >= known.page_size:
+            # Not possible here, the feed not seen yet in this process, or certain to fill a page.
             return _QuickOutcome.GAVE_WAY
         token = (
-            store.TokenCheck(credentials.token_id, auth.hash_secret(credentials.secret))
+            TokenCheck(credentials.token_id, auth.hash_secret(credentials.secret))
             if credentials is not None
             else None
         )
         try:
-            with self.db.direct() as conn:
-                head = store.append_in_one_round_trip(conn, known, pending, now_us=now, token=token)
+            head = self.store.append_in_one_round_trip(known, pending, now_us=now, token=token)
         except StoreError:
             # A dropped connection (a server restart, an idle timeout), or anything else: the
             # ordinary way, on a pooled connection, either appends the events or finds them
@@ -360,33 +251,29 @@ class Simplefeed:
             return _QuickOutcome.OUTCOME_UNKNOWN
         if head is None:
             return _QuickOutcome.GAVE_WAY
-        size = known.page_size
-        return [
-            Appended(p.entry_id, seq, paging.page_of(seq, size), created=True)
-            for seq, p in enumerate(pending, head - len(pending) + 1)
-        ]
+        return appending.appended_after(pending, head, known.page_size)
 
     def _freeze(
         self,
-        conn: Connection,
-        feed: Feed,
+        append: Appending,
         number: int,
         now_us: int,
-        fresh: dict[int, Entry],
+        decision: appending.Decision,
         parts: Mapping[str, atom.EntryParts],
     ) -> FrozenPage:
         """Render page ``number``, which the append under way fills; the append stores it.
 
-        ``feed`` is the feed as locked (its head before this append); the entries appended now
-        are in ``fresh`` and rendered from memory (from ``parts`` where prepared: only for
-        these, since a replayed id's stored entry may differ in its ``published``), only older
-        ones of the page are read back.
+        The entries appended now are rendered from memory (from ``parts`` where prepared: only
+        for these, since a replayed id's stored entry may differ in its ``published``); only
+        older ones of the page are read back, in the append's transaction.
         """
+        feed = append.feed
         first, last = paging.seq_range(number, feed.page_size)
+        fresh = {entry.seq: entry for entry, _ in decision.new}
         entries = [fresh[seq] for seq in range(last, max(first, feed.head_seq + 1) - 1, -1)]
         ready = {e.id: parts[e.id] for e in entries if e.id in parts}
         if first <= feed.head_seq:
-            entries += store.entries_between(conn, feed.id, first, feed.head_seq)
+            entries += append.entries_between(first, feed.head_seq)
         doc = self._document(feed, "archive", number, tuple(entries))
         body = atom.render(doc, ready)
         return FrozenPage(feed.id, number, body, archive.strong_etag(body), now_us)
@@ -426,26 +313,21 @@ class Simplefeed:
             return cached[1]
         feed = live.feed
         first, _ = paging.seq_range(live.number, feed.page_size)
-        with self.db.read() as conn:
-            entries = store.entries_between(conn, feed.id, first, feed.head_seq)
+        entries = self.store.entries_between(feed.id, first, feed.head_seq)
         # The head this version shows may be an append committed without waiting for its WAL
-        # flush (see store.entries.append_in_one_round_trip): no one is shown it before it is
+        # flush (see simplefeed.store.postgres): no one is shown it before it is
         # durable, so a server crash cannot take back what a consumer has read.
-        self.db.flush_barrier()
+        self.store.flush_barrier()
         body = atom.render(self._document(feed, live.kind, live.number, tuple(entries)))
         with self._cache_lock:
             self._live_cache[key] = (live.etag, body)
         return body
 
-    def page(self, feed: Feed, number: int) -> FrozenPage | Live:
-        """Page ``number`` of a feed: its frozen bytes, or the working page's validators."""
-        working = paging.working_page(feed.head_seq, feed.page_size)
-        if number == working:
-            return self.live(feed, "working")
-        if not 1 <= number < working:
+    def page(self, feed: Feed, number: int) -> FrozenPage:
+        """Frozen page ``number`` of a feed (the working page is :meth:`live`)."""
+        if not 1 <= number < paging.working_page(feed.head_seq, feed.page_size):
             raise PageNotFound(feed.name, number)
-        with self.db.read() as conn:
-            page = store.get_page(conn, feed.id, number)
+        page = self.store.page(feed.id, number)
         if page is None:  # pragma: no cover - freezing is in the append transaction
             raise PageNotFound(feed.name, number)
         self._write_file_if_missing(feed.name, page)
@@ -478,20 +360,18 @@ class Simplefeed:
         checked = 0
         restored: list[Path] = []
         removed: list[Path] = []
-        with self.db.read() as conn:
-            feeds = [store.get_feed(conn, feed_name)] if feed_name else store.list_feeds(conn)
-            for feed in feeds:
-                removed += archive.remove_stale_temp_files(self.page_path(feed.name, 1).parent)
-                for page in store.iter_pages(conn, feed.id):
-                    checked += 1
-                    path = self.page_path(feed.name, page.number)
-                    if archive.ensure_file(path, page):
-                        restored.append(path)
+        feeds = [self.store.feed(feed_name)] if feed_name else self.store.feeds()
+        for feed in feeds:
+            removed += archive.remove_stale_temp_files(self.page_path(feed.name, 1).parent)
+            for page in self.store.iter_pages(feed.id):
+                checked += 1
+                path = self.page_path(feed.name, page.number)
+                if archive.ensure_file(path, page):
+                    restored.append(path)
         return archive.RebuildReport(checked, restored, removed)
 
     def rerender(self, feed: Feed, number: int) -> bytes:
         """Render archived page ``number`` again from its entries (to check determinism)."""
         first, last = paging.seq_range(number, feed.page_size)
-        with self.db.read() as conn:
-            entries = store.entries_between(conn, feed.id, first, last)
+        entries = self.store.entries_between(feed.id, first, last)
         return atom.render(self._document(feed, "archive", number, tuple(entries)))

@@ -213,6 +213,45 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class PendingEntry:
+    """An event on its way into a feed: its entry id (the producer's, or one made for it) and
+    the time it happened (its own, or when it was received) are fixed; its sequence number and
+    ``updated`` are not yet (:mod:`simplefeed.appending` decides them under the feed's lock).
+    ``fingerprint`` and ``data`` are :meth:`Event.canonical`, computed before the lock."""
+
+    id: str
+    event: Event
+    published_us: int
+    fingerprint: str
+    data: str
+
+    def entry(self, seq: int, updated_us: int) -> Entry:
+        return Entry(seq, self.id, updated_us, self.published_us, self.event)
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """What the store says of an entry id already in a feed: where it is, and the fingerprint
+    of the event stored under it (equal for a replay, different for a conflict)."""
+
+    id: str
+    seq: int
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """A producer token as stored: the secret only as its SHA-256."""
+
+    id: int
+    secret_hash: str
+    feed: str | None
+    label: str | None
+    created_us: int
+    revoked_us: int | None
+
+
+@dataclass(frozen=True)
 class Appended:
     """The outcome of publishing one event."""
 

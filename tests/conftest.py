@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import falcon.testing
 import pytest
@@ -157,7 +158,7 @@ def core(settings: Settings, clock: FakeClock) -> Iterator[Simplefeed]:
     c = Simplefeed(settings, clock=clock, new_uuid=SequentialIds())
     c.create_feed(settings.default_feed)
     yield c
-    c.db.dispose()
+    c.store.close()
 
 
 @pytest.fixture
@@ -172,6 +173,19 @@ def client(core: Simplefeed, token: str) -> falcon.testing.TestClient:
     return falcon.testing.TestClient(
         create_app(core.settings, core=core), headers={"Authorization": f"Bearer {token}"}
     )
+
+
+def query(database_url: str, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of one SQL query, on a connection of the test's own (binary columns as bytes)."""
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            return [
+                tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+                for row in conn.execute(text(sql))
+            ]
+    finally:
+        engine.dispose()
 
 
 def with_page_size(settings: Settings, size: int) -> Settings:

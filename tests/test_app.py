@@ -114,7 +114,7 @@ class CountingCore(Simplefeed):
 
 
 def test_304_on_recent_renders_nothing(core: Simplefeed, clock: FakeClock, token: str) -> None:
-    counting = CountingCore(core.settings, db=core.db, clock=clock)
+    counting = CountingCore(core.settings, store=core.store, clock=clock)
     client = falcon.testing.TestClient(
         create_app(core.settings, core=counting), headers={"Authorization": f"Bearer {token}"}
     )
@@ -349,7 +349,7 @@ def test_body_over_the_limit(core: Simplefeed, token: str) -> None:
 
     settings = replace(core.settings, limits=Limits(max_body_bytes=100))
     client = falcon.testing.TestClient(
-        create_app(settings, core=Simplefeed(settings, db=core.db, clock=core.clock)),
+        create_app(settings, core=Simplefeed(settings, store=core.store, clock=core.clock)),
         headers={"Authorization": f"Bearer {token}"},
     )
     body = json.dumps({"title": "x" * 200}).encode()
@@ -454,10 +454,9 @@ def test_revoked_tokens_stop_working(client: Client, core: Simplefeed) -> None:
 
 
 def test_only_a_hash_of_the_token_is_stored(core: Simplefeed, token: str) -> None:
-    from sqlalchemy import text
+    from tests.conftest import query
 
-    with core.db.read() as conn:
-        rows = [tuple(r) for r in conn.execute(text("SELECT * FROM tokens"))]
+    rows = query(core.settings.database_url, "SELECT * FROM tokens")
     # sft_<id>_<secret>; the secret (43 base64url characters) may itself hold "_".
     secret = token.split("_", 2)[2]
     assert len(secret) == 43

@@ -1,9 +1,9 @@
 """The two ways an append runs on PostgreSQL give the same feed.
 
 Most appends on PostgreSQL take the one-round-trip path: the database numbers the events and
-computes their ``updated`` under the feed's lock (``store.append_in_one_round_trip``). Replays,
-conflicts, page fills and feeds this process has not appended to yet go the ordinary way, where
-Python does it (``Simplefeed.publish``); SQLite always goes that way. The same script of
+computes their ``updated`` under the feed's lock (``store.postgres.append_in_one_round_trip``).
+Replays, conflicts, page fills and feeds this process has not appended to yet go the ordinary way,
+where Python does it (``Simplefeed.publish``); SQLite always goes that way. The same script of
 publishes, run against a SQLite file and a PostgreSQL database with the same clock and id
 generator, must leave the same rows, the same head and byte-identical frozen pages, and answer
 every publish the same.
@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from simplefeed import store
 from simplefeed.core import Simplefeed
 from simplefeed.errors import EntryConflict
 from simplefeed.model import Event
 from simplefeed.settings import Settings
-from tests.conftest import PG_ENV, START_US, FakeClock, PostgresDatabases, SequentialIds
+from simplefeed.store import postgres
+from tests.conftest import PG_ENV, START_US, FakeClock, PostgresDatabases, SequentialIds, query
 
 SECOND = 1_000_000
 
@@ -77,11 +77,7 @@ def _core(url: str, archive: Path) -> Simplefeed:
 
 
 def _rows(core: Simplefeed, sql: str) -> list[tuple[Any, ...]]:
-    with core.db.read() as conn:
-        return [
-            tuple(bytes(v) if isinstance(v, memoryview) else v for v in r)
-            for r in conn.execute(text(sql))
-        ]
+    return query(core.settings.database_url, sql)
 
 
 def _snapshot(core: Simplefeed) -> dict[str, list[tuple[Any, ...]]]:
@@ -113,22 +109,22 @@ def both(
     try:
         yield lite, pg
     finally:
-        lite.db.dispose()
-        pg.db.dispose()
+        lite.store.close()
+        pg.store.close()
         postgres.drop(pg_url)
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts the one-round-trip appends that went through and those that gave way."""
     counts = {"appended": 0, "gave way": 0}
-    real: Callable[..., int | None] = store.append_in_one_round_trip
+    real: Callable[..., int | None] = postgres.append_in_one_round_trip
 
     def counted(*args: Any, **kwargs: Any) -> int | None:
         head = real(*args, **kwargs)
         counts["appended" if head is not None else "gave way"] += 1
         return head
 
-    monkeypatch.setattr(store, "append_in_one_round_trip", counted)
+    monkeypatch.setattr(postgres, "append_in_one_round_trip", counted)
     return counts
 
 
@@ -204,7 +200,7 @@ def test_both_append_paths_wait_for_the_feeds_advisory_lock(
 
     from sqlalchemy import create_engine
 
-    from simplefeed.store.feeds import ADVISORY_LOCK_SPACE
+    from simplefeed.store.postgres import ADVISORY_LOCK_SPACE
 
     _, pg = both
     counts = _counting(monkeypatch)
@@ -250,7 +246,7 @@ def test_both_append_paths_wait_for_the_feeds_advisory_lock(
 
 
 class _Worker:
-    """A thread of its own, so its own direct connection (``Database.direct`` is per thread):
+    """A thread of its own, so its own direct connection (``PostgresStore.direct`` is per thread):
     runs what it is given, one call at a time."""
 
     def __init__(self, core: Simplefeed) -> None:
@@ -293,8 +289,13 @@ class _Worker:
         self.thread.join(10)
 
 
+def _direct(core: Simplefeed) -> Any:
+    assert isinstance(core.store, postgres.PostgresStore)
+    return core.store.direct()
+
+
 def _direct_pid(core: Simplefeed) -> int:
-    with core.db.direct() as conn:
+    with _direct(core) as conn:
         return int(conn.info.backend_pid)
 
 
@@ -325,7 +326,7 @@ def test_nothing_is_acknowledged_or_shown_before_its_flush_barrier(
         assert counts["appended"] == 1 and n_marks() == 1  # one barrier per quick append
         # The barrier's transaction is not the append's: it commits with the session's
         # synchronous_commit, which the append's own setting does not outlive.
-        with pg.db.direct() as conn:
+        with _direct(pg) as conn:
             assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
         assert worker.call(lambda: _show_sync_commit(pg)) == "on"
 
@@ -365,7 +366,7 @@ def test_nothing_is_acknowledged_or_shown_before_its_flush_barrier(
 
 
 def _show_sync_commit(core: Simplefeed) -> str:
-    with core.db.direct() as conn:
+    with _direct(core) as conn:
         return str(conn.execute("SHOW synchronous_commit").fetchone()[0])
 
 
@@ -381,7 +382,7 @@ def test_a_failed_quick_path_appends_each_event_exactly_once(
     import psycopg
 
     _, pg = both
-    real: Callable[..., int | None] = store.append_in_one_round_trip
+    real: Callable[..., int | None] = postgres.append_in_one_round_trip
     pids: list[int] = []
 
     def failing(driver: Any, *args: Any, **kwargs: Any) -> int | None:
@@ -391,7 +392,7 @@ def test_a_failed_quick_path_appends_each_event_exactly_once(
         raise psycopg.OperationalError("server closed the connection unexpectedly")
 
     pg.publish("events", [Event("learn the feed")])
-    monkeypatch.setattr(store, "append_in_one_round_trip", failing)
+    monkeypatch.setattr(postgres, "append_in_one_round_trip", failing)
     (generated,) = pg.publish("events", [Event("no id")])
     (explicit,) = pg.publish("events", [Event("an id", id="urn:x:failed")])
     assert (generated.seq, explicit.seq) == (2, 3)
@@ -413,7 +414,7 @@ def test_the_flush_barrier_survives_a_dropped_connection(
     from sqlalchemy import create_engine
 
     _, pg = both
-    pg.db.flush_barrier()
+    pg.store.flush_barrier()
     old = _direct_pid(pg)
     killer = create_engine(pg.settings.database_url)
     try:
@@ -421,7 +422,7 @@ def test_the_flush_barrier_survives_a_dropped_connection(
             assert conn.execute(text(f"SELECT pg_terminate_backend({old})")).scalar() is True
     finally:
         killer.dispose()
-    pg.db.flush_barrier()
+    pg.store.flush_barrier()
     new = _direct_pid(pg)
     assert new != old
     assert _rows(pg, f"SELECT n FROM flush_marks WHERE backend_pid = {new}") == [(1,)]
@@ -450,4 +451,4 @@ def test_the_entries_table_is_analysed_when_a_first_page_freezes(
     pg.publish("events", [Event(f"f{i}") for i in range(5)])  # page 2: no second ANALYZE
     assert reltuples() == 5
     assert analyze_count() <= 1  # (the statistics collector may lag: at most once)
-    assert lite.db.analyze_entries_once() is False  # nothing to do on SQLite
+    assert lite.store.analyze_entries_once() is False  # nothing to do on SQLite

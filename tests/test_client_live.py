@@ -114,7 +114,7 @@ class LiveServer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join()
-        self.core.db.dispose()
+        self.core.store.close()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import os
 
 import pytest
 
-from simplefeed import store
 from simplefeed.core import Simplefeed
 from simplefeed.errors import EntryConflict, FeedExists, FeedNotFound, PageNotFound
 from simplefeed.model import Entry, Event
@@ -20,8 +19,7 @@ def events(n: int, prefix: str = "event") -> list[Event]:
 
 def all_entries(core: Simplefeed, feed: str = "events") -> list[Entry]:
     f = core.feed(feed)
-    with core.db.read() as conn:
-        return list(reversed(store.entries_between(conn, f.id, 1, f.head_seq)))
+    return list(reversed(core.store.entries_between(f.id, 1, f.head_seq)))
 
 
 def test_sequence_is_contiguous_across_singles_and_batches(core: Simplefeed) -> None:
@@ -55,18 +53,18 @@ def test_updated_is_strictly_increasing_and_never_reorders(core: Simplefeed) -> 
 def test_page_freezes_exactly_when_full(core: Simplefeed, clock: FakeClock) -> None:
     core.publish("events", events(4))
     feed = core.feed("events")
-    with core.db.read() as conn:
-        assert store.list_pages(conn, feed.id) == []
+    assert list(core.store.iter_pages(feed.id)) == []
     clock.advance(3)
     core.publish("events", events(1))
     feed = core.feed("events")
-    with core.db.read() as conn:
-        pages = store.list_pages(conn, feed.id)
+    pages = list(core.store.iter_pages(feed.id))
     assert [p.number for p in pages] == [1]
     path = core.page_path("events", 1)
     assert path.read_bytes() == pages[0].body
     assert os.stat(path).st_mtime_ns == pages[0].frozen_us * 1000
-    assert core.page(feed, 2).kind == "working"  # type: ignore[union-attr]
+    assert core.live(feed, "working").number == 2
+    with pytest.raises(PageNotFound):
+        core.page(feed, 2)  # the working page is live, not frozen
     assert core.rerender(feed, 1) == pages[0].body
 
 
@@ -74,8 +72,7 @@ def test_a_batch_crossing_several_pages_freezes_each_once(core: Simplefeed) -> N
     results = core.publish("events", events(17))
     assert [r.page for r in results] == [1] * 5 + [2] * 5 + [3] * 5 + [4] * 2
     feed = core.feed("events")
-    with core.db.read() as conn:
-        pages = store.list_pages(conn, feed.id)
+    pages = list(core.store.iter_pages(feed.id))
     assert [p.number for p in pages] == [1, 2, 3]
     for page in pages:
         assert core.page_path("events", page.number).read_bytes() == page.body

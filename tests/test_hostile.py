@@ -100,7 +100,7 @@ def test_xml_bombs_and_external_entities_are_refused_quickly(
 
 def _client(core: Simplefeed, token: str, **limits: int) -> falcon.testing.TestClient:
     settings: Settings = replace(core.settings, limits=Limits(**limits))
-    app = create_app(settings, core=Simplefeed(settings, db=core.db, clock=core.clock))
+    app = create_app(settings, core=Simplefeed(settings, store=core.store, clock=core.clock))
     return falcon.testing.TestClient(app, headers={"Authorization": f"Bearer {token}"})
 
 

@@ -48,7 +48,8 @@ from lxml import etree
 from sqlalchemy import create_engine, text
 
 from simplefeed import archive
-from simplefeed.core import Simplefeed, _prepare
+from simplefeed.appending import pending_entries
+from simplefeed.core import Simplefeed
 from simplefeed.model import Author, Category, Event, Link
 from simplefeed.settings import Settings
 from tests.atomcheck import check_atom
@@ -341,7 +342,7 @@ def check_database(url: str, base_url: str, expected: int | None = None) -> Stor
             assert problems == [], f"page {number}: {problems}"
             assert core.rerender(feed, number) == body, f"page {number} is not a render of its rows"
     finally:
-        core.db.dispose()
+        core.store.close()
     return st
 
 
@@ -865,7 +866,7 @@ def _crash_event(producer: int, title: str, event_id: str | None) -> dict[str, A
 def test_prepared_event_matches_the_model(event: Event) -> None:
     """The publish path's fingerprint and stored JSON (computed without dataclasses.asdict)
     are byte-for-byte Event.fingerprint() and the JSON of Event.to_json()."""
-    prepared = _prepare(event)
+    (prepared,) = pending_entries([event], 0, lambda: "urn:x:made")
     # The fast canonical form equals what dataclasses.asdict and json.dumps give.
     slow = json.dumps(dataclasses.asdict(event), sort_keys=True, separators=(",", ":"))
     assert prepared.fingerprint == hashlib.sha256(slow.encode()).hexdigest()
@@ -882,36 +883,30 @@ def test_prepared_event_matches_the_model(event: Event) -> None:
 def test_a_second_freeze_or_a_duplicate_is_refused_whole(core: Simplefeed) -> None:
     """The append's writes (pipelined on PostgreSQL) fail as the store's error and roll back
     together: a page frozen twice, an entry id twice."""
-    from simplefeed import store
     from simplefeed.errors import StoreError
-    from simplefeed.model import Entry
-    from simplefeed.store.entries import NewEntry
+    from simplefeed.model import Entry, PendingEntry
 
     core.publish(FEED, [Event(title=f"e{i}", id=f"urn:example:{i}") for i in range(5)])
     feed = core.feed(FEED)
     assert feed.head_seq == 5
-    with core.db.read() as conn:
-        page = store.get_page(conn, feed.id, 1)
+    page = core.store.page(feed.id, 1)
     assert page is not None
 
-    def entry(entry_id: str) -> NewEntry:
+    def entry(entry_id: str) -> tuple[Entry, PendingEntry]:
         event = Event(title="x")
-        fresh = Entry(6, entry_id, feed.modified_us + 1, feed.modified_us + 1, event)
-        return NewEntry(fresh, "0" * 64)
+        (pending,) = pending_entries([event], feed.modified_us + 1, lambda: entry_id)
+        return pending.entry(6, feed.modified_us + 1), pending
 
     for new, pages in (
         (entry("urn:example:new"), [page]),  # page 1 again
         (entry("urn:example:0"), []),  # an id the feed holds
     ):
-        with pytest.raises(StoreError), core.db.write() as conn:
-            locked = store.lock_feed(conn, FEED)
-            store.append_entries(
-                conn, locked, [new], modified_us=locked.modified_us + 1, pages=pages
-            )
+        with pytest.raises(StoreError), core.store.append(FEED, []) as append:
+            modified = append.feed.modified_us + 1
+            append.write([new], modified_us=modified, pages=pages)
         after = core.feed(FEED)
         assert after.head_seq == 5
-        with core.db.read() as conn:
-            assert len(store.entries_between(conn, feed.id, 1, 10)) == 5
+        assert len(core.store.entries_between(feed.id, 1, 10)) == 5
 
 
 def test_a_pooled_connection_dropped_while_idle_is_replaced(
@@ -919,10 +914,10 @@ def test_a_pooled_connection_dropped_while_idle_is_replaced(
 ) -> None:
     """No ping on every checkout (a round trip per transaction), but one after an idle spell:
     a connection the server dropped meanwhile is replaced, the caller sees nothing."""
-    from simplefeed.store import db as dbmodule
+    from simplefeed.store import postgres as dbmodule
 
     database_url = pg_database
-    database = dbmodule.Database(database_url)
+    database = dbmodule.PostgresStore(database_url)
     admin = create_engine(database_url, isolation_level="AUTOCOMMIT")
     try:
         with database.read_one() as conn:
@@ -936,7 +931,7 @@ def test_a_pooled_connection_dropped_while_idle_is_replaced(
             assert conn.execute(text("SELECT 1")).scalar_one() == 1
     finally:
         admin.dispose()
-        database.dispose()
+        database.close()
 
 
 def test_rebuild_removes_stale_temporary_files_only(core: Simplefeed) -> None:
@@ -966,9 +961,9 @@ def test_a_sqlite_writer_waits_for_the_write_lock_then_gets_it(
     import sqlite3
 
     from simplefeed.errors import StoreUnavailable
-    from simplefeed.store import db as dbmodule
+    from simplefeed.store import sqlite as dbmodule
 
-    database = dbmodule.Database(f"sqlite:///{tmp_path / 'w.sqlite3'}")
+    database = dbmodule.SQLiteStore(f"sqlite:///{tmp_path / 'w.sqlite3'}")
     path = tmp_path / "w.sqlite3"
     try:
         with database.write() as conn:
@@ -994,7 +989,7 @@ def test_a_sqlite_writer_waits_for_the_write_lock_then_gets_it(
             timeout = conn.execute(text("PRAGMA busy_timeout")).scalar_one()
             assert timeout == int(dbmodule.SQLITE_BUSY_TIMEOUT_S * 1000)
     finally:
-        database.dispose()
+        database.close()
 
 
 def test_server_made_ids_are_version_7_uuids_in_time_order() -> None:

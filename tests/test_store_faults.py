@@ -40,7 +40,7 @@ def _settings(tmp_path: Path, url: str) -> Settings:
 def test_a_held_sqlite_write_lock_past_the_busy_timeout_is_store_unavailable(
     tmp_path: Path, sqlite_template: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from simplefeed.store import db as dbmodule
+    from simplefeed.store import sqlite as dbmodule
 
     path = tmp_path / "simplefeed.sqlite3"
     shutil.copyfile(sqlite_template, path)
@@ -68,7 +68,7 @@ def test_a_held_sqlite_write_lock_past_the_busy_timeout_is_store_unavailable(
         assert core.feed("events").head_seq == 1
         assert client.simulate_post("/entries", json={"title": "after"}).status_code == 201
     finally:
-        core.db.dispose()
+        core.store.close()
 
 
 def test_an_unreachable_postgresql_is_a_503_on_every_route_that_needs_it(tmp_path: Path) -> None:
@@ -90,4 +90,4 @@ def test_an_unreachable_postgresql_is_a_503_on_every_route_that_needs_it(tmp_pat
         ):
             _assert_unavailable(client.simulate_request(method, path, **kwargs))
     finally:
-        core.db.dispose()
+        core.store.close()

@@ -11,7 +11,7 @@ import falcon
 from simplefeed import auth, paging
 from simplefeed.app import caching, errors, preconditions
 from simplefeed.app.caching import ArchivedPage, LiveValidators
-from simplefeed.core import Live, Simplefeed
+from simplefeed.core import Simplefeed
 from simplefeed.errors import (
     FeedNotFound,
     LengthRequired,
@@ -20,7 +20,7 @@ from simplefeed.errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
 )
-from simplefeed.model import ATOM_MEDIA_TYPE, Appended, Event, Feed
+from simplefeed.model import ATOM_MEDIA_TYPE, Appended, Event
 from simplefeed.settings import FEED_NAME_RE
 from simplefeed.validation import parse_events, read_body
 
@@ -99,14 +99,14 @@ class Recent(_FeedResource):
     """
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, feed: str | None = None) -> None:
-        self.send_live(req, resp, self.heads.live(self.feed_name(req, feed), "recent"))
+        self.send_live(req, resp, self.heads.validators(self.feed_name(req, feed), "recent"))
 
     on_head = on_get
 
     def on_options(
         self, req: falcon.Request, resp: falcon.Response, feed: str | None = None
     ) -> None:
-        self.heads.row(self.feed_name(req, feed))  # 404 for a feed that does not exist
+        self.heads.feed(self.feed_name(req, feed))  # 404 for a feed that does not exist
         send_options(resp, READ_METHODS)
 
 
@@ -144,15 +144,11 @@ class Page(_FeedResource):
         known = self.archived.get(name, number)
         if known is not None and self.send_known(req, resp, known):
             return
-        row = self.heads.row(name)
-        f = Feed(*row)
+        f = self.heads.feed(name)
         if number == paging.working_page(f.head_seq, f.page_size):
-            self.send_live(req, resp, self.heads.live(name, "working", row))
+            self.send_live(req, resp, self.heads.validators(name, "working", f))
             return
         page = self.core.page(f, number)  # the database's bytes; writes a missing file back
-        if isinstance(page, Live):  # pragma: no cover - the working page is handled above
-            self.send_live(req, resp, self.heads.live(name, "working", row))
-            return
         known = self.archived.remember(name, page)
         if not self.send_validators(req, resp, known):
             resp.content_type = ATOM_MEDIA_TYPE
@@ -282,7 +278,7 @@ class Entries(_FeedResource):
     def on_options(
         self, req: falcon.Request, resp: falcon.Response, feed: str | None = None
     ) -> None:
-        self.heads.row(self.feed_name_to_publish(feed))  # 404 for a feed that does not exist
+        self.heads.feed(self.feed_name_to_publish(feed))  # 404 for a feed that does not exist
         send_options(resp, "OPTIONS, POST")
 
     @staticmethod

@@ -1,34 +1,41 @@
-"""Persistence with SQLAlchemy Core. Functions take a connection inside a transaction the caller
-owns and return :mod:`simplefeed.model` types. They never commit, with one exception: on a
-connection from :meth:`Database.append` (PostgreSQL), the append's pipelines carry its
-``BEGIN`` and ``COMMIT`` (see there)."""
+"""The one door to the database. Everything above it (the core, and through the core the app
+and the command line) holds a :class:`Store` from :func:`open_store` and receives
+:mod:`simplefeed.model` types; nothing else in Simplefeed imports SQLAlchemy or a driver.
 
-from simplefeed.store.db import Database
-from simplefeed.store.entries import (
-    TokenCheck,
-    append_entries,
-    append_in_one_round_trip,
-    entries_between,
-    find_entries,
-    lock_feed_and_find,
-)
-from simplefeed.store.feeds import create_feed, get_feed, list_feeds, lock_feed
-from simplefeed.store.pages import get_page, insert_page, iter_pages, list_pages
+- :mod:`simplefeed.store.interface`: :class:`Store`, what may be asked;
+- :mod:`simplefeed.store.sql`: what both backends share (SQLAlchemy Core, error mapping);
+- :mod:`simplefeed.store.sqlite`, :mod:`simplefeed.store.postgres`: one module per backend;
+- :mod:`simplefeed.store.tables`: the schema (alembic migrates it).
+"""
 
-__all__ = [
-    "Database",
-    "TokenCheck",
-    "append_entries",
-    "append_in_one_round_trip",
-    "create_feed",
-    "entries_between",
-    "find_entries",
-    "get_feed",
-    "get_page",
-    "insert_page",
-    "iter_pages",
-    "list_feeds",
-    "list_pages",
-    "lock_feed",
-    "lock_feed_and_find",
-]
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine, make_url
+
+from simplefeed.errors import ConfigError
+from simplefeed.store.interface import Appending, Store, TokenCheck
+from simplefeed.store.postgres import PostgresStore
+from simplefeed.store.sql import SqlStore
+from simplefeed.store.sqlite import SQLiteStore
+
+__all__ = ["Appending", "Store", "TokenCheck", "make_engine", "open_store"]
+
+_BACKENDS: dict[str, type[SqlStore]] = {"sqlite": SQLiteStore, "postgresql": PostgresStore}
+
+
+def _backend(url: str) -> type[SqlStore]:
+    name = make_url(url).get_backend_name()
+    try:
+        return _BACKENDS[name]
+    except KeyError:
+        raise ConfigError(f"unsupported database {name!r}: use sqlite or postgresql") from None
+
+
+def open_store(url: str) -> Store:
+    """The store for a database URL (``sqlite:///path``, ``postgresql+psycopg://...``)."""
+    return _backend(url)(url)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine with the backend's settings, for alembic's migrations."""
+    return _backend(url).make_engine(url)

@@ -1,0 +1,130 @@
+"""The decision of an append, apart from every I/O: pure functions over the feed's head, the
+entries already stored under the events' ids, and the events.
+
+The rules, the heart of the product:
+
+- An event whose id the feed holds with the same content (fingerprint) is a *replay*: it gets
+  the stored entry back and stores nothing. The same id with other content is a *conflict*
+  (:class:`~simplefeed.errors.EntryConflict`), and the whole batch is refused. Within a batch,
+  an id repeated with the same content is a replay of its first occurrence.
+- New events get the sequence numbers after the head, in order, with no gap.
+- ``updated`` strictly increases along the sequence: ``u_i = max(p_i, u_(i-1) + 1)``, with
+  ``p_i`` the time the event happened and ``u_0`` the head's ``updated``. No two entries of a
+  feed share it, and its order is the order of the sequence.
+- The pages that the new head fills are frozen by the same append.
+
+An id made by the server for this request that is found stored can only be this request's own
+append, by the one-round-trip path before it failed: it is reported as created.
+
+The store's one-round-trip append (PostgreSQL) applies the same numbering and ``updated`` rule
+in SQL, for appends that are new, within the working page; tests hold the two paths equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from simplefeed import paging
+from simplefeed.errors import EntryConflict
+from simplefeed.model import Appended, Entry, Event, Feed, PendingEntry, StoredEntry
+
+
+def pending_entries(
+    events: Sequence[Event], now_us: int, new_id: Callable[[], str]
+) -> list[PendingEntry]:
+    """The events on their way in: each one's id (the producer's, or ``new_id()``) and time
+    (its own ``updated``, or ``now_us``) fixed, and what is stored of it computed (everything
+    that does not depend on the feed's head, done before its lock is taken)."""
+    out = []
+    for event in events:
+        fingerprint, data = event.canonical()
+        out.append(
+            PendingEntry(
+                id=event.id if event.id is not None else new_id(),
+                event=event,
+                published_us=event.updated_us if event.updated_us is not None else now_us,
+                fingerprint=fingerprint,
+                data=data,
+            )
+        )
+    return out
+
+
+def ids_are_distinct(pending: Sequence[PendingEntry]) -> bool:
+    """Whether no id appears twice (a batch repeating one is for the ordinary path)."""
+    return len({p.id for p in pending}) == len(pending)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What an append does: its answer per event, and what it writes."""
+
+    #: One per event, in the events' order.
+    results: tuple[Appended, ...]
+    #: The entries to store, numbered after the head, each with the event it was made from.
+    new: tuple[tuple[Entry, PendingEntry], ...]
+    #: Pages the new head fills, to freeze in the same transaction.
+    full_pages: range
+    #: The feed's ``modified_us`` after the append.
+    modified_us: int
+    #: Whether some event was answered from an entry already stored.
+    replayed: bool
+
+
+def decide(
+    feed: Feed,
+    pending: Sequence[PendingEntry],
+    found: Mapping[str, StoredEntry],
+    now_us: int,
+) -> Decision:
+    """The append of ``pending`` to ``feed`` (its head as locked), given the entries ``found``
+    stored under their ids; :class:`EntryConflict` if it must be refused."""
+    size = feed.page_size
+    head = feed.head_seq
+    last_updated = feed.head_updated_us
+    results: list[Appended] = []
+    new: list[tuple[Entry, PendingEntry]] = []
+    first_seen: dict[str, tuple[str, Appended]] = {}
+    replayed = False
+    for index, p in enumerate(pending):
+        stored = found.get(p.id)
+        if stored is not None:
+            if stored.fingerprint != p.fingerprint:
+                raise EntryConflict(p.id, index)
+            created = p.event.id is None  # made for this request: its own earlier append
+            results.append(Appended(p.id, stored.seq, paging.page_of(stored.seq, size), created))
+            replayed = True
+            continue
+        seen = first_seen.get(p.id)
+        if seen is not None:  # the producer's id twice in one batch
+            fingerprint, first = seen
+            if fingerprint != p.fingerprint:
+                raise EntryConflict(p.id, index)
+            results.append(Appended(first.entry_id, first.seq, first.page, created=False))
+            continue
+        head += 1
+        updated = p.published_us if last_updated is None else max(p.published_us, last_updated + 1)
+        last_updated = updated
+        new.append((p.entry(head, updated), p))
+        appended = Appended(p.id, head, paging.page_of(head, size), created=True)
+        first_seen[p.id] = (p.fingerprint, appended)
+        results.append(appended)
+    return Decision(
+        results=tuple(results),
+        new=tuple(new),
+        full_pages=paging.newly_full_pages(feed.head_seq, head, size),
+        modified_us=max(now_us, feed.modified_us + 1),
+        replayed=replayed,
+    )
+
+
+def appended_after(
+    pending: Sequence[PendingEntry], head_seq: int, page_size: int
+) -> list[Appended]:
+    """The answers for ``pending`` appended as the last entries up to ``head_seq``."""
+    first = head_seq - len(pending) + 1
+    return [
+        Appended(p.id, seq, paging.page_of(seq, page_size), created=True)
+        for seq, p in enumerate(pending, first)
+    ]
