@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from tests.servers import HOST, PROJECT_ROOT, clean_environ
+from bench.servers import HOST, PROJECT_ROOT, clean_environ
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPORT_LUA = BENCH_DIR / "_read_report.lua"

@@ -6,7 +6,7 @@ One command, from the checkout::
     .venv/bin/python bench/consume.py --quick    # 10,000 entries, about a minute
 
 It starts Simplefeed as shipped (``simplefeed serve``: uWSGI with ``uwsgi.ini``, two processes,
-via ``tests/servers.py``) on a temporary SQLite database, and seeds it through the service's
+via ``bench/servers.py``) on a temporary SQLite database, and seeds it through the service's
 own publish path, over HTTP (``POST /entries``, batches of 1,000): 100,000 entries in the
 default feed (1,000 archived pages of 100) and 10,000 in a second feed (100 pages), mostly
 JSON events (85 %) with some text, HTML and XHTML ones. Then:
@@ -51,9 +51,9 @@ import feedparser
 import httpx
 from lxml import etree
 
+from bench.servers import UwsgiServer
 from simplefeed.client.parse import parse_page
 from simplefeed.model import ATOM_NS
-from tests.servers import UwsgiServer
 
 PAGE_SIZE = 100
 BATCH = 1000

@@ -55,7 +55,7 @@ if str(ROOT) not in sys.path:
 from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from tests.servers import UwsgiServer  # noqa: E402
+from bench.servers import UwsgiServer  # noqa: E402
 
 PAGE_SIZE = 100
 BATCH = 100

@@ -50,7 +50,7 @@ from bench._read_servers import (
     uwsgi,
     wrk,
 )
-from tests.servers import HOST, UwsgiServer, free_port
+from bench.servers import HOST, UwsgiServer, free_port
 
 MINIMAL = "bench.minimal_falcon:application"
 PAGE_SIZE = 100

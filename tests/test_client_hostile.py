@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.servers import HOST, clean_environ, simplefeed_command
 from simplefeed.client import Consumer, RetryPolicy
-from tests.servers import HOST, clean_environ, simplefeed_command
 
 RSS_LIMIT_KIB = 300 * 1024
 GIB = 1024**3

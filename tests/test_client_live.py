@@ -25,6 +25,7 @@ import httpx
 import pytest
 from click.testing import CliRunner, Result
 
+from bench.servers import UwsgiServer
 from simplefeed.app import create_app
 from simplefeed.client import Checkpoint, Consumer, RetryPolicy, StateFile
 from simplefeed.client.command import consume
@@ -32,7 +33,6 @@ from simplefeed.core import Simplefeed
 from simplefeed.model import Event
 from simplefeed.settings import Settings
 from tests.conftest import SequentialIds
-from tests.servers import UwsgiServer
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ import pytest
 from lxml import etree
 from sqlalchemy import Engine, create_engine, text
 
-from tests.servers import HOST, UwsgiServer, scratch_postgres_database
+from bench.servers import HOST, UwsgiServer, scratch_postgres_database
 
 pytestmark = pytest.mark.e2e
 

@@ -46,3 +46,13 @@ def test_only_the_store_touches_the_database() -> None:
         for p in outside
     }
     assert {path: names for path, names in store_internals.items() if names} == {}
+
+
+def test_benchmarks_do_not_import_the_tests() -> None:
+    """bench/ and tests/ share their server helpers through bench/servers.py."""
+    found = {
+        str(p.relative_to(ROOT)): sorted(n for n in imported(p) if n.split(".")[0] == "tests")
+        for p in (ROOT / "bench").glob("*.py")
+    }
+    assert len(found) > 3
+    assert {path: names for path, names in found.items() if names} == {}

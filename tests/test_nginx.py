@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import (
+from bench.servers import (
     HOST,
     PROJECT_ROOT,
     UwsgiServer,

@@ -11,7 +11,7 @@ under the same number, the feed's promises intact (contiguous sequence, pages fr
 byte-identical to their rows), nothing stored that was not in doubt, and publishing going on
 with the next number.
 
-The server is a private cluster (``tests.servers.private_postgres``), never the shared one of
+The server is a private cluster (``bench.servers.private_postgres``), never the shared one of
 ``SIMPLEFEED_TEST_POSTGRES_URL``; the test skips, saying why, where one cannot be made.
 """
 
@@ -26,7 +26,7 @@ import psycopg
 import pytest
 from lxml import etree
 
-from tests.servers import private_postgres
+from bench.servers import private_postgres
 from tests.test_scale import (
     ATOM,
     PUBLIC_BASE,

@@ -17,9 +17,9 @@ import falcon.testing
 import httpx
 import pytest
 
+from bench.servers import HOST, UwsgiServer, free_port
 from simplefeed.app import create_app
 from simplefeed.settings import Settings
-from tests.servers import HOST, UwsgiServer, free_port
 from tests.test_nginx import Nginx, ensure_nginx, logged_ini
 
 pytestmark = pytest.mark.e2e

@@ -47,13 +47,13 @@ import pytest
 from lxml import etree
 from sqlalchemy import create_engine, text
 
+from bench.servers import UwsgiServer, scratch_postgres_database
 from simplefeed import archive
 from simplefeed.appending import pending_entries
 from simplefeed.core import Simplefeed
 from simplefeed.model import Author, Category, Event, Link
 from simplefeed.settings import Settings
 from tests.atomcheck import check_atom
-from tests.servers import UwsgiServer, scratch_postgres_database
 
 pytestmark = pytest.mark.e2e
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import falcon.testing
 import pytest
 
+from bench.servers import free_port
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed
 from simplefeed.errors import StoreUnavailable
 from simplefeed.model import Event
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock, SequentialIds
-from tests.servers import free_port
 
 
 def _assert_unavailable(result: falcon.testing.Result) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import (
+from bench.servers import (
     HOST,
     PROJECT_ROOT,
     UwsgiServer,

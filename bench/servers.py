@@ -1,4 +1,5 @@
-"""Real servers for end-to-end tests: the shipped CLI and uWSGI, on a free 127.0.0.1 port.
+"""Real servers for the end-to-end tests and the benchmarks: the shipped CLI and uWSGI, on a free
+127.0.0.1 port, and private PostgreSQL clusters.
 
 :class:`UwsgiServer` migrates the database with ``simplefeed db upgrade`` (a subprocess, as an
 operator would), then runs ``simplefeed serve`` (which execs uWSGI with ``uwsgi.ini``, so the
