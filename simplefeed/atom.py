@@ -177,7 +177,7 @@ def render(doc: Document, parts: Mapping[str, EntryParts] | None = None) -> byte
     return "".join(out).encode("utf-8")
 
 
-def entry_parts(entry: PendingEntry) -> EntryParts:
+def entry_parts(entry: WritableEntry) -> EntryParts:
     """An entry, in the order feedgen's ``atom_entry`` and :class:`_EntryExtension` write it,
     but for its ``updated`` and its sequence number (see :data:`EntryParts`)."""
     event = entry.event
@@ -237,8 +237,10 @@ def entry_parts(entry: PendingEntry) -> EntryParts:
     return head, "".join(out)
 
 
-class PendingEntry(Protocol):
-    """What :func:`entry_parts` needs of an entry: all but its ``updated`` and number."""
+class WritableEntry(Protocol):
+    """What :func:`entry_parts` needs of an entry, numbered or not (an
+    :class:`~simplefeed.model.Entry`, or a :class:`~simplefeed.model.PendingEntry` before the
+    feed's lock): all but its ``updated`` and number."""
 
     @property
     def id(self) -> str: ...
