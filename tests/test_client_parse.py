@@ -69,7 +69,8 @@ def both(url: str, body: bytes) -> Page:
     if isinstance(reference, Page) and isinstance(lxml, Page):
         assert lxml == replace(reference, warnings=())
         outline = outline_page(url, body)
-        assert outline == Outline.of(reference)
+        assert outline.oldest_seq in (None, reference.oldest_seq)  # None: read from the head
+        assert outline == replace(Outline.of(reference), oldest_seq=outline.oldest_seq)
         return reference
     assert lxml == reference
     raise AssertionError(f"both parsers refused the document: {reference}")
@@ -782,6 +783,31 @@ def test_documents_that_break_the_protocol(
     for parser in PARSERS:
         with pytest.raises(error, match=reason):
             parse_page("http://x.test/pages/2", body, parser=parser)  # type: ignore[arg-type]
+
+
+def test_the_outline_reads_the_head_and_falls_back_to_the_whole_document() -> None:
+    url = "http://x.test/pages/2"
+    plain = doc(entry(1), entry(2), entry(3))
+    assert outline_page(url, plain) == Outline(
+        url,
+        {
+            "self": url,
+            "prev-archive": "http://x.test/pages/1",
+            "next-archive": "http://x.test/pages/3",
+        },
+        True,
+        None,  # the head alone does not tell the oldest
+        3,
+        hashlib.sha256(plain).hexdigest(),
+        None,
+    )
+    # The first entry's content holds "</entry>": the cut is not well-formed, the whole
+    # document is read instead.
+    inner = f'<content type="xhtml"><div xmlns="{XHTML}"><entry>x</entry></div></content>'
+    tricky = doc(entry(1), entry(2), entry(3, inner.encode()))
+    outline = outline_page(url, tricky)
+    assert (outline.oldest_seq, outline.newest_seq) == (1, 3)
+    assert outline.prev_archive == "http://x.test/pages/1"
 
 
 def test_the_prev_archive_digest_is_read() -> None:

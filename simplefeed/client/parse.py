@@ -121,7 +121,8 @@ class Page(_Linked):
 @dataclass(frozen=True)
 class Outline(_Linked):
     """What walking back through a document needs: its links, whether it is archived, the
-    sequence numbers of its oldest and newest entries, and the digests, without the entries."""
+    sequence numbers of its newest and (when known) oldest entries, and the digests, without
+    the entries."""
 
     url: str
     links: Mapping[str, str]
@@ -180,11 +181,31 @@ def parse_page(url: str, body: bytes, *, parser: Parser = "feedparser") -> Page:
 
 
 def outline_page(url: str, body: bytes) -> Outline:
-    """The outline of one document: the feed level and two sequence numbers, or the full
-    parse's (so that the error raised is its) when those are not consistent. The entries are
-    not checked here, only counted."""
-    feed = tree.read_feed(url, tree.root(url, body))
+    """The outline of one document, for walking back through it.
+
+    A server writes the feed-level elements before the entries, so the document up to the end
+    of its first entry, closed with ``</feed>``, holds all of it: that prefix is read strictly
+    like any document (it is well-formed only when cut where the first entry, a child of the
+    feed, ends), giving the links, the archive flag and the newest sequence number for a
+    fraction of the whole document's cost (the oldest is left unknown; the full parse on the
+    way forward reads and checks every entry). Anything else (no entry, a prefix that is not
+    well-formed or not one entry) is outlined from the whole document, the full parse's
+    outline (so that the error raised is its) when the sequence numbers are not consistent.
+    """
     digest = hashlib.sha256(body).hexdigest()
+    end = body.find(b"</entry>")
+    if end != -1:
+        try:
+            first = tree.read_feed(url, tree.root(url, body[: end + 8] + b"</feed>"))
+        except NotAtom:
+            pass
+        else:
+            if len(first.entries) == 1:
+                newest = tree.seq_of(url, first.entries[0])
+                return Outline(
+                    url, first.links, first.is_archive, None, newest, digest, first.prev_sha256
+                )
+    feed = tree.read_feed(url, tree.root(url, body))
     if not feed.entries:
         return Outline(url, feed.links, feed.is_archive, None, None, digest, feed.prev_sha256)
     newest = tree.seq_of(url, feed.entries[0])

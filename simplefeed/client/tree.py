@@ -18,7 +18,6 @@ A DOCTYPE is refused (no entity is ever expanded), as is a root other than ``ato
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 from dataclasses import dataclass
@@ -211,15 +210,15 @@ def _id_text(entry: Any) -> str | None:
 
 
 def _stripped(el: Any) -> str:
-    return "".join(el.itertext()).strip()
+    return _string(el).strip()
 
 
 def _string(el: Any) -> str:
     """The element's text, descendants' text included, exactly as it stands."""
+    if len(el):
+        return "".join(el.itertext())
     text: str | None = el.text
-    if len(el) == 0:
-        return text or ""
-    return "".join(el.itertext())
+    return text if text is not None else ""
 
 
 def _text_construct(el: Any) -> str:
@@ -290,21 +289,25 @@ def _content(url: str, el: Any) -> tuple[str | None, Any]:
         return kind, _string(el)
     text = _string(el)
     try:
-        decoded = base64.b64decode(text.encode("ascii"), validate=False).decode("utf-8")
+        decoded = binascii.a2b_base64(text).decode("utf-8")
     except (binascii.Error, UnicodeError, ValueError):
         return kind, text  # not Base64 of UTF-8 text: as it stands
     return kind, _json(url, decoded) if is_json(kind) else decoded
 
 
-def _json(url: str, text: str) -> Any:
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:
-        raise MalformedPage(url, f"JSON content that is not JSON: {exc}") from None
-
-
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+#: One decoder for every entry (``json.loads`` with an argument makes a new one each call).
+_JSON = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def _json(url: str, text: str) -> Any:
+    try:
+        return _JSON.decode(text)
+    except (ValueError, RecursionError) as exc:
+        raise MalformedPage(url, f"JSON content that is not JSON: {exc}") from None
 
 
 def _xml(el: Any) -> str:

@@ -214,14 +214,14 @@ class _Back:
         """``page`` read: check that its entries are older than those passed before; whether
         it had any."""
         oldest, newest = page.oldest_seq, page.newest_seq
-        if oldest is None or newest is None:
+        if newest is None:
             return False
         if self.oldest is not None and newest >= self.oldest:
             raise MalformedPage(
                 page.url,
                 f"prev-archive led to newer entries (sequence {newest} after {self.oldest})",
             )
-        self.oldest = oldest
+        self.oldest = oldest if oldest is not None else newest  # an outline may not know it
         if self.newest is None:
             self.newest = newest
         return True
@@ -262,6 +262,8 @@ def _walk_back_to_start(
         back.arrived(prev, page)
     if isinstance(page, Outline):
         page = source.page(page.url)
+        if page.prev_archive is not None:  # the outline missed a link the page has
+            raise MalformedPage(page.url, "a prev-archive link after the entries")
     return page, back.newest
 
 
