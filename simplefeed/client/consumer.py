@@ -46,11 +46,14 @@ the entry point's max-age. The clock and the sleep are injected.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from os import PathLike
+from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
@@ -209,6 +212,11 @@ class Consumer:
         self._pages = _HttpPages(self.fetcher, parser, url)
         self._saved = self.state.load_checkpoint(url)
         self._pending: Checkpoint | None = None
+        # Per page: the checkpoint's durable write runs on a thread of its own (its own
+        # connection) while the walk reads the next pages; it is waited for before the next
+        # page's first entry is handed over.
+        self._writer: ThreadPoolExecutor | None = None
+        self._writing: Future[None] | None = None
         self._streams: weakref.WeakSet[Generator[FeedEntry, None, None]] = weakref.WeakSet()
         self._closed = False
 
@@ -315,6 +323,9 @@ class Consumer:
                 stream.close()
             self._flush()
         finally:
+            if self._writer is not None:
+                self._writer.submit(_close_writer_state)
+                self._writer.shutdown(wait=True)
             self.fetcher.close()
             if self._owns_state:
                 self.state.close()
@@ -340,8 +351,9 @@ class Consumer:
             while True:
                 found = 0
                 for entry in self._one_pass():
-                    pending = self._pending
-                    if pending is not None and pending.page_url != entry.page_url:
+                    if self._writing is not None or (
+                        self._pending is not None and self._pending.page_url != entry.page_url
+                    ):
                         self._flush()  # every entry of the previous page is processed
                     yield entry
                     # The caller came back for more: the entry is processed.
@@ -367,7 +379,9 @@ class Consumer:
             self._save(checkpoint)
         progress = self.progress if self.progress is not None else _ignore
         try:
-            yield from new_entries(self._pages, head, checkpoint, progress=progress)
+            yield from new_entries(
+                self._pages, head, checkpoint, progress=progress, page_done=self._page_done
+            )
         except DigestMismatch as exc:
             self.fetcher.forget(exc.url)  # a damaged cached copy: the next run asks again
             raise
@@ -381,7 +395,28 @@ class Consumer:
         else:
             self._pending = checkpoint
 
+    def _page_done(self) -> None:
+        """The walk is past the last entry of a page, all of them processed: with checkpoints
+        per page, start storing the checkpoint while the walk reads on."""
+        pending = self._pending
+        if self.checkpoint_every != "page" or pending is None:
+            return
+        self._wait_written()
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="simplefeed-checkpoint")
+        self._writing = self._writer.submit(
+            _save_in_background, self.state.path, self.url, pending, self.clock()
+        )
+        self._saved = pending
+        self._pending = None
+
+    def _wait_written(self) -> None:
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            writing.result()  # durable now, or its StateError
+
     def _flush(self) -> None:
+        self._wait_written()
         if self._pending is not None:
             self._save(self._pending)
 
@@ -393,6 +428,24 @@ class Consumer:
 
 def _ignore(_: Progress) -> None:
     pass
+
+
+_writer_state = threading.local()
+
+
+def _save_in_background(path: Path, url: str, checkpoint: Checkpoint, now: float) -> None:
+    """On the checkpoint thread: store durably, through that thread's own connection."""
+    state: StateFile | None = getattr(_writer_state, "file", None)
+    if state is None:
+        state = _writer_state.file = StateFile(path)
+    state.save_checkpoint(url, checkpoint, now)
+
+
+def _close_writer_state() -> None:
+    state: StateFile | None = getattr(_writer_state, "file", None)
+    if state is not None:
+        state.close()
+        _writer_state.file = None
 
 
 def _describe(error: BaseException) -> str:

@@ -136,14 +136,25 @@ def new_entries(
     checkpoint: Checkpoint | None,
     *,
     progress: ProgressFn = _no_progress,
+    page_done: Callable[[], None] = lambda: None,
 ) -> Iterator[FeedEntry]:
-    """The entries after ``checkpoint``, oldest first (everything when it is None)."""
+    """The entries after ``checkpoint``, oldest first (everything when it is None).
+    ``page_done`` is called when the walk is past a page's last entry (resumed after it) and
+    about to read on to the next page."""
     # Each pass forward is made before it runs, so that the page it starts from is not also
     # held here: it is let go of as soon as the pass moves on to the next one.
     if checkpoint is None or checkpoint.seq == 0:
         first, newest = _walk_back_to_start(source, head, progress)
         forward = _forward(
-            source, head, first, -1, None, progress, newest=newest, report=first is not head
+            source,
+            head,
+            first,
+            -1,
+            None,
+            progress,
+            page_done,
+            newest=newest,
+            report=first is not head,
         )
         del first
         yield from forward
@@ -164,11 +175,13 @@ def new_entries(
         page = None
     position = page.position(checkpoint.entry_id, checkpoint.seq) if page is not None else None
     if page is not None and position is not None:
-        forward = _forward(source, head, page, position, checkpoint, progress)
+        forward = _forward(source, head, page, position, checkpoint, progress, page_done)
     else:
         page = None  # not needed while walking back
         page, position = _walk_back_to_entry(source, head, checkpoint, progress)
-        forward = _forward(source, head, page, position, checkpoint, progress, report=True)
+        forward = _forward(
+            source, head, page, position, checkpoint, progress, page_done, report=True
+        )
     del page
     yield from forward
 
@@ -296,6 +309,7 @@ def _forward(
     position: int,
     checkpoint: Checkpoint | None,
     progress: ProgressFn,
+    page_done: Callable[[], None],
     *,
     newest: int | None = None,
     report: bool = False,
@@ -333,6 +347,7 @@ def _forward(
                 progress(Progress("process", done, total))
         if nxt is None or nxt_url is None:
             return
+        page_done()
         page = nxt
         del nxt
         moved = True
