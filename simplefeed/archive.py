@@ -57,6 +57,19 @@ def write_atomically(path: Path, body: bytes, mtime_us: int) -> None:
     # `simplefeed archive rebuild` too); a damaged one would not. One fsync per page saved.
 
 
+def writable_problem(directory: Path) -> str | None:
+    """Why no page file can be written into ``directory`` now, or None: a temporary file is
+    created there and removed (permissions alone say nothing for root or a read-only mount)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".healthz.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        return f"the archive directory {directory} cannot be written: {exc.strerror or exc}"
+    return None
+
+
 def file_matches(path: Path, page: FrozenPage) -> bool:
     try:
         return path.read_bytes() == page.body

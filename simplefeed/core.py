@@ -97,11 +97,17 @@ class Simplefeed:
         self._feeds: dict[str, Feed] = {}
         self._cache_lock = threading.Lock()
 
-    def ping(self) -> str:
-        """The database's kind (``sqlite``, ``postgresql``) once it has answered a query;
-        :class:`~simplefeed.errors.StoreUnavailable` if it does not."""
+    def health(self) -> tuple[str, list[str]]:
+        """The database's kind (``sqlite``, ``postgresql``) once it has answered a query
+        (:class:`~simplefeed.errors.StoreUnavailable` if it does not), and what keeps the service
+        from publishing although it answers: a read-only database, a SQLite file replaced or
+        deleted, an archive directory that cannot be written."""
         self.store.ping()
-        return self.store.backend
+        problems = self.store.problems()
+        problem = archive.writable_problem(self.settings.archive_dir)
+        if problem is not None:
+            problems.append(problem)
+        return self.store.backend, problems
 
     # -- feeds ---------------------------------------------------------------------------
 

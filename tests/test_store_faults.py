@@ -4,12 +4,15 @@ SQLite write lock held by another connection, a PostgreSQL server that is not th
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 from pathlib import Path
 
 import falcon.testing
 import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from bench.servers import free_port
 from simplefeed.app import create_app
@@ -17,7 +20,7 @@ from simplefeed.core import Simplefeed
 from simplefeed.errors import StoreUnavailable
 from simplefeed.model import Event
 from simplefeed.settings import Settings
-from tests.conftest import FakeClock, SequentialIds
+from tests.conftest import PG_ENV, FakeClock, PostgresDatabases, SequentialIds
 
 
 def _assert_unavailable(result: falcon.testing.Result) -> None:
@@ -91,3 +94,92 @@ def test_an_unreachable_postgresql_is_a_503_on_every_route_that_needs_it(tmp_pat
             _assert_unavailable(client.simulate_request(method, path, **kwargs))
     finally:
         core.store.close()
+
+
+def _sqlite_core(tmp_path: Path, sqlite_template: Path) -> tuple[Simplefeed, Path, str]:
+    path = tmp_path / "simplefeed.sqlite3"
+    shutil.copyfile(sqlite_template, path)
+    core = Simplefeed(_settings(tmp_path, f"sqlite:///{path}"), clock=FakeClock())
+    core.create_feed("events")
+    return core, path, core.create_token()
+
+
+@pytest.mark.parametrize("fault", ["deleted", "replaced"])
+def test_a_sqlite_file_deleted_or_replaced_under_the_service_is_detected(
+    tmp_path: Path, sqlite_template: Path, fault: str
+) -> None:
+    """The open connections would go on writing into the old, unlinked file: publishes
+    acknowledged, then gone after a restart. Every write checks the file first."""
+    core, path, token = _sqlite_core(tmp_path, sqlite_template)
+    client = falcon.testing.TestClient(
+        create_app(core.settings, core=core), headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        assert client.simulate_post("/entries", json={"title": "kept"}).status_code == 201
+        assert client.simulate_get("/healthz").status_code == 200
+        if fault == "deleted":
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        else:
+            replacement = tmp_path / "restored.sqlite3"
+            shutil.copyfile(sqlite_template, replacement)
+            os.replace(replacement, path)
+        _assert_unavailable(client.simulate_post("/entries", json={"title": "not kept"}))
+        health = client.simulate_get("/healthz")
+        assert health.status_code == 503 and health.headers["retry-after"] == "1"
+        assert health.json["status"] == "unhealthy"
+        assert any(fault in problem for problem in health.json["problems"]), health.json
+    finally:
+        core.store.close()
+
+
+def test_an_archive_directory_that_cannot_be_written_makes_healthz_unhealthy(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
+    core, _, _ = _sqlite_core(tmp_path, sqlite_template)
+    client = falcon.testing.TestClient(create_app(core.settings, core=core))
+    try:
+        assert client.simulate_get("/healthz").json == {"status": "ok", "database": "sqlite"}
+        archive_dir = core.settings.archive_dir
+        shutil.rmtree(archive_dir)
+        archive_dir.write_bytes(b"a file where the directory was")  # (permissions bind no root)
+        health = client.simulate_get("/healthz")
+        assert health.status_code == 503
+        (problem,) = health.json["problems"]
+        assert "archive directory" in problem
+    finally:
+        core.store.close()
+
+
+def test_a_read_only_postgresql_is_a_503_not_a_500(
+    tmp_path: Path, postgres: PostgresDatabases | None
+) -> None:
+    """A database switched to read-only (a standby promoted the other way, an operator's
+    default_transaction_read_only): publishing, and the live documents (whose new versions
+    write the flush barrier first), answer 503 with Retry-After; /healthz says why."""
+    if postgres is None:
+        pytest.skip(f"needs PostgreSQL: set {PG_ENV} to run it")
+    url = postgres.new_database()
+    core = Simplefeed(_settings(tmp_path, url), clock=FakeClock(), new_uuid=SequentialIds())
+    try:
+        core.create_feed("events")
+        token = core.create_token()
+        client = falcon.testing.TestClient(
+            create_app(core.settings, core=core), headers={"Authorization": f"Bearer {token}"}
+        )
+        assert client.simulate_post("/entries", json={"title": "before"}).status_code == 201
+        name = make_url(url).database
+        with postgres.admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on'))
+        core.store.close()  # new sessions take the setting
+        _assert_unavailable(client.simulate_post("/entries", json={"title": "refused"}))
+        _assert_unavailable(client.simulate_get("/recent"))  # a new version: its barrier writes
+        health = client.simulate_get("/healthz")
+        assert health.status_code == 503
+        assert health.json["problems"] == [
+            "the database is read-only (default_transaction_read_only)"
+        ]
+        assert core.feed("events").head_seq == 1
+    finally:
+        core.store.close()
+        postgres.drop(url)

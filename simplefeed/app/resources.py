@@ -293,14 +293,22 @@ class Entries(_FeedResource):
 
 
 class Health:
-    """``GET /healthz``: the process answers and the database does too."""
+    """``GET /healthz``: 200 when the process answers, the database does too and publishing
+    can work; 503 (with ``Retry-After``) naming the problems otherwise (the app's error handler
+    answers 503 when the database does not answer at all)."""
 
     def __init__(self, core: Simplefeed) -> None:
         self.core = core
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.cache_control = ["no-store"]
-        resp.media = {"status": "ok", "database": self.core.ping()}
+        database, problems = self.core.health()
+        if problems:
+            resp.status = falcon.HTTP_503
+            resp.set_header("Retry-After", "1")
+            resp.media = {"status": "unhealthy", "database": database, "problems": problems}
+            return
+        resp.media = {"status": "ok", "database": database}
 
     on_head = on_get
 

@@ -154,6 +154,11 @@ class Store(ABC):
     def ping(self) -> None:
         """Raise :class:`~simplefeed.errors.StoreUnavailable` unless the database answers."""
 
+    def problems(self) -> list[str]:
+        """What keeps the database from taking writes although it answers (for ``/healthz``):
+        read-only, its file replaced or deleted, ... Empty when all is well."""
+        return []
+
     @abstractmethod
     def close(self) -> None:
         """Close every connection (the store may be used again: it reconnects)."""

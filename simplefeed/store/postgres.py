@@ -475,6 +475,17 @@ class PostgresStore(sql.SqlStore):
             with self.direct() as conn:
                 conn.execute(FLUSH_MARK, prepare=True)
 
+    def problems(self) -> list[str]:
+        with self.read_one() as conn:
+            recovery, read_only = conn.exec_driver_sql(
+                "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')"
+            ).one()
+        if recovery:
+            return ["the database is read-only: the server is a standby (in recovery)"]
+        if read_only == "on":
+            return ["the database is read-only (default_transaction_read_only)"]
+        return []
+
     def analyze_entries_once(self) -> bool:
         """``ANALYZE entries`` if it never has been; True if it ran.
 

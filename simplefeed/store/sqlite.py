@@ -14,6 +14,7 @@ SQLAlchemy's tens), since every writer waits for whoever holds that lock.
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import time
@@ -26,7 +27,7 @@ from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Engine, make_url
 
-from simplefeed.errors import FeedNotFound
+from simplefeed.errors import FeedNotFound, StoreUnavailable
 from simplefeed.model import Entry, Feed, FrozenPage, PendingEntry, StoredEntry
 from simplefeed.store import sql
 from simplefeed.store.interface import Appending
@@ -116,9 +117,63 @@ class _SQLiteAppending(Appending):
 
 
 class SQLiteStore(sql.SqlStore):
-    """:class:`~simplefeed.store.interface.Store` on a SQLite file."""
+    """:class:`~simplefeed.store.interface.Store` on a SQLite file.
+
+    The file this store opened is the file it writes to: a file deleted or replaced under a
+    running service (a restore, a mistaken ``rm``) would otherwise take writes into the old,
+    unlinked file through the open connections, acknowledged and then gone. Every write
+    transaction first checks that the path still names the file (device and inode) first seen
+    there, and refuses with :class:`~simplefeed.errors.StoreUnavailable` if not (about 1 us);
+    :meth:`problems` reports it. A restart opens the file that is there now.
+    """
 
     backend = "sqlite"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        database = make_url(url).database
+        self.path = Path(database) if database and database != ":memory:" else None
+        self._identity: tuple[int, int] | None = None
+        self._file_problem()  # the file's identity, if it exists already
+
+    def _file_problem(self) -> str | None:
+        """Why the path no longer names the database file first seen there, or None."""
+        if self.path is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if self._identity is None:
+                return None  # not created yet: the first connection creates it
+            return f"the database file {self.path} was deleted"
+        identity = (st.st_dev, st.st_ino)
+        if self._identity is None:
+            self._identity = identity
+        elif identity != self._identity:
+            return f"the database file {self.path} was replaced; restart to use the new one"
+        return None
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        problem = self._file_problem()
+        if problem is not None:
+            raise StoreUnavailable(problem)
+        with super().write() as conn:
+            yield conn
+        if self._identity is None:
+            self._file_problem()  # created by this transaction's connection
+
+    def problems(self) -> list[str]:
+        found = []
+        problem = self._file_problem()
+        if problem is not None:
+            found.append(problem)
+        if self.path is not None and self.path.exists():
+            # Also the directory: SQLite creates the -wal and -shm files beside the database.
+            for path in (self.path, self.path.parent):
+                if not os.access(path, os.W_OK):
+                    found.append(f"the database is read-only: {path} cannot be written")
+        return found
 
     @staticmethod
     def make_engine(url: str) -> Engine:
