@@ -183,3 +183,11 @@ def test_a_read_only_postgresql_is_a_503_not_a_500(
     finally:
         core.store.close()
         postgres.drop(url)
+
+
+def test_an_unsupported_database_is_a_configuration_error() -> None:
+    from simplefeed.errors import ConfigError
+    from simplefeed.store import open_store
+
+    with pytest.raises(ConfigError, match="unsupported database 'mysql'"):
+        open_store("mysql://user@127.0.0.1/db")
