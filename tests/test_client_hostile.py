@@ -351,3 +351,57 @@ def test_a_title_cannot_forge_a_line_of_the_default_output(
     run = consume(f"{server.base}/recent", tmp_path / "j.sqlite3", "--jsonl")
     title = json.loads(run.stdout.split("\n")[0])["title"]
     assert title == "real\n2\turn:forged\tforged\r\x85\u2028\\"
+
+
+# -- follow mode: nothing grows --------------------------------------------------------------
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_following_a_feed_for_hundreds_of_polls_grows_nothing(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """Each poll finds five new entries (the recent document keeps the last 20); RSS and the
+    state file stay flat from the 100th poll to the last (about 15 s, 0.05 s between polls)."""
+    server = hostile({})
+    polls = [0]
+
+    def recent(sock: socket.socket) -> None:
+        polls[0] += 1
+        newest = 5 * polls[0]
+        window = [(s, f"entry {s}") for s in range(max(1, newest - 19), newest + 1)]
+        answer(atom(server.base, window), Cache_Control="no-cache")(sock)
+
+    server.routes["/recent"] = recent
+    state = tmp_path / "s.sqlite3"
+    command = [*simplefeed_command(), "consume", f"{server.base}/recent", "--state", str(state)]
+    child = subprocess.Popen(
+        [*command, "--follow", "--min-interval", "0.1", "--max-interval", "0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=clean_environ(),
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while polls[0] < 100 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert polls[0] >= 100, "the consumer did not poll"
+        rss_at_100 = rss_kib(child.pid)
+        state_at_100 = sum(f.stat().st_size for f in tmp_path.glob("s.sqlite3*"))
+        while polls[0] < 250 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert polls[0] >= 250
+        rss_at_250 = rss_kib(child.pid)
+        state_at_250 = sum(f.stat().st_size for f in tmp_path.glob("s.sqlite3*"))
+    finally:
+        child.send_signal(2)  # SIGINT: exit 130
+        _, stderr = child.communicate(timeout=30)
+    assert child.returncode == 130, stderr
+    assert rss_at_250 - rss_at_100 < 4 * 1024, (rss_at_100, rss_at_250)
+    assert state_at_250 < max(2 * state_at_100, 8 * 1024 * 1024), (state_at_100, state_at_250)
+    assert "Traceback" not in stderr.decode()
