@@ -40,6 +40,7 @@ from feedgen.feed import FeedGenerator
 from feedgen.util import xml_fromstring
 from lxml import etree
 
+from simplefeed.feed_namespaces import FEED_NAMESPACES, USERLAND_RSS
 from simplefeed.model import (
     ATOM_NS,
     FH_NS,
@@ -381,7 +382,12 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
     """Why ``text`` cannot be inline XML content, or None if it can.
 
     Parsed as feedgen will parse it, with entity expansion, DTD loading and network access off;
-    a DOCTYPE is refused outright (its entities could not be carried into the feed).
+    a DOCTYPE is refused outright (its entities could not be carried into the feed). Content
+    under an XML media type must be namespaced, and in no namespace that feedparser reads as
+    feed structure (:mod:`simplefeed.feed_namespaces`): no element, attribute or namespace
+    declaration of one, and no prefix feedparser gives one (a reader that matches prefixes
+    would read the element as the entry's own). XHTML is in that table: it belongs in
+    ``xhtml`` content.
     """
     source = f"{_XHTML_DIV}{text}</div>" if xhtml else text
     try:
@@ -401,8 +407,77 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
                 f"<{el.tag}> has no namespace; inline XML content must declare one "
                 "(inside an Atom document it would otherwise read as Atom)"
             )
-        elif namespace == ATOM_NS:
-            return f"<{el.tag}> is an Atom element; entries cannot nest Atom elements"
+        elif namespace == XHTML_NS:
+            return (
+                f"<{etree.QName(el).localname}> is XHTML; send XHTML as content_type xhtml "
+                "(the content of a div), not under an XML media type"
+            )
+        elif _feed_vocabulary(namespace):
+            return (
+                f"<{etree.QName(el).localname}> is in {namespace}, a namespace feed readers "
+                "(feedparser) read as feed structure; inline XML content must not use it"
+            )
+        problem = _feed_vocabulary_attribute(el) or _feed_vocabulary_declaration(el, xhtml)
+        if problem:
+            return problem
+    return None
+
+
+#: Feed-vocabulary namespaces, in lower case, as feedparser compares them.
+_FEED_NAMESPACES = frozenset(uri.lower() for uri in FEED_NAMESPACES if uri)
+#: Prefixes feedparser gives feed vocabularies: ``<dc:title>`` is Dublin Core's title to it.
+_FEED_PREFIXES = frozenset(p.lower() for p in FEED_NAMESPACES.values() if p) - {"xml"}
+XML_NS = "http://www.w3.org/XML/1998/namespace"
+XLINK_NS = "http://www.w3.org/1999/xlink"
+#: Attributes in a feed-vocabulary namespace that inline content may carry: xml:lang and
+#: xml:space (no xml:base: it would re-base URLs), and XLink 1.1's (SVG and MathML links,
+#: which feedparser carries through as such).
+_ALLOWED_NAMESPACED_ATTRIBUTES = {
+    XML_NS: frozenset({"lang", "space"}),
+    XLINK_NS: frozenset(
+        {"type", "href", "role", "arcrole", "title", "show", "actuate", "label", "from", "to"}
+    ),
+}
+
+
+def _feed_vocabulary(namespace: str) -> bool:
+    lower = namespace.lower()
+    return lower in _FEED_NAMESPACES or USERLAND_RSS in lower
+
+
+def _feed_vocabulary_attribute(el: Any) -> str | None:
+    for name in el.attrib:
+        qname = etree.QName(name)
+        namespace = qname.namespace
+        if namespace is None or not _feed_vocabulary(namespace):
+            continue
+        if qname.localname in _ALLOWED_NAMESPACED_ATTRIBUTES.get(namespace, ()):
+            continue
+        return (
+            f"the attribute {qname.localname!r} of <{etree.QName(el).localname}> is in "
+            f"{namespace}, a namespace feed readers read as feed structure"
+        )
+    return None
+
+
+def _feed_vocabulary_declaration(el: Any, xhtml: bool) -> str | None:
+    parent = el.getparent()
+    inherited = parent.nsmap if parent is not None else {}
+    for prefix, namespace in el.nsmap.items():
+        if inherited.get(prefix) == namespace:
+            continue
+        if _feed_vocabulary(namespace):
+            if namespace == XLINK_NS or (xhtml and namespace == XHTML_NS):
+                continue
+            return (
+                f"it declares {namespace}, a namespace feed readers read as feed structure; "
+                "inline XML content must not use it"
+            )
+        if prefix is not None and prefix.lower() in _FEED_PREFIXES:
+            return (
+                f"the prefix {prefix!r} is the one feed readers (feedparser) give a feed "
+                "vocabulary; choose another prefix"
+            )
     return None
 
 

@@ -17,7 +17,9 @@ from simplefeed.errors import Forbidden, Unauthorized
 from simplefeed.model import TokenRecord
 
 PREFIX = "sft"
-_TOKEN = re.compile(r"^sft_([1-9][0-9]{0,17})_([A-Za-z0-9_-]{43})$")
+_TOKEN = re.compile(r"^sft_([1-9][0-9]{0,9})_([A-Za-z0-9_-]{43})$")
+#: tokens.id is an INTEGER column: 32 bits on PostgreSQL. A larger id names no token.
+MAX_TOKEN_ID = 2**31 - 1
 
 
 def new_secret() -> str:
@@ -46,7 +48,7 @@ def parse_authorization(header: str | None) -> Credentials:
     if scheme.lower() != "bearer" or not value.strip():
         raise Unauthorized("publishing needs Authorization: Bearer <token>")
     match = _TOKEN.match(value.strip())
-    if match is None:
+    if match is None or int(match.group(1)) > MAX_TOKEN_ID:
         raise Unauthorized("the bearer token is not valid", invalid_token=True)
     return Credentials(int(match.group(1)), match.group(2))
 

@@ -29,7 +29,11 @@ class Limits:
     max_json_depth: int = 32
     max_categories: int = 32
     max_links: int = 32
-    max_id_chars: int = 1024
+    #: UTF-8 bytes of a producer's entry id. entries.entry_id is VARCHAR(1024) and sits in a
+    #: unique index with the feed's id: 1,024 bytes keep the index row far under PostgreSQL's
+    #: btree limit (about 2,700 bytes), on every backend alike. Ids are ASCII URIs in canonical
+    #: form (simplefeed.uris), so bytes and characters count the same.
+    max_id_bytes: int = 1024
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,6 @@ class Settings:
                 max_json_depth=integer("SIMPLEFEED_MAX_JSON_DEPTH", Limits.max_json_depth, 1),
                 max_categories=integer("SIMPLEFEED_MAX_CATEGORIES", Limits.max_categories, 0),
                 max_links=integer("SIMPLEFEED_MAX_LINKS", Limits.max_links, 0),
-                # entries.entry_id is VARCHAR(1024)
-                max_id_chars=integer("SIMPLEFEED_MAX_ID_CHARS", Limits.max_id_chars, 16, 1024),
+                max_id_bytes=integer("SIMPLEFEED_MAX_ID_BYTES", Limits.max_id_bytes, 16, 1024),
             ),
         )

@@ -9,6 +9,7 @@ valid document and no field can add an element or attribute to a page.
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -24,7 +25,7 @@ from pydantic import (
     ValidationError,
 )
 
-from simplefeed import atom
+from simplefeed import atom, uris
 from simplefeed.errors import InvalidEvent, MalformedRequest, PayloadTooLarge
 from simplefeed.model import Author, Category, Event, Link, datetime_to_us
 from simplefeed.settings import Limits
@@ -34,7 +35,6 @@ _NOT_XML_CHAR = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010f
 #: An IRI (RFC 3987), checked loosely: a scheme, then no spaces, controls or delimiters that
 #: are never allowed unescaped.
 _IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"{}|\\^`\x00-\x1f\x7f]*$")
-_EMAIL = re.compile(r"^[^\s@]+@[^\s@]+$")
 _MEDIA_TYPE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
 )
@@ -94,13 +94,60 @@ def read_body(body: bytes) -> Any:
             f"body is not valid UTF-8: {exc.reason} at byte {exc.start}"
         ) from None
     try:
-        return json.loads(text)
+        return strict_json(text)
     except json.JSONDecodeError as exc:
         raise MalformedRequest(
             f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except NotStrictJson as exc:
+        raise MalformedRequest(f"body is not valid JSON: {exc}") from None
     except RecursionError:
         raise MalformedRequest("body is not usable JSON: nested too deeply") from None
+
+
+class NotStrictJson(ValueError):
+    """JSON that Python's parser takes but RFC 8259 (and I-JSON, RFC 7493) does not."""
+
+
+def _no_constant(name: str) -> Any:
+    raise NotStrictJson(f"{name} is not a JSON number (RFC 8259 section 6)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise NotStrictJson(f"the number {text[:40]} overflows a double (RFC 7493 2.2)")
+    return value
+
+
+def _finite_int(text: str) -> int:
+    if math.isinf(float(text)):
+        raise NotStrictJson(f"the number {text[:40]}... overflows a double (RFC 7493 2.2)")
+    return int(text)
+
+
+def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise NotStrictJson(f"the name {name[:40]!r} appears twice in an object (RFC 7493)")
+            seen.add(name)
+    return obj
+
+
+def strict_json(text: str) -> Any:
+    """``json.loads`` as strict as the strictest JSON reader: no NaN or Infinity, no number a
+    double cannot hold, no name twice in an object. Raises :class:`json.JSONDecodeError` or
+    :class:`NotStrictJson`."""
+    return json.loads(
+        text,
+        parse_constant=_no_constant,
+        parse_float=_finite_float,
+        parse_int=_finite_int,
+        object_pairs_hook=_unique_names,
+    )
 
 
 def parse_events(payload: Any, limits: Limits, now_us: int) -> tuple[list[Event], bool]:
@@ -179,7 +226,7 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
     if not title.strip():
         raise c.fail("title", "must not be empty")
     summary = c.text("summary", ev.summary, limits.max_summary_chars)
-    entry_id = c.iri("id", ev.id, max_chars=limits.max_id_chars)
+    entry_id = _entry_id(c, ev.id, limits.max_id_bytes)
 
     content_type = ev.content_type
     if content_type is not None:
@@ -200,8 +247,9 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
             raise c.fail("author", "must not be empty")
     elif ev.author is not None:
         email = c.text("author.email", ev.author.email, 256)
-        if email is not None and not _EMAIL.match(email):
-            raise c.fail("author.email", "must be an e-mail address (name@domain)")
+        problem = uris.email_problem(email) if email is not None else None
+        if problem:
+            raise c.fail("author.email", problem)
         author = Author(
             name=c.text("author.name", ev.author.name, 256) or "",
             email=email,
@@ -275,10 +323,32 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
 
 
 def _timestamp(c: _Checker, value: datetime) -> int:
-    us = datetime_to_us(value)
+    try:
+        us = datetime_to_us(value)
+    except OverflowError:
+        raise c.fail("updated", f"is outside {UPDATED_RANGE}") from None
     if us < 0:
-        raise c.fail("updated", "must not be before 1970")
+        raise c.fail("updated", f"must not be before 1970 ({UPDATED_RANGE})")
     return us
+
+
+#: What ``updated`` may say, in UTC (the upper bound is the server's clock plus the skew).
+UPDATED_RANGE = "the accepted range, 1970-01-01T00:00:00Z to 5 minutes after the server's clock"
+
+
+def _entry_id(c: _Checker, value: str | None, max_bytes: int) -> str | None:
+    """A producer's entry id: at most ``max_bytes`` of UTF-8, a URI in canonical form of one
+    of :data:`simplefeed.uris.ID_SCHEMES` (see :mod:`simplefeed.uris`)."""
+    if value is None:
+        return None
+    c.text("id", value)
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise c.fail("id", f"is {size} bytes of UTF-8; at most {max_bytes} are allowed")
+    problem = uris.id_problem(value)
+    if problem:
+        raise c.fail("id", problem)
+    return value
 
 
 def _depth(value: Any, limit: int) -> int:
@@ -308,7 +378,10 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
             raise c.fail("content", "a JSON value (not a string) needs a JSON content_type")
         if _depth(raw, limits.max_json_depth) > limits.max_json_depth:
             raise c.fail("content", f"is nested deeper than {limits.max_json_depth} levels")
-        text = json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
+        try:
+            text = json.dumps(raw, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except ValueError:
+            raise c.fail("content", "holds NaN or Infinity, which JSON cannot carry") from None
         _check_encodable(c, text)
     else:
         text = raw
@@ -316,11 +389,15 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
             _check_encodable(c, text)
             if _is_json_type(content_type or ""):
                 try:
-                    parsed = json.loads(text)
+                    parsed = strict_json(text)
                 except (json.JSONDecodeError, RecursionError):
                     raise c.fail("content", f"is not valid JSON for {content_type}") from None
+                except NotStrictJson as exc:
+                    raise c.fail("content", f"is not strict JSON ({content_type}): {exc}") from None
                 if _depth(parsed, limits.max_json_depth) > limits.max_json_depth:
                     raise c.fail("content", f"is nested deeper than {limits.max_json_depth} levels")
+                if _has_lone_surrogate(parsed):
+                    raise c.fail("content", "escapes a lone surrogate, which strict JSON refuses")
         else:
             c.text("content", text)
     if len(text) > limits.max_content_chars:
@@ -330,6 +407,25 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
         if problem:
             raise c.fail("content", f"is not usable as inline XML: {problem}")
     return text
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    """Whether a decoded JSON value holds a string with a lone surrogate (an escaped one:
+    ``"\\ud800"``), which RFC 8259 section 8.2 leaves unpredictable and strict parsers refuse."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _is_json_type(content_type: str) -> bool:

@@ -213,8 +213,8 @@ def _bad_requests() -> list[tuple[str, dict[str, Any], int, str]]:
         ("control character", {"json": {"title": "a\u0001b"}}, 422, "U+0001"),
         ("NUL", {"json": {"title": "ok", "summary": "a\u0000"}}, 422, "U+0000"),
         ("lone surrogate", {"body": b'{"title": "\\ud800"}', "headers": j}, 422, "U+D800"),
-        ("id not an IRI", {"json": {"title": "x", "id": "not an iri"}}, 422, "IRI"),
-        ("relative id", {"json": {"title": "x", "id": "/just/a/path"}}, 422, "IRI"),
+        ("id not a URI", {"json": {"title": "x", "id": "not an iri"}}, 422, "URI"),
+        ("relative id", {"json": {"title": "x", "id": "/just/a/path"}}, 422, "URI"),
         (
             "naive updated",
             {"json": {"title": "x", "updated": "2026-01-01T00:00:00"}},
@@ -334,11 +334,11 @@ def test_bad_element_in_a_batch_is_named_by_index(client: Client) -> None:
 
 
 def test_conflict_names_the_id(client: Client, core: Simplefeed) -> None:
-    post(client, {"title": "a", "id": "urn:x:1"})
+    post(client, {"title": "a", "id": "urn:test:1"})
     before = state(client, core)
-    r = post(client, [{"title": "fresh"}, {"title": "b", "id": "urn:x:1"}])
+    r = post(client, [{"title": "fresh"}, {"title": "b", "id": "urn:test:1"}])
     assert r.status_code == 409
-    assert r.json["id"] == "urn:x:1" and r.json["index"] == 1
+    assert r.json["id"] == "urn:test:1" and r.json["index"] == 1
     assert state(client, core) == before
 
 

@@ -243,8 +243,8 @@ def corpus() -> list[list[dict[str, Any]]]:
             {"title": "urn id", "id": "urn:example:order:7"},
             {"title": "tag id", "id": "tag:example.com,2027:event/1"},
             {"title": "http id", "id": "http://example.com/e/1?x=1&y=2#frag"},
-            {"title": "IRI id", "id": "https://example.com/événement/ü"},
-            {"title": "mojibake id", "id": "urn:x:Ã©"},
+            {"title": "IRI id", "id": "https://example.com/%C3%A9v%C3%A9nement/%C3%BC"},
+            {"title": "mojibake id", "id": "urn:test:%C3%83%C2%A9"},
         ],
         [{"title": "Updated", "updated": "2027-01-15T08:02:00Z"}],
     ]

@@ -126,7 +126,7 @@ def _client(core: Simplefeed, token: str, **limits: int) -> falcon.testing.TestC
             422,
             "links",
         ),
-        ({"max_id_chars": 20}, {"title": "x", "id": "urn:x:" + "a" * 20}, 422, "id"),
+        ({"max_id_bytes": 20}, {"title": "x", "id": "urn:test:" + "a" * 20}, 422, "bytes"),
     ],
 )
 def test_each_limit_is_configurable_and_enforced(
@@ -158,7 +158,7 @@ def test_limits_come_from_the_environment() -> None:
         "SIMPLEFEED_MAX_JSON_DEPTH": "4",
         "SIMPLEFEED_MAX_CATEGORIES": "5",
         "SIMPLEFEED_MAX_LINKS": "6",
-        "SIMPLEFEED_MAX_ID_CHARS": "64",
+        "SIMPLEFEED_MAX_ID_BYTES": "64",
     }
     assert Settings.from_env(env).limits == Limits(
         max_body_bytes=1000,
@@ -169,7 +169,7 @@ def test_limits_come_from_the_environment() -> None:
         max_json_depth=4,
         max_categories=5,
         max_links=6,
-        max_id_chars=64,
+        max_id_bytes=64,
     )
 
 
@@ -191,6 +191,6 @@ def test_a_bad_limit_setting_is_a_clear_error() -> None:
     from simplefeed.errors import ConfigError
 
     with pytest.raises(ConfigError, match="at most 1024"):
-        Settings.from_env({"SIMPLEFEED_MAX_ID_CHARS": "5000"})
+        Settings.from_env({"SIMPLEFEED_MAX_ID_BYTES": "5000"})
     with pytest.raises(ConfigError, match="integer"):
         Settings.from_env({"SIMPLEFEED_MAX_BATCH": "many"})

@@ -15,6 +15,7 @@ from simplefeed.core import Simplefeed
 from simplefeed.errors import (
     FeedNotFound,
     LengthRequired,
+    MalformedRequest,
     NotFound,
     PageNotFound,
     PayloadTooLarge,
@@ -260,9 +261,21 @@ class Entries(_FeedResource):
             raise LengthRequired("send the body with a Content-Length (chunked bodies are refused)")
         if req.content_length is not None and req.content_length > limit:
             raise PayloadTooLarge(f"body is {req.content_length} bytes; the limit is {limit}")
-        body = req.bounded_stream.read(limit + 1)
+        try:
+            body = req.bounded_stream.read(limit + 1)
+        except OSError:
+            # uWSGI raises when the client stops sending before Content-Length bytes arrived
+            # (after its socket timeout, 4 s by default): the request is incomplete.
+            raise MalformedRequest(
+                f"body ended before its Content-Length ({req.content_length} bytes)"
+            ) from None
         if len(body) > limit:
             raise PayloadTooLarge(f"body is over the limit of {limit} bytes")
+        if req.content_length is not None and len(body) < req.content_length:
+            raise MalformedRequest(
+                f"body is {len(body)} bytes, shorter than its Content-Length "
+                f"({req.content_length} bytes)"
+            )
         payload = read_body(body)
         events, batch = parse_events(payload, self.settings.limits, self.core.clock())
         return name, events, batch

@@ -1,0 +1,198 @@
+"""What the door accepts as an entry id, an e-mail address and a URL: pure rules, no I/O.
+
+Entry ids are compared character by character (RFC 4287 4.2.6), so one entry could be sent
+under two spellings of one URI (``HTTP://Example.COM/a`` and ``http://example.com/a``) and
+become two entries. Ids must therefore arrive in canonical form: :func:`canonical_uri` gives
+it (RFC 3986 section 6.2.2 and 6.2.3 normalisation, as the W3C Feed Validator computes it, plus
+the case rules of the ``urn``, ``urn:uuid`` and ``tag`` schemes), and :func:`id_problem` refuses
+anything else, saying what the canonical form would be. Only schemes that name things stably
+and that the validator accepts without a warning are taken: ``http``, ``https``, ``tag``
+(RFC 4151) and ``urn`` (RFC 2141 syntax, ``urn:uuid`` holding a UUID).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+import uuid
+from datetime import date
+from urllib.parse import quote
+
+ID_SCHEMES = ("http", "https", "tag", "urn")
+
+_SUB_DELIMS = "!$&'()*+,;="
+_PCHAR = "-._~" + _SUB_DELIMS + ":@"
+_RESERVED = ":/?#[]@" + _SUB_DELIMS
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+# RFC 3986 appendix B, anchored.
+_URI_REFERENCE = re.compile(r"^(([^:/?#]+):)?(//([^/?#]*))?([^?#]*)(\?([^#]*))?(#(.*))?$")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*$")
+_PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
+# RFC 1035 / 1123 host names: letters, digits and inner hyphens, labels of 1-63, dot-separated.
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_HOST = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
+# RFC 2141 (the W3C validator's grammar for URNs), the namespace id in lower case.
+_URN = re.compile(r"^urn:([a-z0-9][a-z0-9-]{1,31}):(?:[A-Za-z0-9()+,\-.:=@;$_!*']|%[0-9A-F]{2})+$")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+# RFC 4151: tag:authorityName,date:specific[#fragment]; the validator's characters.
+_TAG = re.compile(
+    rf"^tag:(?:([a-z0-9\-._]+)@)?({_LABEL}(?:\.{_LABEL})*),(\d{{4}})(?:-(\d{{2}})(?:-(\d{{2}}))?)?:"
+    r"[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*(?:#[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*)?$"
+)
+# RFC 5322 addr-spec, dot-atom forms only (no quoted local parts, no domain literals: the
+# W3C validator refuses those), and a host name with at least two labels.
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+_ANY_CASE_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_ADDR_SPEC = re.compile(rf"^{_ATEXT}+(?:\.{_ATEXT}+)*@{_ANY_CASE_LABEL}(?:\.{_ANY_CASE_LABEL})+$")
+
+
+class NotAUri(ValueError):
+    pass
+
+
+def _normalise(part: str, safe: str) -> str:
+    """Percent-encoding normalised: octets decoded unless they are delimiters kept encoded
+    (reserved characters outside ``safe``), the text NFC-normalised, then encoded again with
+    upper-case hex, leaving unreserved characters and ``safe`` as they are."""
+    out: list[str] = []
+    pending = bytearray()
+
+    def flush() -> None:
+        try:
+            text = pending.decode("utf-8")
+        except UnicodeDecodeError:
+            raise NotAUri("percent-encoded octets that are not UTF-8") from None
+        out.append(quote(unicodedata.normalize("NFC", text), safe=safe))
+        pending.clear()
+
+    i = 0
+    while i < len(part):
+        ch = part[i]
+        if ch == "%":
+            if not _PERCENT.match(part, i):
+                raise NotAUri("a '%' not followed by two hex digits")
+            octet = int(part[i + 1 : i + 3], 16)
+            token = part[i : i + 3].upper()
+            i += 3
+        else:
+            octet = -1
+            token = ch
+            i += 1
+        char = chr(octet) if octet >= 0 else ch
+        if char in _RESERVED and char in safe:
+            flush()
+            out.append(token)  # a delimiter, literal or encoded, stays as it was sent
+        elif octet >= 0:
+            pending.append(octet)
+        else:
+            pending += ch.encode("utf-8")
+    flush()
+    return "".join(out)
+
+
+def _remove_dot_segments(path: str) -> str:
+    segments = path.split("/")
+    out: list[str] = []
+    for i, segment in enumerate(segments):
+        last = i == len(segments) - 1
+        if segment == ".":
+            if last:
+                out.append("")
+        elif segment == "..":
+            if len(out) > 1:
+                out.pop()
+            if last:
+                out.append("")
+        else:
+            out.append(segment)
+    return "/".join(out) or "/"
+
+
+def canonical_uri(value: str) -> str:
+    """The canonical form of an absolute URI or IRI (non-ASCII characters percent-encoded as
+    UTF-8). Raises :class:`NotAUri` when it has none."""
+    match = _URI_REFERENCE.match(value)
+    if match is None or match.group(2) is None or not _SCHEME.match(match.group(2)):
+        raise NotAUri("not an absolute URI (scheme:...)")
+    scheme = match.group(2).lower()
+    authority, path = match.group(4), match.group(5)
+    if authority is not None:
+        userinfo, at, host = authority.rpartition("@")
+        host, colon, port = host.partition(":") if not host.startswith("[") else (host, "", "")
+        if colon and port and not port.isdigit():
+            raise NotAUri("a port that is not a number")
+        host = host.lower()
+        if host.endswith(".") and "." in host[:-1]:
+            host = host[:-1]
+        if port == _DEFAULT_PORTS.get(scheme):
+            port = ""
+        canonical_authority = (
+            (_normalise(userinfo, _SUB_DELIMS + ":") + "@" if at else "")
+            + _normalise(host, _SUB_DELIMS)
+            + (":" + port if port else "")
+        )
+        segments = _remove_dot_segments(path).split("/") if path else ["", ""]
+        path = "/".join(_normalise(s, _PCHAR) for s in segments)
+        rest = f"//{canonical_authority}{path}"
+    else:
+        rest = _normalise(path, _PCHAR + "/")
+        if scheme == "urn":
+            nid, colon, nss = rest.partition(":")
+            rest = nid.lower() + colon + (nss.lower() if nid.lower() == "uuid" else nss)
+        elif scheme == "tag":
+            authority_name, comma, tail = rest.partition(",")
+            rest = authority_name.lower() + comma + tail
+    query, fragment = match.group(7), match.group(9)
+    return (
+        f"{scheme}:{rest}"
+        + (f"?{_normalise(query, _PCHAR + '/?')}" if query is not None else "")
+        + (f"#{_normalise(fragment, _PCHAR + '/?')}" if fragment is not None else "")
+    )
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an entry id, or None. See the module's docstring."""
+    scheme = value.partition(":")[0].lower()
+    if scheme not in ID_SCHEMES or ":" not in value:
+        return f"must be a URI with one of the schemes {', '.join(ID_SCHEMES)}"
+    try:
+        canonical = canonical_uri(value)
+    except NotAUri as exc:
+        return f"is not a URI: {exc}"
+    if canonical != value:
+        return (
+            f"is not in canonical form (RFC 3986 6.2, case, percent-encoding, default port); "
+            f"send {canonical!r}"
+        )
+    if scheme in ("http", "https"):
+        authority = value[len(scheme) + 1 :]
+        host = re.match(r"^//(?:[^@/?#]*@)?([^:/?#]*)", authority)
+        if host is None or not _HOST.match(host.group(1)):
+            return "must name a host (http://host/...), by a DNS name"
+        return None
+    if scheme == "urn":
+        urn = _URN.match(value)
+        if urn is None:
+            return "is not a URN (RFC 2141: urn:<namespace id>:<specific string>)"
+        if urn.group(1) == "uuid":
+            uuid_text = value[len("urn:uuid:") :]
+            if not _UUID.match(uuid_text):
+                return "is not a UUID URN (urn:uuid: then 8-4-4-4-12 hex digits)"
+            uuid.UUID(uuid_text)
+        return None
+    tag = _TAG.match(value)
+    if tag is None:
+        return "is not a tag URI (RFC 4151: tag:<domain or e-mail>,<YYYY[-MM[-DD]]>:<name>)"
+    year, month, day = (int(g) if g else 1 for g in tag.group(3, 4, 5))
+    try:
+        date(year, month, day)
+    except ValueError:
+        return "is not a tag URI (RFC 4151): its date is not a calendar date"
+    return None
+
+
+def email_problem(value: str) -> str | None:
+    """Why ``value`` is not an RFC 5322 addr-spec an Atom reader accepts, or None."""
+    if len(value) > 254 or not _ADDR_SPEC.match(value):
+        return "must be an e-mail address (RFC 5322 addr-spec: name@host.domain, no mailto:, no <>)"
+    return None

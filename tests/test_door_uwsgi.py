@@ -1,0 +1,185 @@
+"""The door through a real uWSGI (``simplefeed serve``), on SQLite and PostgreSQL: one case of
+each rule of issue #11's input section (and #12's producer input), each answered with its status
+and JSON error (field, index), the feed unchanged afterwards, never a 5xx or a traceback in the
+server's log (checked when the module's server stops). The rules in full: ``tests/test_door.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import Engine, create_engine
+
+from tests.servers import HOST, UwsgiServer, scratch_postgres_database
+from tests.test_door import POISON
+from tests.test_e2e_uwsgi import _serve, assert_json_error, snapshot
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def uwsgi_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[UwsgiServer]:
+    workdir = tmp_path_factory.mktemp(f"door-{request.param}")
+    if request.param == "sqlite":
+        yield from _serve(f"sqlite:///{workdir / 'simplefeed.sqlite3'}", workdir)
+        return
+    with scratch_postgres_database("sf_door") as url:
+        yield from _serve(url, workdir)
+
+
+@pytest.fixture(scope="module")
+def http(uwsgi_server: UwsgiServer) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {uwsgi_server.token}"}
+    with httpx.Client(timeout=30.0, headers=headers) as client:
+        # Something in the feed, so "unchanged" compares a real document.
+        r = client.post(uwsgi_server.url("/entries"), json={"title": "already there"})
+        assert r.status_code == 201, r.text
+        yield client
+
+
+@pytest.fixture(scope="module")
+def db(uwsgi_server: UwsgiServer) -> Iterator[Engine]:
+    engine = create_engine(uwsgi_server.database_url)
+    yield engine
+    engine.dispose()
+
+
+@dataclass(frozen=True)
+class Refusal:
+    body: Any
+    status: int
+    field: str | None
+    index: int | None = None
+    raw: bytes | None = None
+    word: str = ""
+
+
+JSON = "application/json"
+LATEST = "9999-12-31T23:59:59-01:00"  # parses, but is past datetime's range in UTC
+EARLIEST = "0001-01-01T00:00:00+01:00"
+WIDE_ID = "tag:example.com,2027:" + "\U0001f600" * 1000  # 4,021 bytes: over PostgreSQL's index
+REFUSALS = {
+    "poison-xml": Refusal(POISON, 422, "content", word="purl.org/atom"),
+    "poison-xml-in-batch": Refusal([{"title": "ok"}, POISON], 422, "content", index=1),
+    "xhtml-as-xml": Refusal(
+        {
+            "title": "x",
+            "content": '<p xmlns="http://www.w3.org/1999/xhtml">x</p>',
+            "content_type": "application/xhtml+xml",
+        },
+        422,
+        "content",
+        word="xhtml",
+    ),
+    "nan-in-body": Refusal(None, 400, None, raw=b'{"title": "x", "content": [NaN]}', word="NaN"),
+    "overflow-in-body": Refusal(None, 400, None, raw=b'{"title": "x", "content": 1e999}'),
+    "infinity-in-json-text": Refusal(
+        [{"title": "ok"}, {"title": "x", "content": "[-Infinity]", "content_type": JSON}],
+        422,
+        "content",
+        index=1,
+    ),
+    "updated-beyond-utc": Refusal({"title": "x", "updated": LATEST}, 422, "updated"),
+    "updated-before-utc": Refusal({"title": "x", "updated": EARLIEST}, 422, "updated"),
+    "id-too-many-bytes": Refusal({"title": "x", "id": WIDE_ID}, 422, "id", word="bytes"),
+    "id-not-canonical": Refusal(
+        {"title": "x", "id": "HTTP://Example.COM:80/a/%7e1"},
+        422,
+        "id",
+        word="http://example.com/a/~1",
+    ),
+    "id-bad-uuid": Refusal({"title": "x", "id": "urn:uuid:not-a-uuid"}, 422, "id"),
+    "id-bad-tag": Refusal({"title": "x", "id": "tag:nonsense"}, 422, "id"),
+    "email-mailto": Refusal(
+        {"title": "x", "author": {"name": "a", "email": "mailto:a@x.org"}}, 422, "author.email"
+    ),
+    "email-angle": Refusal(
+        {"title": "x", "author": {"name": "a", "email": "<a@example.com>"}}, 422, "author.email"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS.values(), ids=REFUSALS.keys())
+def test_each_rule_is_enforced_before_anything_is_stored(
+    uwsgi_server: UwsgiServer, http: httpx.Client, db: Engine, case: Refusal
+) -> None:
+    before = snapshot(uwsgi_server, http, db)
+    url = uwsgi_server.url("/entries")
+    if case.raw is not None:
+        r = http.post(url, content=case.raw, headers={"Content-Type": "application/json"})
+    else:
+        r = http.post(url, json=case.body)
+    body = assert_json_error(r, case.status)
+    assert body.get("field") == case.field, body
+    assert body.get("index") == case.index, body
+    assert case.word.lower() in body["message"].lower(), body
+    assert snapshot(uwsgi_server, http, db) == before
+
+
+def test_an_id_at_the_byte_limit_is_stored(uwsgi_server: UwsgiServer, http: httpx.Client) -> None:
+    """1,024 bytes, the limit, fit PostgreSQL's unique index as well as SQLite's."""
+    entry_id = "tag:example.com,2027:" + "z" * (1024 - len("tag:example.com,2027:"))
+    r = http.post(uwsgi_server.url("/entries"), json={"title": "long id", "id": entry_id})
+    assert r.status_code == 201, r.text
+    assert r.json()["id"] == entry_id
+    replay = http.post(uwsgi_server.url("/entries"), json={"title": "long id", "id": entry_id})
+    assert replay.status_code == 200 and replay.json()["created"] is False
+
+
+def test_a_token_id_beyond_the_column_is_a_401(
+    uwsgi_server: UwsgiServer, http: httpx.Client, db: Engine
+) -> None:
+    before = snapshot(uwsgi_server, http, db)
+    for token_id in (2**31, 2**63 - 1):
+        r = http.post(
+            uwsgi_server.url("/entries"),
+            json={"title": "x"},
+            headers={"Authorization": f"Bearer sft_{token_id}_{'A' * 43}"},
+        )
+        assert_json_error(r, 401)
+        assert 'error="invalid_token"' in r.headers["www-authenticate"]
+    assert snapshot(uwsgi_server, http, db) == before
+
+
+def _post_short_body(server: UwsgiServer, *, close_write: bool) -> tuple[int, dict[str, Any]]:
+    """POST a body of 10 bytes under ``Content-Length: 100``; the socket is kept open (the
+    server waits for the rest, up to its socket timeout) or its writing half is closed."""
+    head = (
+        f"POST /entries HTTP/1.1\r\nHost: {HOST}:{server.port}\r\n"
+        f"Authorization: Bearer {server.token}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 100\r\nConnection: close\r\n\r\n"
+    )
+    with socket.create_connection((HOST, server.port), timeout=30) as sock:
+        sock.sendall(head.encode("latin-1") + b'{"title":')
+        if close_write:
+            sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while data := sock.recv(65536):
+            chunks.append(data)
+    raw = b"".join(chunks)
+    status_line, _, rest = raw.partition(b"\r\n")
+    _, _, body = rest.partition(b"\r\n\r\n")
+    return int(status_line.split()[1]), json.loads(body)
+
+
+@pytest.mark.parametrize("close_write", [False, True], ids=["client-waits", "client-closes"])
+def test_a_body_shorter_than_its_content_length_is_a_400(
+    uwsgi_server: UwsgiServer, http: httpx.Client, db: Engine, close_write: bool
+) -> None:
+    before = snapshot(uwsgi_server, http, db)
+    started = time.monotonic()
+    status, body = _post_short_body(uwsgi_server, close_write=close_write)
+    # Within uWSGI's socket timeout (4 s by default) and then some: never the 30 s harakiri.
+    assert time.monotonic() - started < 15
+    assert status == 400, body
+    assert body["error"] == "bad_request" and "Content-Length" in body["message"], body
+    assert snapshot(uwsgi_server, http, db) == before
