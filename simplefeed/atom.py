@@ -40,6 +40,7 @@ from feedgen.feed import FeedGenerator
 from feedgen.util import xml_fromstring
 from lxml import etree
 
+from simplefeed import markup
 from simplefeed.feed_namespaces import FEED_NAMESPACES, USERLAND_RSS
 from simplefeed.model import (
     ATOM_NS,
@@ -417,10 +418,37 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
                 f"<{etree.QName(el).localname}> is in {namespace}, a namespace feed readers "
                 "(feedparser) read as feed structure; inline XML content must not use it"
             )
-        problem = _feed_vocabulary_attribute(el) or _feed_vocabulary_declaration(el, xhtml)
+        problem = (
+            _feed_vocabulary_attribute(el)
+            or _feed_vocabulary_declaration(el, xhtml)
+            or (_xhtml_policy_problem(el) if xhtml else _xml_script_problem(el))
+        )
         if problem:
             return problem
     return None
+
+
+def _xhtml_policy_problem(el: Any) -> str | None:
+    """XHTML content holds what the HTML policy allows (:mod:`simplefeed.markup`)."""
+    tag = etree.QName(el).localname
+    problem = markup.element_problem(tag)
+    if problem:
+        return problem
+    for name, value in el.attrib.items():
+        qname = etree.QName(name)
+        if qname.namespace == XML_NS and qname.localname == "lang":
+            continue
+        if qname.namespace is not None:
+            return f"the attribute {qname.localname!r} of <{tag}> is in {qname.namespace}"
+        problem = markup.attribute_problem(tag, qname.localname, value)
+        if problem:
+            return problem
+    return None
+
+
+def _xml_script_problem(el: Any) -> str | None:
+    attributes = [(etree.QName(name).localname, value) for name, value in el.attrib.items()]
+    return markup.xml_script_problem(etree.QName(el).localname, attributes)
 
 
 #: Feed-vocabulary namespaces, in lower case, as feedparser compares them.
@@ -428,16 +456,10 @@ _FEED_NAMESPACES = frozenset(uri.lower() for uri in FEED_NAMESPACES if uri)
 #: Prefixes feedparser gives feed vocabularies: ``<dc:title>`` is Dublin Core's title to it.
 _FEED_PREFIXES = frozenset(p.lower() for p in FEED_NAMESPACES.values() if p) - {"xml"}
 XML_NS = "http://www.w3.org/XML/1998/namespace"
-XLINK_NS = "http://www.w3.org/1999/xlink"
-#: Attributes in a feed-vocabulary namespace that inline content may carry: xml:lang and
-#: xml:space (no xml:base: it would re-base URLs), and XLink 1.1's (SVG and MathML links,
-#: which feedparser carries through as such).
-_ALLOWED_NAMESPACED_ATTRIBUTES = {
-    XML_NS: frozenset({"lang", "space"}),
-    XLINK_NS: frozenset(
-        {"type", "href", "role", "arcrole", "title", "show", "actuate", "label", "from", "to"}
-    ),
-}
+#: The attributes in a feed-vocabulary namespace that inline content may carry: xml:lang and
+#: xml:space (no xml:base: it would re-base URLs). XLink is in feedparser's table too: SVG
+#: links are written ``href``, as SVG 2 has them.
+_ALLOWED_NAMESPACED_ATTRIBUTES = {XML_NS: frozenset({"lang", "space"})}
 
 
 def _feed_vocabulary(namespace: str) -> bool:
@@ -467,7 +489,7 @@ def _feed_vocabulary_declaration(el: Any, xhtml: bool) -> str | None:
         if inherited.get(prefix) == namespace:
             continue
         if _feed_vocabulary(namespace):
-            if namespace == XLINK_NS or (xhtml and namespace == XHTML_NS):
+            if xhtml and namespace == XHTML_NS:
                 continue
             return (
                 f"it declares {namespace}, a namespace feed readers read as feed structure; "

@@ -25,7 +25,7 @@ from pydantic import (
     ValidationError,
 )
 
-from simplefeed import atom, uris
+from simplefeed import atom, markup, uris
 from simplefeed.errors import InvalidEvent, MalformedRequest, PayloadTooLarge
 from simplefeed.model import Author, Category, Event, Link, datetime_to_us
 from simplefeed.settings import Limits
@@ -207,7 +207,8 @@ class _Checker:
         return value
 
     def iri(self, field: str, value: str | None, max_chars: int) -> str | None:
-        """An absolute IRI. Relative references are refused: the same entry appears in the
+        """An absolute IRI with a scheme readers may follow (:data:`markup.EVENT_URL_SCHEMES`:
+        no ``javascript:``). Relative references are refused: the same entry appears in the
         recent document and in its page, whose base URIs differ, so it would resolve twice."""
         if value is None:
             return None
@@ -216,6 +217,9 @@ class _Checker:
             raise self.fail(
                 field, "must be an absolute IRI (scheme:...) without spaces or control characters"
             )
+        problem = markup.url_problem(value, markup.EVENT_URL_SCHEMES)
+        if problem:
+            raise self.fail(field, f"is {problem}")
         return value
 
 
@@ -406,6 +410,10 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
         problem = atom.check_inline_xml(text, xhtml=mode == "xhtml")
         if problem:
             raise c.fail("content", f"is not usable as inline XML: {problem}")
+    elif mode == "html":
+        problem = markup.html_problem(text)
+        if problem:
+            raise c.fail("content", f"is not allowed as HTML: {problem}")
     return text
 
 

@@ -136,8 +136,10 @@ WORDS = "café ☕ 𝄞 שלום عنوان 漢字 Ã© \x85\x92 a < b && c > d 
 XHTML_SAMPLES = [
     '<p>Para <em>em</em> &amp; <a href="https://example.com/x" title="T &quot;q&quot;">'
     "link</a></p>",
-    "<P CLASS='Up'>Upper <BR/>case</P>",
-    '<a rel="NoFollow" type="Text/HTML" href="https://e.test/">rel and type</a>',
+    # Upper-case names, class, rel and type attributes are refused at the door (nh3's policy);
+    # the hand-written documents below still carry them.
+    "<p title='Up'>Upper <br/>case</p>",
+    '<a hreflang="EN" href="https://e.test/">hreflang</a>',
     "<div>inner div</div>",
     "<div>one</div><div>two</div>",
     "plain text only, with &lt;escapes&gt;",
@@ -356,12 +358,10 @@ iri = st.builds(
 @st.composite
 def xhtml(draw: st.DrawFn) -> str:
     def element(depth: int) -> str:
-        name = draw(
-            st.sampled_from(["p", "em", "b", "span", "div", "a", "br", "P", "Em", "ul", "li"])
-        )
+        name = draw(st.sampled_from(["p", "em", "b", "span", "div", "a", "br", "ul", "li"]))
         attrs = draw(
             st.dictionaries(
-                st.sampled_from(["class", "href", "title", "rel", "type", "ID", "Lang", "data-x"]),
+                st.sampled_from(["title", "lang"]),  # what the door allows on every element
                 text,
                 max_size=3,
             )

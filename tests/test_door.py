@@ -99,8 +99,7 @@ def test_every_namespace_feedparser_knows_is_refused(
             f'<x:doc xmlns:x="urn:example:x"><v:link xmlns:v="{namespace}" href="x"/></x:doc>',
             f'<x:doc xmlns:x="urn:example:x" xmlns:v="{namespace}" v:about="x"/>',
         ]
-        if namespace != "http://www.w3.org/1999/xlink":  # SVG's links: xlink:href is allowed
-            contents.append(f'<x:doc xmlns:x="urn:example:x" xmlns:v="{namespace}"/>')
+        contents.append(f'<x:doc xmlns:x="urn:example:x" xmlns:v="{namespace}"/>')
     for content in contents:
         for content_type in ("application/xml", "text/xml", "image/svg+xml"):
             event = {"title": "x", "content": content, "content_type": content_type}
@@ -135,8 +134,8 @@ def test_ordinary_inline_xml_is_accepted(client: Client) -> None:
     for content, content_type in [
         ('<order xmlns="urn:example:orders" id="7"><line qty="2">w</line></order>', "text/xml"),
         (
-            '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">'
-            '<circle id="c" r="1"/><use xlink:href="#c"/></svg>',
+            '<svg xmlns="http://www.w3.org/2000/svg"><circle id="c" r="1"/><use href="#c"/>'
+            '<a href="https://example.com/"><text>x</text></a></svg>',
             "image/svg+xml",
         ),
         ('<x:doc xmlns:x="urn:example:x" xml:lang="fr" xml:space="preserve"> a </x:doc>', "a/xml"),
@@ -328,3 +327,130 @@ def test_canonical_form_is_idempotent_over_generated_uris() -> None:
         assert (uris.id_problem(value) is None) == (canonical == value)
 
     check()
+
+
+# -- 3. no script reaches a reader ------------------------------------------------------------
+
+SCRIPT_HTML = [
+    "<script>alert(1)</script>",
+    "<img src=x onerror=alert(1)>",
+    '<a href="javascript:alert(1)">x</a>',
+    '<a href="java&#x09;script:alert(1)">x</a>',
+    '<a href=" JAVASCRIPT:alert(1)">x</a>',
+    '<a href="vbscript:msgbox(1)">x</a>',
+    '<img src="data:image/svg+xml;base64,PHN2Zz4=">',
+    '<iframe src="https://example.com/"></iframe>',
+    '<object data="https://example.com/x.swf"></object>',
+    "<svg><script>alert(1)</script></svg>",
+    '<math><mi xlink:href="javascript:alert(1)">x</mi></math>',
+    '<form action="https://example.com/"><input name="q"></form>',
+    '<p style="background:url(javascript:alert(1))">x</p>',
+    '<noscript><p title="</noscript><img src=x onerror=alert(1)>"></noscript>',
+    "<!--><script>alert(1)</script>-->",
+    '<a href="https://example.com/" onclick="alert(1)">x</a>',
+]
+ORDINARY_HTML = [
+    "<p>a &amp; b</p>",
+    '<a href="https://example.com/">x</a>',
+    '<p>See <a href="mailto:ops@example.com">ops</a> or <a href="/relative">here</a>.</p>',
+    "<table><tr><td>1</td><td>2</td></tr></table>",
+    '<table><thead><tr><th scope="col">h</th></tr></thead><tbody><tr><td colspan="2">1</td>'
+    "</tr></tbody></table>",
+    "<pre><code>if (a &lt; b) {\r\n  return;\r\n}</code></pre>",
+    '<img src="https://example.com/a.png" alt="a" width="10" height="10">',
+    '<ul><li>one<li>two</ul><p title="t" lang="en">x<br>y</p>',
+    '<blockquote cite="https://example.com/">q</blockquote> 1 < 2 &copy; ©',
+]
+
+
+@pytest.mark.parametrize("html", SCRIPT_HTML)
+def test_html_that_could_run_script_is_refused(client: Client, core: Simplefeed, html: str) -> None:
+    for content_type in ("html", "text/html"):
+        event = {"title": "x", "content": html, "content_type": content_type}
+        refused(client, core, event, "content")
+    refused(client, core, [{"title": "ok"}, event], "content", index=1)
+
+
+def test_ordinary_html_is_accepted_and_kept_as_sent(client: Client) -> None:
+    for i, html in enumerate(ORDINARY_HTML):
+        event = {"title": "x", "content": html, "content_type": "html", "id": f"urn:test:html-{i}"}
+        accepted(client, event)
+        replay = client.simulate_post("/entries", json=event)
+        assert replay.status_code == 200 and replay.json["created"] is False  # still a replay
+    from lxml import etree
+
+    served = [
+        el.text
+        for n in (1, 2)
+        for el in etree.fromstring(client.simulate_get(f"/pages/{n}").content).iter(
+            "{http://www.w3.org/2005/Atom}content"
+        )
+    ]
+    assert sorted(served) == sorted(ORDINARY_HTML)  # byte for byte: refused, never rewritten
+
+
+@pytest.mark.parametrize(
+    "xhtml",
+    [
+        '<p onclick="alert(1)">x</p>',
+        "<script>alert(1)</script>",
+        '<a href="javascript:alert(1)">x</a>',
+        '<iframe src="https://example.com/"/>',
+        '<p style="color:red">x</p>',
+        '<p xmlns:x="urn:example:x" x:a="1">x</p>',
+    ],
+)
+def test_xhtml_that_could_run_script_is_refused(
+    client: Client, core: Simplefeed, xhtml: str
+) -> None:
+    refused(client, core, {"title": "x", "content": xhtml, "content_type": "xhtml"}, "content")
+
+
+@pytest.mark.parametrize(
+    "xml",
+    [
+        '<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>',
+        '<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"/>',
+        '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">'
+        '<a xlink:href="javascript:alert(1)"><text>x</text></a></svg>',
+        '<svg xmlns="http://www.w3.org/2000/svg"><a href=" javascript:alert(1)"><text>x</text>'
+        "</a></svg>",
+        '<svg xmlns="http://www.w3.org/2000/svg"><image href="data:image/png;base64,AA"/></svg>',
+        '<svg xmlns="http://www.w3.org/2000/svg"><animate attributeName="href" '
+        'values="#a;javascript:alert(1)"/></svg>',
+        '<svg xmlns="http://www.w3.org/2000/svg"><a href="ftp://example.com/"><text>x</text>'
+        "</a></svg>",
+        '<x:doc xmlns:x="urn:example:x"><x:script>alert(1)</x:script></x:doc>',
+    ],
+)
+def test_xml_that_could_run_script_is_refused(client: Client, core: Simplefeed, xml: str) -> None:
+    for content_type in ("image/svg+xml", "application/xml"):
+        event = {"title": "x", "content": xml, "content_type": content_type}
+        refused(client, core, event, "content")
+
+
+@pytest.mark.parametrize(
+    "event,field",
+    [
+        ({"links": [{"href": "javascript:alert(1)"}]}, "links[0].href"),
+        ({"links": [{"href": "https://x.org/"}, {"href": "data:,x", "rel": "via"}]}, "links[1].href"),  # noqa: E501
+        ({"author": {"name": "a", "uri": "vbscript:msgbox(1)"}}, "author.uri"),
+        ({"categories": [{"term": "t", "scheme": "javascript:alert(1)"}]}, "categories[0].scheme"),
+    ],
+)  # fmt: skip
+def test_script_urls_in_the_events_urls_are_refused(
+    client: Client, core: Simplefeed, event: dict[str, Any], field: str
+) -> None:
+    refused(client, core, {"title": "x", **event}, field, words=("URL",))
+
+
+def test_text_is_text_markup_in_it_is_shown_not_run(client: Client) -> None:
+    """Summaries and text content are Atom text (type="text"): readers show markup in them as
+    characters, so it is not refused; it reaches the document escaped, never as elements."""
+    from lxml import etree
+
+    payload = '<script>alert(1)</script><a href="javascript:alert(1)">x</a>'
+    accepted(client, {"title": payload, "summary": payload, "content": payload})
+    root = etree.fromstring(client.simulate_get("/recent").content)
+    assert not [el for el in root.iter() if etree.QName(el).localname in ("script", "a")]
+    assert root.findtext(".//{http://www.w3.org/2005/Atom}summary") == payload

@@ -66,6 +66,7 @@ class Refusal:
 JSON = "application/json"
 LATEST = "9999-12-31T23:59:59-01:00"  # parses, but is past datetime's range in UTC
 EARLIEST = "0001-01-01T00:00:00+01:00"
+SVG_ONLOAD = '<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"/>'
 WIDE_ID = "tag:example.com,2027:" + "\U0001f600" * 1000  # 4,021 bytes: over PostgreSQL's index
 REFUSALS = {
     "poison-xml": Refusal(POISON, 422, "content", word="purl.org/atom"),
@@ -101,6 +102,22 @@ REFUSALS = {
     "id-bad-tag": Refusal({"title": "x", "id": "tag:nonsense"}, 422, "id"),
     "email-mailto": Refusal(
         {"title": "x", "author": {"name": "a", "email": "mailto:a@x.org"}}, 422, "author.email"
+    ),
+    "html-script": Refusal(
+        {"title": "x", "content": '<img src="x" onerror="alert(1)">', "content_type": "html"},
+        422,
+        "content",
+        word="onerror",
+    ),
+    "svg-onload": Refusal(
+        {"title": "x", "content": SVG_ONLOAD, "content_type": "image/svg+xml"}, 422, "content"
+    ),
+    "link-javascript": Refusal(
+        [{"title": "ok"}, {"title": "x", "links": [{"href": "javascript:alert(1)"}]}],
+        422,
+        "links[0].href",
+        index=1,
+        word="javascript:",
     ),
     "email-angle": Refusal(
         {"title": "x", "author": {"name": "a", "email": "<a@example.com>"}}, 422, "author.email"
