@@ -17,7 +17,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine, create_engine
 
-from tests.servers import HOST, UwsgiServer, scratch_postgres_database
+from bench.servers import HOST, UwsgiServer, scratch_postgres_database
 from tests.test_door import POISON
 from tests.test_e2e_uwsgi import _serve, assert_json_error, snapshot
 

@@ -200,10 +200,14 @@ class Page(_FeedResource):
             return True
         resp.content_type = ATOM_MEDIA_TYPE
         resp.content_length = page.size
-        if req.method == "HEAD":
-            stream.close()
-        else:
-            resp.stream = stream  # falcon hands it to wsgi.file_wrapper when the server has one
+        if req.method != "HEAD" and "wsgi.file_wrapper" in req.env:
+            resp.stream = stream  # falcon hands it to wsgi.file_wrapper (sendfile under uWSGI)
+            return True
+        # Without a file wrapper the stream would stay open until the server closes the
+        # response's iterable, which test clients do not always do: send the bytes.
+        with stream:
+            if req.method != "HEAD":
+                resp.data = stream.read()
         return True
 
 
