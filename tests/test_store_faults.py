@@ -191,3 +191,25 @@ def test_an_unsupported_database_is_a_configuration_error() -> None:
 
     with pytest.raises(ConfigError, match="unsupported database 'mysql'"):
         open_store("mysql://user@127.0.0.1/db")
+
+
+def test_a_forked_child_never_uses_its_parents_connection(core: Simplefeed) -> None:
+    """uWSGI forks its workers (after loading the app, unless lazy-apps): a connection the
+    parent opened must not be shared by the child (two processes on one socket or SQLite
+    handle). The store's per-thread connection is opened again in a forked child."""
+    assert core.feed_head("events").name == "events"
+    parent = core.store.threads.get().conn  # type: ignore[attr-defined]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            ok = core.feed_head("events").name == "events"
+            ok = ok and core.store.threads.get().conn is not parent  # type: ignore[attr-defined]
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1" and status == 0
+    os.close(read)
+    assert core.store.threads.get().conn is parent  # type: ignore[attr-defined]
