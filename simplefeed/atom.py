@@ -15,17 +15,30 @@ two to byte equality, over the test corpus and over generated documents
 
 Content is declared honestly (RFC 4287 section 4.1.3):
 
-========================  ====================================================
-``content_type``           rendered as
-========================  ====================================================
-none, ``text``,            ``type="text"``, escaped
+============================  ====================================================
+``content_type``               rendered as
+============================  ====================================================
+none, ``text``,                ``type="text"``, escaped
 ``text/plain``
-``html``, ``text/html``    ``type="html"``, escaped
-``xhtml``                  ``type="xhtml"``, inline ``<div>``
-``*/xml``, ``*+xml``       inline XML under the media type
-other ``text/*``           escaped text under the media type
-anything else (JSON...)    Base64 under the media type, with a ``summary``
-========================  ====================================================
+``html``, ``text/html``        ``type="html"``, escaped
+``xhtml``                      ``type="xhtml"``, inline ``<div>``
+``*/xml``, ``*+xml``           inline XML under the media type (explicit prefixes)
+``application/json``,          ``type="text" sf:type="<media type>"``: the JSON text
+``*+json``                     itself, readable by any Atom reader; no summary added
+other ``text/*``               escaped text under the media type
+anything else                  Base64 under the media type, with a ``summary``
+no content (or empty)          no ``content``; an alternate link to the entry's
+                               locator unless the producer gave an alternate link;
+                               the title as ``summary`` unless the producer gave one
+============================  ====================================================
+
+RFC 4287 4.1.1 wants every entry to have content or an alternate link, and validators warn
+about an empty ``<content/>``: an entry without content links to its own permanent URL, the
+entry locator (``<prefix>/entries/<percent-encoded id>``, which redirects to its page), unless
+the producer's own alternate link already stands for it. Where RFC 4287 requires a summary
+(Base64 content) or advises one (no content, 4.1.1.1: the W3C validator warns "Missing textual
+content") and the producer gave none, the summary is the title: a reader may take a summary
+equal to the title of such an entry for none.
 """
 
 from __future__ import annotations
@@ -53,6 +66,7 @@ from simplefeed.model import (
     Link,
     us_to_datetime,
 )
+from simplefeed.paging import locator_segment
 
 GENERATOR = "Simplefeed"
 GENERATOR_URI = "https://simplefeed.dev/"
@@ -71,6 +85,8 @@ def content_mode(content_type: str | None) -> ContentMode:
         return "xhtml"
     if ct.endswith("/xml") or ct.endswith("+xml"):
         return "xml"
+    if ct == "application/json" or ct.endswith("+json"):
+        return "json"
     if ct.startswith("text/"):
         return "textual"
     return "base64"
@@ -103,16 +119,22 @@ class _FeedExtension(BaseExtension):  # type: ignore[misc]
 
 
 class _EntryExtension(BaseEntryExtension):  # type: ignore[misc]
-    """Entry level: ``sf:seq``, and what feedgen 1.0 cannot do itself: Base64 content, and
-    entry links (its ``atom_entry`` drops every link attribute but ``href``)."""
+    """Entry level: ``sf:seq``, and what feedgen 1.0 cannot do itself: Base64 content, the
+    ``sf:type`` of JSON content, and entry links (its ``atom_entry`` drops every link attribute
+    but ``href``)."""
 
     def __init__(self) -> None:
         self.seq = 0
         self.base64: tuple[str, str] | None = None
         self.inline_xml: str | None = None
+        self.json_type: str | None = None
         self.links: tuple[Link, ...] = ()
 
     def extend_atom(self, entry: Any) -> Any:
+        for placeholder in entry.findall(f"link[@href='{_PLACEHOLDER}']"):
+            entry.remove(placeholder)
+        if self.json_type is not None:
+            entry.find("content").set(f"{{{SF_NS}}}type", self.json_type)
         if self.inline_xml is not None:
             content = entry.find("content")
             for child in list(content):
@@ -173,15 +195,19 @@ def render(doc: Document, parts: Mapping[str, EntryParts] | None = None) -> byte
         out.append("<fh:archive/>")
     for entry in doc.entries:
         found = parts.get(entry.id) if parts is not None else None
-        head, middle = found if found is not None else entry_parts(entry)
+        if found is not None:
+            head, middle = found
+        else:
+            head, middle = entry_parts(entry, doc.locator_base)
         out += (head, _iso(entry.updated_us), middle, str(entry.seq), "</sf:seq></entry>")
     out.append("</feed>")
     return "".join(out).encode("utf-8")
 
 
-def entry_parts(entry: WritableEntry) -> EntryParts:
+def entry_parts(entry: WritableEntry, locator_base: str) -> EntryParts:
     """An entry, in the order feedgen's ``atom_entry`` and :class:`_EntryExtension` write it,
-    but for its ``updated`` and its sequence number (see :data:`EntryParts`)."""
+    but for its ``updated`` and its sequence number (see :data:`EntryParts`).
+    ``locator_base`` is the document's (:attr:`Document.locator_base`)."""
     event = entry.event
     head = f"<entry><id>{_text(entry.id)}</id><title>{_text(event.title)}</title><updated>"
     out = ["</updated>"]
@@ -194,16 +220,23 @@ def entry_parts(entry: WritableEntry) -> EntryParts:
             out += ("<uri>", _text(author.uri), "</uri>")
         out.append("</author>")
     mode = content_mode(event.content_type)
-    text = event.content if event.content is not None else ""
+    text = event.content
     summary = event.summary
-    if mode == "base64":
+    if not text:
+        # No content element: an alternate link instead (entry_links), and the title as the
+        # summary unless the producer gave one (RFC 4287 4.1.1.1 advises textual content).
+        if summary is None:
+            summary = event.title
+    elif mode == "base64":
         assert event.content_type is not None
         encoded = base64.b64encode(text.encode("utf-8")).decode("ascii")
         out += ('<content type="', _attr(event.content_type), '">', encoded, "</content>")
         if summary is None:
             summary = event.title  # RFC 4287 4.1.1.1: Base64 content requires a summary
-    elif text == "":
-        out.append("<content/>")
+    elif mode == "json":
+        assert event.content_type is not None
+        out += ('<content type="text" sf:type="', _attr(event.content_type), '">')
+        out += (_text(json_text(text)), "</content>")
     else:
         kind = _attr(atom_content_type(event.content_type))
         if mode == "xml":
@@ -224,7 +257,7 @@ def entry_parts(entry: WritableEntry) -> EntryParts:
             out += (' label="', _attr(cat.label), '"')
         out.append("/>")
     out += ("<published>", _iso(entry.published_us), "</published>")
-    for link in event.links:
+    for link in entry_links(event, entry.id, locator_base):
         out += ('<link href="', _attr(link.href), '" rel="', _attr(link.rel), '"')
         if link.type is not None:
             out += (' type="', _attr(link.type), '"')
@@ -237,6 +270,31 @@ def entry_parts(entry: WritableEntry) -> EntryParts:
         out.append("/>")
     out.append("<sf:seq>")
     return head, "".join(out)
+
+
+def entry_links(event: Event, entry_id: str, locator_base: str) -> tuple[Link, ...]:
+    """The entry's links: the producer's, and for an entry without content that has no
+    alternate link of the producer's, one to its entry locator (RFC 4287 4.1.1: an entry
+    without content must have an alternate link; the producer's, if any, is the better one, and
+    a second one without ``type`` and ``hreflang`` beside an untyped one would be invalid)."""
+    if event.content or any(link.rel == "alternate" for link in event.links):
+        return event.links
+    return (*event.links, Link(href=locator_base + locator_segment(entry_id)))
+
+
+def json_text(text: str) -> str:
+    """JSON text as ``atom:content`` carries it, some characters written as JSON escapes
+    (``\\u003c``), which can only stand inside JSON strings and leave the value unchanged:
+    those XML cannot carry (U+FFFE, U+FFFF), those validators flag in text (C1 controls,
+    U+FFFD), and ``<``, ``>`` and ``&`` (as Go's encoder does), so that no string in the JSON
+    reads as markup or an entity to a reader that guesses (the W3C validator warns of HTML in
+    text content when it sees ``</p>`` or ``&amp;``)."""
+    return text.translate(_JSON_ESCAPES) if not _NEEDS_JSON_ESCAPE.isdisjoint(text) else text
+
+
+_JSON_ESCAPED = [ord("<"), ord(">"), ord("&"), *range(0x80, 0xA0), 0xFFFD, 0xFFFE, 0xFFFF]
+_JSON_ESCAPES = {c: f"\\u{c:04x}" for c in _JSON_ESCAPED}
+_NEEDS_JSON_ESCAPE = frozenset(map(chr, _JSON_ESCAPED))
 
 
 class WritableEntry(Protocol):
@@ -319,12 +377,12 @@ def render_with_feedgen(doc: Document) -> bytes:
         fg.link(href=href, rel=rel)
     # feedgen prepends added entries by default; add oldest first so the newest ends up on top.
     for entry in reversed(doc.entries):
-        _add_entry(fg, entry)
+        _add_entry(fg, entry, doc.locator_base)
     out: bytes = fg.atom_str(pretty=False)
     return out
 
 
-def _add_entry(fg: Any, entry: Entry) -> None:
+def _add_entry(fg: Any, entry: Entry, locator_base: str) -> None:
     event = entry.event
     fe = fg.add_entry()
     fe.id(entry.id)
@@ -339,22 +397,30 @@ def _add_entry(fg: Any, entry: Entry) -> None:
             author["uri"] = event.author.uri
         fe.author(author)
     mode = content_mode(event.content_type)
-    text = event.content if event.content is not None else ""
+    text = event.content
     summary = event.summary
-    if mode == "base64":
+    if not text:
+        # No content element: an alternate link instead (entry_links), written by the
+        # extension. feedgen refuses an entry with neither among its own links, which lose
+        # their attributes: it gets a placeholder that the extension takes out again.
+        fe.link(href=_PLACEHOLDER, rel="alternate")
+        if summary is None:
+            summary = event.title  # RFC 4287 4.1.1.1 advises textual content
+    elif mode == "base64":
         assert event.content_type is not None
         fe.content("")  # an empty placeholder the entry extension fills in
         fe.sf.base64 = (event.content_type, text)
         if summary is None:
             summary = event.title  # RFC 4287 4.1.1.1: Base64 content requires a summary
-    elif text == "":
-        fe.content("")
+    elif mode == "json":
+        fe.content(json_text(text), type="text")
+        fe.sf.json_type = event.content_type
     elif mode == "xml":
         fe.content("", type=atom_content_type(event.content_type))
         fe.sf.inline_xml = text
     else:
         fe.content(text, type=atom_content_type(event.content_type))
-    fe.sf.links = event.links
+    fe.sf.links = entry_links(event, entry.id, locator_base)
     if summary is not None:
         fe.summary(summary)
     for cat in event.categories:
@@ -367,6 +433,7 @@ def _add_entry(fg: Any, entry: Entry) -> None:
     fe.sf.seq = entry.seq
 
 
+_PLACEHOLDER = "urn:simplefeed:placeholder"
 XHTML_NS = "http://www.w3.org/1999/xhtml"
 _XHTML_DIV = f'<div xmlns="{XHTML_NS}">'
 _SAFE_PARSER = etree.XMLParser(

@@ -197,7 +197,10 @@ class Simplefeed:
             self.check_credentials(credentials, feed_name)
         # A batch may fill a page: its entries are written out now, all but their `updated` and
         # number, so that under the lock the page is only put together (atom.render's parts).
-        parts = {p.id: atom.entry_parts(p) for p in pending} if len(pending) > 1 else {}
+        locator_base = self.urls(feed_name).locator_base
+        parts = (
+            {p.id: atom.entry_parts(p, locator_base) for p in pending} if len(pending) > 1 else {}
+        )
         with self.store.append(feed_name, look_up) as append:
             self._feeds[feed_name] = append.feed
             decision = appending.decide(append.feed, pending, append.found, now)
@@ -291,12 +294,14 @@ class Simplefeed:
             updated = entries[0].updated_us
         else:
             updated = feed.head_updated_us if feed.head_updated_us is not None else feed.created_us
+        urls = self.urls(feed.name)
         return Document(
             feed=feed,
             kind=kind,
             number=number,
             updated_us=updated,
-            links=paging.links(self.urls(feed.name), kind, number),
+            links=paging.links(urls, kind, number),
+            locator_base=urls.locator_base,
             entries=entries,
         )
 

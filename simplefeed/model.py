@@ -108,7 +108,7 @@ class Link:
     length: int | None = None
 
 
-ContentMode = Literal["text", "html", "xhtml", "xml", "textual", "base64"]
+ContentMode = Literal["text", "html", "xhtml", "xml", "json", "textual", "base64"]
 
 
 @dataclass(frozen=True)
@@ -282,4 +282,7 @@ class Document:
     number: int
     updated_us: int
     links: tuple[tuple[str, str], ...]
+    #: Where entry locators start (``<prefix>/entries/``, see :class:`simplefeed.paging.Urls`):
+    #: an entry without content links to ``locator_base`` + its percent-encoded id.
+    locator_base: str
     entries: tuple[Entry, ...] = field(default=())

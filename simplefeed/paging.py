@@ -7,6 +7,8 @@ a page freezes the moment it holds ``size`` entries, so the working page may be 
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from simplefeed.model import DocumentKind
 
 
@@ -41,6 +43,21 @@ class Urls:
 
     def page(self, number: int) -> str:
         return f"{self.prefix}/pages/{number}"
+
+    @property
+    def locator_base(self) -> str:
+        """Entry locators are this followed by the entry's percent-encoded id."""
+        return f"{self.prefix}/entries/"
+
+    def entry(self, entry_id: str) -> str:
+        """The entry locator: redirects to the page that holds the entry."""
+        return self.locator_base + locator_segment(entry_id)
+
+
+def locator_segment(entry_id: str) -> str:
+    """An entry id as one path segment: UTF-8, every byte but RFC 3986's unreserved ones
+    percent-encoded (so ``/``, ``?``, ``#`` and ``%`` in ids survive)."""
+    return quote(entry_id, safe="")
 
 
 def links(urls: Urls, kind: DocumentKind, number: int) -> tuple[tuple[str, str], ...]:

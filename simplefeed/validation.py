@@ -378,7 +378,7 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
         content_type if content_type else (None if isinstance(raw, str) else "application/json")
     )
     if not isinstance(raw, str):
-        if mode != "base64" or not _is_json_type(content_type or "application/json"):
+        if mode != "json":
             raise c.fail("content", "a JSON value (not a string) needs a JSON content_type")
         if _depth(raw, limits.max_json_depth) > limits.max_json_depth:
             raise c.fail("content", f"is nested deeper than {limits.max_json_depth} levels")
@@ -389,9 +389,9 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
         _check_encodable(c, text)
     else:
         text = raw
-        if mode == "base64":
+        if mode in ("base64", "json"):
             _check_encodable(c, text)
-            if _is_json_type(content_type or ""):
+            if mode == "json":
                 try:
                     parsed = strict_json(text)
                 except (json.JSONDecodeError, RecursionError):
@@ -434,11 +434,6 @@ def _has_lone_surrogate(value: Any) -> bool:
         elif isinstance(item, list):
             stack.extend(item)
     return False
-
-
-def _is_json_type(content_type: str) -> bool:
-    ct = content_type.lower()
-    return ct == "application/json" or ct.endswith("+json")
 
 
 def _check_encodable(c: _Checker, text: str) -> None:

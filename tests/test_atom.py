@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import os
+import urllib.parse
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -322,15 +323,17 @@ def test_empty_documents_are_valid(client: falcon.testing.TestClient) -> None:
 
 
 def _expected_content(event: Event) -> tuple[str, str] | None:
-    """(type, value) feedparser should report; None for inline XML (checked with lxml)."""
+    """(type, value) feedparser should report; None for inline XML (checked with lxml) and
+    for no content (no content element at all)."""
     value = event.get("content")
     ctype = event.get("content_type")
     if value is None:
-        return "text/plain", ""
+        return None
     if not isinstance(value, str):
-        return ctype or "application/json", json.dumps(
-            value, ensure_ascii=False, separators=(",", ":")
-        )
+        # JSON in its readable form: text, the media type in sf:type (checked with lxml).
+        return "text/plain", json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if ctype == "application/json" or (ctype or "").endswith("+json"):
+        return "text/plain", value
     if ctype in (None, "text", "text/plain"):
         return "text/plain", value
     if ctype in ("html", "text/html"):
@@ -340,6 +343,13 @@ def _expected_content(event: Event) -> tuple[str, str] | None:
     if ctype in XML_TYPES:
         return None
     return ctype, value
+
+
+def _is_json(event: Event) -> bool:
+    media = event.get("content_type") or (
+        "application/json" if not isinstance(event.get("content"), str) else "text"
+    )
+    return bool(media == "application/json" or media.endswith("+json"))
 
 
 def test_round_trip_through_feedparser(client: falcon.testing.TestClient, clock: FakeClock) -> None:
@@ -358,7 +368,14 @@ def test_round_trip_through_feedparser(client: falcon.testing.TestClient, clock:
         expected = _expected_content(event)
         if expected is not None:
             (content,) = entry.content
-            assert (content.type, content.value) == expected, where
+            if expected[0] == "text/plain" and _is_json(event):
+                # JSON's readable form: the same value (some characters as JSON escapes).
+                got = (content.type, json.loads(content.value))
+                assert got == ("text/plain", json.loads(expected[1])), where
+            else:
+                assert (content.type, content.value) == expected, where
+        if "content" not in event:
+            assert "content" not in entry, where
         if "summary" in event:
             assert entry.summary == event["summary"], where
         elif expected is not None and not expected[0].startswith(("text/", "application/xhtml")):
@@ -384,7 +401,13 @@ def test_round_trip_through_feedparser(client: falcon.testing.TestClient, clock:
         ]
         assert [dict(t) for t in entry.get("tags", [])] == categories, where
 
-        links = event.get("links", [])
+        links = list(event.get("links", []))
+        if "content" not in event and all(
+            link.get("rel", "alternate") != "alternate" for link in links
+        ):
+            # No content and no alternate link of the producer's: one to the entry locator.
+            locator = f"{BASE}/entries/{urllib.parse.quote(reply['id'], safe='')}"
+            links.append({"href": locator, "rel": "alternate"})
         parsed_links = entry.get("links", [])
         assert len(parsed_links) == len(links), where
         for given, parsed in zip(links, parsed_links, strict=True):
@@ -427,6 +450,66 @@ def test_inline_xml_content_keeps_its_meaning(
         assert _shape(child) == _shape(etree.fromstring(event["content"])), event["title"]
         checked += 1
     assert checked == len(XML_TYPES)
+
+
+def test_json_content_is_readable_text(client: falcon.testing.TestClient, clock: FakeClock) -> None:
+    """JSON content is the JSON text itself under type="text", its media type in sf:type, with
+    no summary but the producer's; the value read back is the value sent."""
+    published = publish_corpus(client, clock)
+    served: dict[str, etree._Element] = {}
+    for kind, _url, body in fetch_documents(client):
+        if kind != "recent":
+            for entry in etree.fromstring(body).findall(f"{A}entry"):
+                served[entry.findtext(f"{A}id") or ""] = entry
+    checked = 0
+    for event, reply in published:
+        ctype = event.get("content_type")
+        value = event.get("content")
+        media = ctype if ctype is not None else "application/json"
+        is_json = media == "application/json" or media.endswith("+json")
+        if value is None or not is_json or (ctype is None and isinstance(value, str)):
+            continue
+        entry = served[reply["id"]]
+        content = entry.find(f"{A}content")
+        assert content is not None
+        assert dict(content.attrib) == {"type": "text", f"{{{SF_NS}}}type": media}
+        sent = json.loads(value) if isinstance(value, str) else value
+        assert json.loads(content.text or "") == sent, event["title"]
+        assert entry.findtext(f"{A}summary") == event.get("summary"), event["title"]
+        checked += 1
+    assert checked == 6
+
+
+def test_json_text_keeps_the_value_and_reads_as_no_markup() -> None:
+    """What atom.json_text rewrites (as JSON escapes) leaves the JSON value as it was, and the
+    text holds nothing XML cannot carry or a validator takes for markup or an entity."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from simplefeed import atom
+
+    text = st.text(
+        st.one_of(
+            st.sampled_from('<>&"\\\u0085\u009f\ufffd\ufffe\uffff/'),
+            st.characters(codec="utf-8", exclude_categories=("Cs",)),
+        )
+    )
+    values = st.recursive(
+        st.none() | st.booleans() | st.integers() | text,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+        max_leaves=8,
+    )
+
+    @settings(
+        max_examples=300, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(values)
+    def check(value: Any) -> None:
+        written = atom.json_text(json.dumps(value, ensure_ascii=False))
+        assert json.loads(written) == value
+        assert not set(written) & {"<", ">", "&", "\ufffe", "\uffff", "\ufffd", "\u0085"}
+
+    check()
 
 
 # -- determinism ----------------------------------------------------------------------------------
@@ -560,6 +643,7 @@ def _documents() -> Any:
         number=st.integers(1, 10**6),
         updated_us=times,
         links=links,
+        locator_base=_xml_text(1),
         entries=entries,
     )
 

@@ -75,8 +75,10 @@ def build_feed(core: Simplefeed, name: str, pages: int, clock: FakeClock) -> dic
             [
                 Event(
                     title=f"order {n}-{i} placed",
+                    # Pages about as heavy as when JSON was Base64 with the title as summary
+                    # (JSON is carried as text now): the peak is per page, not per feed.
                     content=json.dumps(
-                        {"order": n * PAGE_SIZE + i, "lines": [{"sku": "A-1"}] * 8, "n": "x" * 200}
+                        {"order": n * PAGE_SIZE + i, "lines": [{"sku": "A-1"}] * 8, "n": "x" * 400}
                     ),
                     content_type="application/json",
                 )
