@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simplefeed import appending, archive, atom, auth, paging
-from simplefeed.errors import PageNotFound, StoreError
+from simplefeed.errors import EntryNotFound, PageNotFound, StoreError
 from simplefeed.model import (
     Appended,
     Document,
@@ -26,6 +26,7 @@ from simplefeed.model import (
     Event,
     Feed,
     FrozenPage,
+    Located,
     PendingEntry,
     TokenRecord,
 )
@@ -333,6 +334,21 @@ class Simplefeed:
         with self._cache_lock:
             self._live_cache[key] = (live.etag, body)
         return body
+
+    def locate(self, feed_name: str, entry_id: str) -> Located:
+        """Where an entry is (``GET /entries/{id}``); :class:`EntryNotFound` if the feed has no
+        entry with this id."""
+        feed = self.store.feed(feed_name)
+        found = self.store.find_entries(feed.id, [entry_id]).get(entry_id)
+        if found is None:
+            raise EntryNotFound(feed_name, entry_id)
+        number = paging.page_of(found.seq, feed.page_size)
+        frozen = number < paging.working_page(feed.head_seq, feed.page_size)
+        if not frozen:
+            # Perhaps an append committed without waiting for its WAL flush (see live_body):
+            # its number is shown only once it is durable. Frozen pages are synchronous.
+            self.store.flush_barrier()
+        return Located(entry_id, found.seq, self.urls(feed_name).page(number), frozen)
 
     def page(self, feed: Feed, number: int) -> FrozenPage:
         """Frozen page ``number`` of a feed (the working page is :meth:`live`)."""

@@ -6,7 +6,8 @@
     ├── ConfigError                 bad SIMPLEFEED_* setting or CLI argument
     ├── NotFound                    -> 404
     │   ├── FeedNotFound            .feed
-    │   └── PageNotFound            .feed, .number
+    │   ├── PageNotFound            .feed, .number
+    │   └── EntryNotFound           .feed, .entry_id
     ├── Conflict                    -> 409
     │   ├── EntryConflict           .entry_id, .index: same id, different content
     │   └── FeedExists              .feed
@@ -53,6 +54,13 @@ class PageNotFound(NotFound):
         super().__init__(f"feed {feed!r} has no page {number}")
         self.feed = feed
         self.number = number
+
+
+class EntryNotFound(NotFound):
+    def __init__(self, feed: str, entry_id: str) -> None:
+        super().__init__(f"feed {feed!r} has no entry {entry_id!r}")
+        self.feed = feed
+        self.entry_id = entry_id
 
 
 class Conflict(SimplefeedError):

@@ -262,6 +262,18 @@ class Appended:
 
 
 @dataclass(frozen=True)
+class Located:
+    """Where an entry is: its sequence number and the page that holds it."""
+
+    entry_id: str
+    seq: int
+    #: The permanent URL of the page holding it (the same before and after it freezes).
+    page_url: str
+    #: Whether that page is frozen (else it is the working page).
+    frozen: bool
+
+
+@dataclass(frozen=True)
 class FrozenPage:
     feed_id: int
     number: int

@@ -455,6 +455,30 @@ def test_publish_replies(uwsgi_server: UwsgiServer, feed250: Published) -> None:
         assert all(e["created"] for e in r.json()["entries"])
 
 
+def test_entry_locator_through_uwsgi(
+    uwsgi_server: UwsgiServer, http: httpx.Client, feed250: Published
+) -> None:
+    """uWSGI decodes the path (a '/' sent as %2F too) before the app routes it: every id,
+    the producer's or server-made, leads to its page."""
+    from urllib.parse import quote
+
+    create_feed(uwsgi_server, "locator")
+    odd = "https://example.com/a/b?x=1&y=%2F#f"
+    r = http.post(uwsgi_server.url("/feeds/locator/entries"), json={"title": "odd", "id": odd})
+    assert r.status_code == 201, r.text
+    r = http.get(uwsgi_server.url(f"/feeds/locator/entries/{quote(odd, safe='')}"))
+    assert r.status_code == 303, r.text
+    assert r.headers["location"] == uwsgi_server.url("/feeds/locator/pages/1")
+    for reply in feed250.replies[::17]:
+        url = uwsgi_server.url(f"/entries/{quote(str(reply['id']), safe='')}")
+        r = http.get(url, follow_redirects=False)
+        assert r.status_code == 303, (url, r.text)
+        assert r.headers["location"] == reply["url"]
+        assert r.headers["simplefeed-seq"] == str(reply["seq"])
+    missing = http.get(uwsgi_server.url("/entries/urn%3Aexample%3Anone"), follow_redirects=False)
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+
+
 def test_walk_prev_archive_then_next_archive(
     uwsgi_server: UwsgiServer, http: httpx.Client, feed250: Published
 ) -> None:

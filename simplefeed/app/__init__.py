@@ -30,12 +30,16 @@ def create_app(
     recent = resources.Recent(core)
     page = resources.Page(core)
     entries = resources.Entries(core)
+    locator = resources.EntryLocator(core)
     app.add_route("/recent", recent)
     app.add_route("/pages/{n}", page)
     app.add_route("/entries", entries)
+    # {entry_id:path}: the id as decoded from the URL, '/' included (sent as %2F).
+    app.add_route("/entries/{entry_id:path}", locator)
     app.add_route("/feeds/{feed}/recent", recent)
     app.add_route("/feeds/{feed}/pages/{n}", page)
     app.add_route("/feeds/{feed}/entries", entries)
+    app.add_route("/feeds/{feed}/entries/{entry_id:path}", locator)
     app.add_route("/healthz", resources.Health(core))
     app.add_route("/openapi.json", resources.OpenApi())
     return app
@@ -46,7 +50,8 @@ class HttpRules:
 
     - ``Date`` on every response (RFC 9110 6.6.1: an origin with a clock MUST send it),
       formatted once per second.
-    - One document, one URL: an empty path segment (``//recent``) names nothing (404).
+    - One document, one URL: an empty path segment (``//recent``) names nothing (404), but
+      in an entry locator's id (``/entries/http:%2F%2F...`` arrives decoded).
     """
 
     def __init__(self, clock: Clock) -> None:
@@ -55,7 +60,8 @@ class HttpRules:
         self.date = ""
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        if "//" in req.path:
+        route, locator, _ = req.path.partition("/entries/")
+        if "//" in route + locator:
             raise NotFound(f"no resource at {req.path!r}")
 
     def process_response(

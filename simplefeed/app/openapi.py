@@ -97,6 +97,44 @@ def _publish(feed: bool) -> dict[str, Any]:
     }
 
 
+def _locate(feed: bool) -> dict[str, Any]:
+    params: list[dict[str, Any]] = []
+    if feed:
+        params.append(
+            {"name": "feed", "in": "path", "required": True, "schema": {"type": "string"}}
+        )
+    params.append(
+        {
+            "name": "id",
+            "in": "path",
+            "required": True,
+            "description": "The entry's id, percent-encoded (every character but A-Z a-z 0-9 "
+            "- . _ ~ as %XX of its UTF-8 bytes)",
+            "schema": {"type": "string"},
+        }
+    )
+    return {
+        "summary": "Entry locator: where an entry is",
+        "parameters": params,
+        "responses": {
+            "303": {
+                "description": "See the page that holds the entry (its permanent URL). "
+                "Cache-Control: a year once the page is frozen, the live documents' max-age "
+                "while it is the working page",
+                "headers": {
+                    "Location": {"schema": {"type": "string", "format": "uri"}},
+                    "Simplefeed-Seq": {
+                        "description": "The entry's sequence number",
+                        "schema": {"type": "integer", "minimum": 1},
+                    },
+                    "Cache-Control": {"schema": {"type": "string"}},
+                },
+            },
+            "404": _error("No such feed, or no entry with this id in it"),
+        },
+    }
+
+
 def build() -> dict[str, Any]:
     published = {
         "type": "object",
@@ -142,6 +180,7 @@ def build() -> dict[str, Any]:
             "/recent": {"get": _document_get("Recent document", page=False, feed=False)},
             "/pages/{n}": {"get": _document_get("Page n", page=True, feed=False)},
             "/entries": {"post": _publish(feed=False)},
+            "/entries/{id}": {"get": _locate(feed=False)},
             "/feeds/{feed}/recent": {
                 "get": _document_get("Recent document of a feed", page=False, feed=True)
             },
@@ -149,6 +188,7 @@ def build() -> dict[str, Any]:
                 "get": _document_get("Page n of a feed", page=True, feed=True)
             },
             "/feeds/{feed}/entries": {"post": _publish(feed=True)},
+            "/feeds/{feed}/entries/{id}": {"get": _locate(feed=True)},
             "/healthz": {
                 "get": {
                     "summary": "Liveness and database reachability",

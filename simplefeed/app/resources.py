@@ -58,6 +58,15 @@ class _FeedResource:
             raise redirect(self.core.urls(feed).prefix + req.path[len(f"/feeds/{feed}") :])
         return feed
 
+    def any_feed_name(self, feed: str | None) -> str:
+        """The feed a URL names, where the URL is no document (publishing, entry locators):
+        ``/feeds/<default feed>/...`` is taken as well as the default feed's own URL."""
+        if feed is None or feed == self.settings.default_feed:
+            return self.settings.default_feed
+        if not FEED_NAME_RE.match(feed):
+            raise FeedNotFound(feed)
+        return feed
+
     def send_live(self, req: falcon.Request, resp: falcon.Response, v: LiveValidators) -> None:
         """A live document: 304 from the validators alone, else the bytes rendered once per
         version and process (:meth:`Simplefeed.live_body`)."""
@@ -254,7 +263,7 @@ class Entries(_FeedResource):
 
     def _read_events(self, req: falcon.Request, feed: str | None) -> tuple[str, list[Event], bool]:
         """The feed's name, the request's events, and whether they came as a batch."""
-        name = self.feed_name_to_publish(feed)
+        name = self.any_feed_name(feed)
         if not _json_media_type(req.content_type):
             raise UnsupportedMediaType(
                 f"Content-Type must be application/json (UTF-8), got {req.content_type!r}"
@@ -284,18 +293,10 @@ class Entries(_FeedResource):
         events, batch = parse_events(payload, self.settings.limits, self.core.clock())
         return name, events, batch
 
-    def feed_name_to_publish(self, feed: str | None) -> str:
-        """Publishing is no document: ``/feeds/<default feed>/entries`` takes events too."""
-        if feed is None or feed == self.settings.default_feed:
-            return self.settings.default_feed
-        if not FEED_NAME_RE.match(feed):
-            raise FeedNotFound(feed)
-        return feed
-
     def on_options(
         self, req: falcon.Request, resp: falcon.Response, feed: str | None = None
     ) -> None:
-        self.heads.feed(self.feed_name_to_publish(feed))  # 404 for a feed that does not exist
+        self.heads.feed(self.any_feed_name(feed))  # 404 for a feed that does not exist
         send_options(resp, "OPTIONS, POST")
 
     @staticmethod
@@ -307,6 +308,35 @@ class Entries(_FeedResource):
             "url": url,
             "created": result.created,
         }
+
+
+class EntryLocator(_FeedResource):
+    """``GET /entries/{id}``, ``GET /feeds/{feed}/entries/{id}`` (the id percent-encoded):
+    303 to the permanent URL of the page that holds the entry, its sequence number in
+    ``Simplefeed-Seq``; an unknown id is a 404. Cacheable for a year once that page is frozen,
+    for the live documents' time while it is the working page (its URL is the same either way:
+    an entry's page never changes, but it is not frozen yet)."""
+
+    def on_get(
+        self, req: falcon.Request, resp: falcon.Response, entry_id: str, feed: str | None = None
+    ) -> None:
+        found = self.core.locate(self.any_feed_name(feed), entry_id)
+        resp.status = falcon.HTTP_303
+        resp.location = found.page_url
+        resp.set_header("Simplefeed-Seq", str(found.seq))
+        frozen = found.frozen
+        resp.set_header(
+            "Cache-Control", caching.ARCHIVE_CACHE_CONTROL if frozen else self.live_cache_control
+        )
+        resp.content_length = 0
+
+    on_head = on_get
+
+    def on_options(
+        self, req: falcon.Request, resp: falcon.Response, entry_id: str, feed: str | None = None
+    ) -> None:
+        self.core.locate(self.any_feed_name(feed), entry_id)  # 404 for an unknown entry or feed
+        send_options(resp, READ_METHODS)
 
 
 class Health:
