@@ -25,7 +25,18 @@ from simplefeed.model import FrozenPage
 
 
 def strong_etag(body: bytes) -> str:
-    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+    """The page's ETag: its SHA-256 in lowercase hex, quoted (pages frozen before 2026-11-22
+    keep the first 32 digits of it)."""
+    return '"' + hashlib.sha256(body).hexdigest() + '"'
+
+
+def page_sha256(page: FrozenPage) -> str:
+    """The lowercase hex SHA-256 of a frozen page's bytes: its ETag's, unless the page was
+    frozen when ETags held half of it."""
+    etag = page.etag.strip('"')
+    if len(etag) == 64:
+        return etag
+    return hashlib.sha256(page.body).hexdigest()
 
 
 def page_path(archive_dir: Path, feed: str, default_feed: str, number: int) -> Path:
@@ -75,6 +86,56 @@ def file_matches(path: Path, page: FrozenPage) -> bool:
         return path.read_bytes() == page.body
     except FileNotFoundError:
         return False
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What ``simplefeed archive verify`` found: pages checked, and every difference."""
+
+    checked: int
+    problems: list[str]
+
+
+def page_problems(path: Path, page: FrozenPage) -> list[str]:
+    """How a frozen page disagrees with itself (its ETag and its bytes) or with its static
+    file: the file missing or holding other bytes."""
+    problems: list[str] = []
+    digest = hashlib.sha256(page.body).hexdigest()
+    if page.etag not in (f'"{digest}"', f'"{digest[:32]}"'):
+        problems.append(f"page {page.number}: ETag {page.etag} is not its bytes' ({digest})")
+    try:
+        on_disk = path.read_bytes()
+    except FileNotFoundError:
+        problems.append(f"{path}: missing (`simplefeed archive rebuild` writes it)")
+        return problems
+    if on_disk != page.body:
+        problems.append(
+            f"{path}: not the database's page {page.number} ({len(on_disk)} bytes with SHA-256 "
+            f"{hashlib.sha256(on_disk).hexdigest()}, not {len(page.body)} with {digest})"
+        )
+    return problems
+
+
+def chain_problem(before: FrozenPage, after: FrozenPage, given: str | None) -> str | None:
+    """Whether ``after``'s prev-archive digest (``given``, its ``sf:sha256``) is the SHA-256
+    of ``before``, the page before it. Pages frozen before digests were given carry none."""
+    actual = hashlib.sha256(before.body).hexdigest()
+    if given is None or given == actual:
+        return None
+    return (
+        f"page {after.number} gives page {before.number} the SHA-256 {given}; "
+        f"its bytes have {actual}"
+    )
+
+
+def stray_files(directory: Path, frozen: int) -> list[Path]:
+    """Page files in ``directory`` for pages beyond the ``frozen`` ones (no page URL should
+    find them: a copy from another database, or a restore gone wrong)."""
+    try:
+        names = [p for p in directory.iterdir() if p.name.isdigit() and p.name[0] != "0"]
+    except FileNotFoundError:
+        return []
+    return sorted((p for p in names if int(p.name) > frozen), key=lambda p: int(p.name))
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,7 @@ class _FeedExtension(BaseExtension):  # type: ignore[misc]
 
     def __init__(self) -> None:
         self.archive = False
+        self.prev_sha256: str | None = None
 
     def extend_ns(self) -> dict[str, str]:
         ns = {"sf": SF_NS}
@@ -113,6 +114,9 @@ class _FeedExtension(BaseExtension):  # type: ignore[misc]
         return ns
 
     def extend_atom(self, feed: Any) -> Any:
+        if self.prev_sha256 is not None:
+            for link in feed.findall("link[@rel='prev-archive']"):
+                link.set(f"{{{SF_NS}}}sha256", self.prev_sha256)
         if self.archive:
             etree.SubElement(feed, f"{{{FH_NS}}}archive")
         return feed
@@ -189,7 +193,10 @@ def render(doc: Document, parts: Mapping[str, EntryParts] | None = None) -> byte
         "</name></author>",
     )
     for rel, href in doc.links:
-        out += ('<link href="', _attr(href), '" rel="', _attr(rel), '"/>')
+        out += ('<link href="', _attr(href), '" rel="', _attr(rel), '"')
+        if rel == "prev-archive" and doc.prev_sha256 is not None:
+            out += (' sf:sha256="', _attr(doc.prev_sha256), '"')
+        out.append("/>")
     out.append(_GENERATOR)
     if archive:
         out.append("<fh:archive/>")
@@ -367,6 +374,7 @@ def render_with_feedgen(doc: Document) -> bytes:
     fg = FeedGenerator()
     fg.register_extension("sf", _FeedExtension, _EntryExtension, atom=True, rss=False)
     fg.sf.archive = doc.kind == "archive"
+    fg.sf.prev_sha256 = doc.prev_sha256
     feed = doc.feed
     fg.id(feed.atom_id)
     fg.title(feed.title)
@@ -444,6 +452,17 @@ _SAFE_PARSER = etree.XMLParser(
     huge_tree=False,
     remove_pis=True,
 )
+
+
+def prev_archive_sha256(body: bytes) -> str | None:
+    """The ``sf:sha256`` of a document's ``prev-archive`` link, if it has one (to check the
+    chain of archived pages: ``simplefeed archive verify``)."""
+    root = etree.fromstring(body, _SAFE_PARSER)
+    for link in root.iterfind(f"{{{ATOM_NS}}}link"):
+        if link.get("rel") == "prev-archive":
+            value: str | None = link.get(f"{{{SF_NS}}}sha256")
+            return value
+    return None
 
 
 def check_inline_xml(text: str, *, xhtml: bool) -> str | None:

@@ -184,6 +184,22 @@ def archive_rebuild(feed_name: str | None) -> None:
     click.echo(f"checked {report.checked} frozen pages, restored {len(report.restored)}")
 
 
+@archive.command("verify")
+@click.option("--feed", "feed_name", help="Only this feed.")
+def archive_verify(feed_name: str | None) -> None:
+    """Check every static page against the database (bytes, ETag, the chain of sf:sha256
+    digests); exit 1 naming each difference. Run it after deploys and from cron."""
+    try:
+        report = _core().verify_archive(feed_name)
+    except SimplefeedError as exc:
+        raise click.ClickException(str(exc)) from None
+    for problem in report.problems:
+        click.echo(problem, err=True)
+    click.echo(f"checked {report.checked} frozen pages, {len(report.problems)} problems")
+    if report.problems:
+        sys.exit(1)
+
+
 @main.command()
 @click.option("--url", default=None, help="Service base URL (default: SIMPLEFEED_BASE_URL).")
 @click.option("--feed", "feed_name", default=None, help="Named feed (default feed if omitted).")

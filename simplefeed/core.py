@@ -93,6 +93,8 @@ class Simplefeed:
         self.clock = clock
         self.new_uuid = new_uuid
         self._live_cache: dict[tuple[int, DocumentKind], tuple[str, bytes]] = {}
+        #: Per feed id: the number and SHA-256 of its newest frozen page seen by this process.
+        self._digests: dict[int, tuple[int, str]] = {}
         #: Feeds by name as this process last locked them, for their identity (id, name, page
         #: size: these never change) on the one-round-trip append path, never for their head.
         self._feeds: dict[str, Feed] = {}
@@ -205,10 +207,19 @@ class Simplefeed:
         with self.store.append(feed_name, look_up) as append:
             self._feeds[feed_name] = append.feed
             decision = appending.decide(append.feed, pending, append.found, now)
-            frozen = [
-                self._freeze(append, number, now, decision, parts) for number in decision.full_pages
-            ]
+            # Each page records the digest of the one before (sf:sha256 on prev-archive): the
+            # first from the store, then each from the page frozen just before it, in memory.
+            frozen: list[FrozenPage] = []
+            for number in decision.full_pages:
+                prev = (
+                    archive.page_sha256(frozen[-1])
+                    if frozen
+                    else self._page_sha256(append.feed, number - 1)
+                )
+                frozen.append(self._freeze(append, number, now, decision, parts, prev))
             append.write(decision.new, modified_us=decision.modified_us, pages=frozen)
+        if frozen:  # committed: the newest page's digest, for the next freeze and live documents
+            self._digests[append.feed.id] = (frozen[-1].number, archive.page_sha256(frozen[-1]))
         if decision.replayed and not decision.new:
             # Nothing was written, so nothing was flushed: the stored entry may be an append
             # committed a moment ago whose WAL is not on disk yet (one-round-trip appends commit
@@ -270,6 +281,7 @@ class Simplefeed:
         now_us: int,
         decision: appending.Decision,
         parts: Mapping[str, atom.EntryParts],
+        prev_sha256: str | None,
     ) -> FrozenPage:
         """Render page ``number``, which the append under way fills; the append stores it.
 
@@ -284,12 +296,17 @@ class Simplefeed:
         ready = {e.id: parts[e.id] for e in entries if e.id in parts}
         if first <= feed.head_seq:
             entries += append.entries_between(first, feed.head_seq)
-        doc = self._document(feed, "archive", number, tuple(entries))
+        doc = self._document(feed, "archive", number, tuple(entries), prev_sha256)
         body = atom.render(doc, ready)
         return FrozenPage(feed.id, number, body, archive.strong_etag(body), now_us)
 
     def _document(
-        self, feed: Feed, kind: DocumentKind, number: int, entries: tuple[Entry, ...]
+        self,
+        feed: Feed,
+        kind: DocumentKind,
+        number: int,
+        entries: tuple[Entry, ...],
+        prev_sha256: str | None = None,
     ) -> Document:
         if entries:
             updated = entries[0].updated_us
@@ -304,7 +321,25 @@ class Simplefeed:
             links=paging.links(urls, kind, number),
             locator_base=urls.locator_base,
             entries=entries,
+            prev_sha256=prev_sha256,
         )
+
+    def _page_sha256(self, feed: Feed, number: int) -> str | None:
+        """The digest of frozen page ``number`` (None for page 0: there is none). Frozen pages
+        never change, so the newest one's digest is kept per feed; another comes from the
+        store (its ETag holds it, or its bytes for pages frozen before it did)."""
+        if number < 1:
+            return None
+        known = self._digests.get(feed.id)
+        if known is not None and known[0] == number:
+            return known[1]
+        page = self.store.page(feed.id, number)
+        if page is None:
+            raise StoreError(f"feed {feed.name!r} has no frozen page {number}")
+        digest = archive.page_sha256(page)
+        if known is None or known[0] < number:
+            self._digests[feed.id] = (number, digest)
+        return digest
 
     # -- reading -------------------------------------------------------------------------
 
@@ -330,7 +365,8 @@ class Simplefeed:
         # flush (see simplefeed.store.postgres): no one is shown it before it is
         # durable, so a server crash cannot take back what a consumer has read.
         self.store.flush_barrier()
-        body = atom.render(self._document(feed, live.kind, live.number, tuple(entries)))
+        prev = self._page_sha256(feed, live.number - 1)
+        body = atom.render(self._document(feed, live.kind, live.number, tuple(entries), prev))
         with self._cache_lock:
             self._live_cache[key] = (live.etag, body)
         return body
@@ -397,8 +433,33 @@ class Simplefeed:
                     restored.append(path)
         return archive.RebuildReport(checked, restored, removed)
 
+    def verify_archive(self, feed_name: str | None = None) -> archive.VerifyReport:
+        """Check every static page file against the database: the same bytes, the ETag those
+        bytes give, and each page's prev-archive digest (``sf:sha256``) the bytes of the page
+        before; and no file for a page that is not frozen. Writes nothing."""
+        checked = 0
+        problems: list[str] = []
+        feeds = [self.store.feed(feed_name)] if feed_name else self.store.feeds()
+        for feed in feeds:
+            before: FrozenPage | None = None
+            for page in self.store.iter_pages(feed.id):
+                checked += 1
+                problems += archive.page_problems(self.page_path(feed.name, page.number), page)
+                given = atom.prev_archive_sha256(page.body)
+                if before is not None:
+                    problem = archive.chain_problem(before, page, given)
+                    if problem is not None:
+                        problems.append(f"feed {feed.name!r}: {problem}")
+                before = page
+            frozen = before.number if before is not None else 0
+            directory = self.page_path(feed.name, 1).parent
+            for path in archive.stray_files(directory, frozen):
+                problems.append(f"{path}: feed {feed.name!r} has no frozen page {path.name}")
+        return archive.VerifyReport(checked, problems)
+
     def rerender(self, feed: Feed, number: int) -> bytes:
         """Render archived page ``number`` again from its entries (to check determinism)."""
         first, last = paging.seq_range(number, feed.page_size)
         entries = self.store.entries_between(feed.id, first, last)
-        return atom.render(self._document(feed, "archive", number, tuple(entries)))
+        prev = self._page_sha256(feed, number - 1)
+        return atom.render(self._document(feed, "archive", number, tuple(entries), prev))

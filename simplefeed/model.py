@@ -298,3 +298,6 @@ class Document:
     #: an entry without content links to ``locator_base`` + its percent-encoded id.
     locator_base: str
     entries: tuple[Entry, ...] = field(default=())
+    #: Lowercase hex SHA-256 of the previous page's bytes, carried as ``sf:sha256`` on the
+    #: ``prev-archive`` link (None: page 1, or not known).
+    prev_sha256: str | None = None

@@ -645,6 +645,7 @@ def _documents() -> Any:
         links=links,
         locator_base=_xml_text(1),
         entries=entries,
+        prev_sha256=optional(st.text("0123456789abcdef", min_size=64, max_size=64)),
     )
 
 
