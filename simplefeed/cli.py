@@ -189,10 +189,13 @@ def archive_rebuild(feed_name: str | None) -> None:
 def archive_verify(feed_name: str | None) -> None:
     """Check every static page against the database (bytes, ETag, the chain of sf:sha256
     digests); exit 1 naming each difference. Run it after deploys and from cron."""
+    core = _core()
     try:
-        report = _core().verify_archive(feed_name)
+        report = core.verify_archive(feed_name)
     except SimplefeedError as exc:
         raise click.ClickException(str(exc)) from None
+    finally:
+        core.store.close()
     for problem in report.problems:
         click.echo(problem, err=True)
     click.echo(f"checked {report.checked} frozen pages, {len(report.problems)} problems")
