@@ -263,7 +263,7 @@ def plans(draw: st.DrawFn) -> list[tuple[str, list[dict[str, Any]]]]:
     out: list[tuple[str, list[dict[str, Any]]]] = []
     n = 0
     for _ in range(draw(st.integers(1, 4))):
-        if draw(st.integers(0, 3)) == 0:
+        if draw(st.booleans()):  # hostile half the time: each refusal is exercised
             out.append(("hostile", [draw(hostile_event(n))]))
             n += 1
         else:
