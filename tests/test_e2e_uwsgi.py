@@ -103,7 +103,7 @@ def _serve(database_url: str, workdir: Path) -> Iterator[UwsgiServer]:
 
 @pytest.fixture(scope="module")
 def http(uwsgi_server: UwsgiServer) -> Iterator[httpx.Client]:
-    # uwsgi.ini announces Connection: close, so the pooled client opens a connection a request.
+    # A pooled client: uWSGI's HTTP router keeps its connections alive between requests.
     # The producer token goes with every request; GETs ignore it (reading is public).
     headers = {"Authorization": f"Bearer {uwsgi_server.token}"}
     with httpx.Client(timeout=30.0, follow_redirects=False, headers=headers) as client:

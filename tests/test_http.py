@@ -266,3 +266,24 @@ def test_publishing_to_the_default_feed_by_name_still_works(feed: Client) -> Non
     r = feed.simulate_post("/feeds/events/entries", json={"title": "by name"})
     assert r.status_code == 201
     assert r.json["url"] == "http://feeds.example.test/pages/2"
+
+
+@pytest.mark.parametrize(
+    "path,headers,status",
+    [
+        ("/recent?" + "a" * 8200, {}, 414),
+        ("/recent", {"X-Big": "a" * 16400}, 431),
+        ("/recent", {f"X-Many-{i}": "a" for i in range(101)}, 431),
+        ("/recent?" + "a" * 8000, {f"X-Many-{i}": "a" * 100 for i in range(90)}, 200),
+    ],
+    ids=["long target", "one long field", "many fields", "within both limits"],
+)
+def test_request_heads_over_the_limits(
+    feed: Client, path: str, headers: dict[str, str], status: int
+) -> None:
+    target, _, query = path.partition("?")
+    r = feed.simulate_get(target, query_string=query, headers=headers)
+    assert r.status_code == status
+    if status != 200:
+        assert r.json["error"] in ("uri_too_long", "request_header_fields_too_large")
+        assert r.headers["cache-control"] == "no-store"

@@ -33,6 +33,13 @@ from bench.servers import (
     free_port,
     render_template,
 )
+from tests.test_listen import (
+    ALLOWED_DELAY_S,
+    SLOW_HEAD,
+    Tricklers,
+    slow_body_head,
+    worst_recent_latency,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -62,7 +69,8 @@ MAIN_CONF = """\
 worker_processes 1;
 pid {prefix}/nginx.pid;
 error_log {prefix}/error.log warn;
-events {{ worker_connections 256; }}
+worker_rlimit_nofile 8192;
+events {{ worker_connections 4096; }}
 http {{
     sendfile on;
     include {conf_dir}/mime.types;
@@ -320,3 +328,18 @@ def test_everything_else_goes_to_the_app(deployment: Deployment) -> None:
         )
         assert r.status_code == 201, r.text
         assert b"through nginx" in http.get(nginx.url("/recent")).content
+
+
+def test_a_thousand_slow_clients_delay_no_one(deployment: Deployment) -> None:
+    """Issue #11: with the shipped nginx block, 1,000 connections trickling heads or bodies do
+    not delay other clients' GET /recent by more than 1 s (nginx holds them; uWSGI never sees
+    a request before nginx has all of it)."""
+    nginx, token = deployment.nginx, deployment.origin.token
+    heads = Tricklers(nginx.port, 500, SLOW_HEAD, b"X-Slow: 1\r\n", interval=0.5)
+    bodies = Tricklers(nginx.port, 500, slow_body_head(token), b" ", interval=0.5)
+    quiet = worst_recent_latency(nginx.url(""))
+    with heads, bodies:
+        busy = worst_recent_latency(nginx.url(""))
+        still_there = len(heads.sockets) + len(bodies.sockets)
+    assert busy <= quiet + ALLOWED_DELAY_S, f"/recent took {busy:.2f} s, {quiet:.2f} s before"
+    assert still_there == 1000, (heads.closed_early, bodies.closed_early)

@@ -33,8 +33,10 @@ _STATUS_CODES = {
     411: "length_required",
     412: "precondition_failed",
     413: "payload_too_large",
+    414: "uri_too_long",
     415: "unsupported_media_type",
     422: "invalid_event",
+    431: "request_header_fields_too_large",
     500: "internal_error",
     503: "unavailable",
 }
