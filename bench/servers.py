@@ -34,6 +34,8 @@ from sqlalchemy.engine import make_url
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 HOST = "127.0.0.1"
+#: What uWSGI's master logs when it is told to stop (SIGTERM or SIGINT).
+SHUTDOWN_MARK = "SIGINT/SIGTERM received"
 
 
 def simplefeed_command() -> list[str]:
@@ -265,6 +267,17 @@ class UwsgiServer:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return "(no uWSGI log)"
+
+    def problems(self) -> list[str]:
+        """Server errors in the log: each 5xx request line, and a Python traceback, up to the
+        moment the server was told to stop. (What follows is shutdown: a worker that is still
+        importing the app under `lazy-apps` on a busy machine is interrupted with a traceback,
+        which says nothing about any request.)"""
+        log = self.log().split(SHUTDOWN_MARK, 1)[0]
+        found = [line for line in log.splitlines() if re.search(r"\(HTTP/1\.[01] 5\d\d\)", line)]
+        if "Traceback" in log:
+            found.append("a Python traceback in the uWSGI log")
+        return found
 
     def __enter__(self) -> UwsgiServer:
         try:

@@ -54,13 +54,6 @@ FH_NS = "http://purl.org/syndication/history/1.0"
 # -- servers ----------------------------------------------------------------------------------
 
 
-def _log_problems(log: str) -> list[str]:
-    problems = [line for line in log.splitlines() if re.search(r"\(HTTP/1\.[01] 5\d\d\)", line)]
-    if "Traceback" in log:
-        problems.append("a Python traceback")
-    return problems
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def uwsgi_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -91,7 +84,7 @@ def _serve(database_url: str, workdir: Path) -> Iterator[UwsgiServer]:
     with server:  # stopped (SIGTERM, then SIGKILL of its group) however the module ends
         yield server
     # Never a 5xx, never a traceback, over the whole module (uwsgi.ini logs 4xx and 5xx).
-    problems = _log_problems(server.log())
+    problems = server.problems()
     if problems:
         pytest.fail(
             "uWSGI log of the module shows server errors:\n"

@@ -532,14 +532,6 @@ class Watcher:
 # -- servers and databases --------------------------------------------------------------------
 
 
-def log_problems(server: UwsgiServer) -> list[str]:
-    log = server.log()
-    problems = [line for line in log.splitlines() if re.search(r"\(HTTP/1\.[01] 5\d\d\)", line)]
-    if "Traceback" in log:
-        problems.append("a Python traceback in the uWSGI log")
-    return problems
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty database (the servers migrate it): a SQLite file, or a fresh PostgreSQL one."""
@@ -618,7 +610,7 @@ def test_concurrent_producers(database: str, tmp_path: Path) -> None:
         for path, body in watcher.pages.items():
             number = int(path.rsplit("/", 1)[1])
             assert body == st.pages[number][2], f"{path} served other bytes than frozen"
-    assert log_problems(srv) == []
+    assert srv.problems() == []
 
 
 @pytest.mark.parametrize("archives", ["own-archive-dirs", "shared-archive-dir"])
@@ -698,7 +690,7 @@ def test_two_nodes_share_postgres(pg_database: str, tmp_path: Path, archives: st
         for node in nodes:
             node.stop()
     for node in nodes:
-        assert log_problems(node) == []
+        assert node.problems() == []
 
 
 def test_kill_9_while_publishing(database: str, tmp_path: Path) -> None:
