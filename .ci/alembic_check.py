@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from alembic import command
-from simplefeed.cli import alembic_config
+from simplefeed.store.schema import alembic_config
 
 
 def check(url: str) -> None:

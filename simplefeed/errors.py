@@ -22,6 +22,7 @@
     │   └── InvalidEvent            -> 422, .index (in a batch), .field
     ├── StoreError                  the database failed a request (a bug or a fault) -> 500
     │   └── StoreUnavailable        -> 503 + Retry-After: unreachable, locked, read-only, ...
+    ├── DatabaseNotReady            .url (masked): missing, unreachable or not migrated
     └── ClientError                 the consumer's branch: see simplefeed.client.errors
 
 Each error carries the attributes that identify what failed; the HTTP layer maps them to a status
@@ -137,3 +138,12 @@ class StoreError(SimplefeedError):
 class StoreUnavailable(StoreError):
     """The database cannot serve us now (unreachable, shut down, locked for longer than the
     busy timeout, read-only, out of resources): retrying later may succeed."""
+
+
+class DatabaseNotReady(SimplefeedError):
+    """The database is missing, does not answer, or is not at the newest schema. The message is
+    one line naming the database (password masked) and what to do."""
+
+    def __init__(self, url: str, problem: str, fix: str = "run `simplefeed db upgrade`") -> None:
+        super().__init__(f"database {url} {problem}; {fix}")
+        self.url = url

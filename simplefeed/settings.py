@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 from simplefeed.errors import ConfigError
 
@@ -36,14 +37,25 @@ class Limits:
     max_id_bytes: int = 1024
 
 
+#: Levels SIMPLEFEED_LOG_LEVEL accepts (the standard library's names).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 @dataclass(frozen=True)
 class Settings:
+    #: Relative SQLite paths are relative to the working directory of the command.
     database_url: str = "sqlite:///var/simplefeed.sqlite3"
     archive_dir: Path = Path("archive")
     base_url: str = "http://localhost:8080"
+    #: Whether SIMPLEFEED_BASE_URL was set (else ``serve --port N`` uses http://localhost:N).
+    base_url_given: bool = False
     page_size: int = 100
     recent_max_age: int = 10
     default_feed: str = "events"
+    #: The least severe level logged; INFO logs one access line per request.
+    log_level: str = "INFO"
+    #: ``GET /metrics`` (Prometheus) served; SIMPLEFEED_METRICS=off turns it off.
+    metrics: bool = True
     limits: Limits = field(default_factory=Limits)
 
     @classmethod
@@ -72,13 +84,24 @@ class Settings:
         default_feed = env.get("SIMPLEFEED_DEFAULT_FEED") or cls.default_feed
         if not FEED_NAME_RE.match(default_feed):
             raise ConfigError(f"SIMPLEFEED_DEFAULT_FEED {default_feed!r} is not a valid feed name")
+        log_level = (env.get("SIMPLEFEED_LOG_LEVEL") or cls.log_level).upper()
+        if log_level not in LOG_LEVELS:
+            raise ConfigError(
+                f"SIMPLEFEED_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}"
+            )
+        metrics = (env.get("SIMPLEFEED_METRICS") or "on").lower()
+        if metrics not in ("on", "off"):
+            raise ConfigError(f"SIMPLEFEED_METRICS must be on or off, got {metrics!r}")
         return cls(
             database_url=env.get("SIMPLEFEED_DATABASE_URL") or cls.database_url,
             archive_dir=Path(env.get("SIMPLEFEED_ARCHIVE_DIR") or "archive"),
             base_url=base_url.rstrip("/"),
+            base_url_given=bool(env.get("SIMPLEFEED_BASE_URL")),
             page_size=integer("SIMPLEFEED_PAGE_SIZE", cls.page_size, 1),
             recent_max_age=integer("SIMPLEFEED_RECENT_MAX_AGE", cls.recent_max_age, 0),
             default_feed=default_feed,
+            log_level=log_level,
+            metrics=metrics == "on",
             limits=Limits(
                 max_body_bytes=integer("SIMPLEFEED_MAX_BODY_BYTES", Limits.max_body_bytes, 1),
                 max_batch=integer("SIMPLEFEED_MAX_BATCH", Limits.max_batch, 1),
@@ -95,3 +118,68 @@ class Settings:
                 max_id_bytes=integer("SIMPLEFEED_MAX_ID_BYTES", Limits.max_id_bytes, 16, 1024),
             ),
         )
+
+    def describe(self) -> dict[str, str]:
+        """The effective settings by variable name, as ``simplefeed config`` prints them:
+        passwords masked, relative paths shown resolved against the working directory."""
+        database = mask_url(self.database_url)
+        path = sqlite_path(self.database_url)
+        if path is not None:
+            database += f"  (file {path})"
+        base_url = self.base_url if self.base_url_given else f"{self.base_url}  (default)"
+        limits = self.limits
+        return {
+            "SIMPLEFEED_DATABASE_URL": database,
+            "SIMPLEFEED_ARCHIVE_DIR": str(self.archive_dir.absolute()),
+            "SIMPLEFEED_BASE_URL": base_url,
+            "SIMPLEFEED_DEFAULT_FEED": self.default_feed,
+            "SIMPLEFEED_PAGE_SIZE": str(self.page_size),
+            "SIMPLEFEED_RECENT_MAX_AGE": str(self.recent_max_age),
+            "SIMPLEFEED_LOG_LEVEL": self.log_level,
+            "SIMPLEFEED_METRICS": "on" if self.metrics else "off",
+            "SIMPLEFEED_MAX_BODY_BYTES": str(limits.max_body_bytes),
+            "SIMPLEFEED_MAX_BATCH": str(limits.max_batch),
+            "SIMPLEFEED_MAX_TITLE_CHARS": str(limits.max_title_chars),
+            "SIMPLEFEED_MAX_SUMMARY_CHARS": str(limits.max_summary_chars),
+            "SIMPLEFEED_MAX_CONTENT_CHARS": str(limits.max_content_chars),
+            "SIMPLEFEED_MAX_JSON_DEPTH": str(limits.max_json_depth),
+            "SIMPLEFEED_MAX_CATEGORIES": str(limits.max_categories),
+            "SIMPLEFEED_MAX_LINKS": str(limits.max_links),
+            "SIMPLEFEED_MAX_ID_CHARS": str(limits.max_id_chars),
+        }
+
+
+#: Query parameters of a database URL whose values are secrets.
+_SECRET_PARAMS = frozenset({"password", "passwd", "pass", "secret", "token", "sslpassword"})
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password (and secret query parameters) replaced by ``***``: how a
+    database URL is shown in messages, ``simplefeed config`` and logs."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    masked = url
+    if parts.password is not None:
+        userinfo, _, host = parts.netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        masked = masked.replace(parts.netloc, f"{user}:***@{host}", 1)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if any(k.lower() in _SECRET_PARAMS for k, _ in pairs):
+        query = "&".join(
+            f"{k}=***" if k.lower() in _SECRET_PARAMS else f"{k}={v}" for k, v in pairs
+        )
+        masked = masked.replace("?" + parts.query, "?" + query, 1)
+    return masked
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL, absolute (None for other databases and in-memory ones)."""
+    scheme, sep, rest = url.partition(":///")
+    if not sep or scheme.split("+")[0] != "sqlite":
+        return None
+    path = rest.partition("?")[0]
+    if path in ("", ":memory:"):
+        return None
+    return Path(path).absolute()

@@ -24,9 +24,9 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from simplefeed.app import create_app
-from simplefeed.cli import alembic_config
 from simplefeed.core import Simplefeed
 from simplefeed.settings import Settings
+from simplefeed.store.schema import alembic_config
 
 PG_ENV = "SIMPLEFEED_TEST_POSTGRES_URL"
 START_US = 1_800_000_000_000_000  # 2027-01-15T08:00:00Z

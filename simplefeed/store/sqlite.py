@@ -20,7 +20,6 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, create_engine, event
@@ -177,10 +176,9 @@ class SQLiteStore(sql.SqlStore):
 
     @staticmethod
     def make_engine(url: str) -> Engine:
+        # Creates nothing on disk (a connection to a missing file creates it, so callers check
+        # first: simplefeed.store.schema; only `db upgrade` makes the file and its directory).
         sa_url = make_url(url)
-        database = sa_url.database
-        if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             sa_url,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},

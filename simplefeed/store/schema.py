@@ -1,0 +1,74 @@
+"""The schema's version: migrating with alembic, and checking a database is ready before use.
+
+Only ``simplefeed db upgrade`` (:func:`upgrade`) creates a database; every other command checks
+it first (:func:`check_ready`), which never creates one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.exc import DBAPIError
+
+from alembic import command
+from simplefeed.errors import DatabaseNotReady
+from simplefeed.settings import mask_url, sqlite_path
+from simplefeed.store import make_engine
+
+#: The checkout this package runs from: alembic.ini and alembic/ live there.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def alembic_config(database_url: str) -> Config:
+    cfg = Config(str(PROJECT_ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(PROJECT_ROOT / "alembic"))
+    cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    cfg.attributes["configure_logger"] = False
+    return cfg
+
+
+def upgrade(database_url: str) -> None:
+    """Create the database if need be (a SQLite file and its directory) and migrate it to the
+    newest schema."""
+    path = sqlite_path(database_url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        command.upgrade(alembic_config(database_url), "head")
+    except DBAPIError as exc:
+        raise DatabaseNotReady(
+            mask_url(database_url), f"could not be migrated: {_first_line(exc)}", _FIX_URL
+        ) from None
+
+
+_FIX_URL = "check SIMPLEFEED_DATABASE_URL and that the database server is up"
+
+
+def _first_line(exc: DBAPIError) -> str:
+    lines = str(exc.orig).strip().splitlines() or [type(exc.orig).__name__]
+    return lines[0]
+
+
+def check_ready(database_url: str) -> None:
+    """Raise :class:`DatabaseNotReady` unless the database exists, answers and is at the
+    newest schema. Creates nothing: a missing SQLite file is reported, not made."""
+    shown = mask_url(database_url)
+    path = sqlite_path(database_url)
+    if path is not None and not path.is_file():
+        raise DatabaseNotReady(f"{shown} ({path})", "does not exist")
+    head = ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+    except DBAPIError as exc:
+        raise DatabaseNotReady(shown, f"does not answer ({_first_line(exc)})", _FIX_URL) from None
+    finally:
+        engine.dispose()
+    if current is None:
+        raise DatabaseNotReady(shown, "has no Simplefeed tables")
+    if current != head:
+        raise DatabaseNotReady(shown, f"is at schema {current}, not the newest ({head})")

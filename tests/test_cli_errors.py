@@ -1,0 +1,117 @@
+"""The command line as an operator meets it: one line for a database that is missing, not
+migrated or unreachable (never a traceback, never a database made on the way), and
+``simplefeed config`` showing the effective settings with secrets masked.
+
+Everything runs the installed ``simplefeed`` command in a subprocess, in a directory of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.servers import PROJECT_ROOT, clean_environ, free_port, simplefeed_command
+
+#: Every command that needs the database, with arguments that would otherwise succeed.
+DATABASE_COMMANDS = [
+    ["feed", "list"],
+    ["feed", "create", "orders"],
+    ["token", "list"],
+    ["token", "create"],
+    ["token", "revoke", "1"],
+    ["archive", "rebuild"],
+    ["serve", "--port", "1"],
+]
+
+
+def run(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = clean_environ()
+    environ["PYTHONPATH"] = str(PROJECT_ROOT)
+    environ.update(env)
+    return subprocess.run(
+        [*simplefeed_command(), *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("args", DATABASE_COMMANDS, ids=lambda a: " ".join(a))
+def test_missing_default_database_is_one_line_and_creates_nothing(
+    tmp_path: Path, args: list[str]
+) -> None:
+    done = run(tmp_path, *args)
+    line = one_line_error(done)
+    expected = tmp_path / "var" / "simplefeed.sqlite3"
+    assert "sqlite:///var/simplefeed.sqlite3" in line
+    assert str(expected) in line
+    assert "simplefeed db upgrade" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no var/, no archive/
+
+
+def test_unmigrated_sqlite_file_is_named_with_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "empty.sqlite3"
+    sqlite3.connect(path).close()
+    line = one_line_error(
+        run(tmp_path, "feed", "list", SIMPLEFEED_DATABASE_URL=f"sqlite:///{path}")
+    )
+    assert f"sqlite:///{path}" in line
+    assert "no Simplefeed tables" in line
+    assert "simplefeed db upgrade" in line
+
+
+def test_unreachable_postgres_is_one_line_with_the_password_masked(tmp_path: Path) -> None:
+    url = f"postgresql+psycopg://operator:hunter2@127.0.0.1:{free_port()}/simplefeed"
+    line = one_line_error(run(tmp_path, "token", "list", SIMPLEFEED_DATABASE_URL=url))
+    assert "hunter2" not in line
+    assert "postgresql+psycopg://operator:***@127.0.0.1" in line
+    assert "does not answer" in line
+
+
+def test_db_upgrade_creates_the_database_then_commands_work(tmp_path: Path) -> None:
+    done = run(tmp_path, "db", "upgrade")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "var" / "simplefeed.sqlite3").is_file()
+    listed = run(tmp_path, "feed", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "events" in listed.stdout
+
+
+def test_config_shows_effective_settings_with_secrets_masked(tmp_path: Path) -> None:
+    done = run(tmp_path, "config", "--json")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["SIMPLEFEED_DATABASE_URL"] == (
+        f"sqlite:///var/simplefeed.sqlite3  (file {tmp_path / 'var' / 'simplefeed.sqlite3'})"
+    )
+    assert shown["SIMPLEFEED_ARCHIVE_DIR"] == str(tmp_path / "archive")
+    assert shown["SIMPLEFEED_BASE_URL"] == "http://localhost:8080  (default)"
+    assert shown["SIMPLEFEED_METRICS"] == "on"
+    assert not list(tmp_path.iterdir())  # config looks, it creates nothing
+
+    url = "postgresql+psycopg://operator:hunter2@db.internal:5432/feeds?password=again"
+    text = run(tmp_path, "config", SIMPLEFEED_DATABASE_URL=url, SIMPLEFEED_METRICS="off")
+    assert text.returncode == 0, text.stderr
+    assert "hunter2" not in text.stdout and "again" not in text.stdout
+    assert "postgresql+psycopg://operator:***@db.internal:5432/feeds?password=***" in text.stdout
+    assert "SIMPLEFEED_METRICS" in text.stdout and "off" in text.stdout
+
+
+def test_bad_setting_is_one_line(tmp_path: Path) -> None:
+    line = one_line_error(run(tmp_path, "feed", "list", SIMPLEFEED_LOG_LEVEL="chatty"))
+    assert "SIMPLEFEED_LOG_LEVEL" in line
