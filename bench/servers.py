@@ -94,6 +94,7 @@ class UwsgiServer:
         startup_timeout: float = 20.0,
         stop_timeout: float = 10.0,
         ini: Path | None = None,
+        base_url_env: bool = True,
     ) -> None:
         self.database_url = database_url
         self.archive_dir = archive_dir.resolve()
@@ -104,6 +105,8 @@ class UwsgiServer:
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self.ini = ini  # None: the checkout's uwsgi.ini, as `simplefeed serve` picks it
+        #: False: SIMPLEFEED_BASE_URL unset, as an operator who only passes --port
+        self.base_url_env = base_url_env
         self.log_path = self.workdir / "uwsgi.log"
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
@@ -131,10 +134,11 @@ class UwsgiServer:
             {
                 "SIMPLEFEED_DATABASE_URL": self.database_url,
                 "SIMPLEFEED_ARCHIVE_DIR": str(self.archive_dir),
-                "SIMPLEFEED_BASE_URL": self.base_url,
                 "SIMPLEFEED_PAGE_SIZE": str(self.page_size),
             }
         )
+        if self.base_url_env:
+            env["SIMPLEFEED_BASE_URL"] = self.base_url
         env.update(self.extra_env)
         return env
 
@@ -274,7 +278,7 @@ class UwsgiServer:
         importing the app under `lazy-apps` on a busy machine is interrupted with a traceback,
         which says nothing about any request.)"""
         log = self.log().split(SHUTDOWN_MARK, 1)[0]
-        found = [line for line in log.splitlines() if re.search(r"\(HTTP/1\.[01] 5\d\d\)", line)]
+        found = [line for line in log.splitlines() if re.search(r'"status":5\d\d\b', line)]
         if "Traceback" in log:
             found.append("a Python traceback in the uWSGI log")
         return found

@@ -1,10 +1,17 @@
-"""The ``simplefeed`` command: thin, arguments -> Settings -> core functions."""
+"""The ``simplefeed`` command: thin, arguments -> Settings -> core functions.
+
+Every command that uses the database checks first that it exists, answers and is migrated
+(:func:`simplefeed.store.schema.check_ready`); only ``db upgrade`` creates one. A project error
+ends a command with one line on standard error and exit status 1, never a traceback.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,34 +21,58 @@ from simplefeed.client.command import consume, consumer_group
 from simplefeed.errors import SimplefeedError
 from simplefeed.settings import FEED_NAME_RE, Settings
 
-#: The checkout this package runs from: uwsgi.ini, alembic.ini and alembic/ live there.
+#: The checkout this package runs from: uwsgi.ini lives there.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _settings() -> Settings:
-    try:
-        return Settings.from_env()
-    except SimplefeedError as exc:
-        raise click.ClickException(str(exc)) from None
+    return Settings.from_env()
 
 
 def _core() -> Any:
     from simplefeed.core import Simplefeed
+    from simplefeed.store.schema import check_ready
 
-    return Simplefeed(_settings())
+    settings = _settings()
+    check_ready(settings.database_url)
+    return Simplefeed(settings)
 
 
-@click.group()
+class _Commands(click.Group):
+    """Project errors from any command end as one line and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SimplefeedError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=_Commands)
 @click.version_option(package_name="simplefeed")
 def main() -> None:
     """Simplefeed: RFC 5005 archived Atom event feeds.
 
-    Configuration comes from SIMPLEFEED_* environment variables (see README.md).
+    Configuration comes from SIMPLEFEED_* environment variables (see README.md;
+    `simplefeed config` shows the effective values).
     """
 
 
 main.add_command(consume)
 main.add_command(consumer_group)
+
+
+@main.command("config")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def config_command(as_json: bool) -> None:
+    """Print the effective settings (environment and defaults), passwords masked."""
+    shown = _settings().describe()
+    if as_json:
+        click.echo(json.dumps(shown, indent=2))
+        return
+    width = max(map(len, shown))
+    for name, value in shown.items():
+        click.echo(f"{name:<{width}}  {value}")
 
 
 @main.command()
@@ -54,18 +85,55 @@ main.add_command(consumer_group)
     default=PROJECT_ROOT / "uwsgi.ini",
     show_default="uwsgi.ini of this checkout",
 )
-def serve(port: int, host: str, processes: int, ini: Path) -> None:
-    """Run the service under uWSGI (migrate first with `simplefeed db upgrade`)."""
+@click.option(
+    "--user",
+    help="Started as root: run uWSGI as this user (it must be able to write the database and "
+    "the archive directory).",
+)
+def serve(port: int, host: str, processes: int, ini: Path, user: str | None) -> None:
+    """Run the service under uWSGI (migrate first with `simplefeed db upgrade`).
+
+    Links in the documents use SIMPLEFEED_BASE_URL, or http://localhost:PORT when it is unset.
+    """
+    from simplefeed.store.schema import check_ready
+
     settings = _settings()
+    check_ready(settings.database_url)
+    base_url = settings.base_url if settings.base_url_given else f"http://localhost:{port}"
     env = dict(os.environ)
+    env["SIMPLEFEED_BASE_URL"] = base_url
     env["SIMPLEFEED_HTTP_SOCKET"] = f"{host}:{port}"
     env["SIMPLEFEED_PROCESSES"] = str(processes)
     env["SIMPLEFEED_ARCHIVE_DIR"] = str(settings.archive_dir.resolve())
     settings.archive_dir.mkdir(parents=True, exist_ok=True)
+    # Prometheus counters of this run's workers (simplefeed.metrics), removed when uWSGI exits.
+    metrics_dir = Path(tempfile.mkdtemp(prefix="simplefeed-metrics-"))
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     uwsgi = Path(sys.executable).with_name("uwsgi")
     argv = [str(uwsgi) if uwsgi.exists() else "uwsgi", "--ini", str(ini)]
-    click.echo(f"simplefeed: serving {settings.base_url} on http://{host}:{port}", err=True)
+    argv += ["--hook-as-user-atexit", f"exec:rm -rf {metrics_dir}"]
+    if user is not None:
+        argv += _drop_privileges(user, metrics_dir)
+    elif os.geteuid() == 0:
+        click.echo(
+            "simplefeed: started as root, so uWSGI runs as root and says so; pass --user NAME "
+            "to run it as NAME (see README, Running it)",
+            err=True,
+        )
+    click.echo(f"simplefeed: serving on http://{host}:{port}, links say {base_url}", err=True)
     os.execvpe(argv[0], argv, env)
+
+
+def _drop_privileges(user: str, metrics_dir: Path) -> list[str]:
+    """uWSGI's options to run as ``user`` (with its primary group) once it has bound its port."""
+    if os.geteuid() != 0:
+        raise click.UsageError("--user needs serve to be started as root")
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise click.BadParameter(f"no user named {user!r}", param_hint="--user") from None
+    os.chown(metrics_dir, entry.pw_uid, entry.pw_gid)
+    return ["--uid", str(entry.pw_uid), "--gid", str(entry.pw_gid)]
 
 
 @main.group()
@@ -73,31 +141,23 @@ def db() -> None:
     """Database schema (alembic)."""
 
 
-def alembic_config(database_url: str) -> Any:
-    from alembic.config import Config
-
-    cfg = Config(str(PROJECT_ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(PROJECT_ROOT / "alembic"))
-    cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
-    cfg.attributes["configure_logger"] = False
-    return cfg
-
-
 @db.command()
 def upgrade() -> None:
-    """Migrate the database to the newest schema and create the default feed."""
-    from alembic import command
+    """Create the database if need be, migrate it to the newest schema, create the default feed."""
+    from simplefeed.core import Simplefeed
     from simplefeed.errors import FeedExists
+    from simplefeed.settings import mask_url
+    from simplefeed.store.schema import upgrade as upgrade_schema
 
     settings = _settings()
-    command.upgrade(alembic_config(settings.database_url), "head")
-    core = _core()
+    upgrade_schema(settings.database_url)
+    core = Simplefeed(settings)
     try:
         core.create_feed(settings.default_feed)
         click.echo(f"created default feed {settings.default_feed!r}")
     except FeedExists:
         pass
-    click.echo(f"database is at the newest schema: {settings.database_url}")
+    click.echo(f"database is at the newest schema: {mask_url(settings.database_url)}")
 
 
 @main.group()
@@ -113,10 +173,7 @@ def feed_create(name: str, page_size: int | None, title: str | None) -> None:
     """Create a feed named NAME (lowercase letters, digits, - and _)."""
     if not FEED_NAME_RE.match(name):
         raise click.BadParameter("use 1-64 of a-z 0-9 - _, starting with a letter or digit")
-    try:
-        f = _core().create_feed(name, title=title, page_size=page_size)
-    except SimplefeedError as exc:
-        raise click.ClickException(str(exc)) from None
+    f = _core().create_feed(name, title=title, page_size=page_size)
     click.echo(f"created feed {f.name!r} ({f.atom_id}), {f.page_size} entries per page")
 
 
@@ -137,10 +194,7 @@ def token() -> None:
 @click.option("--label", help="A note to recognise the token by in `token list`.")
 def token_create(feed_name: str | None, label: str | None) -> None:
     """Mint a token and print it once; only its hash is stored."""
-    try:
-        value = _core().create_token(feed=feed_name, label=label)
-    except SimplefeedError as exc:
-        raise click.ClickException(str(exc)) from None
+    value = _core().create_token(feed=feed_name, label=label)
     click.echo(value)
     click.echo("(shown once: store it now; publish with 'Authorization: Bearer <token>')", err=True)
 
@@ -175,10 +229,7 @@ def archive() -> None:
 @click.option("--feed", "feed_name", help="Only this feed.")
 def archive_rebuild(feed_name: str | None) -> None:
     """Rewrite any missing or damaged static page from the database, byte-identically."""
-    try:
-        report = _core().rebuild_archive(feed_name)
-    except SimplefeedError as exc:
-        raise click.ClickException(str(exc)) from None
+    report = _core().rebuild_archive(feed_name)
     for path in report.restored:
         click.echo(f"restored {path}")
     click.echo(f"checked {report.checked} frozen pages, restored {len(report.restored)}")

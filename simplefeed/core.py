@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from simplefeed import appending, archive, atom, auth, paging
+from simplefeed import appending, archive, atom, auth, metrics, paging
 from simplefeed.errors import EntryNotFound, PageNotFound, StoreError
 from simplefeed.model import (
     Appended,
@@ -228,6 +228,7 @@ class Simplefeed:
             self.store.flush_barrier()
         for page in frozen:
             self._write_file(feed_name, page)
+        metrics.pages_frozen(feed_name, len(frozen))
         if frozen and frozen[0].number == 1:
             try:
                 self.store.analyze_entries_once()
@@ -456,6 +457,11 @@ class Simplefeed:
             for path in archive.stray_files(directory, frozen):
                 problems.append(f"{path}: feed {feed.name!r} has no frozen page {path.name}")
         return archive.VerifyReport(checked, problems)
+
+    def page_entries(self, feed: Feed, number: int) -> list[Entry]:
+        """The entries of page ``number`` as stored, newest first (the pages for people)."""
+        first, last = paging.seq_range(number, feed.page_size)
+        return self.store.entries_between(feed.id, first, min(last, feed.head_seq))
 
     def rerender(self, feed: Feed, number: int) -> bytes:
         """Render archived page ``number`` again from its entries (to check determinism)."""

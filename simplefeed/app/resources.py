@@ -8,7 +8,7 @@ from typing import Any
 
 import falcon
 
-from simplefeed import auth, paging
+from simplefeed import auth, metrics, paging
 from simplefeed.app import caching, errors, preconditions
 from simplefeed.app.caching import ArchivedPage, LiveValidators
 from simplefeed.core import Simplefeed
@@ -249,7 +249,9 @@ class Entries(_FeedResource):
         except Exception:
             self.core.check_credentials(credentials, requested)
             raise
+        req.context.token_id = credentials.token_id
         results = self.core.publish(name, events, credentials=credentials)
+        req.context.appended = results
         urls = self.core.urls(name)
         created = any(r.created for r in results)
         resp.status = falcon.HTTP_201 if created else falcon.HTTP_200
@@ -361,6 +363,19 @@ class Health:
 
     def on_options(self, req: falcon.Request, resp: falcon.Response) -> None:
         send_options(resp, READ_METHODS)
+
+
+class Metrics:
+    """``GET /metrics``: Prometheus text format (simplefeed.metrics); SIMPLEFEED_METRICS=off
+    leaves the route out."""
+
+    def __init__(self, core: Simplefeed) -> None:
+        self.core = core
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.content_type = metrics.CONTENT_TYPE
+        resp.cache_control = ["no-store"]
+        resp.data = metrics.scrape(self.core.feeds, self.core.clock())
 
 
 class OpenApi:

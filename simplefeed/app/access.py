@@ -1,0 +1,112 @@
+"""Every request the application answers: a request id, one access-log line, its metrics.
+
+The request id comes from a well-formed ``X-Request-Id`` sent by a proxy in front, or is made
+here; it is returned in the ``X-Request-Id`` response header and is on every log line written
+while the request is served (an error's traceback included), so a client's complaint leads to
+the line. The access line (logger ``simplefeed.access``, level INFO, ERROR for a 5xx) carries
+method, path (never the query string), status, bytes, duration, feed, and for a publish the
+sequence numbers assigned and the token's id (never its secret).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from typing import Any
+
+import falcon
+
+from simplefeed import logs, metrics
+from simplefeed.errors import SimplefeedError
+from simplefeed.model import Appended
+
+log = logging.getLogger("simplefeed.access")
+
+REQUEST_ID_HEADER = "X-Request-Id"
+_GOOD_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+
+def _document(template: str | None) -> str | None:
+    """Which feed document a route serves (for the read metrics), if any."""
+    if template is None:
+        return None
+    if template.endswith("/recent"):
+        return "recent"
+    if "/pages/" in template:
+        return "page"
+    return None
+
+
+def _body_bytes(resp: falcon.Response) -> int:
+    if resp.stream is not None:
+        return int(resp.content_length or 0)
+    body = resp.render_body()
+    return len(body) if body else 0
+
+
+class Access:
+    """Falcon middleware; installed first, so it sees every request and every answer."""
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        given = req.get_header(REQUEST_ID_HEADER)
+        rid = given if given and _GOOD_REQUEST_ID.match(given) else secrets.token_hex(8)
+        req.context.request_id = rid
+        req.context.request_token = logs.request_id.set(rid)
+        req.context.started = time.perf_counter()
+
+    def process_resource(
+        self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict[str, Any]
+    ) -> None:
+        feed_name = getattr(resource, "feed_name", None)
+        if callable(feed_name):
+            try:
+                req.context.feed = feed_name(params.get("feed"))
+            except SimplefeedError:
+                req.context.feed = logs.clip(str(params.get("feed")), 64)
+
+    def process_response(
+        self, req: falcon.Request, resp: falcon.Response, resource: Any, req_succeeded: bool
+    ) -> None:
+        started: float = req.context.get("started") or time.perf_counter()
+        seconds = time.perf_counter() - started
+        rid = req.context.get("request_id")
+        if rid is not None:
+            resp.set_header(REQUEST_ID_HEADER, rid)
+        status = resp.status_code
+        feed = req.context.get("feed")
+        fields: dict[str, Any] = {
+            "method": req.method,
+            "path": req.path,
+            "status": status,
+            "bytes": 0 if status == 304 else _body_bytes(resp),
+            "duration_ms": round(seconds * 1000, 3),
+        }
+        if feed is not None:
+            fields["feed"] = feed
+        appended: list[Appended] | None = req.context.get("appended")
+        if appended is not None:
+            created = [a.seq for a in appended if a.created]
+            fields["token_id"] = req.context.get("token_id")
+            fields["created"] = len(created)
+            fields["replayed"] = len(appended) - len(created)
+            if created:
+                fields["seq_first"], fields["seq_last"] = min(created), max(created)
+            metrics.published(str(feed), len(created), seconds)
+        document = _document(req.uri_template)
+        if document is not None and status in (200, 304):
+            metrics.read(document, status, seconds)
+        if status >= 400:
+            metrics.error(status)
+        log.log(
+            logging.ERROR if status >= 500 else logging.INFO,
+            "%s %s %d",
+            req.method,
+            logs.clip(req.path, 96),
+            status,
+            extra={"fields": fields},
+        )
+        token = req.context.get("request_token")
+        if token is not None:
+            logs.request_id.reset(token)

@@ -1,0 +1,150 @@
+"""Prometheus metrics (``GET /metrics``), the one module that imports ``prometheus_client``.
+
+Under uWSGI every worker is a process of its own: ``simplefeed serve`` points
+``PROMETHEUS_MULTIPROC_DIR`` at a fresh directory per server run, where each worker keeps its
+counters and histograms in files; a scrape, answered by any worker, adds up every worker's files
+(``MultiProcessCollector``). Without that variable (tests in one process, another WSGI server
+with one process) the values are the process's own.
+
+Per-feed state (head sequence, head age, frozen pages) is not counted but read from the database
+at scrape time, so every worker answers the same and nothing is lost when a worker restarts.
+
+Archived pages that uWSGI's static route (or nginx) serves never reach Python and are not
+counted here; the access log has them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import Collector
+
+from simplefeed.model import Feed
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+#: This process's metrics (not prometheus_client's global registry: apps made in one test
+#: process share these, and nothing else registers here).
+_OWN = CollectorRegistry(auto_describe=True)
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+EVENTS_PUBLISHED = Counter(
+    "simplefeed_events_published",
+    "Events appended to a feed (replays of stored events are not counted).",
+    ["feed"],
+    registry=_OWN,
+)
+PUBLISH_SECONDS = Histogram(
+    "simplefeed_publish_duration_seconds",
+    "Time to answer a successful publish request (POST .../entries), in seconds.",
+    ["feed"],
+    buckets=_LATENCY_BUCKETS,
+    registry=_OWN,
+)
+PAGES_FROZEN = Counter(
+    "simplefeed_pages_frozen",
+    "Pages that filled and were frozen (archived for good).",
+    ["feed"],
+    registry=_OWN,
+)
+READS = Counter(
+    "simplefeed_reads",
+    "Feed documents answered by the application, by document (recent, page) and status (200, 304).",
+    ["document", "status"],
+    registry=_OWN,
+)
+READ_SECONDS = Histogram(
+    "simplefeed_read_duration_seconds",
+    "Time to answer a feed document read, by document and status, in seconds.",
+    ["document", "status"],
+    buckets=_LATENCY_BUCKETS,
+    registry=_OWN,
+)
+ERRORS = Counter(
+    "simplefeed_http_errors",
+    "Requests answered with a 4xx or 5xx status, by status.",
+    ["status"],
+    registry=_OWN,
+)
+
+
+def published(feed: str, created: int, seconds: float) -> None:
+    EVENTS_PUBLISHED.labels(feed).inc(created)
+    PUBLISH_SECONDS.labels(feed).observe(seconds)
+
+
+def pages_frozen(feed: str, count: int) -> None:
+    if count:
+        PAGES_FROZEN.labels(feed).inc(count)
+
+
+def read(document: str, status: int, seconds: float) -> None:
+    READS.labels(document, str(status)).inc()
+    READ_SECONDS.labels(document, str(status)).observe(seconds)
+
+
+def error(status: int) -> None:
+    ERRORS.labels(str(status)).inc()
+
+
+class _Feeds(Collector):
+    """Head sequence, head age and frozen pages of every feed, read when scraped."""
+
+    def __init__(self, feeds: Sequence[Feed], now_us: int) -> None:
+        self.feeds = feeds
+        self.now_us = now_us
+
+    def collect(self) -> Iterator[Metric]:
+        head = GaugeMetricFamily(
+            "simplefeed_head_sequence",
+            "Sequence number of the feed's newest entry.",
+            labels=["feed"],
+        )
+        age = GaugeMetricFamily(
+            "simplefeed_head_age_seconds",
+            "Seconds since the feed's newest entry was appended (absent while it is empty).",
+            labels=["feed"],
+        )
+        pages = GaugeMetricFamily(
+            "simplefeed_frozen_pages", "Frozen (archived) pages of the feed.", labels=["feed"]
+        )
+        for feed in self.feeds:
+            head.add_metric([feed.name], feed.head_seq)
+            pages.add_metric([feed.name], feed.head_seq // feed.page_size)
+            if feed.head_updated_us is not None:
+                age.add_metric([feed.name], max(0, self.now_us - feed.modified_us) / 1e6)
+        yield from (head, age, pages)
+
+
+class _Own(Collector):
+    def collect(self) -> Iterator[Metric]:
+        yield from _OWN.collect()
+
+
+def scrape(feeds: Callable[[], Sequence[Feed]], now_us: int) -> bytes:
+    """The Prometheus text exposition: every worker's counts, and each feed's state."""
+    registry = CollectorRegistry(auto_describe=False)
+    if os.environ.get(MULTIPROCESS_ENV):
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    else:
+        registry.register(_Own())
+    registry.register(_Feeds(feeds(), now_us))
+    return generate_latest(registry)
+
+
+def worker_exited(pid: int) -> None:
+    """Drop a finished worker's live-only values (multiprocess mode); its counts stay summed."""
+    if os.environ.get(MULTIPROCESS_ENV):
+        mark_process_dead(pid)  # type: ignore[no-untyped-call]

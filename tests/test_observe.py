@@ -1,0 +1,53 @@
+"""The request id, the metrics switch and the log line format, in process."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+
+import falcon.testing
+
+from simplefeed import logs
+from simplefeed.app import create_app
+from simplefeed.core import Simplefeed
+
+
+def test_metrics_off_leaves_the_route_out(core: Simplefeed) -> None:
+    on = falcon.testing.TestClient(create_app(core.settings, core=core))
+    assert on.simulate_get("/metrics").status_code == 200
+    off = falcon.testing.TestClient(create_app(replace(core.settings, metrics=False), core=core))
+    assert off.simulate_get("/metrics").status_code == 404
+
+
+def test_every_answer_has_a_request_id(client: falcon.testing.TestClient) -> None:
+    ids = set()
+    for path in ("/recent", "/healthz", "/nope", "/feeds/missing/recent"):
+        rid = client.simulate_get(path).headers["X-Request-Id"]
+        assert len(rid) == 16
+        ids.add(rid)
+    assert len(ids) == 4
+    # A proxy's well-formed id is kept; anything else is replaced.
+    assert (
+        client.simulate_get("/recent", headers={"X-Request-Id": "lb-1"}).headers["X-Request-Id"]
+        == "lb-1"
+    )
+    odd = client.simulate_get("/recent", headers={"X-Request-Id": "x" * 65})
+    assert odd.headers["X-Request-Id"] != "x" * 65
+
+
+def test_log_line_is_one_bounded_json_object() -> None:
+    record = logging.LogRecord(
+        "simplefeed.access", logging.INFO, __file__, 1, "GET %s", ("/" + "p" * 5000,), None
+    )
+    record.fields = {"path": "/" + 'p\n"' * 5000, "status": 200}
+    token = logs.request_id.set("abc")
+    try:
+        line = logs.JsonFormatter().format(record)
+    finally:
+        logs.request_id.reset(token)
+    assert "\n" not in line and len(line) < 2 * 1024
+    parsed = json.loads(line)
+    assert parsed["request_id"] == "abc"
+    assert parsed["status"] == 200
+    assert parsed["path"].endswith("…")

@@ -1,0 +1,238 @@
+"""What an operator sees of a real ``simplefeed serve`` (uWSGI, several processes): the base URL
+it embeds, its access log, its metrics.
+
+Each test runs its own server on a temporary SQLite file (the log and metrics are per server).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from lxml import etree
+
+from tests.servers import UwsgiServer
+
+pytestmark = pytest.mark.e2e
+
+ATOM = {"a": "http://www.w3.org/2005/Atom"}
+
+
+def server(tmp_path: Path, **kwargs: object) -> UwsgiServer:
+    return UwsgiServer(
+        f"sqlite:///{tmp_path / 'simplefeed.sqlite3'}",
+        tmp_path / "archive",
+        tmp_path,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_serve_port_without_base_url_links_to_that_port(tmp_path: Path) -> None:
+    with server(tmp_path, base_url_env=False) as s:
+        expected = f"http://localhost:{s.port}"
+        response = httpx.get(s.url("/recent"))
+        assert response.status_code == 200
+        doc = etree.fromstring(response.content)
+        assert doc.xpath("a:link[@rel='self']/@href", namespaces=ATOM) == [f"{expected}/recent"]
+        assert f"links say {expected}" in s.log()
+
+
+# -- the access log ---------------------------------------------------------------------------
+
+
+def log_lines(s: UwsgiServer) -> list[dict[str, Any]]:
+    """The JSON lines of the server's log (uWSGI's own start-up lines are not JSON)."""
+    return [json.loads(line) for line in s.log().splitlines() if line.startswith("{")]
+
+
+def wait_for_line(s: UwsgiServer, **match: Any) -> dict[str, Any]:
+    """The first JSON log line with these fields (lines are written once a request is answered:
+    wait a little for them)."""
+    deadline = time.monotonic() + 10
+    while True:
+        for line in log_lines(s):
+            if all(line.get(k) == v for k, v in match.items()):
+                return line
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no log line with {match}:\n{s.log()[-3000:]}")
+        time.sleep(0.1)
+
+
+def test_access_log_one_json_line_per_request(tmp_path: Path) -> None:
+    with server(tmp_path, page_size=2) as s:
+        token_id = int(s.token.split("_")[1])
+        secret = s.token.split("_", 2)[2]
+        auth = {"Authorization": f"Bearer {s.token}"}
+        batch = [{"title": f"e{i}"} for i in range(3)]
+        published = httpx.post(s.url("/entries"), json=batch, headers=auth)
+        assert published.status_code == 201
+        line = wait_for_line(s, method="POST", request_id=published.headers["X-Request-Id"])
+        assert line["path"] == "/entries"
+        assert line["status"] == 201
+        assert line["feed"] == "events"
+        assert line["token_id"] == token_id
+        assert (line["created"], line["seq_first"], line["seq_last"]) == (3, 1, 3)
+        assert line["bytes"] == len(published.content)
+        assert line["duration_ms"] > 0
+        assert line["level"] == "INFO" and line["logger"] == "simplefeed.access"
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"])
+
+        recent = httpx.get(s.url("/recent"))
+        line = wait_for_line(s, request_id=recent.headers["X-Request-Id"])
+        assert (line["method"], line["path"], line["status"]) == ("GET", "/recent", 200)
+        assert line["bytes"] == len(recent.content)
+        again = httpx.get(s.url("/recent"), headers={"If-None-Match": recent.headers["ETag"]})
+        assert again.status_code == 304
+        line = wait_for_line(s, request_id=again.headers["X-Request-Id"])
+        assert (line["status"], line["bytes"]) == (304, 0)
+
+        # A frozen page (sent from its file): one line too.
+        page = httpx.get(s.url("/pages/1"))
+        assert page.status_code == 200
+        line = wait_for_line(s, request_id=page.headers["X-Request-Id"])
+        assert (line["path"], line["status"], line["bytes"]) == ("/pages/1", 200, len(page.content))
+
+        # Refused with a request id the client can quote; a proxy's own id is kept.
+        missing = httpx.get(s.url("/feeds/nope/recent"), headers={"X-Request-Id": "edge-42"})
+        assert missing.status_code == 404
+        assert missing.headers["X-Request-Id"] == "edge-42"
+        line = wait_for_line(s, request_id="edge-42")
+        assert (line["status"], line["feed"]) == (404, "nope")
+
+        # Every request the app answered has exactly one line, and the secret is never logged.
+        ids = [published, recent, again, page, missing]
+        for response in ids:
+            rid = response.headers["X-Request-Id"]
+            assert [x["request_id"] for x in log_lines(s) if x.get("request_id") == rid] == [rid]
+        assert secret not in s.log()
+
+
+def test_log_lines_stay_small_and_valid_under_hostile_requests(tmp_path: Path) -> None:
+    """Huge paths and headers, quotes and control characters: every line stays one JSON object
+    of bounded size, and a bad token's secret is not echoed."""
+    with server(tmp_path) as s:
+        hostile_paths = [
+            "/" + "a" * 2000,
+            "/" + "b" * 6000,  # over uWSGI's buffer: it drops the connection
+            "/feeds/" + "%22%0A%5C" * 200 + "/recent",
+            '/entries"},{"status":200',
+        ]
+        with httpx.Client() as client:
+
+            def send(method: str, path: str, **kwargs: Any) -> None:
+                with contextlib.suppress(httpx.TransportError):
+                    client.request(method, s.url(path), **kwargs)
+
+            for path in hostile_paths:
+                send("GET", path)
+            send(
+                "POST",
+                "/entries",
+                json={"title": "x"},
+                headers={"Authorization": "Bearer sf_1_" + "S3CRETSECRET" * 40},
+            )
+            send("GET", "/recent", headers={f"X-Junk-{i}": "j" * 1000 for i in range(3)})
+            last = client.get(s.url("/healthz"))
+        wait_for_line(s, request_id=last.headers["X-Request-Id"])
+        lines = [line for line in s.log().splitlines() if line.startswith("{")]
+        assert len(lines) >= 6
+        for line in lines:
+            assert len(line.encode()) <= 2048, line[:200]
+            json.loads(line)
+        assert "S3CRETSECRET" not in s.log()
+
+
+def test_database_fault_logged_with_the_request_id(tmp_path: Path) -> None:
+    """A 503 (the database failing) is logged as a warning with the request id the client got."""
+    with server(tmp_path) as s:
+        path = tmp_path / "simplefeed.sqlite3"
+        with sqlite3.connect(path) as conn:
+            conn.execute("ALTER TABLE feeds RENAME TO feeds_away")
+        try:
+            failed = httpx.get(s.url("/healthz"))
+            failed = httpx.get(s.url("/recent"))
+        finally:
+            with sqlite3.connect(path) as conn:
+                conn.execute("ALTER TABLE feeds_away RENAME TO feeds")
+        assert failed.status_code == 503
+        rid = failed.headers["X-Request-Id"]
+        lines = [x for x in log_lines(s) if x.get("request_id") == rid]
+        deadline = time.monotonic() + 10
+        while len(lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            lines = [x for x in log_lines(s) if x.get("request_id") == rid]
+        levels = sorted(x["level"] for x in lines)
+        assert levels == ["ERROR", "WARNING"], lines  # the fault, then the 503's access line
+        assert httpx.get(s.url("/recent")).status_code == 200
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+
+def scrape(s: UwsgiServer) -> dict[str, float]:
+    """``GET /metrics``, parsed: ``name{labels}`` -> value (labels as the server wrote them)."""
+    response = httpx.get(s.url("/metrics"))
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=")
+    values: dict[str, float] = {}
+    for line in response.text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            values[key] = float(value)
+    return values
+
+
+def test_metrics_add_up_across_worker_processes(tmp_path: Path) -> None:
+    with server(tmp_path, page_size=10, processes=3) as s:
+        auth = {"Authorization": f"Bearer {s.token}"}
+        with httpx.Client(headers=auth) as client:
+            publishers: set[int] = set()
+            for i in range(25):
+                r = client.post(s.url("/entries"), json={"title": f"e{i}", "id": f"urn:e:{i}"})
+                assert r.status_code == 201
+            # A replay stores nothing and is not counted.
+            assert (
+                client.post(s.url("/entries"), json={"title": "e0", "id": "urn:e:0"}).status_code
+                == 200
+            )
+            etag = client.get(s.url("/recent")).headers["ETag"]
+            for _ in range(12):
+                assert (
+                    client.get(s.url("/recent"), headers={"If-None-Match": etag}).status_code == 304
+                )
+            for _ in range(4):
+                assert client.get(s.url("/nope")).status_code == 404
+            last = client.get(s.url("/healthz"))
+        wait_for_line(s, request_id=last.headers["X-Request-Id"])
+        publishers = {x["pid"] for x in log_lines(s) if x.get("method") == "POST"}
+        assert len(publishers) >= 2, "every publish went to one worker: nothing to add up"
+
+        for _ in range(6):  # whichever worker answers the scrape, the sums are the same
+            m = scrape(s)
+            assert m['simplefeed_events_published_total{feed="events"}'] == 25
+            assert m['simplefeed_publish_duration_seconds_count{feed="events"}'] == 26
+            assert m['simplefeed_pages_frozen_total{feed="events"}'] == 2
+            assert m['simplefeed_reads_total{document="recent",status="304"}'] == 12
+            assert m['simplefeed_reads_total{document="recent",status="200"}'] == 1
+            assert m['simplefeed_read_duration_seconds_count{document="recent",status="304"}'] == 12
+            assert m['simplefeed_http_errors_total{status="404"}'] == 4
+            assert m['simplefeed_head_sequence{feed="events"}'] == 25
+            assert m['simplefeed_frozen_pages{feed="events"}'] == 2
+            assert 0 <= m['simplefeed_head_age_seconds{feed="events"}'] < 600
+
+        metrics_dir = Path(
+            dict(
+                item.split("=", 1)
+                for item in Path(f"/proc/{s.process.pid}/environ").read_text().split("\0")
+                if "=" in item
+            )["PROMETHEUS_MULTIPROC_DIR"]
+        )
+        assert metrics_dir.is_dir()
+    assert not metrics_dir.exists(), "the run's metrics files outlived the server"
