@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import falcon
 
-from simplefeed.app import errors, resources
+from simplefeed.app import access, errors, html, resources
 from simplefeed.app.caching import http_date
 from simplefeed.core import Clock, Simplefeed, random_uuid, system_clock
 from simplefeed.errors import NotFound
@@ -23,7 +23,8 @@ def create_app(
     new_uuid: Callable[[], str] = random_uuid,
 ) -> falcon.App[falcon.Request, falcon.Response]:
     core = core if core is not None else Simplefeed(settings, clock=clock, new_uuid=new_uuid)
-    app = falcon.App(cors_enable=False, middleware=HttpRules(core.clock))
+    # The access log first: it sees every request, and its response hook runs last.
+    app = falcon.App(cors_enable=False, middleware=[access.Access(), HttpRules(core.clock)])
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
 
@@ -40,8 +41,12 @@ def create_app(
     app.add_route("/feeds/{feed}/pages/{n}", page)
     app.add_route("/feeds/{feed}/entries", entries)
     app.add_route("/feeds/{feed}/entries/{entry_id:path}", locator)
+    app.add_route("/", html.Index(core))
+    app.add_route("/feeds/{feed}", html.FeedPage(core))
     app.add_route("/healthz", resources.Health(core))
     app.add_route("/openapi.json", resources.OpenApi())
+    if settings.metrics:
+        app.add_route("/metrics", resources.Metrics(core))
     return app
 
 

@@ -1,0 +1,157 @@
+"""Pages for people: ``GET /`` (the feeds) and ``GET /feeds/{feed}`` (one page of a feed's
+entries, newest first, with links to the older and newer pages). The one module that imports
+Jinja2.
+
+Server-rendered, no JavaScript, no external assets. Everything a producer sent is shown as text
+(Jinja2 escapes it): JSON content pretty-printed, HTML and XML content as their source, never
+rendered; links only when they are http(s). A Content-Security-Policy that allows nothing but
+the inline stylesheet backs that up. The Atom documents are not touched: these are other URLs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import falcon
+import jinja2
+
+from simplefeed import paging
+from simplefeed.core import Simplefeed
+from simplefeed.errors import FeedNotFound
+from simplefeed.model import Entry, Feed, rfc3339
+from simplefeed.settings import FEED_NAME_RE
+
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+)
+#: Only the inline stylesheet: no script, no image, no frame, no form target.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+#: Content longer than this is cut in the page (the Atom documents have all of it).
+MAX_SHOWN_CHARS = 64 * 1024
+
+
+@dataclass(frozen=True)
+class EntryView:
+    seq: int
+    id: str
+    title: str
+    updated: str
+    kind: str  # what the content is, as shown: "JSON", "text", "HTML source", ...
+    content: str | None
+    summary: str | None
+    author: str | None
+    categories: tuple[str, ...]
+    links: tuple[tuple[str, str, bool], ...]  # (rel, href, whether it may be a link)
+
+
+def _content(entry: Entry) -> tuple[str, str | None]:
+    event = entry.event
+    text, media = event.content, (event.content_type or "text").lower()
+    if text is None:
+        return "none", None
+    if media == "application/json" or media.endswith("+json"):
+        try:
+            text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+            kind = "JSON"
+        except ValueError:
+            kind = media
+    elif media == "text":
+        kind = "text"
+    elif media == "html":
+        kind = "HTML source"
+    elif media == "xhtml":
+        kind = "XHTML source"
+    else:
+        kind = media
+    if len(text) > MAX_SHOWN_CHARS:
+        text = text[:MAX_SHOWN_CHARS] + f"\n… ({len(text) - MAX_SHOWN_CHARS} more characters)"
+    return kind, text
+
+
+def entry_view(entry: Entry) -> EntryView:
+    event = entry.event
+    kind, content = _content(entry)
+    author = event.author
+    return EntryView(
+        seq=entry.seq,
+        id=entry.id,
+        title=event.title,
+        updated=rfc3339(entry.updated_us),
+        kind=kind,
+        content=content,
+        summary=event.summary,
+        author=None if author is None else author.name,
+        categories=tuple(c.label or c.term for c in event.categories),
+        links=tuple(
+            (link.rel, link.href, link.href.lower().startswith(("http://", "https://")))
+            for link in event.links
+        ),
+    )
+
+
+class _Html:
+    def __init__(self, core: Simplefeed) -> None:
+        self.core = core
+
+    def send(self, resp: falcon.Response, template: str, **values: object) -> None:
+        resp.content_type = falcon.MEDIA_HTML
+        resp.cache_control = ["no-cache"]
+        resp.set_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        resp.set_header("X-Content-Type-Options", "nosniff")
+        resp.text = _TEMPLATES.get_template(template).render(**values)
+
+    def entry_points(self, feed: Feed) -> dict[str, str]:
+        urls = self.core.urls(feed.name)
+        working = paging.working_page(feed.head_seq, feed.page_size)
+        return {"recent": urls.recent, "working": urls.page(working)}
+
+
+class Index(_Html):
+    """``GET /``: every feed, its head, pages and last publish time."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        feeds = [
+            {
+                "name": f.name,
+                "title": f.title,
+                "head_seq": f.head_seq,
+                "pages": paging.working_page(f.head_seq, f.page_size),
+                "page_size": f.page_size,
+                "last_publish": rfc3339(f.head_updated_us) if f.head_updated_us else None,
+                "entry_points": self.entry_points(f),
+            }
+            for f in self.core.feeds()
+        ]
+        self.send(resp, "index.html", feeds=feeds)
+
+
+class FeedPage(_Html):
+    """``GET /feeds/{feed}[?page=N]``: page N of the feed (default: the working page) for
+    people, newest entry first, with links to the older and newer pages."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, feed: str) -> None:
+        if not FEED_NAME_RE.match(feed):
+            raise FeedNotFound(feed)
+        f = self.core.feed(feed)
+        working = paging.working_page(f.head_seq, f.page_size)
+        number = req.get_param_as_int("page", min_value=1, max_value=working) or working
+        entries = [entry_view(e) for e in self.core.page_entries(f, number)]
+        self.send(
+            resp,
+            "feed.html",
+            feed=f,
+            number=number,
+            working=working,
+            frozen=number < working,
+            entries=entries,
+            entry_points=self.entry_points(f),
+            atom_url=self.core.urls(f.name).page(number),
+            last_publish=rfc3339(f.head_updated_us) if f.head_updated_us else None,
+        )

@@ -1,0 +1,75 @@
+"""The pages for people (``GET /``, ``GET /feeds/{feed}``), in process: what they show, that
+nothing a producer sent can run in them, and that the Atom documents are untouched."""
+
+from __future__ import annotations
+
+import falcon.testing
+import pytest
+
+from simplefeed.app import create_app
+from simplefeed.core import Simplefeed
+
+
+@pytest.fixture
+def app(core: Simplefeed, token: str) -> falcon.testing.TestClient:
+    core.create_feed("orders", page_size=3)
+    return falcon.testing.TestClient(
+        create_app(core.settings, core=core), headers={"Authorization": f"Bearer {token}"}
+    )
+
+
+def publish(app: falcon.testing.TestClient, feed: str, events: list[dict[str, object]]) -> None:
+    result = app.simulate_post(f"/feeds/{feed}/entries", json=events)
+    assert result.status_code == 201, result.text
+
+
+def test_index_lists_feeds_with_head_pages_and_entry_points(app: falcon.testing.TestClient) -> None:
+    publish(app, "orders", [{"title": f"o{i}"} for i in range(4)])
+    page = app.simulate_get("/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    html = page.text
+    assert '<a href="/feeds/orders">orders</a>' in html
+    assert "http://feeds.example.test/feeds/orders/recent" in html
+    assert "http://feeds.example.test/feeds/orders/pages/2" in html  # the working page
+    assert "<script" not in html
+
+
+def test_feed_page_shows_decoded_content_newest_first_and_escapes_everything(
+    app: falcon.testing.TestClient,
+) -> None:
+    publish(
+        app,
+        "orders",
+        [
+            {"title": "json one", "content": {"order": 42, "items": ["a", "b"]}},
+            {"title": "<b>bold</b> title", "content": "<script>alert(1)</script>",
+             "content_type": "html"},
+            {"title": "text", "content": "plain & simple",
+             "links": [{"href": "javascript:alert(2)", "rel": "related"}]},
+        ],
+    )  # fmt: skip
+    publish(app, "orders", [{"title": "newest"}])
+    working = app.simulate_get("/feeds/orders")
+    assert working.status_code == 200
+    assert "newest" in working.text and "json one" not in working.text  # page 2 only
+    assert "default-src 'none'" in working.headers["content-security-policy"]
+
+    page1 = app.simulate_get("/feeds/orders", params={"page": "1"}).text
+    assert page1.index("text") < page1.index("json one")  # newest first
+    assert '"order": 42' in page1.replace("&#34;", '"')  # pretty-printed JSON
+    assert "<script>" not in page1
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page1
+    assert "&lt;b&gt;bold&lt;/b&gt; title" in page1
+    assert "plain &amp; simple" in page1
+    assert 'href="javascript:' not in page1
+    assert 'href="/feeds/orders?page=2"' in page1  # newer
+    assert "?page=0" not in page1
+
+
+def test_pages_for_people_leave_atom_alone(app: falcon.testing.TestClient) -> None:
+    publish(app, "orders", [{"title": "x"}])
+    atom = app.simulate_get("/feeds/orders/recent")
+    assert atom.headers["content-type"] == "application/atom+xml; charset=utf-8"
+    assert app.simulate_get("/feeds/missing").status_code == 404
+    assert app.simulate_get("/feeds/orders", params={"page": "9"}).status_code == 400

@@ -1,0 +1,83 @@
+"""The pages for people in a real browser: headless Chromium (Debian's, driven by Playwright
+from PyPI) against a real uWSGI. The page loads, shows a published event's title and content,
+and following "older" reaches page 1. Screenshots are saved for people to look at (the test's
+temporary directory, or SIMPLEFEED_SCREENSHOT_DIR when set).
+
+Playwright's own browser downloads are not used: it launches /usr/bin/chromium (apt-get
+install chromium), installed here when missing and we are root; otherwise the test skips and
+says why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.servers import UwsgiServer, ensure_debian_binary
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-extensions",
+    "--no-first-run",
+]
+
+
+def test_feed_pages_in_headless_chromium(tmp_path: Path) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    chromium = ensure_debian_binary("chromium", lambda: shutil.which("chromium"))
+    shots = Path(os.environ.get("SIMPLEFEED_SCREENSHOT_DIR") or tmp_path / "screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
+
+    with UwsgiServer(
+        f"sqlite:///{tmp_path / 'simplefeed.sqlite3'}", tmp_path / "archive", tmp_path, page_size=3
+    ) as s:
+        events = [
+            {"title": f"order {i} paid", "content": {"order": i, "amount": "9.99"}}
+            for i in range(7)
+        ]
+        events.append(
+            {"title": "a <script> in the title", "content": "<img src=x onerror=alert(1)>",
+             "content_type": "html"}
+        )  # fmt: skip
+        reply = httpx.post(
+            s.url("/entries"), json=events, headers={"Authorization": f"Bearer {s.token}"}
+        )
+        assert reply.status_code == 201, reply.text  # 8 entries: pages 1-2 frozen, 3 working
+
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 390, "height": 844})  # a phone
+                dialogs: list[str] = []
+                page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+                page.goto(s.url("/"))
+                assert page.locator("table").inner_text().count("events") == 1
+                page.screenshot(path=str(shots / "index.png"), full_page=True)
+
+                page.click("text=events")
+                assert page.locator("h2").first.inner_text() == "a <script> in the title"
+                assert "<img src=x onerror=alert(1)>" in page.locator("pre").first.inner_text()
+                page.screenshot(path=str(shots / "feed-working-page.png"), full_page=True)
+
+                for expected in (2, 1):
+                    page.locator("a[rel=prev]").first.click()
+                    assert page.url.endswith(f"?page={expected}")
+                assert page.locator("h2").first.inner_text() == "order 2 paid"
+                assert '"order": 0' in page.locator("pre").last.inner_text()
+                assert page.locator("a[rel=prev]").count() == 0  # page 1 is the oldest
+                page.screenshot(path=str(shots / "feed-page-1.png"), full_page=True)
+                assert dialogs == []  # nothing the producer sent ran
+            finally:
+                browser.close()
+    assert (shots / "feed-page-1.png").stat().st_size > 1000
