@@ -117,7 +117,7 @@ def serve(port: int, host: str, processes: int, ini: Path, user: str | None) -> 
     elif os.geteuid() == 0:
         click.echo(
             "simplefeed: started as root, so uWSGI runs as root and says so; pass --user NAME "
-            "to run it as NAME (see README, Running it)",
+            "to run it as NAME (README: Operating it)",
             err=True,
         )
     click.echo(f"simplefeed: serving on http://{host}:{port}, links say {base_url}", err=True)
