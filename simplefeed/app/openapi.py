@@ -24,6 +24,10 @@ def _error(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
 
 
+_HTML = {
+    "description": "An HTML page",
+    "content": {"text/html": {"schema": {"type": "string"}}},
+}
 _ATOM = {
     "application/atom+xml; charset=utf-8": {"schema": {"type": "string"}},
 }
@@ -89,6 +93,7 @@ def _publish(feed: bool) -> dict[str, Any]:
             "403": _error("Token limited to another feed"),
             "404": _error("No such feed"),
             "409": _error("An id the feed holds with different content"),
+            "410": _error("The feed is retired: it takes no more events"),
             "411": _error("No Content-Length (chunked bodies are refused)"),
             "413": _error("Body or batch too large"),
             "415": _error("Not application/json"),
@@ -189,6 +194,48 @@ def build() -> dict[str, Any]:
             },
             "/feeds/{feed}/entries": {"post": _publish(feed=True)},
             "/feeds/{feed}/entries/{id}": {"get": _locate(feed=True)},
+            "/": {
+                "get": {
+                    "summary": "HTML for people: every feed, its head, pages and entry points",
+                    "responses": {"200": _HTML},
+                }
+            },
+            "/feeds/{feed}": {
+                "get": {
+                    "summary": "HTML for people: a page of a feed's entries, newest first",
+                    "parameters": [
+                        {
+                            "name": "feed",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        },
+                        {
+                            "name": "page",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "integer", "minimum": 1},
+                            "description": "Page number (default: the working page)",
+                        },
+                    ],
+                    "responses": {
+                        "200": _HTML,
+                        "400": _error("No such page"),
+                        "404": _error("No such feed"),
+                    },
+                }
+            },
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus metrics (absent with SIMPLEFEED_METRICS=off)",
+                    "responses": {
+                        "200": {
+                            "description": "The Prometheus text format",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        }
+                    },
+                }
+            },
             "/healthz": {
                 "get": {
                     "summary": "Liveness and database reachability",
