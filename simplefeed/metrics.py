@@ -9,8 +9,8 @@ with one process) the values are the process's own.
 Per-feed state (head sequence, head age, frozen pages) is not counted but read from the database
 at scrape time, so every worker answers the same and nothing is lost when a worker restarts.
 
-Archived pages that uWSGI's static route (or nginx) serves never reach Python and are not
-counted here; the access log has them.
+Archived pages that nginx (deploy/nginx) serves from their files never reach Python and are not
+counted here.
 """
 
 from __future__ import annotations
