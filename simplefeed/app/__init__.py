@@ -24,7 +24,10 @@ def create_app(
 ) -> falcon.App[falcon.Request, falcon.Response]:
     core = core if core is not None else Simplefeed(settings, clock=clock, new_uuid=new_uuid)
     # The access log first: it sees every request, and its response hook runs last.
-    middleware: list[access.Access | HttpRules] = [access.Access(), HttpRules(core.clock)]
+    middleware: list[access.Access | HttpRules] = [
+        access.Access(settings.default_feed),
+        HttpRules(core.clock),
+    ]
     app = falcon.App(cors_enable=False, middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)

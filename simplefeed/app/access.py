@@ -19,7 +19,6 @@ from typing import Any
 import falcon
 
 from simplefeed import logs, metrics
-from simplefeed.errors import SimplefeedError
 from simplefeed.model import Appended
 
 log = logging.getLogger("simplefeed.access")
@@ -49,6 +48,9 @@ def _body_bytes(resp: falcon.Response) -> int:
 class Access:
     """Falcon middleware; installed first, so it sees every request and every answer."""
 
+    def __init__(self, default_feed: str) -> None:
+        self.default_feed = default_feed
+
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         given = req.get_header(REQUEST_ID_HEADER)
         rid = given if given and _GOOD_REQUEST_ID.match(given) else secrets.token_hex(8)
@@ -59,12 +61,12 @@ class Access:
     def process_resource(
         self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict[str, Any]
     ) -> None:
-        feed_name = getattr(resource, "feed_name", None)
-        if callable(feed_name):
-            try:
-                req.context.feed = feed_name(params.get("feed"))
-            except SimplefeedError:
-                req.context.feed = logs.clip(str(params.get("feed")), 64)
+        name = params.get("feed")
+        template = req.uri_template or ""
+        if name is not None:
+            req.context.feed = logs.clip(str(name), 64)
+        elif _document(template) is not None or template == "/entries":
+            req.context.feed = self.default_feed
 
     def process_response(
         self, req: falcon.Request, resp: falcon.Response, resource: Any, req_succeeded: bool
