@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import PROJECT_ROOT, clean_environ, free_port, simplefeed_command
+from bench.servers import PROJECT_ROOT, clean_environ, free_port, simplefeed_command
 
 #: Every command that needs the database, with arguments that would otherwise succeed.
 DATABASE_COMMANDS = [

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import UwsgiServer, ensure_debian_binary
+from bench.servers import UwsgiServer, ensure_debian_binary
 
 pytestmark = pytest.mark.e2e
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from lxml import etree
 
-from tests.servers import UwsgiServer
+from bench.servers import UwsgiServer
 
 pytestmark = pytest.mark.e2e
 
