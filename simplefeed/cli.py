@@ -31,7 +31,7 @@ def _settings() -> Settings:
 
 def _core() -> Any:
     from simplefeed.core import Simplefeed
-    from simplefeed.store.schema import check_ready
+    from simplefeed.store import check_ready
 
     settings = _settings()
     check_ready(settings.database_url)
@@ -95,7 +95,7 @@ def serve(port: int, host: str, processes: int, ini: Path, user: str | None) -> 
 
     Links in the documents use SIMPLEFEED_BASE_URL, or http://localhost:PORT when it is unset.
     """
-    from simplefeed.store.schema import check_ready
+    from simplefeed.store import check_ready
 
     settings = _settings()
     check_ready(settings.database_url)
@@ -147,7 +147,7 @@ def upgrade() -> None:
     from simplefeed.core import Simplefeed
     from simplefeed.errors import FeedExists
     from simplefeed.settings import mask_url
-    from simplefeed.store.schema import upgrade as upgrade_schema
+    from simplefeed.store import upgrade as upgrade_schema
 
     settings = _settings()
     upgrade_schema(settings.database_url)

@@ -5,7 +5,9 @@ and the command line) holds a :class:`Store` from :func:`open_store` and receive
 - :mod:`simplefeed.store.interface`: :class:`Store`, what may be asked;
 - :mod:`simplefeed.store.sql`: what both backends share (SQLAlchemy Core, error mapping);
 - :mod:`simplefeed.store.sqlite`, :mod:`simplefeed.store.postgres`: one module per backend;
-- :mod:`simplefeed.store.tables`: the schema (alembic migrates it).
+- :mod:`simplefeed.store.tables`: the schema (alembic migrates it);
+- :mod:`simplefeed.store.schema`: migrating (:func:`upgrade`) and checking that a database is
+  ready before use (:func:`check_ready`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,19 @@ from sqlalchemy.engine import Engine, make_url
 from simplefeed.errors import ConfigError
 from simplefeed.store.interface import Appending, Store, TokenCheck
 from simplefeed.store.postgres import PostgresStore
+from simplefeed.store.schema import check_ready, upgrade
 from simplefeed.store.sql import SqlStore
 from simplefeed.store.sqlite import SQLiteStore
 
-__all__ = ["Appending", "Store", "TokenCheck", "make_engine", "open_store"]
+__all__ = [
+    "Appending",
+    "Store",
+    "TokenCheck",
+    "check_ready",
+    "make_engine",
+    "open_store",
+    "upgrade",
+]
 
 _BACKENDS: dict[str, type[SqlStore]] = {"sqlite": SQLiteStore, "postgresql": PostgresStore}
 

@@ -16,7 +16,6 @@ from sqlalchemy.exc import DBAPIError
 from alembic import command
 from simplefeed.errors import DatabaseNotReady
 from simplefeed.settings import mask_url, sqlite_path
-from simplefeed.store import make_engine
 
 #: The checkout this package runs from: alembic.ini and alembic/ live there.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -59,6 +58,8 @@ def check_ready(database_url: str) -> None:
     path = sqlite_path(database_url)
     if path is not None and not path.is_file():
         raise DatabaseNotReady(f"{shown} ({path})", "does not exist")
+    from simplefeed.store import make_engine  # the package imports this module
+
     head = ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
     engine = make_engine(database_url)
     try:
