@@ -145,7 +145,7 @@ class Settings:
             "SIMPLEFEED_MAX_JSON_DEPTH": str(limits.max_json_depth),
             "SIMPLEFEED_MAX_CATEGORIES": str(limits.max_categories),
             "SIMPLEFEED_MAX_LINKS": str(limits.max_links),
-            "SIMPLEFEED_MAX_ID_CHARS": str(limits.max_id_chars),
+            "SIMPLEFEED_MAX_ID_BYTES": str(limits.max_id_bytes),
         }
 
 
