@@ -46,8 +46,7 @@ def test_feed_pages_in_headless_chromium(tmp_path: Path) -> None:
             for i in range(7)
         ]
         events.append(
-            {"title": "a <script> in the title", "content": "<img src=x onerror=alert(1)>",
-             "content_type": "html"}
+            {"title": "a <script> in the title", "content": "<img src=x onerror=alert(1)>"}
         )  # fmt: skip
         reply = httpx.post(
             s.url("/entries"), json=events, headers={"Authorization": f"Bearer {s.token}"}
