@@ -11,6 +11,7 @@ import json
 import re
 import sqlite3
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -191,16 +192,24 @@ def scrape(s: UwsgiServer) -> dict[str, float]:
 def test_metrics_add_up_across_worker_processes(tmp_path: Path) -> None:
     with server(tmp_path, page_size=10, processes=3) as s:
         auth = {"Authorization": f"Bearer {s.token}"}
+        ids = "tag:ops.simplefeed.test,2026:e"
         with httpx.Client(headers=auth) as client:
-            publishers: set[int] = set()
-            for i in range(25):
-                r = client.post(s.url("/entries"), json={"title": f"e{i}", "id": f"urn:e:{i}"})
-                assert r.status_code == 201
+            # Five producers at once, so that several workers publish.
+            with ThreadPoolExecutor(5) as pool:
+                statuses = list(
+                    pool.map(
+                        lambda i: (
+                            client.post(
+                                s.url("/entries"), json={"title": f"e{i}", "id": f"{ids}{i}"}
+                            ).status_code
+                        ),
+                        range(25),
+                    )
+                )
+            assert statuses == [201] * 25
             # A replay stores nothing and is not counted.
-            assert (
-                client.post(s.url("/entries"), json={"title": "e0", "id": "urn:e:0"}).status_code
-                == 200
-            )
+            replay = client.post(s.url("/entries"), json={"title": "e0", "id": f"{ids}0"})
+            assert replay.status_code == 200
             etag = client.get(s.url("/recent")).headers["ETag"]
             for _ in range(12):
                 assert (
