@@ -69,6 +69,11 @@ from simplefeed.model import (
 from simplefeed.paging import locator_segment
 
 GENERATOR = "Simplefeed"
+#: The form of the documents this renderer writes. Live documents' ETags include it, so a release
+#: that changes their bytes (as 2 did: JSON content as text, sf:sha256 digests, no empty
+#: content) changes every live ETag: a client's old copy is not confirmed by a 304. Raise it with
+#: every such change; archived pages are never re-rendered and keep their bytes and ETags.
+DOCUMENT_FORMAT = 2
 GENERATOR_URI = "https://simplefeed.dev/"
 
 

@@ -348,7 +348,8 @@ class Simplefeed:
         """Validators of the recent document or the working page: no rendering, no query."""
         number = paging.working_page(feed.head_seq, feed.page_size)
         tag = hashlib.sha256(
-            f"{feed.uuid}|{feed.title}|{feed.page_size}|{self.urls(feed.name).prefix}".encode()
+            f"{atom.DOCUMENT_FORMAT}|{feed.uuid}|{feed.title}|{feed.page_size}|"
+            f"{self.urls(feed.name).prefix}".encode()
         ).hexdigest()[:12]
         return Live(feed, kind, number, f'"{kind[0]}{feed.head_seq}-{tag}"')
 

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from simplefeed import atom
 from simplefeed.core import Simplefeed
 from simplefeed.errors import EntryConflict, FeedExists, FeedNotFound, PageNotFound
 from simplefeed.model import Entry, Event
@@ -160,6 +161,17 @@ def test_a_node_without_the_file_serves_from_the_database_and_writes_it(
     page = core.page(core.feed("events"), 1)
     assert page.body == body  # type: ignore[union-attr]
     assert path.read_bytes() == body
+
+
+def test_live_etag_changes_with_the_document_format(
+    core: Simplefeed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release that renders live documents differently must not have a client's old copy
+    confirmed by a 304: the format is part of the ETag, the head alone is not enough."""
+    feed = core.feed("events")
+    before = core.live(feed, "recent").etag
+    monkeypatch.setattr(atom, "DOCUMENT_FORMAT", atom.DOCUMENT_FORMAT + 1)
+    assert core.live(feed, "recent").etag != before
 
 
 def test_live_etag_changes_exactly_with_the_head(core: Simplefeed) -> None:
