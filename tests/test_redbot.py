@@ -13,10 +13,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
-from tests.test_routes import Routes, routes  # noqa: F401 - the fixture
+from tests.test_routes import LOCATED_ID, Routes, routes  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.e2e
 
@@ -32,6 +33,8 @@ PATHS = [
     "/openapi.json",
     "/pages/99",  # a 404
     "/pages/01",  # a 308 to /pages/1
+    f"/entries/{quote(LOCATED_ID, safe='')}",  # the entry locator: a 303 to an archived page
+    "/entries/tag%3Aexample.com%2C2026%3Anone",  # the entry locator: a 404
 ]
 
 

@@ -64,6 +64,10 @@ class Routes:
         return Answer(resp.status_code, multi, resp.content, len(resp.headers.get_list("date")))
 
 
+#: The id of the first entry of each feed, for the entry locator's URLs.
+LOCATED_ID = "tag:example.com,2026:located"
+
+
 @pytest.fixture(scope="module")
 def routes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routes]:
     nginx_binary = ensure_nginx()
@@ -82,7 +86,8 @@ def routes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routes]:
         server.cli("feed", "create", "orders", "--page-size", str(PAGE_SIZE))
         auth = {"Authorization": f"Bearer {server.token}"}
         for path in ("/entries", "/feeds/orders/entries"):
-            events = [{"title": f"{path} {i}"} for i in range(25)]
+            events: list[dict[str, str]] = [{"title": f"{path} {i}"} for i in range(25)]
+            events[0]["id"] = LOCATED_ID
             r = httpx.post(server.url(path), json=events, headers=auth, timeout=30)
             assert r.status_code == 201, r.text
         time.sleep(1.1)  # the live documents' Last-Modified settles once its second is over
