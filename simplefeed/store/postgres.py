@@ -271,17 +271,12 @@ def append_in_one_round_trip(
     return None if row is None else int(row[0])
 
 
-class _PostgresAppending(Appending):
+class _PostgresAppending(sql.SqlAppending):
     def __init__(
         self, conn: Connection, driver: Any, feed: Feed, found: dict[str, StoredEntry]
     ) -> None:
-        self.conn = conn
+        super().__init__(conn, feed, found)
         self.driver = driver
-        self.feed = feed
-        self.found = found
-
-    def entries_between(self, first: int, last: int) -> list[Entry]:
-        return sql.entries_between(self.conn, self.feed.id, first, last)
 
     def write(
         self,

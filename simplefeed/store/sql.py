@@ -35,8 +35,23 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from simplefeed.errors import FeedExists, FeedNotFound, StoreError, StoreUnavailable
 from simplefeed.model import Entry, Event, Feed, FrozenPage, StoredEntry, TokenRecord
-from simplefeed.store.interface import Store
+from simplefeed.store.interface import Appending, Store
 from simplefeed.store.tables import entries, feeds, pages, tokens
+
+
+class SqlAppending(Appending):
+    """What an append under way is on both backends: its connection, the feed as locked, the
+    entries found under the ids asked for, and reading back the older entries of a page it
+    fills. Each backend writes in its own way (:meth:`write`)."""
+
+    def __init__(self, conn: Connection, feed: Feed, found: dict[str, StoredEntry]) -> None:
+        self.conn = conn
+        self.feed = feed
+        self.found = found
+
+    def entries_between(self, first: int, last: int) -> list[Entry]:
+        return entries_between(self.conn, self.feed.id, first, last)
+
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Engine, make_url
 
 from simplefeed.errors import FeedNotFound, StoreUnavailable
-from simplefeed.model import Entry, Feed, FrozenPage, PendingEntry, StoredEntry
+from simplefeed.model import Entry, Feed, FrozenPage, PendingEntry
 from simplefeed.store import sql
 from simplefeed.store.interface import Appending
 
@@ -86,15 +86,7 @@ def _run(conn: Connection, statement: tuple[str, tuple[str, ...]], params: Any) 
     return cursor
 
 
-class _SQLiteAppending(Appending):
-    def __init__(self, conn: Connection, feed: Feed, found: dict[str, StoredEntry]) -> None:
-        self.conn = conn
-        self.feed = feed
-        self.found = found
-
-    def entries_between(self, first: int, last: int) -> list[Entry]:
-        return sql.entries_between(self.conn, self.feed.id, first, last)
-
+class _SQLiteAppending(sql.SqlAppending):
     def write(
         self,
         new: Sequence[tuple[Entry, PendingEntry]],
