@@ -178,10 +178,58 @@ def feed_create(name: str, page_size: int | None, title: str | None) -> None:
 
 
 @feed.command("list")
-def feed_list() -> None:
-    """List feeds with their head sequence number."""
-    for f in _core().feeds():
-        click.echo(f"{f.name}\t{f.head_seq} entries\t{f.page_size} per page\t{f.title}")
+@click.option("--json", "as_json", is_flag=True, help="A JSON array of every feed's stats.")
+def feed_list(as_json: bool) -> None:
+    """List feeds: name, head sequence number, pages, last publish, title."""
+    core = _core()
+    stats = [core.stats(f) for f in core.feeds()]
+    if as_json:
+        click.echo(json.dumps([s.describe() for s in stats], indent=2))
+        return
+    rows: list[tuple[str, ...]] = [
+        ("FEED", "HEAD", "PAGES", "PAGE SIZE", "LAST PUBLISH (UTC)", "TITLE")
+    ]
+    for s in stats:
+        shown = s.describe()
+        rows.append(
+            (
+                s.feed.name,
+                str(s.feed.head_seq),
+                str(s.pages),
+                str(s.feed.page_size),
+                str(shown["last_publish"] or "never"),
+                s.feed.title,
+            )
+        )
+    _table(rows)
+
+
+def _table(rows: list[tuple[str, ...]]) -> None:
+    """Columns separated by two spaces, each as wide as its widest cell (the last unpadded)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        click.echo("  ".join([*cells, row[-1]]).rstrip())
+
+
+@feed.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def feed_show(name: str, as_json: bool) -> None:
+    """Show a feed's stats: head, pages (frozen and working), last publish, base URL and the
+    URLs to read it from."""
+    core = _core()
+    shown = core.stats(core.feed(name)).describe()
+    if as_json:
+        click.echo(json.dumps(shown, indent=2))
+        return
+    entry_points = shown.pop("entry_points")
+    assert isinstance(entry_points, dict)
+    lines = {k: "never" if v is None else str(v) for k, v in shown.items()}
+    lines.update({f"url {k}": v for k, v in entry_points.items()})
+    width = max(map(len, lines))
+    for key, value in lines.items():
+        click.echo(f"{key:<{width}}  {value}")
 
 
 @main.group()

@@ -29,6 +29,7 @@ from simplefeed.model import (
     Located,
     PendingEntry,
     TokenRecord,
+    rfc3339,
 )
 from simplefeed.settings import Settings
 from simplefeed.store import Appending, Store, TokenCheck, open_store
@@ -70,6 +71,41 @@ class Live:
     kind: DocumentKind
     number: int
     etag: str
+
+
+@dataclass(frozen=True)
+class FeedStats:
+    """What an operator asks of a feed (``simplefeed feed list|show``, ``GET /``): its head,
+    its pages, when it was last published to, and the URLs to start reading it from."""
+
+    feed: Feed
+    #: Pages in all: the frozen ones and the working page (which may be empty).
+    pages: int
+    frozen_pages: int
+    #: The server's clock at the last append (None while the feed is empty).
+    last_publish_us: int | None
+    #: The base URL documents are rendered with now (SIMPLEFEED_BASE_URL).
+    base_url: str
+    #: Absolute URLs: ``recent`` (the entry point), ``working`` (the working page), ``first``
+    #: (page 1, where a walk from the beginning starts) and ``html`` (the page for people).
+    entry_points: dict[str, str]
+
+    def describe(self) -> dict[str, object]:
+        """The stats as JSON-ready values (times in RFC 3339)."""
+        f = self.feed
+        return {
+            "name": f.name,
+            "title": f.title,
+            "id": f.atom_id,
+            "head_seq": f.head_seq,
+            "page_size": f.page_size,
+            "pages": self.pages,
+            "frozen_pages": self.frozen_pages,
+            "created": rfc3339(f.created_us),
+            "last_publish": None if self.last_publish_us is None else rfc3339(self.last_publish_us),
+            "base_url": self.base_url,
+            "entry_points": self.entry_points,
+        }
 
 
 class _QuickOutcome(enum.Enum):
@@ -138,6 +174,24 @@ class Simplefeed:
 
     def feeds(self) -> list[Feed]:
         return self.store.feeds()
+
+    def stats(self, feed: Feed) -> FeedStats:
+        """The feed's stats, from the feed alone (no query)."""
+        urls = self.urls(feed.name)
+        working = paging.working_page(feed.head_seq, feed.page_size)
+        return FeedStats(
+            feed=feed,
+            pages=working,
+            frozen_pages=working - 1,
+            last_publish_us=feed.modified_us if feed.head_seq else None,
+            base_url=self.settings.base_url,
+            entry_points={
+                "recent": urls.recent,
+                "working": urls.page(working),
+                "first": urls.page(1),
+                "html": f"{self.settings.base_url}/feeds/{feed.name}",
+            },
+        )
 
     # -- producer tokens -----------------------------------------------------------------
 

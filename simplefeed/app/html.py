@@ -20,7 +20,7 @@ import jinja2
 from simplefeed import paging
 from simplefeed.core import Simplefeed
 from simplefeed.errors import FeedNotFound
-from simplefeed.model import Entry, Feed, rfc3339
+from simplefeed.model import Entry, rfc3339
 from simplefeed.settings import FEED_NAME_RE
 
 _TEMPLATES = jinja2.Environment(
@@ -107,28 +107,12 @@ class _Html:
         resp.set_header("X-Content-Type-Options", "nosniff")
         resp.text = _TEMPLATES.get_template(template).render(**values)
 
-    def entry_points(self, feed: Feed) -> dict[str, str]:
-        urls = self.core.urls(feed.name)
-        working = paging.working_page(feed.head_seq, feed.page_size)
-        return {"recent": urls.recent, "working": urls.page(working)}
-
 
 class Index(_Html):
     """``GET /``: every feed, its head, pages and last publish time."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        feeds = [
-            {
-                "name": f.name,
-                "title": f.title,
-                "head_seq": f.head_seq,
-                "pages": paging.working_page(f.head_seq, f.page_size),
-                "page_size": f.page_size,
-                "last_publish": rfc3339(f.head_updated_us) if f.head_updated_us else None,
-                "entry_points": self.entry_points(f),
-            }
-            for f in self.core.feeds()
-        ]
+        feeds = [self.core.stats(f).describe() for f in self.core.feeds()]
         self.send(resp, "index.html", feeds=feeds)
 
 
@@ -140,6 +124,7 @@ class FeedPage(_Html):
         if not FEED_NAME_RE.match(feed):
             raise FeedNotFound(feed)
         f = self.core.feed(feed)
+        stats = self.core.stats(f).describe()
         working = paging.working_page(f.head_seq, f.page_size)
         number = req.get_param_as_int("page", min_value=1, max_value=working) or working
         entries = [entry_view(e) for e in self.core.page_entries(f, number)]
@@ -151,7 +136,7 @@ class FeedPage(_Html):
             working=working,
             frozen=number < working,
             entries=entries,
-            entry_points=self.entry_points(f),
+            entry_points=stats["entry_points"],
             atom_url=self.core.urls(f.name).page(number),
-            last_publish=rfc3339(f.head_updated_us) if f.head_updated_us else None,
+            last_publish=stats["last_publish"],
         )
