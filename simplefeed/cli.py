@@ -268,6 +268,21 @@ def token_revoke(token_id: int) -> None:
     click.echo(f"revoked token {token_id}")
 
 
+@token.command("rotate")
+@click.argument("token_id", type=int)
+def token_rotate(token_id: int) -> None:
+    """Give token TOKEN_ID a new secret and print the new token once; the old one stops
+    working at once (its id, feed and label stay, so `token list` and the logs still match)."""
+    value = _core().rotate_token(token_id)
+    if value is None:
+        raise click.ClickException(f"no active token with id {token_id}")
+    click.echo(value)
+    click.echo(
+        "(shown once: store it now; the old token no longer works: update the producer)",
+        err=True,
+    )
+
+
 @main.group()
 def archive() -> None:
     """Static archive files."""

@@ -209,6 +209,14 @@ class Simplefeed:
     def revoke_token(self, token_id: int) -> bool:
         return self.store.revoke_token(token_id, self.clock())
 
+    def rotate_token(self, token_id: int) -> str | None:
+        """A new secret for a live token (same id, feed and label); returns the new token, or
+        None if there is no live token with that id. The old secret stops working at once."""
+        secret = auth.new_secret()
+        if not self.store.rotate_token(token_id, auth.hash_secret(secret)):
+            return None
+        return auth.format_token(token_id, secret)
+
     def authorize(self, authorization: str | None, feed: str) -> None:
         """Check an ``Authorization`` header for publishing to ``feed``."""
         self.check_credentials(auth.parse_authorization(authorization), feed)

@@ -9,6 +9,9 @@ import json
 import subprocess
 from pathlib import Path
 
+import falcon.testing
+
+from simplefeed.app import create_app
 from simplefeed.core import Simplefeed
 from simplefeed.model import Event
 from tests.test_cli_errors import run
@@ -85,3 +88,36 @@ def test_feed_show_gives_the_stats_and_entry_points(core: Simplefeed, tmp_path: 
     missing = cli(core, tmp_path, "feed", "show", "nope")
     assert missing.returncode == 1
     assert missing.stderr.strip() == "Error: no feed named 'nope'"
+
+
+def test_token_rotate_gives_a_new_secret_and_the_old_one_stops_at_once(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    client = falcon.testing.TestClient(create_app(core.settings, core=core))
+
+    def publish(token: str) -> int:
+        headers = {"Authorization": f"Bearer {token}"}
+        return client.simulate_post("/entries", json={"title": "x"}, headers=headers).status_code
+
+    old = ok(cli(core, tmp_path, "token", "create", "--feed", "events", "--label", "shop")).strip()
+    token_id = old.split("_")[1]
+    # Published once first: on PostgreSQL the next publishes go the one-round-trip way, which
+    # checks the secret in its own statement.
+    assert publish(old) == 201
+    rotated = cli(core, tmp_path, "token", "rotate", token_id)
+    new = ok(rotated).strip()
+    assert "shown once" in rotated.stderr
+    assert new.startswith(f"sft_{token_id}_") and new != old
+    assert publish(old) == 401
+    assert publish(new) == 201
+    listed = ok(cli(core, tmp_path, "token", "list")).splitlines()
+    assert [line.split("\t")[:3] for line in listed] == [[token_id, "events", "active"]]
+    assert listed[0].endswith("shop")
+    assert new not in ok(cli(core, tmp_path, "token", "list"))
+
+    # A revoked token stays revoked: rotating it does not bring it back.
+    ok(cli(core, tmp_path, "token", "revoke", token_id))
+    refused = cli(core, tmp_path, "token", "rotate", token_id)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == f"Error: no active token with id {token_id}"
+    assert publish(new) == 401

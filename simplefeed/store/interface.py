@@ -99,6 +99,12 @@ class Store(ABC):
     def revoke_token(self, token_id: int, now_us: int) -> bool:
         """Revoke a live token; False if there is none with that id."""
 
+    @abstractmethod
+    def rotate_token(self, token_id: int, secret_hash: str) -> bool:
+        """Give a live token a new secret (its id, feed and label stay; the old secret is
+        refused by every publish that starts after this returns); False if there is no live
+        token with that id."""
+
     # -- entries and pages ---------------------------------------------------------------
 
     @abstractmethod

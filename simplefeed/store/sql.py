@@ -463,6 +463,15 @@ class SqlStore(Store):
             )
         return result.rowcount == 1
 
+    def rotate_token(self, token_id: int, secret_hash: str) -> bool:
+        with self.write() as conn:
+            result = conn.execute(
+                update(tokens)
+                .where(tokens.c.id == token_id, tokens.c.revoked_us.is_(None))
+                .values(secret_hash=secret_hash)
+            )
+        return result.rowcount == 1
+
     # -- entries and pages ---------------------------------------------------------------
 
     def entries_between(self, feed_id: int, first: int, last: int) -> list[Entry]:
