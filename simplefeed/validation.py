@@ -32,6 +32,11 @@ from simplefeed.settings import Limits
 
 #: Characters XML 1.0 cannot carry: C0 controls but tab/LF/CR, lone surrogates, U+FFFE/U+FFFF.
 _NOT_XML_CHAR = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+#: Characters XML 1.0 can carry but discourages (section 2.2: DEL and the C1 controls) and the
+#: replacement character: the W3C validator flags each as "bad characters" (they are what text
+#: decoded with the wrong charset looks like). JSON content carries them as escapes, Base64
+#: content encoded; text fields refuse them.
+_DISCOURAGED_CHAR = re.compile("[\u007f-\u009f\ufffd]")
 #: An IRI (RFC 3987), checked loosely: a scheme, then no spaces, controls or delimiters that
 #: are never allowed unescaped.
 _IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"{}|\\^`\x00-\x1f\x7f]*$")
@@ -43,6 +48,8 @@ _LANG = re.compile(r"^[A-Za-z]{1,8}(-[A-Za-z0-9]{1,8})*$")
 #: Allowed future skew of a producer's ``updated``: later entries are never dated before earlier
 #: ones, so a far-future date would drag every later entry's ``updated`` with it.
 MAX_FUTURE_SKEW_US = 5 * 60 * 1_000_000
+
+ATOM_MEDIA_TYPE = "application/atom+xml"
 
 LinkRel = Literal["alternate", "enclosure", "related", "self", "via"]
 
@@ -197,14 +204,31 @@ class _Checker:
         )
 
     def text(self, field: str, value: str | None, max_chars: int | None = None) -> str | None:
+        """A text field: characters XML carries without complaint, at most ``max_chars``."""
         if value is None:
             return None
         bad = _NOT_XML_CHAR.search(value)
         if bad:
             raise self.fail(field, f"contains U+{ord(bad.group()):04X}, which XML cannot carry")
+        bad = _DISCOURAGED_CHAR.search(value)
+        if bad:
+            code = ord(bad.group())
+            what = "the replacement character" if code == 0xFFFD else "a control character"
+            raise self.fail(
+                field,
+                f"contains U+{code:04X}, {what}, which XML discourages and feed validators flag "
+                "(text decoded with the wrong charset?); JSON content may hold it",
+            )
         if max_chars is not None and len(value) > max_chars:
             raise self.fail(field, f"is longer than {max_chars} characters")
         return value
+
+    def optional(self, field: str, value: str | None, max_chars: int) -> str | None:
+        """An optional text field: absent, or not empty (an empty one would read back as
+        absent, or the W3C validator calls it blank)."""
+        if value == "":
+            raise self.fail(field, "must not be empty (leave it out instead)")
+        return self.text(field, value, max_chars)
 
     def iri(self, field: str, value: str | None, max_chars: int) -> str | None:
         """An absolute IRI with a scheme readers may follow (:data:`markup.EVENT_URL_SCHEMES`:
@@ -229,7 +253,7 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
     assert title is not None
     if not title.strip():
         raise c.fail("title", "must not be empty")
-    summary = c.text("summary", ev.summary, limits.max_summary_chars)
+    summary = c.optional("summary", ev.summary, limits.max_summary_chars)
     entry_id = _entry_id(c, ev.id, limits.max_id_bytes)
 
     content_type = ev.content_type
@@ -259,6 +283,8 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
             email=email,
             uri=c.iri("author.uri", ev.author.uri, max_chars=2048),
         )
+        if not author.name.strip():
+            raise c.fail("author.name", "must not be empty")
 
     if len(ev.categories) > limits.max_categories:
         raise c.fail("categories", f"at most {limits.max_categories} categories are allowed")
@@ -272,7 +298,7 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
                 Category(
                     term=c.text(f"{where}.term", cat.term, 256) or "",
                     scheme=c.iri(f"{where}.scheme", cat.scheme, max_chars=2048),
-                    label=c.text(f"{where}.label", cat.label, 256),
+                    label=c.optional(f"{where}.label", cat.label, 256),
                 )
             )
         if not categories[-1].term.strip():
@@ -288,6 +314,12 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
             raise c.fail(f"{where}.type", "must be a media type (type/subtype)")
         if link.hreflang is not None and not _LANG.match(link.hreflang):
             raise c.fail(f"{where}.hreflang", "must be a language tag (RFC 3066)")
+        if link.rel == "self" and link.type not in (None, ATOM_MEDIA_TYPE):
+            raise c.fail(
+                f"{where}.type",
+                f"a self link names the entry's own Atom document: {ATOM_MEDIA_TYPE} or no type "
+                "(use rel alternate or related for other representations)",
+            )
         if link.rel == "alternate":
             key = (link.type, link.hreflang)
             if key in alternates:
@@ -302,7 +334,7 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
                 rel=link.rel,
                 type=link.type,
                 hreflang=link.hreflang,
-                title=c.text(f"{where}.title", link.title, 1024),
+                title=c.optional(f"{where}.title", link.title, 1024),
                 length=link.length,
             )
         )
@@ -374,6 +406,10 @@ def _depth(value: Any, limit: int) -> int:
 def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) -> str | None:
     if raw is None:
         return None
+    if raw == "":
+        # It would be written as no content at all (an empty <content/> is "blank" to the W3C
+        # validator) and read back as absent.
+        raise c.fail("content", "must not be empty (leave it out for an entry without content)")
     mode = atom.content_mode(
         content_type if content_type else (None if isinstance(raw, str) else "application/json")
     )

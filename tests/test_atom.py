@@ -157,7 +157,7 @@ CORPUS: list[Event | list[Event]] = [
                 },
                 {"href": "https://example.com/empty", "rel": "enclosure", "length": 0},
                 {"href": "https://example.com/r?q=1&x=2", "rel": "related", "title": "Related ☃"},
-                {"href": "https://example.com/s", "rel": "self", "type": "application/json"},
+                {"href": "https://example.com/s", "rel": "self", "type": "application/atom+xml"},
                 {"href": "https://example.com/v", "rel": "via", "hreflang": "de"},
             ],
         },

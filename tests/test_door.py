@@ -454,3 +454,83 @@ def test_text_is_text_markup_in_it_is_shown_not_run(client: Client) -> None:
     root = etree.fromstring(client.simulate_get("/recent").content)
     assert not [el for el in root.iter() if etree.QName(el).localname in ("script", "a")]
     assert root.findtext(".//{http://www.w3.org/2005/Atom}summary") == payload
+
+
+# -- 5. what would read back as absent, or what the W3C validator flags ----------------------
+
+EMPTY_OPTIONAL = [
+    ({"content": ""}, "content"),
+    ({"content": "", "content_type": "text/csv"}, "content"),
+    ({"content": "", "content_type": "html"}, "content"),
+    ({"content": "", "content_type": "application/octet-stream"}, "content"),
+    ({"summary": ""}, "summary"),
+    ({"categories": [{"term": "t", "label": ""}]}, "categories[0].label"),
+    ({"links": [{"href": "https://example.com/", "title": ""}]}, "links[0].title"),
+    ({"author": {"name": " "}}, "author.name"),
+]
+
+
+@pytest.mark.parametrize("event,field", EMPTY_OPTIONAL)
+def test_an_empty_optional_string_is_refused(
+    client: Client, core: Simplefeed, event: dict[str, Any], field: str
+) -> None:
+    """An empty content, category label or link title would be written as nothing and read
+    back as absent; an empty summary or link title and a blank author name are "blank" to the
+    W3C validator. Leaving the field out says the same, and round-trips."""
+    refused(client, core, {"title": "x", **event}, field, words=("empty",))
+    refused(client, core, [{"title": "ok"}, {"title": "x", **event}], field, index=1)
+
+
+@pytest.mark.parametrize("char", ["\x7f", "\x80", "\x85", "\x9f", "\ufffd"])
+@pytest.mark.parametrize(
+    "event,field",
+    [
+        ({"title": "a{}b"}, "title"),
+        ({"content": "a{}b"}, "content"),
+        ({"content": "<p>a{}b</p>", "content_type": "html"}, "content"),
+        ({"content": "<p>a{}b</p>", "content_type": "xhtml"}, "content"),
+        ({"content": '<o xmlns="urn:example:o">a{}b</o>', "content_type": "application/xml"}, "content"),  # noqa: E501
+        ({"content": "a{}b", "content_type": "text/csv"}, "content"),
+        ({"summary": "a{}b"}, "summary"),
+        ({"author": "a{}b"}, "author"),
+        ({"author": {"name": "a{}b"}}, "author.name"),
+        ({"categories": ["a{}b"]}, "categories[0]"),
+        ({"categories": [{"term": "t", "label": "a{}b"}]}, "categories[0].label"),
+        ({"links": [{"href": "https://example.com/", "title": "a{}b"}]}, "links[0].title"),
+        ({"links": [{"href": "https://example.com/a{}b"}]}, "links[0].href"),
+    ],
+)  # fmt: skip
+def test_control_characters_and_the_replacement_character_are_refused_in_text(
+    client: Client, core: Simplefeed, event: dict[str, Any], field: str, char: str
+) -> None:
+    """DEL, the C1 controls and U+FFFD: XML 1.0 discourages the controls (2.2) and the W3C
+    validator flags each as "bad characters" wherever it stands."""
+    filled = {k: _fill(v, char) for k, v in {"title": "x", **event}.items()}
+    refused(client, core, filled, field, words=(f"U+{ord(char):04X}",))
+
+
+def _fill(value: Any, char: str) -> Any:
+    if isinstance(value, str):
+        return value.replace("{}", char)
+    if isinstance(value, list):
+        return [_fill(v, char) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, char) for k, v in value.items()}
+    return value
+
+
+def test_json_and_base64_content_carry_those_characters(client: Client) -> None:
+    """JSON content writes them as escapes, other media types as Base64: accepted."""
+    accepted(client, {"title": "x", "content": {"s": "\x85\x9f\ufffd\x7f"}})
+    accepted(client, {"title": "x", "content": "\x85", "content_type": "application/x-c1"})
+
+
+@pytest.mark.parametrize("link_type", ["text/html", "application/json", "application/rss+xml"])
+def test_a_self_link_names_an_atom_document(
+    client: Client, core: Simplefeed, link_type: str
+) -> None:
+    """The validator: '"self" link references a non-Atom representation'."""
+    link = {"href": "https://example.com/e", "rel": "self", "type": link_type}
+    refused(client, core, {"title": "x", "links": [link]}, "links[0].type", words=("self",))
+    accepted(client, {"title": "x", "links": [{**link, "type": "application/atom+xml"}]})
+    accepted(client, {"title": "y", "links": [{"href": "https://example.com/e", "rel": "self"}]})
