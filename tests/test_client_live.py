@@ -366,3 +366,57 @@ def test_against_uwsgi_a_killed_consumer_resumes_without_missing(tmp_path: Path)
         assert seen == sorted(seen)  # in order
         repeated = {s for s in seen if seen.count(s) > 1}
         assert repeated <= {first[-1]}  # at most the entry being handled when killed
+
+
+#: The real command in a process of its own, with a bug put into its progress report (a
+#: stand-in for any bug of ours): once catching up has handled an entry, it divides by zero.
+_BUGGY_CONSUME = """
+import sys
+from simplefeed.client import command
+
+def report(self, progress):
+    if progress.phase == "process" and progress.done >= 1:
+        return 1 / 0
+
+command._ProgressBars.__call__ = report
+if sys.argv[1] == "consumer":
+    from simplefeed.client.state import StateFile
+    StateFile.parked = lambda self, *a: 1 / 0
+    command.consumer_group(sys.argv[2:], prog_name="simplefeed consumer")
+command.consume(sys.argv[1:], prog_name="simplefeed consume")
+"""
+
+
+def test_an_internal_error_is_one_line_and_exit_70(live: LiveServer, tmp_path: Path) -> None:
+    """A bug does not end in a raw traceback and exit 1: one line naming it, exit 70 (the
+    traceback with --debug), the checkpoint where the last handled entry left it."""
+    live.publish(12)  # pages of 5: two archived, the working page
+    state = tmp_path / "state.sqlite3"
+
+    def buggy(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _BUGGY_CONSUME, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    done = buggy(live.recent, "--state", str(state), "--parser", "lxml")
+    assert done.returncode == 70, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("simplefeed consume: internal error (a bug, please report it): ")
+    assert "ZeroDivisionError: division by zero; --debug shows the traceback" in line
+    assert "Traceback" not in done.stderr
+    with StateFile(state) as stored:
+        (checkpoint,) = stored.checkpoints().values()
+    assert checkpoint.seq == 1  # the one entry handled before the bug
+    debug = buggy(live.recent, "--state", str(state), "--parser", "lxml", "--debug")
+    assert debug.returncode == 70
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert "in report" in debug.stderr
+    assert debug.stderr.splitlines()[-1].startswith("simplefeed consume: internal error")
+    status = buggy("consumer", "parked", "--state", str(state))
+    assert status.returncode == 70, status.stderr
+    assert status.stderr.startswith("simplefeed consumer: internal error")
+    assert len(status.stderr.splitlines()) == 1

@@ -32,6 +32,8 @@ Exit codes:
      ``--max-time``), an unexpected status, a response over ``--max-size``, a redirect to
      another origin
 6    the state file cannot be used
+70   internal error: a bug in simplefeed (one line on standard error, the traceback too with
+     ``--debug``); the checkpoint is on the last entry handled
 130  interrupted (Ctrl-C)
 ===  ===========================================================================================
 
@@ -57,6 +59,7 @@ import os
 import shlex
 import subprocess
 import sys
+import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,6 +87,8 @@ EXIT_HANDLER = 3
 EXIT_FEED = 4
 EXIT_HTTP = 5
 EXIT_STATE = 6
+#: sysexits.h's EX_SOFTWARE.
+EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES = {
@@ -95,6 +100,7 @@ EXIT_CODES = {
     EXIT_HTTP: "HTTP gave up after retries, an unexpected status, a response too large, or a "
     "redirect to another origin",
     EXIT_STATE: "state file unusable",
+    EXIT_INTERNAL: "internal error (a bug; --debug shows the traceback)",
     EXIT_INTERRUPTED: "interrupted",
 }
 
@@ -285,6 +291,11 @@ class _ProgressBars:
     help="Shortest polling interval with --follow, in seconds (never below max-age).",
 )
 @click.option(
+    "--debug",
+    is_flag=True,
+    help="On an internal error (exit 70), print the traceback too; log at debug level.",
+)
+@click.option(
     "--max-interval",
     type=click.FloatRange(min=0.1),
     default=300.0,
@@ -308,6 +319,7 @@ def _consume(
     max_time: float,
     redirect_origins: tuple[str, ...],
     min_interval: float,
+    debug: bool,
     max_interval: float,
 ) -> None:
     """Read the feed at URL: new entries, oldest first, at least once.
@@ -327,6 +339,7 @@ def _consume(
       5    HTTP gave up after the retries (or --max-time), an unexpected
            status, a body over --max-size, a redirect to another origin
       6    state file unusable
+      70   internal error (a bug; --debug shows the traceback)
       130  interrupted
     """
     if jsonl and exec_command is not None:
@@ -356,6 +369,7 @@ def _consume(
             allow_redirect_origins=redirect_origins,
             on_error=on_error,
             max_parked=max_parked,
+            debug=debug,
         )
     )
 
@@ -376,13 +390,16 @@ def _run(
     allow_redirect_origins: tuple[str, ...] = (),
     on_error: OnError = "stop",
     max_parked: int | None = None,
+    debug: bool = False,
 ) -> int:
     """Run the consumer; return the exit code. Errors are reported on standard error."""
     logger = logging.getLogger("simplefeed.client")
     log_handler = logging.StreamHandler(sys.stderr)
     log_handler.setFormatter(logging.Formatter("simplefeed consume: %(message)s"))
     logger.addHandler(log_handler)
-    if logger.level == logging.NOTSET:
+    if debug:
+        logger.setLevel(logging.DEBUG)
+    elif logger.level == logging.NOTSET:
         logger.setLevel(logging.WARNING)
     bars = _ProgressBars()
     try:
@@ -413,6 +430,9 @@ def _run(
         return _fail(EXIT_STATE, str(exc), bars)
     except KeyboardInterrupt:
         return _fail(EXIT_INTERRUPTED, "interrupted", bars)
+    except Exception as exc:
+        bars.close()
+        return internal_error("simplefeed consume", exc, debug=debug)
     finally:
         bars.close()
         logger.removeHandler(log_handler)
@@ -422,6 +442,22 @@ def _fail(code: int, message: str, bars: _ProgressBars) -> int:
     bars.close()
     click.echo(f"simplefeed consume: error: {message}", err=True)
     return code
+
+
+def internal_error(prog: str, exc: Exception, *, debug: bool) -> int:
+    """Report an exception no error of ours describes (a bug): one line, the traceback only
+    with ``--debug``; return :data:`EXIT_INTERNAL`. The checkpoint is where the last handled
+    entry left it (the consumer stores it only after an entry or page is done)."""
+    if debug:
+        click.echo("".join(traceback.format_exception(exc)).rstrip("\n"), err=True)
+    detail = " ".join(str(exc).split())[:200]
+    hint = "" if debug else "; --debug shows the traceback"
+    click.echo(
+        f"{prog}: internal error (a bug, please report it): {type(exc).__name__}"
+        f"{': ' + detail if detail else ''}{hint}; the checkpoint is on the last entry handled",
+        err=True,
+    )
+    return EXIT_INTERNAL
 
 
 consume = click.command("consume")(_consume)
@@ -442,13 +478,26 @@ _URL = click.option(
 )
 
 
-@click.group("consumer")
-def consumer_group() -> None:
+class _ReportingGroup(click.Group):
+    """A group whose commands report an internal error as ``consume`` does (exit 70)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            sys.exit(internal_error("simplefeed consumer", exc, debug=ctx.params["debug"]))
+
+
+@click.group("consumer", cls=_ReportingGroup)
+@click.option("--debug", is_flag=True, help="On an internal error (exit 70), print the traceback.")
+def consumer_group(debug: bool) -> None:
     """Work on a consumer's state file: parked entries, where it stands.
 
     \b
     Exit codes: 0 done; 2 usage (an unknown entry id, an ambiguous state file);
-    3 a retried handler failed again; 6 state file unusable.
+    3 a retried handler failed again; 6 state file unusable; 70 internal error.
     """
 
 
