@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -420,3 +421,88 @@ def test_an_internal_error_is_one_line_and_exit_70(live: LiveServer, tmp_path: P
     assert status.returncode == 70, status.stderr
     assert status.stderr.startswith("simplefeed consumer: internal error")
     assert len(status.stderr.splitlines()) == 1
+
+
+@pytest.mark.e2e
+def test_against_uwsgi_digests_chain_the_archive_and_a_damaged_page_stops_the_consumer(
+    tmp_path: Path,
+) -> None:
+    """The sf:sha256 chain through a real uWSGI: each archived page's bytes as served are the
+    digest the newer document gives; the command verifies every page it reads; a page file
+    damaged on disk after its consumer last read it stops the walk (exit 4, the digest
+    named), nothing handled, the checkpoint where it was."""
+    server = UwsgiServer(
+        f"sqlite:///{tmp_path / 'server.sqlite3'}",
+        tmp_path / "archive",
+        tmp_path / "work",
+        page_size=5,
+        processes=2,
+        extra_env={"SIMPLEFEED_RECENT_MAX_AGE": "0"},
+    )
+    state = tmp_path / "consumer.sqlite3"
+    out = tmp_path / "seen.jsonl"
+
+    def consume(*extra: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "simplefeed.client.command", server.url("/recent")]
+        with out.open("a") as sink:
+            return subprocess.run(
+                [*command, "--state", str(state), "--jsonl", *extra],
+                stdout=sink,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+
+    with server, httpx.Client(timeout=30) as http:
+        headers = {"Authorization": f"Bearer {server.token}"}
+
+        def publish(first: int, last: int) -> None:
+            batch = [{"title": f"event {n}", "content": {"n": n}} for n in range(first, last + 1)]
+            response = http.post(server.url("/entries"), json=batch, headers=headers)
+            assert response.status_code == 201, response.text
+
+        publish(1, 12)  # pages 1 and 2 frozen, 11 and 12 on the working page 3
+        first = consume()
+        assert first.returncode == 0, first.stderr
+        publish(13, 23)  # pages 3 and 4 frozen, the working page 5
+        # The chain as served: every prev-archive digest is the SHA-256 of the page it names.
+        body = http.get(server.url("/recent")).content
+        chained = 0
+        while (link := _prev_archive(body)) is not None:
+            href, digest = link
+            body = http.get(href).content
+            assert hashlib.sha256(body).hexdigest() == digest, href
+            chained += 1
+        assert chained == 4
+
+        page_3 = server.archive_dir / "pages" / "3"
+        damaged = bytearray(page_3.read_bytes())
+        at = damaged.index(b"event 13")
+        damaged[at : at + 8] = b"event XX"  # same length: only the digest can tell
+        page_3.write_bytes(bytes(damaged))
+        stopped = consume("--parser", "lxml")
+        assert stopped.returncode == 4, stopped.stderr
+        assert "SHA-256 mismatch" in stopped.stderr
+        assert "/pages/3" in stopped.stderr and "checkpoint untouched" in stopped.stderr
+        with StateFile(state) as file:
+            checkpoint = file.load_checkpoint(server.url("/recent"))
+        assert checkpoint is not None and checkpoint.seq == 12
+        seen = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [e["seq"] for e in seen] == list(range(1, 13))  # nothing from the damaged page
+        assert [e["content"] for e in seen] == [{"n": n} for n in range(1, 13)]
+
+        page_3.write_bytes(bytes(damaged).replace(b"event XX", b"event 13"))  # repaired
+        resumed = consume()
+        assert resumed.returncode == 0, resumed.stderr
+        seen = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [e["seq"] for e in seen] == list(range(1, 24))
+
+
+def _prev_archive(body: bytes) -> tuple[str, str] | None:
+    from lxml import etree
+
+    for link in etree.fromstring(body).iterfind("{http://www.w3.org/2005/Atom}link"):
+        if link.get("rel") == "prev-archive":
+            return link.get("href"), link.get("{https://simplefeed.dev/ns/1.0}sha256")
+    return None
