@@ -187,13 +187,14 @@ def feed_list(as_json: bool) -> None:
         click.echo(json.dumps([s.describe() for s in stats], indent=2))
         return
     rows: list[tuple[str, ...]] = [
-        ("FEED", "HEAD", "PAGES", "PAGE SIZE", "LAST PUBLISH (UTC)", "TITLE")
+        ("FEED", "STATE", "HEAD", "PAGES", "PAGE SIZE", "LAST PUBLISH (UTC)", "TITLE")
     ]
     for s in stats:
         shown = s.describe()
         rows.append(
             (
                 s.feed.name,
+                str(shown["state"]),
                 str(s.feed.head_seq),
                 str(s.pages),
                 str(s.feed.page_size),
@@ -230,6 +231,28 @@ def feed_show(name: str, as_json: bool) -> None:
     width = max(map(len, lines))
     for key, value in lines.items():
         click.echo(f"{key:<{width}}  {value}")
+
+
+@feed.command("retire")
+@click.argument("name")
+def feed_retire(name: str) -> None:
+    """Retire feed NAME: its documents are served as ever (nothing is deleted), but every
+    publish is refused with 410 Gone. `feed unretire NAME` undoes it."""
+    from simplefeed.model import rfc3339
+
+    f = _core().retire_feed(name)
+    assert f.retired_us is not None
+    click.echo(
+        f"feed {name!r} retired at {rfc3339(f.retired_us)}: reads go on, publishes get 410 Gone"
+    )
+
+
+@feed.command("unretire")
+@click.argument("name")
+def feed_unretire(name: str) -> None:
+    """Take retired feed NAME back into service: publishing works again."""
+    _core().unretire_feed(name)
+    click.echo(f"feed {name!r} takes events again")
 
 
 @main.group()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simplefeed import appending, archive, atom, auth, metrics, paging
-from simplefeed.errors import EntryNotFound, PageNotFound, StoreError
+from simplefeed.errors import EntryNotFound, FeedRetired, PageNotFound, StoreError
 from simplefeed.model import (
     Appended,
     Document,
@@ -84,7 +84,8 @@ class FeedStats:
     frozen_pages: int
     #: The server's clock at the last append (None while the feed is empty).
     last_publish_us: int | None
-    #: The base URL documents are rendered with now (SIMPLEFEED_BASE_URL).
+    #: The base URL documents are rendered with now (SIMPLEFEED_BASE_URL); the frozen pages'
+    #: own is the feed's ``base_url``.
     base_url: str
     #: Absolute URLs: ``recent`` (the entry point), ``working`` (the working page), ``first``
     #: (page 1, where a walk from the beginning starts) and ``html`` (the page for people).
@@ -103,7 +104,10 @@ class FeedStats:
             "frozen_pages": self.frozen_pages,
             "created": rfc3339(f.created_us),
             "last_publish": None if self.last_publish_us is None else rfc3339(self.last_publish_us),
+            "state": "live" if f.retired_us is None else "retired",
+            "retired": None if f.retired_us is None else rfc3339(f.retired_us),
             "base_url": self.base_url,
+            "frozen_pages_base_url": f.base_url,
             "entry_points": self.entry_points,
         }
 
@@ -174,6 +178,18 @@ class Simplefeed:
 
     def feeds(self) -> list[Feed]:
         return self.store.feeds()
+
+    def retire_feed(self, name: str) -> Feed:
+        """Retire a feed: publishing is refused (:class:`FeedRetired`, 410) from now on, its
+        documents are served as before. Retiring a retired feed changes nothing."""
+        feed = self.store.feed(name)
+        if feed.retired_us is not None:
+            return feed
+        return self.store.set_retired(name, self.clock())
+
+    def unretire_feed(self, name: str) -> Feed:
+        """Take a feed back into service: publishing works again."""
+        return self.store.set_retired(name, None)
 
     def stats(self, feed: Feed) -> FeedStats:
         """The feed's stats, from the feed alone (no query)."""
@@ -268,6 +284,8 @@ class Simplefeed:
         )
         with self.store.append(feed_name, look_up) as append:
             self._feeds[feed_name] = append.feed
+            if append.feed.retired_us is not None:
+                raise FeedRetired(feed_name)
             decision = appending.decide(append.feed, pending, append.found, now)
             # Each page records the digest of the one before (sf:sha256 on prev-archive): the
             # first from the store, then each from the page frozen just before it, in memory.
@@ -279,7 +297,11 @@ class Simplefeed:
                     else self._page_sha256(append.feed, number - 1)
                 )
                 frozen.append(self._freeze(append, number, now, decision, parts, prev))
-            append.write(decision.new, modified_us=decision.modified_us, pages=frozen)
+            # The base URL the frozen pages are rendered with, recorded as each page freezes.
+            base_url = self.settings.base_url if frozen else append.feed.base_url
+            append.write(
+                decision.new, modified_us=decision.modified_us, pages=frozen, base_url=base_url
+            )
         if frozen:  # committed: the newest page's digest, for the next freeze and live documents
             self._digests[append.feed.id] = (frozen[-1].number, archive.page_sha256(frozen[-1]))
         if decision.replayed and not decision.new:

@@ -8,6 +8,7 @@
     │   ├── FeedNotFound            .feed
     │   ├── PageNotFound            .feed, .number
     │   └── EntryNotFound           .feed, .entry_id
+    ├── FeedRetired                 -> 410 .feed: publishing to a retired feed
     ├── Conflict                    -> 409
     │   ├── EntryConflict           .entry_id, .index: same id, different content
     │   └── FeedExists              .feed
@@ -62,6 +63,16 @@ class EntryNotFound(NotFound):
         super().__init__(f"feed {feed!r} has no entry {entry_id!r}")
         self.feed = feed
         self.entry_id = entry_id
+
+
+class FeedRetired(SimplefeedError):
+    """The feed is retired: it is read as ever, but takes no more events."""
+
+    def __init__(self, feed: str) -> None:
+        super().__init__(
+            f"feed {feed!r} is retired: its pages are still served, but it takes no more events"
+        )
+        self.feed = feed
 
 
 class Conflict(SimplefeedError):

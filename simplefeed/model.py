@@ -78,6 +78,10 @@ class Feed:
     head_updated_us: int | None
     #: Server clock when the feed last changed; drives Last-Modified of the live documents.
     modified_us: int
+    #: The base URL its frozen pages were rendered with (None while no page is frozen).
+    base_url: str | None = None
+    #: When it was retired (None: it takes events). A retired feed is read, never appended to.
+    retired_us: int | None = None
 
     @property
     def atom_id(self) -> str:

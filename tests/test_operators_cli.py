@@ -5,15 +5,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import falcon.testing
+from sqlalchemy import create_engine, text
 
+from bench.servers import scratch_postgres_database
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed
 from simplefeed.model import Event
+from simplefeed.store.schema import alembic_config
+from tests.conftest import query
 from tests.test_cli_errors import run
 
 BASE = "http://feeds.example.test"
@@ -41,22 +48,13 @@ def test_feed_list_has_a_header_and_json(core: Simplefeed, tmp_path: Path) -> No
     core.create_feed("orders", title="Order events", page_size=3)
     core.publish("orders", [Event(title=f"o{i}") for i in range(7)])
     lines = ok(cli(core, tmp_path, "feed", "list")).splitlines()
-    assert lines[0].split() == [
-        "FEED",
-        "HEAD",
-        "PAGES",
-        "PAGE",
-        "SIZE",
-        "LAST",
-        "PUBLISH",
-        "(UTC)",
-        "TITLE",
-    ]
+    header = "FEED STATE HEAD PAGES PAGE SIZE LAST PUBLISH (UTC) TITLE"
+    assert lines[0].split() == header.split()
     events, orders = (line.split() for line in lines[1:])
-    assert events[:5] == ["events", "0", "1", "5", "never"]
-    assert orders[:4] == ["orders", "7", "3", "3"]
-    assert orders[4].startswith("2027-01-15T08:00:00")  # the injected clock
-    assert " ".join(orders[5:]) == "Order events"
+    assert events[:6] == ["events", "live", "0", "1", "5", "never"]
+    assert orders[:5] == ["orders", "live", "7", "3", "3"]
+    assert orders[5].startswith("2027-01-15T08:00:00")  # the injected clock
+    assert " ".join(orders[6:]) == "Order events"
     # The columns line up under the header.
     assert lines[0].index("HEAD") == lines[2].index(" 7 ") + 1
 
@@ -75,6 +73,8 @@ def test_feed_show_gives_the_stats_and_entry_points(core: Simplefeed, tmp_path: 
     assert (shown["pages"], shown["frozen_pages"], shown["page_size"]) == (3, 2, 3)
     assert shown["last_publish"].startswith("2027-01-15T08:00:00")
     assert shown["base_url"] == BASE
+    assert shown["frozen_pages_base_url"] == BASE  # recorded when page 1 froze
+    assert (shown["state"], shown["retired"]) == ("live", None)
     assert shown["entry_points"] == {
         "recent": f"{BASE}/feeds/orders/recent",
         "working": f"{BASE}/feeds/orders/pages/3",
@@ -82,8 +82,8 @@ def test_feed_show_gives_the_stats_and_entry_points(core: Simplefeed, tmp_path: 
         "html": f"{BASE}/feeds/orders",
     }
     text = ok(cli(core, tmp_path, "feed", "show", "orders"))
-    assert "frozen_pages  2" in text
-    assert f"url recent    {BASE}/feeds/orders/recent" in text
+    assert re.search(r"^frozen_pages +2$", text, re.MULTILINE)
+    assert re.search(rf"^url recent +{BASE}/feeds/orders/recent$", text, re.MULTILINE)
 
     missing = cli(core, tmp_path, "feed", "show", "nope")
     assert missing.returncode == 1
@@ -121,3 +121,126 @@ def test_token_rotate_gives_a_new_secret_and_the_old_one_stops_at_once(
     assert refused.returncode == 1
     assert refused.stderr.strip() == f"Error: no active token with id {token_id}"
     assert publish(new) == 401
+
+
+def test_a_retired_feed_is_read_as_ever_and_refuses_publishes_with_410(
+    core: Simplefeed, token: str, tmp_path: Path
+) -> None:
+    client = falcon.testing.TestClient(
+        create_app(core.settings, core=core), headers={"Authorization": f"Bearer {token}"}
+    )
+    core.create_feed("orders", page_size=3)
+    # Published before retiring: on PostgreSQL later publishes try the one-round-trip way.
+    assert (
+        client.simulate_post("/feeds/orders/entries", json=[{"title": "a"}] * 4).status
+        == "201 Created"
+    )
+    before = {
+        path: client.simulate_get(path)
+        for path in ("/feeds/orders/recent", "/feeds/orders/pages/1", "/feeds/orders/pages/2")
+    }
+
+    done = ok(cli(core, tmp_path, "feed", "retire", "orders"))
+    assert re.fullmatch(
+        r"feed 'orders' retired at \S+Z: reads go on, publishes get 410 Gone\n", done
+    )
+    for body in ({"title": "b"}, [{"title": "b"}, {"title": "c"}]):
+        refused = client.simulate_post("/feeds/orders/entries", json=body)
+        assert refused.status_code == 410
+        assert refused.json == {
+            "error": "gone",
+            "message": "feed 'orders' is retired: its pages are still served, "
+            "but it takes no more events",
+            "feed": "orders",
+        }
+    assert core.feed("orders").head_seq == 4  # nothing stored
+    for path, response in before.items():
+        again = client.simulate_get(path)
+        assert (again.status_code, again.content, again.headers["ETag"]) == (
+            200,
+            response.content,
+            response.headers["ETag"],
+        ), path
+    # The other feeds are not touched.
+    assert client.simulate_post("/entries", json={"title": "x"}).status_code == 201
+
+    shown = json.loads(ok(cli(core, tmp_path, "feed", "show", "orders", "--json")))
+    assert shown["state"] == "retired"
+    assert shown["retired"] == done.split()[4][:-1]
+    assert "retired" in ok(cli(core, tmp_path, "feed", "list")).splitlines()[2]
+    assert "Retired" in client.simulate_get("/feeds/orders").text
+    assert "retired" in client.simulate_get("/").text
+
+    ok(cli(core, tmp_path, "feed", "unretire", "orders"))
+    assert client.simulate_post("/feeds/orders/entries", json={"title": "d"}).status_code == 201
+    assert (
+        json.loads(ok(cli(core, tmp_path, "feed", "show", "orders", "--json")))["state"] == "live"
+    )
+
+
+@contextlib.contextmanager
+def database_at_0003(like: str, tmp_path: Path) -> Iterator[str]:
+    """An empty database of the same backend as ``like``, migrated to revision 0003 (before
+    feeds had a base URL)."""
+    from alembic import command
+
+    if like.startswith("sqlite"):
+        url = f"sqlite:///{tmp_path / 'old.sqlite3'}"
+        command.upgrade(alembic_config(url), "0003")
+        yield url
+        return
+    with scratch_postgres_database("sf_old") as url:
+        command.upgrade(alembic_config(url), "0003")
+        yield url
+
+
+def test_migration_records_the_base_url_of_pages_frozen_before_it(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    """Feeds frozen before 0004 get the base URL their page 1's self link names, printed."""
+    core.create_feed("orders", page_size=3)
+    core.create_feed("broken", page_size=3)
+    core.publish("events", [Event(title=f"e{i}") for i in range(7)])
+    core.publish("orders", [Event(title=f"o{i}") for i in range(7)])
+    core.publish("broken", [Event(title=f"b{i}") for i in range(3)])
+    columns = "id, name, uuid, title, page_size, created_us, head_seq, head_updated_us, modified_us"
+    feed_rows = query(core.settings.database_url, f"SELECT {columns} FROM feeds")
+    page_rows = query(
+        core.settings.database_url,
+        "SELECT feed_id, number, first_seq, last_seq, frozen_us, etag, body FROM pages",
+    )
+    broken_id = next(row[0] for row in feed_rows if row[1] == "broken")
+    with database_at_0003(core.settings.database_url, tmp_path) as old:
+        engine = create_engine(old)
+        try:
+            with engine.begin() as conn:
+                for row in feed_rows:
+                    conn.execute(
+                        text(f"INSERT INTO feeds ({columns}) VALUES ({_marks(columns)})"),
+                        dict(zip(columns.split(", "), row, strict=True)),
+                    )
+                names = "feed_id, number, first_seq, last_seq, frozen_us, etag, body"
+                for row in page_rows:
+                    values = dict(zip(names.split(", "), row, strict=True))
+                    if values["feed_id"] == broken_id:
+                        values["body"] = b"<feed xmlns='http://www.w3.org/2005/Atom'/>"
+                    conn.execute(
+                        text(f"INSERT INTO pages ({names}) VALUES ({_marks(names)})"), values
+                    )
+        finally:
+            engine.dispose()
+        env = {"SIMPLEFEED_DATABASE_URL": old, "SIMPLEFEED_BASE_URL": BASE}
+        upgraded = run(tmp_path, "db", "upgrade", **env)
+        assert upgraded.returncode == 0, upgraded.stderr
+        assert upgraded.stderr.splitlines() == [
+            f"simplefeed: feed 'events': its frozen pages link to {BASE} (recorded)",
+            f"simplefeed: feed 'orders': its frozen pages link to {BASE} (recorded)",
+            "simplefeed: feed 'broken' has frozen pages, but its page 1 names no base URL:"
+            " none recorded (`simplefeed archive rebase URL` records one)",
+        ]
+        recorded = dict(query(old, "SELECT name, base_url FROM feeds"))
+        assert recorded == {"events": BASE, "orders": BASE, "broken": None}
+
+
+def _marks(columns: str) -> str:
+    return ", ".join(f":{name}" for name in columns.split(", "))

@@ -173,6 +173,29 @@ def test_database_fault_logged_with_the_request_id(tmp_path: Path) -> None:
         assert httpx.get(s.url("/recent")).status_code == 200
 
 
+# -- retiring a feed ----------------------------------------------------------------------------
+
+
+def test_retired_feed_refuses_publishes_with_410_and_serves_reads(tmp_path: Path) -> None:
+    with server(tmp_path, page_size=2) as s:
+        auth = {"Authorization": f"Bearer {s.token}"}
+        batch = [{"title": f"e{i}"} for i in range(3)]
+        assert httpx.post(s.url("/entries"), json=batch, headers=auth).status_code == 201
+        page = httpx.get(s.url("/pages/1"))
+        recent = httpx.get(s.url("/recent"))
+        s.cli("feed", "retire", "events")
+        refused = httpx.post(s.url("/entries"), json={"title": "late"}, headers=auth)
+        assert refused.status_code == 410
+        assert refused.headers["content-type"] == "application/json"
+        assert (refused.json()["error"], refused.json()["feed"]) == ("gone", "events")
+        line = wait_for_line(s, request_id=refused.headers["X-Request-Id"])
+        assert (line["status"], line["feed"]) == (410, "events")
+        again = httpx.get(s.url("/pages/1"))
+        assert (again.status_code, again.content) == (200, page.content)
+        assert httpx.get(s.url("/recent")).content == recent.content
+        assert s.problems() == []
+
+
 # -- metrics ----------------------------------------------------------------------------------
 
 

@@ -895,7 +895,7 @@ def test_a_second_freeze_or_a_duplicate_is_refused_whole(core: Simplefeed) -> No
     ):
         with pytest.raises(StoreError), core.store.append(FEED, []) as append:
             modified = append.feed.modified_us + 1
-            append.write([new], modified_us=modified, pages=pages)
+            append.write([new], modified_us=modified, pages=pages, base_url=None)
         after = core.feed(FEED)
         assert after.head_seq == 5
         assert len(core.store.entries_between(feed.id, 1, 10)) == 5

@@ -12,6 +12,7 @@ from simplefeed.errors import (
     AuthError,
     Conflict,
     EntryConflict,
+    FeedRetired,
     Forbidden,
     InvalidEvent,
     NotFound,
@@ -30,6 +31,7 @@ _STATUS_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
+    410: "gone",
     411: "length_required",
     412: "precondition_failed",
     413: "payload_too_large",
@@ -69,6 +71,8 @@ def handle_domain(req: falcon.Request, resp: falcon.Response, ex: Exception, par
         _reply(resp, 401, str(ex))
     elif isinstance(ex, NotFound):
         _reply(resp, 404, str(ex))
+    elif isinstance(ex, FeedRetired):
+        _reply(resp, 410, str(ex), feed=ex.feed)
     elif isinstance(ex, EntryConflict):
         _reply(resp, 409, str(ex), id=ex.entry_id, index=ex.index)
     elif isinstance(ex, Conflict):

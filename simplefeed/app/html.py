@@ -139,4 +139,5 @@ class FeedPage(_Html):
             entry_points=stats["entry_points"],
             atom_url=self.core.urls(f.name).page(number),
             last_publish=stats["last_publish"],
+            retired=stats["retired"],
         )

@@ -93,6 +93,7 @@ def _publish(feed: bool) -> dict[str, Any]:
             "403": _error("Token limited to another feed"),
             "404": _error("No such feed"),
             "409": _error("An id the feed holds with different content"),
+            "410": _error("The feed is retired: it is read as ever, takes no more events"),
             "411": _error("No Content-Length (chunked bodies are refused)"),
             "413": _error("Body or batch too large"),
             "415": _error("Not application/json"),

@@ -47,10 +47,12 @@ class Appending(ABC):
         *,
         modified_us: int,
         pages: Sequence[FrozenPage] = (),
+        base_url: str | None,
     ) -> None:
         """Insert the entries ``new`` (numbered ``feed.head_seq + 1 ...``; the pending entry
         each was made from gives what is stored of its event), move the head to the last, and
-        store the pages they filled. Committed when the append's block ends without an error.
+        store the pages they filled, recording ``base_url`` as the base URL the feed's frozen
+        pages are rendered with. Committed when the append's block ends without an error.
         A duplicate sequence number, entry id or page is a :class:`StoreError` and writes
         nothing."""
 
@@ -79,6 +81,11 @@ class Store(ABC):
 
     @abstractmethod
     def feeds(self) -> list[Feed]: ...
+
+    @abstractmethod
+    def set_retired(self, name: str, retired_us: int | None) -> Feed:
+        """Retire a feed (``retired_us``: when) or bring it back (None); the feed as now.
+        Every append that starts after this returns sees it."""
 
     # -- producer tokens -----------------------------------------------------------------
 

@@ -150,7 +150,7 @@ WITH inserted AS (
            t.published_us, t.fingerprint, t.data
     FROM feeds AS f
     CROSS JOIN {events}
-    WHERE f.id = %(feed_id)s AND f.name = %(name)s{token}
+    WHERE f.id = %(feed_id)s AND f.name = %(name)s AND f.retired_us IS NULL{token}
       AND (f.head_seq + %(n)s) / f.page_size = f.head_seq / f.page_size{not_stored}
     {on_conflict}RETURNING seq, updated_us
 )
@@ -212,9 +212,9 @@ def append_in_one_round_trip(
     """Append ``events`` to ``feed`` in one transaction sent as one pipeline: the feed's
     advisory lock, then the insert with the head, committed at the pipeline's Sync, then the
     flush barrier. Returns the new head, durable, or None when nothing was appended (the events
-    would fill a page, an id is in the feed already, ``feed`` no longer names this feed row,
-    or ``token`` is not a live token allowed on the feed): the caller then checks the token and
-    appends the ordinary way.
+    would fill a page, an id is in the feed already, ``feed`` no longer names this feed row
+    or is retired, or ``token`` is not a live token allowed on the feed): the caller then
+    checks the token and appends the ordinary way.
 
     ``feed`` is only the feed's identity (id, name): its head is read under the lock.
     ``driver`` is psycopg's connection from :meth:`PostgresStore.direct` (autocommit, no
@@ -284,6 +284,7 @@ class _PostgresAppending(sql.SqlAppending):
         *,
         modified_us: int,
         pages: Sequence[FrozenPage] = (),
+        base_url: str | None,
     ) -> None:
         """The writes sent together and synchronised once, with the ``COMMIT``: the feed's
         lock is released one round trip after the writes were sent."""
@@ -304,7 +305,7 @@ class _PostgresAppending(sql.SqlAppending):
         ]
         with self.driver.pipeline(), self.driver.cursor() as cursor:
             cursor.executemany(_INSERT_ENTRY, rows)
-            cursor.execute(_ADVANCE_HEAD, sql.head_row(feed, new[-1][0], modified_us))
+            cursor.execute(_ADVANCE_HEAD, sql.head_row(feed, new[-1][0], modified_us, base_url))
             for page in pages:
                 cursor.execute(_INSERT_PAGE, sql.page_row(page, feed.page_size))
             cursor.execute(_COMMIT, prepare=False)

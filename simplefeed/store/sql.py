@@ -119,6 +119,7 @@ ADVANCE_HEAD = (
         head_seq=bindparam("new_head_seq"),
         head_updated_us=bindparam("new_head_updated_us"),
         modified_us=bindparam("new_modified_us"),
+        base_url=bindparam("new_base_url"),
     )
 )
 INSERT_PAGE = pages.insert()
@@ -173,6 +174,8 @@ def feed_from(m: Mapping[Any, Any]) -> Feed:
         head_seq=m["head_seq"],
         head_updated_us=m["head_updated_us"],
         modified_us=m["modified_us"],
+        base_url=m["base_url"],
+        retired_us=m["retired_us"],
     )
 
 
@@ -223,13 +226,14 @@ def page_row(page: FrozenPage, page_size: int) -> dict[str, object]:
     }
 
 
-def head_row(feed: Feed, last: Entry, modified_us: int) -> dict[str, object]:
+def head_row(feed: Feed, last: Entry, modified_us: int, base_url: str | None) -> dict[str, object]:
     """The parameters of :data:`ADVANCE_HEAD` once ``last`` is the feed's newest entry."""
     return {
         "feed_id": feed.id,
         "new_head_seq": last.seq,
         "new_head_updated_us": last.updated_us,
         "new_modified_us": modified_us,
+        "new_base_url": base_url,
     }
 
 
@@ -428,6 +432,11 @@ class SqlStore(Store):
     def feeds(self) -> list[Feed]:
         with self.read_one() as conn:
             return [feed_from(r._mapping) for r in conn.execute(select(feeds).order_by(feeds.c.id))]
+
+    def set_retired(self, name: str, retired_us: int | None) -> Feed:
+        with self.write() as conn:
+            conn.execute(update(feeds).where(feeds.c.name == name).values(retired_us=retired_us))
+            return self._feed(conn, name)
 
     # -- producer tokens -----------------------------------------------------------------
 

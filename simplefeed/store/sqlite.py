@@ -93,6 +93,7 @@ class _SQLiteAppending(sql.SqlAppending):
         *,
         modified_us: int,
         pages: Sequence[FrozenPage] = (),
+        base_url: str | None,
     ) -> None:
         if not new:
             return
@@ -103,7 +104,9 @@ class _SQLiteAppending(sql.SqlAppending):
         ]
         driver: Any = self.conn.connection.driver_connection
         driver.executemany(_INSERT_ENTRY[0], rows)
-        _run(self.conn, _ADVANCE_HEAD, sql.head_row(feed, new[-1][0], modified_us)).close()
+        _run(
+            self.conn, _ADVANCE_HEAD, sql.head_row(feed, new[-1][0], modified_us, base_url)
+        ).close()
         for page in pages:
             _run(self.conn, _INSERT_PAGE, sql.page_row(page, feed.page_size)).close()
 
