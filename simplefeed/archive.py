@@ -9,19 +9,31 @@ CDN origin can serve without Python, in a static file whose path mirrors the pag
 Files are written with a temporary file, fsync and ``os.replace``, so a reader (or a crash) sees
 either no file or the whole file, never part of one. The file's mtime is the page's freeze time, so
 the static server's Last-Modified equals the app's.
+
+Beside each page file, its precompressed copies (:mod:`simplefeed.codings`), named as nginx's
+``gzip_static`` expects: ``<n>.gz`` and ``<n>.br``. They are written when the page freezes,
+after the page file; ``archive rebuild`` writes missing or damaged ones, and the app writes a
+missing one when it first reads the page (pages frozen before copies existed get them so).
+Unlike the page file they are not fsynced: whoever reads one checks first that it decodes to the
+page's bytes (the app, once per process and page; ``archive verify``), so a copy a crash left
+empty or short is found and written again, never served.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simplefeed import codings
 from simplefeed.model import FrozenPage
+
+log = logging.getLogger(__name__)
 
 
 def strong_etag(body: bytes) -> str:
@@ -45,14 +57,29 @@ def page_path(archive_dir: Path, feed: str, default_feed: str, number: int) -> P
     return archive_dir / "feeds" / feed / "pages" / str(number)
 
 
-def write_atomically(path: Path, body: bytes, mtime_us: int) -> None:
+def encoded_path(path: Path, coding: str) -> Path:
+    """Where the page file ``path``'s copy in ``coding`` is."""
+    return path.with_name(path.name + codings.SUFFIXES[coding])
+
+
+def write_page(path: Path, body: bytes, mtime_us: int) -> None:
+    """The page file and its precompressed copies."""
+    write_atomically(path, body, mtime_us)
+    for coding in codings.CODINGS:
+        write_atomically(
+            encoded_path(path, coding), codings.encode(body, coding), mtime_us, durable=False
+        )
+
+
+def write_atomically(path: Path, body: bytes, mtime_us: int, *, durable: bool = True) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         # Readable by a static server running as another user (nginx, a CDN origin):
         # mkstemp creates files 0600.
         os.chmod(tmp, 0o644)
@@ -66,6 +93,29 @@ def write_atomically(path: Path, body: bytes, mtime_us: int) -> None:
     # can only lose the rename, i.e. the file is missing, never wrong. A missing page file
     # heals itself (the app serves the page from the database and writes the file again;
     # `simplefeed archive rebuild` too); a damaged one would not. One fsync per page saved.
+
+
+def encoded_copy(path: Path, body: bytes, coding: str, mtime_us: int) -> int | None:
+    """The size of the page file ``path``'s copy in ``coding``, once it is checked to decode to
+    ``body`` (the page's bytes), or written now if it is missing or does not; None if it
+    cannot be written (then that coding is not offered for the page)."""
+    copy = encoded_path(path, coding)
+    try:
+        encoded = copy.read_bytes()
+        if codings.decode(encoded, coding) == body:
+            return len(encoded)
+        log.warning("%s does not decode to its page's bytes; writing it again", copy)
+    except FileNotFoundError:
+        pass
+    except ValueError as exc:
+        log.warning("%s: %s; writing it again", copy, exc)
+    encoded = codings.encode(body, coding)
+    try:
+        write_atomically(copy, encoded, mtime_us, durable=False)
+    except OSError as exc:
+        log.warning("could not write %s: %s", copy, exc.strerror or exc)
+        return None
+    return len(encoded)
 
 
 def writable_problem(directory: Path) -> str | None:
@@ -113,7 +163,21 @@ def page_problems(path: Path, page: FrozenPage) -> list[str]:
             f"{path}: not the database's page {page.number} ({len(on_disk)} bytes with SHA-256 "
             f"{hashlib.sha256(on_disk).hexdigest()}, not {len(page.body)} with {digest})"
         )
+    for coding in codings.CODINGS:
+        problem = _copy_problem(encoded_path(path, coding), page.body, coding)
+        if problem is not None:
+            problems.append(problem)
     return problems
+
+
+def _copy_problem(copy: Path, body: bytes, coding: str) -> str | None:
+    try:
+        decoded = codings.decode(copy.read_bytes(), coding)
+    except FileNotFoundError:
+        return f"{copy}: missing (`simplefeed archive rebuild` writes it)"
+    except ValueError as exc:
+        return f"{copy}: {exc}"
+    return None if decoded == body else f"{copy}: does not decode to its page's bytes"
 
 
 def chain_problem(before: FrozenPage, after: FrozenPage, given: str | None) -> str | None:
@@ -132,10 +196,18 @@ def stray_files(directory: Path, frozen: int) -> list[Path]:
     """Page files in ``directory`` for pages beyond the ``frozen`` ones (no page URL should
     find them: a copy from another database, or a restore gone wrong)."""
     try:
-        names = [p for p in directory.iterdir() if p.name.isdigit() and p.name[0] != "0"]
+        numbered = [(_page_number(p.name), p) for p in directory.iterdir()]
     except FileNotFoundError:
         return []
-    return sorted((p for p in names if int(p.name) > frozen), key=lambda p: int(p.name))
+    stray = [(n, p) for n, p in numbered if n is not None and n > frozen]
+    return [p for _, p in sorted(stray)]
+
+
+def _page_number(name: str) -> int | None:
+    """The page number a page file's or copy's name gives (``7``, ``7.gz``), or None."""
+    for suffix in codings.SUFFIXES.values():
+        name = name.removesuffix(suffix)
+    return int(name) if name.isdigit() and name[0] != "0" else None
 
 
 @dataclass(frozen=True)
@@ -172,9 +244,16 @@ def remove_stale_temp_files(directory: Path, now: float | None = None) -> list[P
     return removed
 
 
-def ensure_file(path: Path, page: FrozenPage) -> bool:
-    """Write the page's file unless it is already there with the right bytes; True if written."""
-    if file_matches(path, page):
-        return False
-    write_atomically(path, page.body, page.frozen_us)
-    return True
+def ensure_files(path: Path, page: FrozenPage) -> list[Path]:
+    """Write the page's file and copies that are not already there with the right bytes; the
+    paths written."""
+    written: list[Path] = []
+    if not file_matches(path, page):
+        write_atomically(path, page.body, page.frozen_us)
+        written.append(path)
+    for coding in codings.CODINGS:
+        copy = encoded_path(path, coding)
+        if _copy_problem(copy, page.body, coding) is not None:
+            write_atomically(copy, codings.encode(page.body, coding), page.frozen_us, durable=False)
+            written.append(copy)
+    return written

@@ -493,9 +493,7 @@ class Simplefeed:
         # The page is committed: a failure here loses nothing. The app serves the page from the
         # database and writes the file on the next request; `archive rebuild` restores it too.
         try:
-            archive.write_atomically(
-                self.page_path(feed_name, page.number), page.body, page.frozen_us
-            )
+            archive.write_page(self.page_path(feed_name, page.number), page.body, page.frozen_us)
         except OSError:
             log.exception("could not write archive file for %s page %d", feed_name, page.number)
 
@@ -514,9 +512,7 @@ class Simplefeed:
             removed += archive.remove_stale_temp_files(self.page_path(feed.name, 1).parent)
             for page in self.store.iter_pages(feed.id):
                 checked += 1
-                path = self.page_path(feed.name, page.number)
-                if archive.ensure_file(path, page):
-                    restored.append(path)
+                restored += archive.ensure_files(self.page_path(feed.name, page.number), page)
         return archive.RebuildReport(checked, restored, removed)
 
     def verify_archive(self, feed_name: str | None = None) -> archive.VerifyReport:

@@ -27,6 +27,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from bench.servers import UwsgiServer
+from simplefeed import archive
 from simplefeed.app import create_app
 from simplefeed.client import Checkpoint, Consumer, RetryPolicy, StateFile
 from simplefeed.client.command import consume
@@ -480,7 +481,9 @@ def test_against_uwsgi_digests_chain_the_archive_and_a_damaged_page_stops_the_co
         damaged = bytearray(page_3.read_bytes())
         at = damaged.index(b"event 13")
         damaged[at : at + 8] = b"event XX"  # same length: only the digest can tell
-        page_3.write_bytes(bytes(damaged))
+        # The page file and its precompressed copies (which the consumer is sent), alike.
+        mtime_us = page_3.stat().st_mtime_ns // 1000
+        archive.write_page(page_3, bytes(damaged), mtime_us)
         stopped = consume("--parser", "lxml")
         assert stopped.returncode == 4, stopped.stderr
         assert "SHA-256 mismatch" in stopped.stderr
@@ -492,7 +495,8 @@ def test_against_uwsgi_digests_chain_the_archive_and_a_damaged_page_stops_the_co
         assert [e["seq"] for e in seen] == list(range(1, 13))  # nothing from the damaged page
         assert [e["content"] for e in seen] == [{"n": n} for n in range(1, 13)]
 
-        page_3.write_bytes(bytes(damaged).replace(b"event XX", b"event 13"))  # repaired
+        repaired = bytes(damaged).replace(b"event XX", b"event 13")
+        archive.write_page(page_3, repaired, mtime_us)
         resumed = consume()
         assert resumed.returncode == 0, resumed.stderr
         seen = [json.loads(line) for line in out.read_text().splitlines()]

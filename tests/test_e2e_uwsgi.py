@@ -98,7 +98,9 @@ def _serve(database_url: str, workdir: Path) -> Iterator[UwsgiServer]:
 def http(uwsgi_server: UwsgiServer) -> Iterator[httpx.Client]:
     # A pooled client: uWSGI's HTTP router keeps its connections alive between requests.
     # The producer token goes with every request; GETs ignore it (reading is public).
-    headers = {"Authorization": f"Bearer {uwsgi_server.token}"}
+    # Identity: these tests compare bytes, lengths and validators with the files and the
+    # database (compressed answers: tests/test_routes.py, tests/test_compression.py).
+    headers = {"Authorization": f"Bearer {uwsgi_server.token}", "Accept-Encoding": "identity"}
     with httpx.Client(timeout=30.0, follow_redirects=False, headers=headers) as client:
         yield client
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from lxml import etree
 from sqlalchemy import create_engine, text
 
+from simplefeed import archive
 from simplefeed.app import create_app
 from simplefeed.cli import main
 from simplefeed.core import Simplefeed
@@ -143,11 +144,15 @@ def test_archive_verify_names_what_differs(
     assert any(str(page2) in p and "missing" in p for p in problems), problems
     assert any(str(stray) in p and "no frozen page 9" in p for p in problems), problems
     assert any(p.startswith("page 3: ETag") for p in problems), problems
-    assert len(problems) == 5, problems  # the four, and page 3's file no longer its bytes
+    # The four, and page 3's file and its two precompressed copies no longer its bytes.
+    assert len(problems) == 7, problems
+    page3 = core.page_path("events", 3)
+    for suffix in (".gz", ".br"):
+        assert f"{page3}{suffix}: does not decode to its page's bytes" in problems, problems
 
     failed = CliRunner(env=env).invoke(main, ["archive", "verify"], catch_exceptions=False)
     assert failed.exit_code == 1
-    assert str(page1) in failed.output and "5 problems" in failed.output
+    assert str(page1) in failed.output and "7 problems" in failed.output
 
 
 def test_archive_verify_follows_the_chain(
@@ -166,6 +171,6 @@ def test_archive_verify_follows_the_chain(
             {"body": forged, "etag": etag},
         )
     engine.dispose()
-    page2.write_bytes(forged)
+    archive.write_page(page2, forged, page2.stat().st_mtime_ns // 1000)  # and its copies
     (problem,) = core.verify_archive().problems
     assert problem.startswith("feed 'events': page 3 gives page 2 the SHA-256 ")

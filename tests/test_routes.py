@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from bench.servers import HOST, UwsgiServer, free_port
+from simplefeed import codings
 from simplefeed.app import create_app
 from simplefeed.settings import Settings
 from tests.test_nginx import Nginx, ensure_nginx, logged_ini
@@ -34,6 +35,8 @@ COMPARED = (
     "content-length",
     "allow",
     "location",
+    "content-encoding",
+    "vary",
 )
 
 
@@ -59,9 +62,11 @@ class Routes:
             return Answer(r.status_code, got, r.content, dates)
         base = self.uwsgi.base_url if route == "uwsgi" else f"http://{HOST}:{self.nginx.port}"
         with httpx.Client(timeout=10) as http:
-            resp = http.request(method, base + path, headers=headers)
+            del http.headers["Accept-Encoding"]  # only the table's headers, as the app is asked
+            with http.stream(method, base + path, headers=headers) as resp:
+                body = b"".join(resp.iter_raw())  # as sent: not decoded
         multi = {k.lower(): resp.headers.get_list(k) for k in resp.headers}
-        return Answer(resp.status_code, multi, resp.content, len(resp.headers.get_list("date")))
+        return Answer(resp.status_code, multi, body, len(resp.headers.get_list("date")))
 
 
 #: The id of the first entry of each feed, for the entry locator's URLs.
@@ -156,6 +161,34 @@ def table(etag: str, lm: str) -> list[tuple[str, dict[str, str], int]]:
     ]
 
 
+def coded_table(identity: str, coded: str, coding: str) -> list[tuple[str, dict[str, str], int]]:
+    """(method, headers, expected status) for a document in ``coding`` (ETag ``coded``), whose
+    identity ETag is ``identity``: each conditional request is evaluated against the ETag of
+    the representation that would be sent."""
+    accept = {"Accept-Encoding": coding}
+    return [
+        ("GET", accept, 200),
+        ("HEAD", accept, 200),
+        ("GET", {**accept, "If-None-Match": coded}, 304),
+        ("HEAD", {**accept, "If-None-Match": coded}, 304),
+        ("GET", {**accept, "If-None-Match": f"W/{coded}"}, 304),
+        # A copy of the identity bytes is not the coded representation, nor the other way round.
+        ("GET", {**accept, "If-None-Match": identity}, 200),
+        ("GET", {"If-None-Match": coded}, 200),
+        ("GET", {"Accept-Encoding": "identity", "If-None-Match": coded}, 200),
+        ("GET", {**accept, "If-Match": coded}, 200),
+        ("GET", {**accept, "If-Match": identity}, 412),
+        ("GET", {"Accept-Encoding": f"{coding};q=0.5, identity;q=0.2"}, 200),
+        ("GET", {"Accept-Encoding": f"identity;q=0, {coding}"}, 200),
+        ("GET", {"Accept-Encoding": f"*;q=0, {coding};q=0.1"}, 200),
+        ("GET", {"Accept-Encoding": f"{coding};q=0, *"}, 200),
+        ("GET", {"Accept-Encoding": "identity;q=0"}, 406),
+        ("GET", {"Accept-Encoding": "*;q=0"}, 406),
+        ("GET", {"Accept-Encoding": "compress, identity;q=0"}, 406),
+        ("GET", {**accept, "Range": "bytes=0-9"}, 200),
+    ]
+
+
 DOCUMENTS = ["/pages/1", "/pages/2", "/pages/3", "/recent", "/feeds/orders/pages/1"]
 OTHERS: list[tuple[str, str, int]] = [
     ("GET", "/healthz", 200),
@@ -207,8 +240,17 @@ def test_documents_answer_alike_on_every_route(routes: Routes, path: str) -> Non
     etag, lm = first.headers["etag"][0], first.headers["last-modified"][0]
     for method, headers, status in table(etag, lm):
         assert_alike(routes, method, path, headers, status)
+    for coding in ("gzip", "br"):
+        coded = routes.ask("app", "GET", path, {"Accept-Encoding": coding})
+        assert coded.headers["content-encoding"] == [coding]
+        assert coded.headers["etag"] == [etag[:-1] + f'-{coding}"']
+        assert codings.decode(coded.body, coding) == first.body
+        for method, headers, status in coded_table(etag, coded.headers["etag"][0], coding):
+            assert_alike(routes, method, path, headers, status)
 
 
 def test_other_urls_answer_alike_on_every_route(routes: Routes) -> None:
     for method, path, status in OTHERS:
         assert_alike(routes, method, path, {}, status)
+        assert_alike(routes, method, path, {"Accept-Encoding": "gzip"}, status)
+        assert_alike(routes, method, path, {"Accept-Encoding": "br, gzip"}, status)

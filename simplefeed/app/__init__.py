@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import falcon
 
-from simplefeed.app import access, errors, html, resources
+from simplefeed.app import access, compression, errors, html, resources
 from simplefeed.app.caching import http_date
 from simplefeed.core import Clock, Simplefeed, random_uuid, system_clock
 from simplefeed.errors import NotFound
@@ -24,9 +24,10 @@ def create_app(
 ) -> falcon.App[falcon.Request, falcon.Response]:
     core = core if core is not None else Simplefeed(settings, clock=clock, new_uuid=new_uuid)
     # The access log first: it sees every request, and its response hook runs last.
-    middleware: list[access.Access | HttpRules] = [
+    middleware: list[access.Access | HttpRules | compression.Compress] = [
         access.Access(settings.default_feed),
         HttpRules(core.clock),
+        compression.Compress(),
     ]
     app = falcon.App(cors_enable=False, middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = False

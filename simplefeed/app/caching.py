@@ -18,13 +18,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from email.utils import formatdate
 from pathlib import Path
 from typing import BinaryIO
 
+from simplefeed import archive, codings
+from simplefeed.codings import CODINGS, IDENTITY, tagged
 from simplefeed.core import Live, Simplefeed
-from simplefeed.model import DocumentKind, Feed, FrozenPage
+from simplefeed.model import DocumentKind, Feed
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,10 @@ class LiveValidators:
     """What a request for a live document needs before any rendering."""
 
     live: Live
+    #: The identity representation's ETag.
     etag: str
+    #: The ETag of each coding's representation, identity's included (codings.tagged).
+    etags: Mapping[str, str]
     #: Whole seconds, or None while the second of the last change is still running.
     last_modified_s: int | None
     #: ``last_modified_s`` as an HTTP date (formatted once per version).
@@ -88,10 +93,34 @@ class FeedHeads:
             live = self.core.live(feed, kind)
         second = settled_second(feed.modified_us, self.core.clock())
         validators = LiveValidators(
-            live, live.etag, second, http_date(second) if second is not None else None
+            live,
+            live.etag,
+            {c: tagged(live.etag, c) for c in (IDENTITY, *CODINGS)},
+            second,
+            http_date(second) if second is not None else None,
         )
         self._validators[key] = (feed, validators)
         return validators
+
+
+class LiveBodies:
+    """The live documents' bytes in each coding: rendered (:meth:`Simplefeed.live_body`) and
+    encoded once per version and process, then served from memory."""
+
+    def __init__(self, core: Simplefeed) -> None:
+        self.core = core
+        self._encoded: dict[tuple[int, DocumentKind, str], tuple[str, bytes]] = {}
+
+    def body(self, live: Live, coding: str) -> bytes:
+        if coding == IDENTITY:
+            return self.core.live_body(live)
+        key = (live.feed.id, live.kind, coding)
+        cached = self._encoded.get(key)
+        if cached is not None and cached[0] == live.etag:
+            return cached[1]
+        encoded = codings.encode(self.core.live_body(live), coding)
+        self._encoded[key] = (live.etag, encoded)
+        return encoded
 
 
 # -- archived pages ---------------------------------------------------------------------------
@@ -99,32 +128,35 @@ class FeedHeads:
 
 @dataclasses.dataclass(frozen=True)
 class ArchivedPage:
-    """An archived page's validators and where its static file is: fixed once frozen."""
+    """An archived page's validators and where its static files are: fixed once frozen.
+
+    Everything here comes from the page file alone (its bytes and mtime), so that a process
+    can serve a frozen page while the database does not answer: the ETag is the SHA-256 of the
+    file's bytes, Last-Modified its mtime (the freeze time, set when it was written).
+    """
 
     path: Path
-    size: int
     etag: str
     last_modified_s: int
     last_modified: str
+    #: The size of each coding's file ("identity" is the page file), for the codings offered.
+    sizes: Mapping[str, int]
 
-    @classmethod
-    def of(cls, page: FrozenPage, path: Path) -> ArchivedPage:
-        second = page.frozen_us // 1_000_000
-        return cls(path, len(page.body), page.etag, second, http_date(second))
-
-    def open(self) -> BinaryIO | None:
-        """The static file, if it is there with the page's length; None otherwise.
+    def open(self, coding: str) -> BinaryIO | None:
+        """The file of the page in ``coding``, if it is there with the length it had when the
+        page was read; None otherwise.
 
         (Its bytes are the page's: written atomically from them, repaired by ``archive
         rebuild``; the length check catches a truncated copy without reading it.)
         """
+        path = self.path if coding == IDENTITY else archive.encoded_path(self.path, coding)
         try:
-            f = self.path.open("rb")
+            f = path.open("rb")
         except FileNotFoundError:
             return None
-        if os.fstat(f.fileno()).st_size != self.size:
+        if os.fstat(f.fileno()).st_size != self.sizes[coding]:
             f.close()
-            log.warning("archive file %s does not have the page's length", self.path)
+            log.warning("archive file %s does not have the length it had", path)
             return None
         return f
 
@@ -143,9 +175,25 @@ class ArchivedPages:
     def get(self, feed: str, number: int) -> ArchivedPage | None:
         return self._known.get((feed, number))
 
-    def remember(self, feed: str, page: FrozenPage) -> ArchivedPage:
-        known = ArchivedPage.of(page, self._path_of(feed, page.number))
+    def load(self, feed: str, number: int) -> ArchivedPage | None:
+        """The page from its file, remembered; None if there is no file. Its precompressed
+        copies are checked (and written where missing or wrong: pages frozen before there were
+        copies get them here)."""
+        path = self._path_of(feed, number)
+        try:
+            with path.open("rb") as f:
+                body = f.read()
+                mtime_us = os.fstat(f.fileno()).st_mtime_ns // 1000
+        except FileNotFoundError:
+            return None
+        sizes = {IDENTITY: len(body)}
+        for coding in CODINGS:
+            size = archive.encoded_copy(path, body, coding, mtime_us)
+            if size is not None:
+                sizes[coding] = size
+        second = mtime_us // 1_000_000
+        known = ArchivedPage(path, archive.strong_etag(body), second, http_date(second), sizes)
         if len(self._known) >= self._limit:
             self._known.clear()
-        self._known[(feed, page.number)] = known
+        self._known[(feed, number)] = known
         return known

@@ -30,6 +30,7 @@ _STATUS_CODES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    406: "not_acceptable",
     409: "conflict",
     410: "gone",
     411: "length_required",

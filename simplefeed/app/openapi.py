@@ -49,8 +49,17 @@ def _document_get(summary: str, *, page: bool, feed: bool) -> dict[str, Any]:
             }
         )
     validators = {
-        "ETag": {"schema": {"type": "string"}},
+        "ETag": {
+            "description": "One per content coding: the identity ETag's opaque part with "
+            '"-gzip" or "-br" appended for those codings',
+            "schema": {"type": "string"},
+        },
         "Cache-Control": {"schema": {"type": "string"}},
+        "Content-Encoding": {
+            "description": "br or gzip, as Accept-Encoding asks (absent: identity)",
+            "schema": {"type": "string", "enum": ["br", "gzip"]},
+        },
+        "Vary": {"schema": {"type": "string", "enum": ["Accept-Encoding"]}},
     }
     return {
         "summary": summary,
@@ -59,6 +68,7 @@ def _document_get(summary: str, *, page: bool, feed: bool) -> dict[str, Any]:
             "200": {"description": "The Atom document", "headers": validators, "content": _ATOM},
             "304": {"description": "Not modified (If-None-Match / If-Modified-Since)"},
             "404": _error("No such feed or page"),
+            "406": _error("Accept-Encoding refuses identity and every coding offered"),
         },
     }
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import falcon
 
-from simplefeed import auth, metrics, paging
-from simplefeed.app import caching, errors, preconditions
+from simplefeed import archive, auth, codings, metrics, paging
+from simplefeed.app import caching, compression, errors, preconditions
 from simplefeed.app.caching import ArchivedPage, LiveValidators
+from simplefeed.codings import IDENTITY
 from simplefeed.core import Simplefeed
 from simplefeed.errors import (
     FeedNotFound,
@@ -21,7 +22,7 @@ from simplefeed.errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
 )
-from simplefeed.model import ATOM_MEDIA_TYPE, Appended, Event
+from simplefeed.model import ATOM_MEDIA_TYPE, Appended, Event, FrozenPage
 from simplefeed.settings import FEED_NAME_RE
 from simplefeed.validation import parse_events, read_body
 
@@ -45,6 +46,7 @@ class _FeedResource:
         self.core = core
         self.settings = core.settings
         self.heads = caching.FeedHeads(core)
+        self.bodies = caching.LiveBodies(core)
         self.live_cache_control = f"public, max-age={self.settings.recent_max_age}"
 
     def feed_name(self, req: falcon.Request, feed: str | None) -> str:
@@ -68,11 +70,13 @@ class _FeedResource:
         return feed
 
     def send_live(self, req: falcon.Request, resp: falcon.Response, v: LiveValidators) -> None:
-        """A live document: 304 from the validators alone, else the bytes rendered once per
-        version and process (:meth:`Simplefeed.live_body`)."""
+        """A live document: 304 from the validators alone, else the bytes rendered and encoded
+        once per version and process (:class:`caching.LiveBodies`)."""
+        coding = compression.negotiate(req)
+        etag = v.etags[coding]
         status = preconditions.evaluate(
             req.env,
-            v.etag,
+            etag,
             v.live.feed.modified_us // 1_000_000,
             settled=v.last_modified_s is not None,
             now_s=self.core.clock() // 1_000_000,
@@ -81,14 +85,15 @@ class _FeedResource:
             errors.precondition_failed(resp)
             return
         resp.set_header("Cache-Control", self.live_cache_control)
-        resp.set_header("ETag", v.etag)
+        resp.set_header("ETag", etag)
         if v.last_modified is not None:
             resp.set_header("Last-Modified", v.last_modified)
+        compression.mark(req, resp, coding, body=status != 304)
         if status == 304:
             resp.status = falcon.HTTP_304
             return
         resp.content_type = ATOM_MEDIA_TYPE
-        resp.data = self.core.live_body(v.live)
+        resp.data = self.bodies.body(v.live, coding)
 
 
 def redirect(location: str) -> falcon.HTTPPermanentRedirect:
@@ -123,10 +128,13 @@ class Recent(_FeedResource):
 class Page(_FeedResource):
     """``GET /pages/{n}``: an archived page (immutable) or the working page (live).
 
-    Archived pages are served from memory (validators) and their static file (sent with
-    ``wsgi.file_wrapper``: sendfile under uWSGI); the first request in a process reads the page
-    from the database (writing a missing file back). No query after that: the shipped uWSGI and
-    nginx configurations send archived pages here too, so every route evaluates conditional
+    An archived page is served from its static files (the page file, or its precompressed copy
+    in the coding the request accepts best, sent with ``wsgi.file_wrapper``: sendfile under
+    uWSGI) and validators derived from the page file alone, remembered per process
+    (:class:`caching.ArchivedPages`). The first request for a page in a process asks the
+    database only whether the page is frozen (the feed's head); a missing file is written
+    back from the database's bytes. No query after that: the shipped uWSGI and nginx
+    configurations send archived pages here too, so every route evaluates conditional
     requests alike and sends the same validators (docs/architecture.md, 2026-11-22).
     """
 
@@ -152,17 +160,22 @@ class Page(_FeedResource):
     ) -> None:
         name, number = self.locate(req, n, feed)
         known = self.archived.get(name, number)
-        if known is not None and self.send_known(req, resp, known):
+        if known is not None and self.send_archived(req, resp, known):
             return
         f = self.heads.feed(name)
-        if number == paging.working_page(f.head_seq, f.page_size):
+        working = paging.working_page(f.head_seq, f.page_size)
+        if number == working:
             self.send_live(req, resp, self.heads.validators(name, "working", f))
             return
-        page = self.core.page(f, number)  # the database's bytes; writes a missing file back
-        known = self.archived.remember(name, page)
-        if not self.send_validators(req, resp, known):
-            resp.content_type = ATOM_MEDIA_TYPE
-            resp.data = page.body
+        if number > working:
+            raise PageNotFound(name, number)
+        known = self.archived.load(name, number)
+        if known is None:
+            self.core.page(f, number)  # the database's bytes, written back to the file
+            known = self.archived.load(name, number)
+        if known is None or not self.send_archived(req, resp, known):
+            # The archive cannot be written: the database's bytes, encoded here.
+            self.send_unfiled(req, resp, self.core.page(f, number))
 
     on_head = on_get
 
@@ -177,13 +190,24 @@ class Page(_FeedResource):
         send_options(resp, READ_METHODS)
 
     def send_validators(
-        self, req: falcon.Request, resp: falcon.Response, page: ArchivedPage
+        self,
+        req: falcon.Request,
+        resp: falcon.Response,
+        page: ArchivedPage | FrozenPage,
+        coding: str,
     ) -> bool:
-        """Headers of an archived page; True if that is the whole answer (a 304 or 412)."""
+        """Headers of an archived page in ``coding``; True if that is the whole answer (a 304
+        or 412)."""
+        if isinstance(page, FrozenPage):
+            etag, modified_s = archive.strong_etag(page.body), page.frozen_us // 1_000_000
+            last_modified = caching.http_date(modified_s)
+        else:
+            etag, modified_s, last_modified = page.etag, page.last_modified_s, page.last_modified
+        etag = codings.tagged(etag, coding)
         status = preconditions.evaluate(
             req.env,
-            page.etag,
-            page.last_modified_s,
+            etag,
+            modified_s,
             settled=True,
             now_s=self.core.clock() // 1_000_000,
         )
@@ -191,24 +215,28 @@ class Page(_FeedResource):
             errors.precondition_failed(resp)
             return True
         resp.set_header("Cache-Control", caching.ARCHIVE_CACHE_CONTROL)
-        resp.set_header("ETag", page.etag)
-        resp.set_header("Last-Modified", page.last_modified)
+        resp.set_header("ETag", etag)
+        resp.set_header("Last-Modified", last_modified)
+        compression.mark(req, resp, coding, body=status != 304)
         if status == 304:
             resp.status = falcon.HTTP_304
             return True
         return False
 
-    def send_known(self, req: falcon.Request, resp: falcon.Response, page: ArchivedPage) -> bool:
-        """An archived page seen before, from memory and its file; False if the file is not
-        there (then the database's bytes are sent, and the file is written back)."""
-        stream = page.open()
+    def send_archived(self, req: falcon.Request, resp: falcon.Response, page: ArchivedPage) -> bool:
+        """An archived page from its file in the coding the request accepts best; False if
+        that file is not there (as it was when the page was read)."""
+        coding = compression.negotiate(req)
+        if coding not in page.sizes:
+            coding = IDENTITY  # its copy could not be written (a read-only archive)
+        stream = page.open(coding)
         if stream is None:
             return False
-        if self.send_validators(req, resp, page):  # a 304 or 412
+        if self.send_validators(req, resp, page, coding):  # a 304 or 412
             stream.close()
             return True
         resp.content_type = ATOM_MEDIA_TYPE
-        resp.content_length = page.size
+        resp.content_length = page.sizes[coding]
         if req.method != "HEAD" and "wsgi.file_wrapper" in req.env:
             resp.stream = stream  # falcon hands it to wsgi.file_wrapper (sendfile under uWSGI)
             return True
@@ -218,6 +246,15 @@ class Page(_FeedResource):
             if req.method != "HEAD":
                 resp.data = stream.read()
         return True
+
+    def send_unfiled(self, req: falcon.Request, resp: falcon.Response, page: FrozenPage) -> None:
+        """An archived page whose file cannot be written: its bytes from the database, encoded
+        now (the same bytes its copy would hold)."""
+        coding = compression.negotiate(req)
+        if self.send_validators(req, resp, page, coding):
+            return
+        resp.content_type = ATOM_MEDIA_TYPE
+        resp.data = page.body if coding == IDENTITY else codings.encode(page.body, coding)
 
 
 def _json_media_type(content_type: str | None) -> bool:

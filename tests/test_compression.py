@@ -1,0 +1,208 @@
+"""Compressed documents and replies (issue #15): negotiation by Accept-Encoding, one ETag per
+coding, archived pages' precompressed copies (written at freeze, checked on first read,
+written where missing), live documents encoded once per version. In-process on both databases;
+tests/test_routes.py asks the same of real uWSGI and nginx, tests/test_redbot.py has REDbot
+judge them."""
+
+from __future__ import annotations
+
+import falcon.testing
+import pytest
+
+from simplefeed import codings
+from simplefeed.app import create_app
+from simplefeed.app.caching import FeedHeads, LiveBodies
+from simplefeed.codings import choose
+from simplefeed.core import Simplefeed
+from tests.test_integrity import post
+
+PAGE_SIZE = 5  # the `settings` fixture's
+
+
+@pytest.mark.parametrize(
+    ("header", "chosen"),
+    [
+        (None, "identity"),
+        ("", "identity"),
+        ("gzip", "gzip"),
+        ("x-gzip", "gzip"),
+        ("GZIP", "gzip"),
+        ("gzip, deflate, br", "br"),
+        ("gzip, deflate, br, zstd", "br"),
+        ("br;q=0.5, gzip", "gzip"),
+        ("br;q=0.5, gzip;q=0.5", "identity"),
+        ("br;q=0.5, gzip;q=0.5, identity;q=0.1", "br"),
+        ("gzip;q=0.5, identity", "identity"),
+        ("gzip, identity", "gzip"),
+        ("deflate", "identity"),
+        ("*", "br"),
+        ("*;q=0.5, gzip", "gzip"),
+        ("br;q=0, *", "gzip"),
+        ("identity;q=0", None),
+        ("*;q=0", None),
+        ("*;q=0, identity", "identity"),
+        ("identity;q=0, gzip;q=0.001", "gzip"),
+        ("gzip;q=0", "identity"),
+        ("gzip;q=1.5", "identity"),  # not a weight: the element is ignored
+        ("gzip;q=0.0001", "identity"),
+        ("gzip ; q=0.8 , br ; Q=0.9", "identity"),
+        ("gzip ; q=0.8 , br ; Q=0.9 , identity;q=0", "br"),
+        (",, gzip ,", "gzip"),
+        ("compress, identity;q=0", None),
+    ],
+)
+def test_choose_honours_weights(header: str | None, chosen: str | None) -> None:
+    assert choose(header) == chosen
+
+
+def test_tagged_etags_name_the_coding() -> None:
+    assert codings.tagged('"abc"', "gzip") == '"abc-gzip"'
+    assert codings.tagged('W/"abc"', "br") == 'W/"abc-br"'
+    assert codings.tagged('"abc"', "identity") == '"abc"'
+
+
+def test_encoding_is_deterministic() -> None:
+    data = b"<feed>" + b"<entry>x</entry>" * 100 + b"</feed>"
+    for coding in codings.CODINGS:
+        assert codings.encode(data, coding) == codings.encode(data, coding)
+        assert codings.decode(codings.encode(data, coding), coding) == data
+        with pytest.raises(ValueError):
+            codings.decode(b"not " + coding.encode(), coding)
+
+
+def get(client: falcon.testing.TestClient, path: str, **headers: str) -> falcon.testing.Result:
+    return client.simulate_get(path, headers=headers)
+
+
+@pytest.mark.parametrize("path", ["/recent", "/pages/2", "/pages/1"])  # live, working, archived
+@pytest.mark.parametrize("coding", codings.CODINGS)
+def test_documents_in_each_coding(
+    client: falcon.testing.TestClient, path: str, coding: str
+) -> None:
+    post(client, PAGE_SIZE + 2, "batch")
+    plain = get(client, path)
+    assert plain.status_code == 200
+    assert plain.headers["Vary"] == "Accept-Encoding"
+    assert "Content-Encoding" not in plain.headers
+    etag = plain.headers["ETag"]
+    coded = get(client, path, **{"Accept-Encoding": f"{coding}, identity;q=0.5"})
+    assert coded.status_code == 200
+    assert coded.headers["Content-Encoding"] == coding
+    assert coded.headers["Vary"] == "Accept-Encoding"
+    assert coded.headers["ETag"] == etag[:-1] + f'-{coding}"'
+    assert codings.decode(coded.content, coding) == plain.content
+    assert len(coded.content) < 0.5 * len(plain.content)
+    assert int(coded.headers["Content-Length"]) == len(coded.content)
+    head = client.simulate_head(path, headers={"Accept-Encoding": coding})
+    assert head.headers["Content-Length"] == coded.headers["Content-Length"]
+    assert head.headers["ETag"] == coded.headers["ETag"]
+    # Each conditional request is evaluated against the representation to be sent: the
+    # identity ETag does not confirm the coded bytes (the client has the identity ones), nor
+    # the coded ETag the identity bytes.
+    again = get(client, path, **{"Accept-Encoding": coding, "If-None-Match": etag})
+    assert again.status_code == 200
+    assert again.headers["Content-Encoding"] == coding
+    assert codings.decode(again.content, coding) == plain.content
+    assert get(client, path, **{"If-None-Match": coded.headers["ETag"]}).status_code == 200
+    same = get(client, path, **{"Accept-Encoding": coding, "If-None-Match": coded.headers["ETag"]})
+    assert same.status_code == 304
+    assert same.headers["ETag"] == coded.headers["ETag"]
+    assert same.headers["Vary"] == "Accept-Encoding"
+    assert same.content == b""
+    assert get(client, path, **{"Accept-Encoding": coding, "If-Match": etag}).status_code == 412
+
+
+def test_nothing_acceptable_is_a_406(client: falcon.testing.TestClient) -> None:
+    post(client, 1, "one")
+    result = get(client, "/recent", **{"Accept-Encoding": "identity;q=0, compress"})
+    assert result.status_code == 406
+    assert result.json["error"] == "not_acceptable"
+    assert "gzip" in result.json["message"]
+    assert "Content-Encoding" not in result.headers
+    # A publish is answered whatever it accepts: the reply, not a 406.
+    result = client.simulate_post(
+        "/entries", json={"title": "t"}, headers={"Accept-Encoding": "identity;q=0"}
+    )
+    assert result.status_code == 201
+
+
+def test_json_replies_are_compressed_where_that_pays(client: falcon.testing.TestClient) -> None:
+    spec = get(client, "/openapi.json", **{"Accept-Encoding": "gzip"})
+    assert spec.headers["Content-Encoding"] == "gzip"
+    assert spec.headers["Vary"] == "Accept-Encoding"
+    plain = get(client, "/openapi.json")
+    assert codings.decode(spec.content, "gzip") == plain.content
+    assert "Content-Encoding" not in plain.headers
+    small = get(client, "/pages/99", **{"Accept-Encoding": "gzip"})
+    assert small.status_code == 404
+    assert "Content-Encoding" not in small.headers  # it would only grow
+    assert small.json["error"] == "not_found"
+    batch = [{"title": f"a fairly long title for entry {i}"} for i in range(20)]
+    published = client.simulate_post("/entries", json=batch, headers={"Accept-Encoding": "br"})
+    assert published.status_code == 201
+    assert published.headers["Content-Encoding"] == "br"
+    assert b'"entries"' in codings.decode(published.content, "br")
+
+
+def test_live_documents_are_encoded_once_per_version(
+    core: Simplefeed, client: falcon.testing.TestClient
+) -> None:
+    heads, bodies = FeedHeads(core), LiveBodies(core)
+    post(client, 1, "one")
+    first = bodies.body(heads.validators("events", "recent").live, "gzip")
+    assert bodies.body(heads.validators("events", "recent").live, "gzip") is first
+    post(client, 1, "n")
+    newer = bodies.body(heads.validators("events", "recent").live, "gzip")
+    assert newer is not first
+    assert b"<title>n 0</title>" in codings.decode(newer, "gzip")
+
+
+def test_archived_copies_are_written_at_freeze(
+    core: Simplefeed, client: falcon.testing.TestClient
+) -> None:
+    post(client, PAGE_SIZE + 1, "batch")
+    path = core.page_path("events", 1)
+    for coding, suffix in codings.SUFFIXES.items():
+        copy = path.with_name(path.name + suffix)
+        assert codings.decode(copy.read_bytes(), coding) == path.read_bytes()
+        assert copy.stat().st_mtime_ns == path.stat().st_mtime_ns
+        served = get(client, "/pages/1", **{"Accept-Encoding": coding})
+        assert served.content == copy.read_bytes()  # the file, as it is
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "other page"])
+def test_a_cold_process_checks_and_writes_missing_copies(
+    core: Simplefeed, client: falcon.testing.TestClient, damage: str
+) -> None:
+    """Pages frozen before there were copies get them on first read; a copy that does not
+    decode to the page's bytes is never served, but written again."""
+    post(client, 2 * PAGE_SIZE + 1, "batch")
+    path = core.page_path("events", 1)
+    copy = path.with_name(path.name + ".gz")
+    if damage == "missing":
+        copy.unlink()
+    elif damage == "garbage":
+        copy.write_bytes(b"\x1f\x8b not gzip")
+    else:
+        other = core.page_path("events", 2)
+        copy.write_bytes(other.with_name(other.name + ".gz").read_bytes())
+    cold = falcon.testing.TestClient(create_app(core.settings, core=core))
+    served = get(cold, "/pages/1", **{"Accept-Encoding": "gzip"})
+    assert served.status_code == 200
+    assert codings.decode(served.content, "gzip") == path.read_bytes()
+    assert codings.decode(copy.read_bytes(), "gzip") == path.read_bytes()
+    assert core.verify_archive().problems == []
+
+
+def test_rebuild_writes_missing_copies_and_verify_names_them(
+    core: Simplefeed, client: falcon.testing.TestClient
+) -> None:
+    post(client, PAGE_SIZE + 1, "batch")
+    path = core.page_path("events", 1)
+    br = path.with_name(path.name + ".br")
+    br.unlink()
+    (problem,) = core.verify_archive().problems
+    assert problem == f"{br}: missing (`simplefeed archive rebuild` writes it)"
+    assert core.rebuild_archive().restored == [br]
+    assert core.verify_archive().problems == []
+    assert core.rebuild_archive().restored == []
