@@ -510,3 +510,28 @@ def _prev_archive(body: bytes) -> tuple[str, str] | None:
         if link.get("rel") == "prev-archive":
             return link.get("href"), link.get("{https://simplefeed.dev/ns/1.0}sha256")
     return None
+
+
+@pytest.mark.e2e
+def test_against_uwsgi_documents_come_compressed_and_digests_hold(tmp_path: Path) -> None:
+    """The consumer asks for compression; the server sends every page compressed; each page's
+    SHA-256 (the digest the next page's prev-archive link gives) is checked on the decoded
+    bytes, so the walk through every archived page passes."""
+    server = UwsgiServer(
+        f"sqlite:///{tmp_path / 'server.sqlite3'}",
+        tmp_path / "archive",
+        tmp_path / "work",
+        page_size=20,
+        processes=1,
+    )
+    with server, httpx.Client(timeout=30) as http:
+        batch = [{"title": f"event {i}", "content": f"payload {i}"} for i in range(105)]
+        response = http.post(
+            server.url("/entries"), json=batch, headers={"Authorization": f"Bearer {server.token}"}
+        )
+        assert response.status_code == 201, response.text
+        with Consumer(server.url("/recent"), tmp_path / "state.sqlite3") as consumer:
+            assert [e.seq for e in consumer.entries()] == list(range(1, 106))
+            stats = consumer.fetcher.stats
+        assert stats.requests == 6  # /recent and pages 5..1, each digest checked
+        assert stats.bytes_received < 0.25 * stats.bytes_decoded, stats

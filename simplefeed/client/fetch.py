@@ -70,6 +70,9 @@ Transport = httpx.BaseTransport
 
 USER_AGENT = "simplefeed-consumer/0.1 (+https://simplefeed.dev/)"
 ACCEPT = "application/atom+xml, application/xml;q=0.9, */*;q=0.1"
+#: The codings Simplefeed servers offer; httpx decodes them (br through the brotli package), so
+#: every body, its sf:sha256 digest included, is checked as decoded.
+ACCEPT_ENCODING = "br, gzip"
 
 Source = Literal["network", "revalidated", "cache"]
 
@@ -131,6 +134,9 @@ class FetchStats:
     not_modified: int = 0
     cache_hits: int = 0
     retries: int = 0
+    #: Body bytes as they came over the wire (compressed), and once decoded.
+    bytes_received: int = 0
+    bytes_decoded: int = 0
 
 
 class _TooSlow(Exception):
@@ -190,7 +196,11 @@ class Fetcher:
             transport=transport if transport is not None else _transport(self._deadlines),
             timeout=timeout,
             follow_redirects=False,
-            headers={"User-Agent": user_agent, "Accept": ACCEPT},
+            headers={
+                "User-Agent": user_agent,
+                "Accept": ACCEPT,
+                "Accept-Encoding": ACCEPT_ENCODING,
+            },
         )
 
     def get(self, url: str, *, entry_point: str | None = None) -> Fetched:
@@ -336,6 +346,8 @@ class Fetcher:
                         raise ResponseTooLarge(url, "the body as received", bounds.max_bytes)
                     if time.monotonic() > deadline:
                         raise _TooSlow(f"the response took over {bounds.max_seconds:g} s")
+                self.stats.bytes_received += response.num_bytes_downloaded
+                self.stats.bytes_decoded += len(body)
                 return _Answer(response.status_code, response.headers, bytes(body))
         except httpx.TimeoutException as exc:
             if time.monotonic() >= deadline:
