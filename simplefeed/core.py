@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simplefeed import appending, archive, atom, auth, metrics, paging
-from simplefeed.errors import EntryNotFound, FeedRetired, PageNotFound, StoreError
+from simplefeed.errors import EntryNotFound, FeedRetired, PageNotFound, StorageLow, StoreError
 from simplefeed.model import (
     Appended,
     Document,
@@ -31,7 +31,7 @@ from simplefeed.model import (
     TokenRecord,
     rfc3339,
 )
-from simplefeed.settings import Settings
+from simplefeed.settings import Settings, sqlite_path
 from simplefeed.store import Appending, Store, TokenCheck, open_store
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,20 @@ def random_uuid() -> str:
     value = value & _VERSION_VARIANT_CLEAR | _VERSION_VARIANT_SET
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def free_bytes(directory: Path) -> int | None:
+    """Free space for an unprivileged writer on the file system holding ``directory`` (or its
+    nearest existing parent: the archive directory may not be made yet); None if unknown."""
+    for path in (directory, *directory.absolute().parents):
+        try:
+            st = os.statvfs(path)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+    return None
 
 
 _MS_MASK = (1 << 48) - 1
@@ -150,7 +164,25 @@ class Simplefeed:
         problem = archive.writable_problem(self.settings.archive_dir)
         if problem is not None:
             problems.append(problem)
+        problems += self.space_problems()
         return self.store.backend, problems
+
+    def space_problems(self) -> list[str]:
+        """The directories written on a publish (the SQLite database's, the archive) with less
+        free space than ``min_free_bytes``, each as a sentence."""
+        directories = [self.settings.archive_dir]
+        database = sqlite_path(self.settings.database_url)
+        if database is not None:
+            directories.insert(0, database.parent)
+        found = []
+        for directory in directories:
+            free = free_bytes(directory)
+            if free is not None and free < self.settings.min_free_bytes:
+                found.append(
+                    f"{directory} has {free} bytes free, under the {self.settings.min_free_bytes}"
+                    " that SIMPLEFEED_MIN_FREE_BYTES asks for"
+                )
+        return found
 
     # -- feeds ---------------------------------------------------------------------------
 
@@ -259,6 +291,10 @@ class Simplefeed:
         one-round-trip path that check is part of the append's own statements. Replays and
         conflicts: see :mod:`simplefeed.appending`, which decides the append under the lock.
         """
+        # A full disk is met here, not halfway through a write.
+        space = self.space_problems()
+        if space:
+            raise StorageLow("; ".join(space))
         # Everything that does not depend on the feed's head is done before taking its lock:
         # the lock serialises appenders (every process, every node), so what is done under it
         # bounds the feed's append rate.
@@ -439,11 +475,9 @@ class Simplefeed:
 
     def live_body(self, live: Live) -> bytes:
         """The bytes of a live document, rendered once per version and then served from memory."""
-        key = (live.feed.id, live.kind)
-        with self._cache_lock:
-            cached = self._live_cache.get(key)
-        if cached is not None and cached[0] == live.etag:
-            return cached[1]
+        cached = self.cached_live_body(live)
+        if cached is not None:
+            return cached
         feed = live.feed
         first, _ = paging.seq_range(live.number, feed.page_size)
         entries = self.store.entries_between(feed.id, first, feed.head_seq)
@@ -454,8 +488,14 @@ class Simplefeed:
         prev = self._page_sha256(feed, live.number - 1)
         body = atom.render(self._document(feed, live.kind, live.number, tuple(entries), prev))
         with self._cache_lock:
-            self._live_cache[key] = (live.etag, body)
+            self._live_cache[(live.feed.id, live.kind)] = (live.etag, body)
         return body
+
+    def cached_live_body(self, live: Live) -> bytes | None:
+        """The bytes of a live document if this process rendered this version; no query."""
+        with self._cache_lock:
+            cached = self._live_cache.get((live.feed.id, live.kind))
+        return cached[1] if cached is not None and cached[0] == live.etag else None
 
     def locate(self, feed_name: str, entry_id: str) -> Located:
         """Where an entry is (``GET /entries/{id}``); :class:`EntryNotFound` if the feed has no

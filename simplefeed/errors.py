@@ -23,6 +23,7 @@
     │   └── InvalidEvent            -> 422, .index (in a batch), .field
     ├── StoreError                  the database failed a request (a bug or a fault) -> 500
     │   └── StoreUnavailable        -> 503 + Retry-After: unreachable, locked, read-only, ...
+    │       └── StorageLow          free space below SIMPLEFEED_MIN_FREE_BYTES
     ├── DatabaseNotReady            .url (masked): missing, unreachable or not migrated
     └── ClientError                 the consumer's branch: see simplefeed.client.errors
 
@@ -149,6 +150,11 @@ class StoreError(SimplefeedError):
 class StoreUnavailable(StoreError):
     """The database cannot serve us now (unreachable, shut down, locked for longer than the
     busy timeout, read-only, out of resources): retrying later may succeed."""
+
+
+class StorageLow(StoreUnavailable):
+    """A directory the service writes (the SQLite database's, the archive) has less free space
+    than the configured floor: publishing is refused before it could fail halfway."""
 
 
 class DatabaseNotReady(SimplefeedError):

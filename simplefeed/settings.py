@@ -56,6 +56,10 @@ class Settings:
     log_level: str = "INFO"
     #: ``GET /metrics`` (Prometheus) served; SIMPLEFEED_METRICS=off turns it off.
     metrics: bool = True
+    #: Publishing refuses (503) and /healthz is unhealthy while the database's directory (SQLite)
+    #: or the archive directory has less free space than this: a full disk is met before a
+    #: write fails halfway.
+    min_free_bytes: int = 64 * 1024 * 1024
     limits: Limits = field(default_factory=Limits)
 
     @classmethod
@@ -102,6 +106,7 @@ class Settings:
             default_feed=default_feed,
             log_level=log_level,
             metrics=metrics == "on",
+            min_free_bytes=integer("SIMPLEFEED_MIN_FREE_BYTES", cls.min_free_bytes, 0),
             limits=Limits(
                 max_body_bytes=integer("SIMPLEFEED_MAX_BODY_BYTES", Limits.max_body_bytes, 1),
                 max_batch=integer("SIMPLEFEED_MAX_BATCH", Limits.max_batch, 1),
@@ -137,6 +142,7 @@ class Settings:
             "SIMPLEFEED_RECENT_MAX_AGE": str(self.recent_max_age),
             "SIMPLEFEED_LOG_LEVEL": self.log_level,
             "SIMPLEFEED_METRICS": "on" if self.metrics else "off",
+            "SIMPLEFEED_MIN_FREE_BYTES": str(self.min_free_bytes),
             "SIMPLEFEED_MAX_BODY_BYTES": str(limits.max_body_bytes),
             "SIMPLEFEED_MAX_BATCH": str(limits.max_batch),
             "SIMPLEFEED_MAX_TITLE_CHARS": str(limits.max_title_chars),

@@ -78,6 +78,12 @@ class FeedHeads:
         """The feed as committed now; FeedNotFound if none."""
         return self.core.feed_head(name)
 
+    def last_known(self, name: str, kind: DocumentKind) -> LiveValidators | None:
+        """The validators this process last derived for the document, if any (while the
+        database does not answer)."""
+        known = self._validators.get((name, kind))
+        return known[1] if known is not None else None
+
     def validators(self, name: str, kind: DocumentKind, feed: Feed | None = None) -> LiveValidators:
         """Validators of ``name``'s recent document or working page, as of this moment (or as
         of ``feed``, just read with :meth:`feed`)."""
@@ -110,6 +116,10 @@ class LiveBodies:
     def __init__(self, core: Simplefeed) -> None:
         self.core = core
         self._encoded: dict[tuple[int, DocumentKind, str], tuple[str, bytes]] = {}
+
+    def has(self, live: Live) -> bool:
+        """Whether this version's bytes are here (no query needed to serve it)."""
+        return self.core.cached_live_body(live) is not None
 
     def body(self, live: Live, coding: str) -> bytes:
         if coding == IDENTITY:

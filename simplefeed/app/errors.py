@@ -18,11 +18,15 @@ from simplefeed.errors import (
     NotFound,
     RequestError,
     SimplefeedError,
+    StorageLow,
     StoreUnavailable,
     Unauthorized,
 )
 
 log = logging.getLogger(__name__)
+
+#: A full disk is not freed within a second: producers are asked to wait longer.
+STORAGE_RETRY_AFTER_S = 30
 
 _STATUS_CODES = {
     400: "bad_request",
@@ -82,6 +86,10 @@ def handle_domain(req: falcon.Request, resp: falcon.Response, ex: Exception, par
         _reply(resp, ex.status, ex.message, index=ex.index, field=ex.field)
     elif isinstance(ex, RequestError):
         _reply(resp, ex.status, ex.message)
+    elif isinstance(ex, StorageLow):
+        log.warning("publishing refused on %s %s: %s", req.method, req.path, ex)
+        _reply(resp, 503, "the server is short of disk space; retry later")
+        resp.set_header("Retry-After", str(STORAGE_RETRY_AFTER_S))
     elif isinstance(ex, StoreUnavailable):
         log.warning("database unavailable on %s %s: %s", req.method, req.path, ex)
         _reply(resp, 503, "the database is unavailable; retry later")

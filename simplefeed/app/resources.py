@@ -20,9 +20,17 @@ from simplefeed.errors import (
     NotFound,
     PageNotFound,
     PayloadTooLarge,
+    StoreUnavailable,
     UnsupportedMediaType,
 )
-from simplefeed.model import ATOM_MEDIA_TYPE, Appended, Event, FrozenPage
+from simplefeed.model import (
+    ATOM_MEDIA_TYPE,
+    Appended,
+    DocumentKind,
+    Event,
+    Feed,
+    FrozenPage,
+)
 from simplefeed.settings import FEED_NAME_RE
 from simplefeed.validation import parse_events, read_body
 
@@ -69,9 +77,38 @@ class _FeedResource:
             raise FeedNotFound(feed)
         return feed
 
-    def send_live(self, req: falcon.Request, resp: falcon.Response, v: LiveValidators) -> None:
+    def live(
+        self,
+        req: falcon.Request,
+        resp: falcon.Response,
+        name: str,
+        kind: DocumentKind,
+        feed: Feed | None = None,
+    ) -> None:
+        """The recent document or the working page as committed now; while the database does
+        not answer, the version this process last served, marked stale (a 503 if it has
+        none: a cold process, or a version whose bytes it never rendered)."""
+        try:
+            v = self.heads.validators(name, kind, feed)
+            self.send_live(req, resp, v)
+        except StoreUnavailable:
+            stale = self.heads.last_known(name, kind)
+            if stale is None or not self.bodies.has(stale.live):
+                raise
+            self.send_live(req, resp, stale, stale=True)
+
+    def send_live(
+        self,
+        req: falcon.Request,
+        resp: falcon.Response,
+        v: LiveValidators,
+        *,
+        stale: bool = False,
+    ) -> None:
         """A live document: 304 from the validators alone, else the bytes rendered and encoded
-        once per version and process (:class:`caching.LiveBodies`)."""
+        once per version and process (:class:`caching.LiveBodies`). ``stale``: served while
+        the database does not answer (a version shown before, so durable: never newer than
+        what was committed, perhaps older), with a short max-age and ``Simplefeed-Stale``."""
         coding = compression.negotiate(req)
         etag = v.etags[coding]
         status = preconditions.evaluate(
@@ -84,7 +121,13 @@ class _FeedResource:
         if status == 412:
             errors.precondition_failed(resp)
             return
-        resp.set_header("Cache-Control", self.live_cache_control)
+        # The bytes before any header: rendering needs the database, which may fail.
+        body = self.bodies.body(v.live, coding) if status is None else b""
+        if stale:
+            resp.set_header("Cache-Control", STALE_CACHE_CONTROL)
+            resp.set_header("Simplefeed-Stale", STALE_REASON)
+        else:
+            resp.set_header("Cache-Control", self.live_cache_control)
         resp.set_header("ETag", etag)
         if v.last_modified is not None:
             resp.set_header("Last-Modified", v.last_modified)
@@ -93,7 +136,13 @@ class _FeedResource:
             resp.status = falcon.HTTP_304
             return
         resp.content_type = ATOM_MEDIA_TYPE
-        resp.data = self.bodies.body(v.live, coding)
+        resp.data = body
+
+
+#: A live document served while the database does not answer: the version last seen, for a
+#: second at most (a consumer polling at max-age comes back soon; a cache keeps it no longer).
+STALE_CACHE_CONTROL = "public, max-age=1"
+STALE_REASON = "database unavailable; this is the feed as this server last saw it"
 
 
 def redirect(location: str) -> falcon.HTTPPermanentRedirect:
@@ -114,7 +163,7 @@ class Recent(_FeedResource):
     """
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, feed: str | None = None) -> None:
-        self.send_live(req, resp, self.heads.validators(self.feed_name(req, feed), "recent"))
+        self.live(req, resp, self.feed_name(req, feed), "recent")
 
     on_head = on_get
 
@@ -162,10 +211,14 @@ class Page(_FeedResource):
         known = self.archived.get(name, number)
         if known is not None and self.send_archived(req, resp, known):
             return
-        f = self.heads.feed(name)
+        try:
+            f = self.heads.feed(name)
+        except StoreUnavailable:
+            self.send_without_database(req, resp, name, number)
+            return
         working = paging.working_page(f.head_seq, f.page_size)
         if number == working:
-            self.send_live(req, resp, self.heads.validators(name, "working", f))
+            self.live(req, resp, name, "working", f)
             return
         if number > working:
             raise PageNotFound(name, number)
@@ -178,6 +231,19 @@ class Page(_FeedResource):
             self.send_unfiled(req, resp, self.core.page(f, number))
 
     on_head = on_get
+
+    def send_without_database(
+        self, req: falcon.Request, resp: falcon.Response, name: str, number: int
+    ) -> None:
+        """While the database does not answer: a frozen page from its file alone (a page file
+        is only ever written for a frozen page), else the working page as last served."""
+        known = self.archived.load(name, number)
+        if known is not None and self.send_archived(req, resp, known):
+            return
+        stale = self.heads.last_known(name, "working")
+        if stale is None or stale.live.number != number or not self.bodies.has(stale.live):
+            raise StoreUnavailable(f"no file for page {number} of {name!r}, and no database")
+        self.send_live(req, resp, stale, stale=True)
 
     def on_options(
         self, req: falcon.Request, resp: falcon.Response, n: str, feed: str | None = None
