@@ -53,6 +53,14 @@ from bench._read_servers import (
 from bench.servers import HOST, UwsgiServer, free_port
 
 MINIMAL = "bench.minimal_falcon:application"
+
+
+def get(url: str, headers: Mapping[str, str] | None = None) -> httpx.Response:
+    """GET as wrk asks: no Accept-Encoding unless ``headers`` give one (httpx would send its
+    own, and be answered in br with br's ETag)."""
+    return httpx.get(url, headers={"Accept-Encoding": "identity", **(headers or {})}, timeout=10)
+
+
 PAGE_SIZE = 100
 EVENTS = 250
 
@@ -159,9 +167,10 @@ class Bench:
                 ]
                 r = client.post(server.url("/entries"), json=batch)
                 assert r.status_code == 201, r.text
-        self.body_file.write_bytes(httpx.get(server.url("/recent")).content)
+        self.body_file.write_bytes(get(server.url("/recent")).content)
         self.static.mkdir(exist_ok=True)
-        shutil.copy(self.archive / "pages" / "1", self.static / "page.xml")
+        for suffix in ("", ".gz", ".br"):
+            shutil.copy(self.archive / "pages" / f"1{suffix}", self.static / f"page.xml{suffix}")
 
     # -- measuring ----------------------------------------------------------------------------
 
@@ -202,7 +211,7 @@ class Bench:
 
     @staticmethod
     def check(url: str, status: int, headers: Mapping[str, str] | None = None) -> bytes:
-        r = httpx.get(url, headers=headers, timeout=10)
+        r = get(url, headers)
         assert r.status_code == status, f"{url}: {r.status_code}, expected {status}"
         return r.content
 
@@ -212,9 +221,9 @@ class Bench:
         usock = free_port()
         ours = self.ours(f"ours-{processes}", processes, SIMPLEFEED_UWSGI_SOCKET=f"{HOST}:{usock}")
         self.seed(ours)
-        etag = httpx.get(ours.url("/recent")).headers["etag"]
+        etag = get(ours.url("/recent")).headers["etag"]
         mini, minimal = self.baseline(f"minimal-{processes}", processes)
-        min_etag = httpx.get(minimal + "/recent").headers["etag"]
+        min_etag = get(minimal + "/recent").headers["etag"]
         ust, ustatic = self.baseline(
             f"uwsgi-static-{processes}", processes, static_map=f"/static={self.static}"
         )
@@ -226,6 +235,12 @@ class Bench:
         self.check(minimal + "/recent", 304, min_inm)
         assert self.check(recent, 200) == self.check(minimal + "/recent", 200)
         assert self.check(page1, 200) == page_bytes == self.check(ustatic + "/static/page.xml", 200)
+        # Compressed: the client asks for gzip; its 304s carry the gzip ETag.
+        gz = {"Accept-Encoding": "gzip"}
+        gz_inm = {**gz, "If-None-Match": etag[:-1] + '-gzip"'}
+        min_gz_inm = {**gz, "If-None-Match": min_etag[:-1] + '-gzip"'}
+        self.check(recent, 304, gz_inm)
+        self.check(minimal + "/recent", 304, min_gz_inm)
 
         p = processes
         self.pair(
@@ -243,6 +258,30 @@ class Bench:
             lambda: self.load(ours, page1),
             lambda: self.load(ust, ustatic + "/static/page.xml"),
         )
+        self.pair(
+            Row("compressed", "/recent 304, gzip ETag", p, [], "minimal falcon 304", 0.8),
+            lambda: self.load(ours, recent, gz_inm),
+            lambda: self.load(mini, minimal + "/recent", min_gz_inm),
+        )
+        self.pair(
+            Row("compressed", "/recent 200 gzip", p, [], "minimal falcon, same gzip bytes", 0.7),
+            lambda: self.load(ours, recent, gz),
+            lambda: self.load(mini, minimal + "/recent", gz),
+        )
+        for coding, suffix in (("gzip", ".gz"), ("br", ".br")):
+            accept = {"Accept-Encoding": coding}
+            static_file = f"{ustatic}/static/page.xml{suffix}"
+            self.pair(
+                Row(
+                    "compressed",
+                    f"archived page {coding}, uWSGI (the app, sendfile)",
+                    p,
+                    [],
+                    f"uWSGI static-map of the {suffix} file",
+                ),
+                lambda accept=accept: self.load(ours, page1, accept),  # type: ignore[misc]
+                lambda static_file=static_file: self.load(ust, static_file),  # type: ignore[misc]
+            )
 
         nport, sport = free_port(), free_port()
         plain = f"    server {{ listen {HOST}:{sport}; location / {{ root {self.static}; }} }}\n"
@@ -289,8 +328,8 @@ class Bench:
             try:
                 ours = self.ours(f"ours-{name}-{p}", p, ini)
                 mini, minimal = self.baseline(f"minimal-{name}-{p}", p, **derive)
-                inm = {"If-None-Match": httpx.get(ours.url("/recent")).headers["etag"]}
-                min_inm = {"If-None-Match": httpx.get(minimal + "/recent").headers["etag"]}
+                inm = {"If-None-Match": get(ours.url("/recent")).headers["etag"]}
+                min_inm = {"If-None-Match": get(minimal + "/recent").headers["etag"]}
                 self.check(ours.url("/recent"), 304, inm)
                 self.check(minimal + "/recent", 304, min_inm)
                 self.pair(
@@ -351,6 +390,7 @@ def report(rows: list[Row], info: Mapping[str, str], args: argparse.Namespace) -
     )
     for section, title in (
         ("targets", "Targets"),
+        ("compressed", "Compressed (Accept-Encoding: gzip / br)"),
         ("more", "Other paths"),
         ("modes", "uWSGI options (compare with the http-socket rows above)"),
     ):

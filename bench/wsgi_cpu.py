@@ -1,0 +1,115 @@
+"""CPU per request of the app itself: the WSGI callable called in this process, no server, no
+network, for the reads that matter (the /recent 304 and 200, an archived page), identity and
+compressed. For before/after comparisons of hot-path changes, where a loaded machine makes
+bench/read.py's request rates useless:
+
+    .venv/bin/python bench/wsgi_cpu.py
+    PYTHONPATH=/path/to/an/older/checkout .venv/bin/python bench/wsgi_cpu.py   # the other side
+
+(alternate the two a few times). A SQLite feed of 250 entries with pages of 100 (as
+bench/read.py seeds), 5,000 requests per figure, CPU time of this process per request.
+Compressed rows are left out where the code under test does not compress.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import falcon.testing
+
+import simplefeed
+from simplefeed.app import create_app
+from simplefeed.core import Simplefeed
+from simplefeed.settings import Settings
+from simplefeed.store import upgrade
+
+REQUESTS = 5000
+
+
+def cpu_per_request(app: Any, path: str, headers: dict[str, str]) -> tuple[float, str]:
+    template = falcon.testing.create_environ(path=path, headers=headers)
+    status = ""
+
+    def start_response(s: str, h: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        nonlocal status
+        status = s
+
+    start = time.process_time()
+    for _ in range(REQUESTS):
+        environ = dict(template)
+        environ["wsgi.input"] = io.BytesIO(b"")
+        body: Iterable[bytes] = app(environ, start_response)
+        for _chunk in body:
+            pass
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()
+    return (time.process_time() - start) / REQUESTS * 1e6, status[:3]
+
+
+def main() -> int:
+    work = Path(tempfile.mkdtemp(prefix="sf-wsgi-cpu-"))
+    try:
+        url = f"sqlite:///{work / 'simplefeed.sqlite3'}"
+        upgrade(url)
+        settings = Settings(database_url=url, archive_dir=work / "archive", page_size=100)
+        core = Simplefeed(settings)
+        core.create_feed(settings.default_feed)
+        token = core.create_token()
+        app = create_app(settings, core=core)
+        client = falcon.testing.TestClient(app)
+        for first, last in ((0, 100), (100, 200), (200, 250)):
+            batch = [
+                {
+                    "title": f"order {i} shipped",
+                    "content": {"order": i, "items": list(range(i % 7)), "note": "x" * 80},
+                    "categories": [{"term": "orders"}],
+                }
+                for i in range(first, last)
+            ]
+            r = client.simulate_post(
+                "/entries", json=batch, headers={"Authorization": f"Bearer {token}"}
+            )
+            assert r.status_code == 201, r.text
+        time.sleep(1.1)  # Last-Modified settles
+        etag = client.simulate_get("/recent").headers["etag"]
+        rows = [
+            ("/recent 304", "/recent", {"If-None-Match": etag}),
+            ("/recent 200", "/recent", {}),
+            ("archived page", "/pages/1", {}),
+        ]
+        compresses = (
+            "Content-Encoding"
+            in client.simulate_get("/recent", headers={"Accept-Encoding": "gzip"}).headers
+        )
+        if compresses:
+            gz = {"Accept-Encoding": "gzip"}
+            rows += [
+                (
+                    "/recent 304, gzip ETag",
+                    "/recent",
+                    {**gz, "If-None-Match": etag[:-1] + '-gzip"'},
+                ),
+                ("/recent 200 gzip", "/recent", gz),
+                ("archived page gzip", "/pages/1", gz),
+                ("archived page br", "/pages/1", {"Accept-Encoding": "br"}),
+            ]
+        print(f"simplefeed from {Path(simplefeed.__file__).parent.parent}")
+        for label, path, headers in rows:
+            us, status = cpu_per_request(app, path, headers)
+            print(f"{label:<26} {status}  {us:6.1f} us CPU per request", flush=True)
+        core.store.close()
+    finally:
+        shutil.rmtree(work)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
