@@ -1,0 +1,39 @@
+"""What one access-log line costs: writes ``--lines`` lines like a /recent 304's to /dev/null.
+
+Counted in instructions, which other load on the machine does not disturb (docs/benchmarks.md,
+"Access log line"): run it under callgrind with ``--lines 0`` and with ``--lines 4000`` and
+divide the difference by 4000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from simplefeed import logs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--lines", type=int, default=4000)
+    args = parser.parse_args()
+    logs.configure("INFO")
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the run
+    log = logging.getLogger("simplefeed.access")
+    fields = {
+        "method": "GET",
+        "path": "/recent",
+        "status": 304,
+        "bytes": 0,
+        "duration_ms": 0.123,
+        "feed": "events",
+    }
+    for _ in range(args.lines):
+        log.log(logging.INFO, "%s %s %d", "GET", "/recent", 304, extra={"fields": fields})
+
+
+if __name__ == "__main__":
+    main()
