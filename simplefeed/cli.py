@@ -7,6 +7,7 @@ ends a command with one line on standard error and exit status 1, never a traceb
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pwd
@@ -95,11 +96,17 @@ def serve(port: int, host: str, processes: int, ini: Path, user: str | None) -> 
 
     Links in the documents use SIMPLEFEED_BASE_URL, or http://localhost:PORT when it is unset.
     """
+    from simplefeed.core import Simplefeed
     from simplefeed.store import check_ready
 
     settings = _settings()
     check_ready(settings.database_url)
     base_url = settings.base_url if settings.base_url_given else f"http://localhost:{port}"
+    core = Simplefeed(dataclasses.replace(settings, base_url=base_url))
+    try:
+        core.check_base_url()
+    finally:
+        core.store.close()
     env = dict(os.environ)
     env["SIMPLEFEED_BASE_URL"] = base_url
     env["SIMPLEFEED_HTTP_SOCKET"] = f"{host}:{port}"
@@ -143,7 +150,8 @@ def db() -> None:
 
 @db.command()
 def upgrade() -> None:
-    """Create the database if need be, migrate it to the newest schema, create the default feed."""
+    """Create the database if need be, migrate it to the newest schema, create the default feed;
+    then, if SIMPLEFEED_BASE_URL is set, check that no feed's frozen pages link elsewhere."""
     from simplefeed.core import Simplefeed
     from simplefeed.errors import FeedExists
     from simplefeed.settings import mask_url
@@ -158,6 +166,9 @@ def upgrade() -> None:
     except FeedExists:
         pass
     click.echo(f"database is at the newest schema: {mask_url(settings.database_url)}")
+    # Without SIMPLEFEED_BASE_URL the base URL is `serve --port`'s to decide: serve checks it.
+    if settings.base_url_given:
+        core.check_base_url()
 
 
 @main.group()

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simplefeed import appending, archive, atom, auth, metrics, paging
-from simplefeed.errors import EntryNotFound, FeedRetired, PageNotFound, StorageLow, StoreError
+from simplefeed.errors import (
+    BaseUrlMismatch,
+    EntryNotFound,
+    FeedRetired,
+    PageNotFound,
+    StorageLow,
+    StoreError,
+)
 from simplefeed.model import (
     Appended,
     Document,
@@ -85,6 +92,24 @@ class Live:
     kind: DocumentKind
     number: int
     etag: str
+
+
+def base_url_problem(feed: Feed, base_url: str) -> str | None:
+    """Why ``feed`` cannot be served with documents rendered with ``base_url`` (its frozen
+    pages link to another, or to one never recorded), saying what to do; None if it can."""
+    if feed.base_url == base_url or feed.head_seq < feed.page_size:  # no page frozen yet
+        return None
+    rebase = f"`simplefeed archive rebase {base_url} --feed {feed.name}`"
+    if feed.base_url is None:
+        return (
+            f"feed {feed.name!r} has frozen pages but no recorded base URL: check that their "
+            f"links are right, then record {base_url} with {rebase}"
+        )
+    return (
+        f"feed {feed.name!r} has frozen pages linking to {feed.base_url}, but the base URL is "
+        f"now {base_url}: set SIMPLEFEED_BASE_URL={feed.base_url} again, or move the feed to "
+        f"the new one with {rebase} (README: Operating it)"
+    )
 
 
 @dataclass(frozen=True)
@@ -211,6 +236,15 @@ class Simplefeed:
     def feeds(self) -> list[Feed]:
         return self.store.feeds()
 
+    def check_base_url(self) -> None:
+        """Raise :class:`BaseUrlMismatch` if a feed's frozen pages link to another base URL
+        than the configured one (or to none recorded): checked when the service starts, so
+        that documents rendered from now on never link elsewhere than the frozen pages."""
+        problems = [base_url_problem(f, self.settings.base_url) for f in self.store.feeds()]
+        found = [p for p in problems if p is not None]
+        if found:
+            raise BaseUrlMismatch(found)
+
     def retire_feed(self, name: str) -> Feed:
         """Retire a feed: publishing is refused (:class:`FeedRetired`, 410) from now on, its
         documents are served as before. Retiring a retired feed changes nothing."""
@@ -323,6 +357,12 @@ class Simplefeed:
             if append.feed.retired_us is not None:
                 raise FeedRetired(feed_name)
             decision = appending.decide(append.feed, pending, append.found, now)
+            if decision.full_pages:
+                # Never freeze a page with other links than the pages before it (another node
+                # or process started with another base URL since this feed's last freeze).
+                problem = base_url_problem(append.feed, self.settings.base_url)
+                if problem is not None:
+                    raise BaseUrlMismatch([problem])
             # Each page records the digest of the one before (sf:sha256 on prev-archive): the
             # first from the store, then each from the page frozen just before it, in memory.
             frozen: list[FrozenPage] = []

@@ -4,6 +4,7 @@
 
     SimplefeedError
     ├── ConfigError                 bad SIMPLEFEED_* setting or CLI argument
+    │   └── BaseUrlMismatch         .problems: frozen pages link to another base URL
     ├── NotFound                    -> 404
     │   ├── FeedNotFound            .feed
     │   ├── PageNotFound            .feed, .number
@@ -40,6 +41,16 @@ class SimplefeedError(Exception):
 
 class ConfigError(SimplefeedError):
     pass
+
+
+class BaseUrlMismatch(ConfigError):
+    """Feeds whose frozen pages were rendered with another base URL than the configured one:
+    serving them as they are would mix two sets of links. One line per feed in ``problems``;
+    the message joins them."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
 
 
 class NotFound(SimplefeedError):

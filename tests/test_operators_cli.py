@@ -10,17 +10,20 @@ import json
 import re
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import falcon.testing
+import pytest
 from sqlalchemy import create_engine, text
 
 from bench.servers import scratch_postgres_database
 from simplefeed.app import create_app
-from simplefeed.core import Simplefeed
-from simplefeed.model import Event
+from simplefeed.core import Simplefeed, base_url_problem
+from simplefeed.errors import BaseUrlMismatch
+from simplefeed.model import Event, Feed
 from simplefeed.store.schema import alembic_config
-from tests.conftest import query
+from tests.conftest import FakeClock, query
 from tests.test_cli_errors import run
 
 BASE = "http://feeds.example.test"
@@ -231,12 +234,16 @@ def test_migration_records_the_base_url_of_pages_frozen_before_it(
             engine.dispose()
         env = {"SIMPLEFEED_DATABASE_URL": old, "SIMPLEFEED_BASE_URL": BASE}
         upgraded = run(tmp_path, "db", "upgrade", **env)
-        assert upgraded.returncode == 0, upgraded.stderr
+        # Migrated, and then refused: one feed's pages say nothing of their base URL.
+        assert upgraded.returncode == 1, upgraded.stderr
         assert upgraded.stderr.splitlines() == [
             f"simplefeed: feed 'events': its frozen pages link to {BASE} (recorded)",
             f"simplefeed: feed 'orders': its frozen pages link to {BASE} (recorded)",
             "simplefeed: feed 'broken' has frozen pages, but its page 1 names no base URL:"
             " none recorded (`simplefeed archive rebase URL` records one)",
+            "Error: feed 'broken' has frozen pages but no recorded base URL: check that their"
+            f" links are right, then record {BASE} with"
+            f" `simplefeed archive rebase {BASE} --feed broken`",
         ]
         recorded = dict(query(old, "SELECT name, base_url FROM feeds"))
         assert recorded == {"events": BASE, "orders": BASE, "broken": None}
@@ -244,3 +251,40 @@ def test_migration_records_the_base_url_of_pages_frozen_before_it(
 
 def _marks(columns: str) -> str:
     return ", ".join(f":{name}" for name in columns.split(", "))
+
+
+def test_base_url_problem_only_for_frozen_pages_with_another_base() -> None:
+    def feed(head_seq: int, base_url: str | None) -> Feed:
+        return Feed(1, "orders", "u", "orders", 5, 0, head_seq, None, 0, base_url=base_url)
+
+    assert base_url_problem(feed(4, None), BASE) is None  # nothing frozen yet
+    assert base_url_problem(feed(5, BASE), BASE) is None
+    moved = base_url_problem(feed(5, "http://old.test"), BASE)
+    assert moved is not None
+    assert moved.startswith("feed 'orders' has frozen pages linking to http://old.test, but ")
+    assert "SIMPLEFEED_BASE_URL=http://old.test again" in moved
+    assert f"`simplefeed archive rebase {BASE} --feed orders`" in moved
+    unknown = base_url_problem(feed(5, None), BASE)
+    assert unknown is not None and "no recorded base URL" in unknown
+
+
+def test_no_page_freezes_with_another_base_url_than_the_pages_before(
+    core: Simplefeed, clock: FakeClock
+) -> None:
+    """A process started with another base URL (another node, before the check could see a
+    frozen page) may append, but never freeze a page that links elsewhere than page 1."""
+    core.publish("events", [Event(title=f"e{i}") for i in range(5)])  # page 1 freezes
+    assert core.feed("events").base_url == BASE
+    other = Simplefeed(replace(core.settings, base_url="http://other.test"), clock=clock)
+    try:
+        other.publish("events", [Event(title="e5")])  # stays in the working page
+        with pytest.raises(BaseUrlMismatch, match=re.escape(f"linking to {BASE}, but")):
+            other.publish("events", [Event(title=f"f{i}") for i in range(4)])
+        with pytest.raises(BaseUrlMismatch):
+            other.check_base_url()
+    finally:
+        other.store.close()
+    after = core.feed("events")
+    assert (after.head_seq, after.base_url) == (6, BASE)  # the refused batch stored nothing
+    core.publish("events", [Event(title=f"f{i}") for i in range(4)])
+    assert core.page(core.feed("events"), 2).body.count(BASE.encode()) > 0

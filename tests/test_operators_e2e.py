@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,7 +23,7 @@ import httpx
 import pytest
 from lxml import etree
 
-from bench.servers import UwsgiServer
+from bench.servers import PROJECT_ROOT, ServerError, UwsgiServer, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -43,6 +47,73 @@ def test_serve_port_without_base_url_links_to_that_port(tmp_path: Path) -> None:
         doc = etree.fromstring(response.content)
         assert doc.xpath("a:link[@rel='self']/@href", namespaces=ATOM) == [f"{expected}/recent"]
         assert f"links say {expected}" in s.log()
+
+
+def test_start_refuses_a_base_url_other_than_the_frozen_pages(tmp_path: Path) -> None:
+    """The issue's trap: served with `--port` alone, pages froze with links to that port;
+    started on another port, the service refuses (serve, db upgrade, uWSGI itself) instead of
+    mixing links, and starts again with the pages' base URL."""
+    first = server(tmp_path, page_size=2, base_url_env=False)
+    with first:
+        old_base = f"http://localhost:{first.port}"
+        auth = {"Authorization": f"Bearer {first.token}"}
+        batch = [{"title": f"e{i}"} for i in range(3)]
+        assert httpx.post(first.url("/entries"), json=batch, headers=auth).status_code == 201
+        page = httpx.get(first.url("/pages/1")).content
+    assert f'href="{old_base}/pages/1"'.encode() in page
+
+    again = server(tmp_path, page_size=2, base_url_env=False)
+    with pytest.raises(ServerError, match="uWSGI exited before answering"):
+        again.start(attempts=1)
+    new_base = f"http://localhost:{again.port}"
+    refusal = (
+        f"feed 'events' has frozen pages linking to {old_base}, but the base URL is now "
+        f"{new_base}: set SIMPLEFEED_BASE_URL={old_base} again, or move the feed to the new one "
+        f"with `simplefeed archive rebase {new_base} --feed events` (README: Operating it)"
+    )
+    refused = again.log().rsplit("=== simplefeed serve", 1)[1]  # the log is the first's too
+    assert f"Error: {refusal}\n" in refused
+    assert "Traceback" not in refused
+
+    other = "http://feeds.elsewhere.test"
+    upgrade = server(tmp_path, extra_env={"SIMPLEFEED_BASE_URL": other}).cli(
+        "db", "upgrade", check=False
+    )
+    assert upgrade.returncode == 1
+    assert upgrade.stderr.splitlines() == [
+        f"Error: feed 'events' has frozen pages linking to {old_base}, but the base URL is now "
+        f"{other}: set SIMPLEFEED_BASE_URL={old_base} again, or move the feed to the new one "
+        f"with `simplefeed archive rebase {other} --feed events` (README: Operating it)"
+    ]
+
+    # uWSGI started without `serve`: every worker refuses to load the app, and uWSGI stops.
+    env = server(tmp_path, extra_env={"SIMPLEFEED_BASE_URL": other}).env()
+    env["SIMPLEFEED_HTTP_SOCKET"] = f"127.0.0.1:{free_port()}"
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
+    uwsgi = subprocess.Popen(
+        [str(Path(sys.executable).with_name("uwsgi")), "--ini", str(PROJECT_ROOT / "uwsgi.ini")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: nothing outlives the test
+    )
+    try:
+        _, stderr = uwsgi.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(uwsgi.pid, signal.SIGKILL)
+        uwsgi.wait()
+    assert uwsgi.returncode != 0
+    critical = [json.loads(line) for line in stderr.splitlines() if '"CRITICAL"' in line]
+    assert critical and critical[0]["message"].startswith(
+        f"not starting: feed 'events' has frozen pages linking to {old_base}, but the base URL "
+        f"is now {other}"
+    )
+
+    # With the pages' own base URL it starts, and serves the same bytes.
+    with server(tmp_path, page_size=2, extra_env={"SIMPLEFEED_BASE_URL": old_base}) as fixed:
+        assert httpx.get(fixed.url("/pages/1")).content == page
 
 
 # -- the access log ---------------------------------------------------------------------------
