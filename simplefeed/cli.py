@@ -332,6 +332,51 @@ def archive_rebuild(feed_name: str | None) -> None:
     click.echo(f"checked {report.checked} frozen pages, restored {len(report.restored)}")
 
 
+@archive.command("rebase")
+@click.argument("new_base_url")
+@click.option("--feed", "feed_name", help="Only this feed (default: every feed).")
+def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
+    """Render every frozen page again with NEW_BASE_URL (the service moved), record it as the
+    feed's, and replace the page files; print the URLs a CDN must purge, one a line.
+
+    Stop the service first, and start it again with SIMPLEFEED_BASE_URL=NEW_BASE_URL. Every
+    changed page gets new bytes and a new ETag: consumers and caches fetch them again.
+    """
+    from simplefeed.core import Simplefeed
+    from simplefeed.errors import ConfigError
+    from simplefeed.store import check_ready
+
+    try:
+        Settings.from_env({"SIMPLEFEED_BASE_URL": new_base_url})
+    except ConfigError:
+        raise click.BadParameter(
+            f"{new_base_url!r} is not an absolute http(s) URL", param_hint="NEW_BASE_URL"
+        ) from None
+    settings = Settings.from_env({**os.environ, "SIMPLEFEED_BASE_URL": new_base_url})
+    check_ready(settings.database_url)
+    core = Simplefeed(settings)
+    try:
+        rebased = core.rebase_archive(feed_name)
+    finally:
+        core.store.close()
+    for r in rebased:
+        click.echo(
+            f"feed {r.feed!r}: {r.changed} of {r.pages} frozen pages rendered again with "
+            f"{r.base_url} (they linked to {r.old_base_url or 'an unrecorded base URL'})",
+            err=True,
+        )
+        for url in r.purge:
+            click.echo(url)
+        for recent in (url for url in r.purge if url.endswith("/recent")):
+            click.echo(
+                f"feed {r.feed!r}: also purge the entry locators, by prefix: "
+                f"{recent.removesuffix('recent')}entries/",
+                err=True,
+            )
+    if os.environ.get("SIMPLEFEED_BASE_URL") != settings.base_url:
+        click.echo(f"now start the service with SIMPLEFEED_BASE_URL={settings.base_url}", err=True)
+
+
 @archive.command("verify")
 @click.option("--feed", "feed_name", help="Only this feed.")
 def archive_verify(feed_name: str | None) -> None:

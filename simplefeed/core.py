@@ -151,6 +151,33 @@ class FeedStats:
         }
 
 
+@dataclass(frozen=True)
+class Rebased:
+    """What ``simplefeed archive rebase`` did to one feed."""
+
+    feed: str
+    #: The base URL the pages were rendered with before (None if none was recorded).
+    old_base_url: str | None
+    base_url: str
+    #: Frozen pages rendered again, and how many of them came out with other bytes.
+    pages: int
+    changed: int
+    #: The URLs whose copies in caches (a CDN, consumers' HTTP caches) are now stale: every
+    #: frozen page and the live documents, under the old base URL and the new one.
+    purge: list[str]
+
+
+def purge_urls(
+    feed: Feed, bases: Sequence[str | None], default_feed: str, frozen: int
+) -> list[str]:
+    """Every frozen page's URL, then ``/recent`` and the working page's, under each base."""
+    urls: list[str] = []
+    for base in dict.fromkeys(b for b in bases if b is not None):
+        u = paging.Urls(base, feed.name, default_feed)
+        urls += [u.page(n) for n in range(1, frozen + 2)] + [u.recent]
+    return urls
+
+
 class _QuickOutcome(enum.Enum):
     """Why the one-round-trip append returned no entries."""
 
@@ -618,6 +645,49 @@ class Simplefeed:
             for path in archive.stray_files(directory, frozen):
                 problems.append(f"{path}: feed {feed.name!r} has no frozen page {path.name}")
         return archive.VerifyReport(checked, problems)
+
+    def rebase_archive(self, feed_name: str | None = None) -> list[Rebased]:
+        """Render every frozen page of the feed (or of every feed) again with this core's base
+        URL, record it as the feed's, and replace the page files (atomically, each).
+
+        Each feed is one transaction that holds its appends off: its pages in order, each with
+        the ``sf:sha256`` of the one before it as now rendered, so the digest chain holds; new
+        bytes mean new ETags, and the freeze time (Last-Modified) becomes now, so that no
+        If-Modified-Since confirms an old copy. A failure rolls the feed back whole.
+        """
+        done: list[Rebased] = []
+        feeds = [self.store.feed(feed_name)] if feed_name else self.store.feeds()
+        for listed in feeds:
+            with self.store.rebase(listed.name, self.settings.base_url) as rebasing:
+                feed = rebasing.feed
+                frozen = paging.working_page(feed.head_seq, feed.page_size) - 1
+                now = self.clock()
+                prev: str | None = None
+                changed = 0
+                for number in range(1, frozen + 1):
+                    first, last = paging.seq_range(number, feed.page_size)
+                    entries = tuple(rebasing.entries_between(first, last))
+                    body = atom.render(self._document(feed, "archive", number, entries, prev))
+                    page = FrozenPage(feed.id, number, body, archive.strong_etag(body), now)
+                    old = self.store.page(feed.id, number)
+                    if old is None or old.body != body:
+                        changed += 1
+                        rebasing.replace_page(page)
+                    prev = archive.page_sha256(page)
+            for page in self.store.iter_pages(feed.id):
+                archive.ensure_file(self.page_path(feed.name, page.number), page)
+            bases = [feed.base_url, self.settings.base_url] if changed else []
+            done.append(
+                Rebased(
+                    feed=feed.name,
+                    old_base_url=feed.base_url,
+                    base_url=self.settings.base_url,
+                    pages=frozen,
+                    changed=changed,
+                    purge=purge_urls(feed, bases, self.settings.default_feed, frozen),
+                )
+            )
+        return done
 
     def page_entries(self, feed: Feed, number: int) -> list[Entry]:
         """The entries of page ``number`` as stored, newest first (the pages for people)."""

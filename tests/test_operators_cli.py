@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 import subprocess
@@ -288,3 +289,77 @@ def test_no_page_freezes_with_another_base_url_than_the_pages_before(
     assert (after.head_seq, after.base_url) == (6, BASE)  # the refused batch stored nothing
     core.publish("events", [Event(title=f"f{i}") for i in range(4)])
     assert core.page(core.feed("events"), 2).body.count(BASE.encode()) > 0
+
+
+def test_archive_rebase_renders_every_frozen_page_with_the_new_base_url(
+    core: Simplefeed, clock: FakeClock, tmp_path: Path
+) -> None:
+    new = "https://feeds.new.test/sf"
+    core.create_feed("orders", page_size=3)
+    core.publish("events", [Event(title=f"e{i}") for i in range(7)])
+    core.publish("orders", [Event(title=f"o{i}") for i in range(10)])
+    orders = core.feed("orders")
+    before = {p.number: p for p in core.store.iter_pages(orders.id)}
+    events_before = list(core.store.iter_pages(core.feed("events").id))
+    assert sorted(before) == [1, 2, 3]
+
+    done = cli(core, tmp_path, "archive", "rebase", new, "--feed", "orders")
+    assert ok(done).splitlines() == [
+        *(f"{BASE}/feeds/orders/pages/{n}" for n in (1, 2, 3, 4)),
+        f"{BASE}/feeds/orders/recent",
+        *(f"{new}/feeds/orders/pages/{n}" for n in (1, 2, 3, 4)),
+        f"{new}/feeds/orders/recent",
+    ]
+    assert done.stderr.splitlines() == [
+        f"feed 'orders': 3 of 3 frozen pages rendered again with {new} (they linked to {BASE})",
+        f"feed 'orders': also purge the entry locators, by prefix: {BASE}/feeds/orders/entries/",
+        f"feed 'orders': also purge the entry locators, by prefix: {new}/feeds/orders/entries/",
+        f"now start the service with SIMPLEFEED_BASE_URL={new}",
+    ]
+    after = {p.number: p for p in core.store.iter_pages(orders.id)}
+    for number, page in after.items():
+        assert BASE.encode() not in page.body
+        assert f'href="{new}/feeds/orders/pages/{number}"'.encode() in page.body
+        assert page.etag != before[number].etag
+        path = core.page_path("orders", number)
+        assert path.read_bytes() == page.body
+        assert path.stat().st_mtime_ns // 1000 == page.frozen_us
+    # The digest chain is the new bytes': verify passes with the new base URL.
+    verified = run(
+        tmp_path,
+        "archive",
+        "verify",
+        SIMPLEFEED_DATABASE_URL=core.settings.database_url,
+        SIMPLEFEED_ARCHIVE_DIR=str(core.settings.archive_dir),
+        SIMPLEFEED_BASE_URL=new,
+    )
+    assert ok(verified).strip() == "checked 4 frozen pages, 0 problems"
+    assert list(core.store.iter_pages(core.feed("events").id)) == events_before  # not touched
+
+    # Served from the new base URL: the start check passes for orders, the append goes on
+    # (page 4 chains to the new page 3), and the old base is refused.
+    moved = Simplefeed(replace(core.settings, base_url=new), clock=clock)
+    try:
+        with pytest.raises(BaseUrlMismatch) as refused:
+            moved.check_base_url()
+        assert [p.split(" has ")[0] for p in refused.value.problems] == ["feed 'events'"]
+        moved.publish("orders", [Event(title=f"p{i}") for i in range(3)])
+        page4 = moved.page(moved.feed("orders"), 4)
+        assert f'href="{new}/feeds/orders/pages/3"'.encode() in page4.body
+        assert hashlib.sha256(after[3].body).hexdigest().encode() in page4.body
+    finally:
+        moved.store.close()
+    with pytest.raises(BaseUrlMismatch, match="feed 'orders' has frozen pages linking to"):
+        core.check_base_url()
+
+    # Rendering is deterministic: back to the old base URL, the old bytes, ETags and digests.
+    ok(cli(core, tmp_path, "archive", "rebase", BASE, "--feed", "orders"))
+    back = {p.number: p for p in core.store.iter_pages(orders.id)}
+    assert {n: back[n].body for n in before} == {n: p.body for n, p in before.items()}
+    assert core.feed("orders").base_url == BASE
+
+    bad = cli(core, tmp_path, "archive", "rebase", "ftp://feeds.test")
+    assert bad.returncode == 2
+    assert "Invalid value for NEW_BASE_URL: 'ftp://feeds.test' is not an absolute http(s) URL" in (
+        bad.stderr
+    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 from sqlalchemy.engine import Engine, make_url
 
 from simplefeed.errors import ConfigError
-from simplefeed.store.interface import Appending, Store, TokenCheck
+from simplefeed.store.interface import Appending, Rebasing, Store, TokenCheck
 from simplefeed.store.postgres import PostgresStore
 from simplefeed.store.schema import check_ready, upgrade
 from simplefeed.store.sql import SqlStore
@@ -23,6 +23,7 @@ from simplefeed.store.sqlite import SQLiteStore
 
 __all__ = [
     "Appending",
+    "Rebasing",
     "Store",
     "TokenCheck",
     "check_ready",

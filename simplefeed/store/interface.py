@@ -57,6 +57,21 @@ class Appending(ABC):
         nothing."""
 
 
+class Rebasing(ABC):
+    """Frozen pages being rendered again under way, one write transaction. :attr:`feed` is
+    the feed as locked: no append to it runs until the block ends."""
+
+    feed: Feed
+
+    @abstractmethod
+    def entries_between(self, first: int, last: int) -> list[Entry]:
+        """Entries with ``first <= seq <= last``, newest first, in this transaction."""
+
+    @abstractmethod
+    def replace_page(self, page: FrozenPage) -> None:
+        """Store ``page`` (bytes, ETag, freeze time) in place of the frozen page of its number."""
+
+
 class Store(ABC):
     #: ``sqlite`` or ``postgresql`` (what /healthz reports).
     backend: str
@@ -136,6 +151,12 @@ class Store(ABC):
     def append(self, feed: str, look_up: Iterable[str]) -> AbstractContextManager[Appending]:
         """Lock ``feed`` for an append and find the stored entries of ``look_up``; leaving
         the block commits (or, on an exception, rolls back)."""
+
+    @abstractmethod
+    def rebase(self, feed: str, base_url: str) -> AbstractContextManager[Rebasing]:
+        """Lock ``feed`` against appends to replace its frozen pages; leaving the block records
+        ``base_url`` as the base URL they are rendered with and commits (or, on an exception,
+        rolls back: every page keeps its bytes)."""
 
     def append_in_one_round_trip(
         self,

@@ -78,14 +78,13 @@ def _compiled(stmt: Any) -> str:
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
 _COMMIT = "COMMIT"
 #: The appenders' lock, by the feed's name (so it goes in the same pipeline as the row).
-_ADVISORY_LOCK = _compiled(
-    select(
-        func.pg_advisory_xact_lock(
-            literal_column(str(ADVISORY_LOCK_SPACE)),
-            select(feeds.c.id).where(feeds.c.name == bindparam("name")).scalar_subquery(),
-        )
+_ADVISORY_LOCK_STMT = select(
+    func.pg_advisory_xact_lock(
+        literal_column(str(ADVISORY_LOCK_SPACE)),
+        select(feeds.c.id).where(feeds.c.name == bindparam("name")).scalar_subquery(),
     )
 )
+_ADVISORY_LOCK = _compiled(_ADVISORY_LOCK_STMT)
 _LOCK_FEED = _compiled(sql.LOCK_FEED)
 #: The stored entries of some ids, by the feed's name (ANY of an array), so the lookup goes in
 #: the same pipeline as the lock, before the feed's id is known.
@@ -437,6 +436,10 @@ class PostgresStore(sql.SqlStore):
                     driver.rollback()  # ROLLBACK if a transaction is open
                 raise
             driver.commit()  # COMMIT if a transaction is still open, else nothing
+
+    def lock_appends(self, conn: Connection, feed: str) -> None:
+        """The appenders' advisory lock (both append paths take it first)."""
+        conn.execute(_ADVISORY_LOCK_STMT, {"name": feed})
 
     def append_in_one_round_trip(
         self,

@@ -35,7 +35,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from simplefeed.errors import FeedExists, FeedNotFound, StoreError, StoreUnavailable
 from simplefeed.model import Entry, Event, Feed, FrozenPage, StoredEntry, TokenRecord
-from simplefeed.store.interface import Appending, Store
+from simplefeed.store.interface import Appending, Rebasing, Store
 from simplefeed.store.tables import entries, feeds, pages, tokens
 
 
@@ -51,6 +51,22 @@ class SqlAppending(Appending):
 
     def entries_between(self, first: int, last: int) -> list[Entry]:
         return entries_between(self.conn, self.feed.id, first, last)
+
+
+class SqlRebasing(Rebasing):
+    def __init__(self, conn: Connection, feed: Feed) -> None:
+        self.conn = conn
+        self.feed = feed
+
+    def entries_between(self, first: int, last: int) -> list[Entry]:
+        return entries_between(self.conn, self.feed.id, first, last)
+
+    def replace_page(self, page: FrozenPage) -> None:
+        self.conn.execute(
+            update(pages)
+            .where(pages.c.feed_id == page.feed_id, pages.c.number == page.number)
+            .values(body=page.body, etag=page.etag, frozen_us=page.frozen_us)
+        )
 
 
 log = logging.getLogger(__name__)
@@ -437,6 +453,21 @@ class SqlStore(Store):
         with self.write() as conn:
             conn.execute(update(feeds).where(feeds.c.name == name).values(retired_us=retired_us))
             return self._feed(conn, name)
+
+    @contextmanager
+    def rebase(self, feed: str, base_url: str) -> Iterator[Rebasing]:
+        with self.write() as conn:
+            self.lock_appends(conn, feed)
+            row = conn.execute(LOCK_FEED, {"name": feed}).first()
+            if row is None:
+                raise FeedNotFound(feed)
+            locked = feed_from(row._mapping)
+            yield SqlRebasing(conn, locked)
+            conn.execute(update(feeds).where(feeds.c.id == locked.id).values(base_url=base_url))
+
+    def lock_appends(self, conn: Connection, feed: str) -> None:
+        """Hold off the feed's appenders until ``conn``'s transaction ends (nothing to do where
+        a write transaction excludes every other writer, as on SQLite)."""
 
     # -- producer tokens -----------------------------------------------------------------
 
