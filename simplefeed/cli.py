@@ -237,7 +237,8 @@ def feed_show(name: str, as_json: bool) -> None:
         return
     entry_points = shown.pop("entry_points")
     assert isinstance(entry_points, dict)
-    lines = {k: "never" if v is None else str(v) for k, v in shown.items()}
+    absent = {"last_publish": "never", "retired": "no", "frozen_pages_base_url": "none recorded"}
+    lines = {k: absent.get(k, "") if v is None else str(v) for k, v in shown.items()}
     lines.update({f"url {k}": v for k, v in entry_points.items()})
     width = max(map(len, lines))
     for key, value in lines.items():

@@ -87,6 +87,7 @@ def test_feed_show_gives_the_stats_and_entry_points(core: Simplefeed, tmp_path: 
     }
     text = ok(cli(core, tmp_path, "feed", "show", "orders"))
     assert re.search(r"^frozen_pages +2$", text, re.MULTILINE)
+    assert re.search(r"^retired +no$", text, re.MULTILINE)
     assert re.search(rf"^url recent +{BASE}/feeds/orders/recent$", text, re.MULTILINE)
 
     missing = cli(core, tmp_path, "feed", "show", "nope")
