@@ -374,6 +374,11 @@ def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
                 f"{recent.removesuffix('recent')}entries/",
                 err=True,
             )
+    unwritten = [problem for r in rebased for problem in r.unwritten]
+    for problem in unwritten:
+        click.echo(f"{problem} (`simplefeed archive rebuild` writes it)", err=True)
+    if unwritten:
+        raise click.ClickException(f"{len(unwritten)} page files could not be written")
     if os.environ.get("SIMPLEFEED_BASE_URL") != settings.base_url:
         click.echo(f"now start the service with SIMPLEFEED_BASE_URL={settings.base_url}", err=True)
 

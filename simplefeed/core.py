@@ -165,6 +165,8 @@ class Rebased:
     #: The URLs whose copies in caches (a CDN, consumers' HTTP caches) are now stale: every
     #: frozen page and the live documents, under the old base URL and the new one.
     purge: list[str]
+    #: Page files that could not be written (the database has the pages: ``archive rebuild``).
+    unwritten: list[str]
 
 
 def purge_urls(
@@ -674,8 +676,13 @@ class Simplefeed:
                         changed += 1
                         rebasing.replace_page(page)
                     prev = archive.page_sha256(page)
+            unwritten: list[str] = []
             for page in self.store.iter_pages(feed.id):
-                archive.ensure_file(self.page_path(feed.name, page.number), page)
+                path = self.page_path(feed.name, page.number)
+                try:
+                    archive.ensure_file(path, page)
+                except OSError as exc:
+                    unwritten.append(f"{path}: {exc.strerror or exc}")
             bases = [feed.base_url, self.settings.base_url] if changed else []
             done.append(
                 Rebased(
@@ -685,6 +692,7 @@ class Simplefeed:
                     pages=frozen,
                     changed=changed,
                     purge=purge_urls(feed, bases, self.settings.default_feed, frozen),
+                    unwritten=unwritten,
                 )
             )
         return done

@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
@@ -364,3 +365,23 @@ def test_archive_rebase_renders_every_frozen_page_with_the_new_base_url(
     assert "Invalid value for NEW_BASE_URL: 'ftp://feeds.test' is not an absolute http(s) URL" in (
         bad.stderr
     )
+
+
+def test_archive_rebase_names_page_files_it_could_not_write(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    core.publish("events", [Event(title=f"e{i}") for i in range(10)])
+    pages = core.page_path("events", 1).parent
+    shutil.rmtree(pages)
+    pages.write_text("not a directory")  # even root cannot write files under it
+    done = cli(core, tmp_path, "archive", "rebase", "http://moved.test")
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    for number in (1, 2):
+        assert (
+            f"{pages / str(number)}: Not a directory (`simplefeed archive rebuild` writes it)"
+            in (lines)
+        )
+    assert lines[-1] == "Error: 2 page files could not be written"
+    assert "http://moved.test/pages/1" in done.stdout.splitlines()  # still told what to purge
+    assert core.feed("events").base_url == "http://moved.test"  # the database moved
