@@ -680,7 +680,7 @@ class Simplefeed:
             for page in self.store.iter_pages(feed.id):
                 path = self.page_path(feed.name, page.number)
                 try:
-                    archive.ensure_file(path, page)
+                    archive.ensure_files(path, page)
                 except OSError as exc:
                     unwritten.append(f"{path}: {exc.strerror or exc}")
             bases = [feed.base_url, self.settings.base_url] if changed else []
