@@ -219,6 +219,7 @@ class Simplefeed:
         if problem is not None:
             problems.append(problem)
         problems += self.space_problems()
+        problems += self.base_url_problems()
         return self.store.backend, problems
 
     def space_problems(self) -> list[str]:
@@ -269,10 +270,15 @@ class Simplefeed:
         """Raise :class:`BaseUrlMismatch` if a feed's frozen pages link to another base URL
         than the configured one (or to none recorded): checked when the service starts, so
         that documents rendered from now on never link elsewhere than the frozen pages."""
-        problems = [base_url_problem(f, self.settings.base_url) for f in self.store.feeds()]
-        found = [p for p in problems if p is not None]
+        found = self.base_url_problems()
         if found:
             raise BaseUrlMismatch(found)
+
+    def base_url_problems(self) -> list[str]:
+        """One sentence per feed whose frozen pages link to another base URL than the
+        configured one (see :func:`base_url_problem`)."""
+        problems = [base_url_problem(f, self.settings.base_url) for f in self.store.feeds()]
+        return [p for p in problems if p is not None]
 
     def retire_feed(self, name: str) -> Feed:
         """Retire a feed: publishing is refused (:class:`FeedRetired`, 410) from now on, its

@@ -385,3 +385,33 @@ def test_archive_rebase_names_page_files_it_could_not_write(
     assert lines[-1] == "Error: 2 page files could not be written"
     assert "http://moved.test/pages/1" in done.stdout.splitlines()  # still told what to purge
     assert core.feed("events").base_url == "http://moved.test"  # the database moved
+
+
+def test_a_publish_that_would_freeze_under_another_base_url_is_a_503_and_healthz_says_why(
+    core: Simplefeed, clock: FakeClock
+) -> None:
+    """Through the app: the refused freeze is the operator's fault, not the producer's, so it
+    is a 503 with Retry-After (the producer keeps its events and retries), never a 500; nothing
+    of the batch is stored, and /healthz is unhealthy naming the feed and both URLs."""
+    core.publish("events", [Event(title=f"e{i}") for i in range(5)])  # page 1 freezes
+    other = Simplefeed(replace(core.settings, base_url="http://other.test"), clock=clock)
+    try:
+        client = falcon.testing.TestClient(create_app(other.settings, core=other))
+        token = other.create_token(label="t", feed="events")
+        answer = client.simulate_post(
+            "/entries",
+            json=[{"title": f"f{i}"} for i in range(5)],
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["Retry-After"].isdigit()
+        assert "base URL" in answer.json["message"]
+        health = client.simulate_get("/healthz")
+        assert health.status_code == 503
+        (problem,) = health.json["problems"]
+        assert "'events'" in problem and BASE in problem and "http://other.test" in problem
+    finally:
+        other.store.close()
+    assert core.feed("events").head_seq == 5
+    own = falcon.testing.TestClient(create_app(core.settings, core=core))
+    assert own.simulate_get("/healthz").status_code == 200

@@ -10,6 +10,7 @@ import falcon
 
 from simplefeed.errors import (
     AuthError,
+    BaseUrlMismatch,
     Conflict,
     EntryConflict,
     FeedRetired,
@@ -86,6 +87,13 @@ def handle_domain(req: falcon.Request, resp: falcon.Response, ex: Exception, par
         _reply(resp, ex.status, ex.message, index=ex.index, field=ex.field)
     elif isinstance(ex, RequestError):
         _reply(resp, ex.status, ex.message)
+    elif isinstance(ex, BaseUrlMismatch):
+        # A publish that would freeze a page under another base URL than the pages before it
+        # (this process started before its check could see them): the operator's to fix, so
+        # the producer keeps its event and retries; /healthz names the feed meanwhile.
+        log.error("publishing refused on %s %s: %s", req.method, req.path, ex)
+        _reply(resp, 503, "the server's base URL differs from its frozen pages'; retry later")
+        resp.set_header("Retry-After", str(STORAGE_RETRY_AFTER_S))
     elif isinstance(ex, StorageLow):
         log.warning("publishing refused on %s %s: %s", req.method, req.path, ex)
         _reply(resp, 503, "the server is short of disk space; retry later")
