@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import base64
 import copy as copy_module
+import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -53,7 +54,7 @@ from feedgen.feed import FeedGenerator
 from feedgen.util import xml_fromstring
 from lxml import etree
 
-from simplefeed import markup
+from simplefeed import markup, uris
 from simplefeed.feed_namespaces import FEED_NAMESPACES, USERLAND_RSS
 from simplefeed.model import (
     ATOM_NS,
@@ -591,7 +592,15 @@ def _feed_vocabulary_declaration(el: Any, xhtml: bool) -> str | None:
                 f"the prefix {prefix!r} is the one feed readers (feedparser) give a feed "
                 "vocabulary; choose another prefix"
             )
+        if not _NAMESPACE_SCHEME.match(namespace):
+            return f"the namespace name {namespace!r} is not an absolute URI"
+        problem = uris.iri_problem(namespace)
+        if problem:
+            return f"the namespace name {namespace!r} {problem}"
     return None
+
+
+_NAMESPACE_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 
 
 def _prefixed(root: Any) -> Any:

@@ -191,6 +191,51 @@ def id_problem(value: str) -> str | None:
     return None
 
 
+# The W3C Feed Validator's URI grammar (validators.py, rfc2396 and rfc3987): URNs and UUID and
+# tag URIs by their RFCs in any case, anything else RFC 2396 characters after IDNA encoding.
+_ANY_URN = re.compile(
+    r"^[Uu][Rr][Nn]:[a-zA-Z0-9][a-zA-Z0-9-]{1,31}:([a-zA-Z0-9()+,.:=@;$_!*'\-]|%[0-9A-Fa-f]{2})+$"
+)
+_ANY_UUID = re.compile(
+    r"^[Uu][Rr][Nn]:[Uu][Uu][Ii][Dd]:[a-fA-F0-9]{8}-[a-fA-F0-9]{4}-[a-fA-F0-9]{4}-"
+    r"[a-fA-F0-9]{4}-[a-fA-F0-9]{12}$"
+)
+_ANY_TAG = re.compile(
+    r"^tag:([a-z0-9\-._]+?@)?[a-z0-9.\-]+?,\d{4}(-\d{2}(-\d{2})?)?:"
+    r"[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*(#[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*)?$"
+)
+_RFC2396 = re.compile(
+    r"([a-zA-Z][0-9a-zA-Z+\-.]*:)?/{0,2}(\[[0-9A-Fa-f:]+\])?[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,#]*$"
+)
+
+
+def iri_problem(value: str) -> str | None:
+    """Why the W3C Feed Validator would flag ``value`` as a link, scheme, author URI or
+    namespace name, or None: a ``urn:`` that is not RFC 2141 (or a ``urn:uuid:`` that holds no
+    UUID), a ``tag:`` that is not RFC 4151, characters RFC 3987 does not allow, an
+    ``http(s):`` or ``ftp:`` URL without ``//host``. ``value`` is an absolute IRI already."""
+    scheme = value.partition(":")[0].lower()
+    if scheme == "urn":
+        if value.lower().startswith("urn:uuid:"):
+            return None if _ANY_UUID.match(value) else "is not a UUID URN (8-4-4-4-12 hex digits)"
+        if not _ANY_URN.match(value):
+            return "is not a URN (RFC 2141: urn:<namespace id of 2-32 characters>:<string>)"
+        return None
+    if scheme == "tag":
+        if not _ANY_TAG.match(value):
+            return "is not a tag URI (RFC 4151: tag:<domain or e-mail>,<YYYY[-MM[-DD]]>:<name>)"
+        return None
+    try:
+        ascii_form = value.encode("idna").decode("ascii")
+    except UnicodeError:
+        ascii_form = value
+    if not _RFC2396.match(ascii_form):
+        return "is not a valid IRI (RFC 3987: characters such as [ ] are percent-encoded)"
+    if scheme in ("http", "https", "ftp") and not re.match(r"^\w+://[^/]", value):
+        return f"is not a {scheme} URL ({scheme}://host/...)"
+    return None
+
+
 def email_problem(value: str) -> str | None:
     """Why ``value`` is not an RFC 5322 addr-spec an Atom reader accepts, or None."""
     if len(value) > 254 or not _ADDR_SPEC.match(value):

@@ -244,6 +244,9 @@ class _Checker:
         problem = markup.url_problem(value, markup.EVENT_URL_SCHEMES)
         if problem:
             raise self.fail(field, f"is {problem}")
+        problem = uris.iri_problem(value)
+        if problem:
+            raise self.fail(field, problem)
         return value
 
 

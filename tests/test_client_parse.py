@@ -156,9 +156,10 @@ XML_SAMPLES = [
     ("text/xml", '<x:doc xmlns:x="urn:example:x"><x:a n="1">one</x:a><!-- c --></x:doc>'),
     (
         "application/vnd.example+xml",
-        '<r xmlns="urn:r" xmlns:o="urn:o"><o:title>not a title</o:title><o:id>no</o:id></r>',
+        '<r xmlns="urn:example:r" xmlns:o="urn:example:o">'
+        "<o:title>not a title</o:title><o:id>no</o:id></r>",
     ),
-    ("application/xml", f'<t xmlns="urn:t">{escape(WORDS)}<![CDATA[ <x> ]]></t>'),
+    ("application/xml", f'<t xmlns="urn:example:t">{escape(WORDS)}<![CDATA[ <x> ]]></t>'),
 ]
 
 
@@ -350,7 +351,7 @@ word = st.text(
 )
 iri = st.builds(
     lambda scheme, path: f"{scheme}{path}",
-    st.sampled_from(["https://example.com/", "urn:x:", "tag:example.com,2027:", "mailto:"]),
+    st.sampled_from(["https://example.com/", "urn:example:", "tag:example.com,2027:", "mailto:"]),
     st.text(
         st.characters(
             min_codepoint=0x21,

@@ -228,6 +228,27 @@ CORPUS: list[Case] = [
     ),
     one(
         {
+            "title": "IRIs of every scheme the door takes",
+            "content": "x",
+            "links": [
+                {"href": href, "rel": "related"}
+                for href in [
+                    "urn:example:a:b",
+                    "URN:Example:x",
+                    "urn:uuid:6F1C2A4E-1D2B-4C3D-9E8F-0A1B2C3D4E5F",
+                    "tag:example.com,2027:x",
+                    "mailto:a@example.com",
+                    "ftp://example.com/f",
+                    "https://example.com/caf%C3%A9?q=1",
+                    "https://bücher.example/é",
+                ]
+            ],
+            "author": {"name": "A", "uri": "tag:example.com,2025:a"},
+            "categories": [{"term": "t", "scheme": "urn:example:scheme"}],
+        }
+    ),
+    one(
+        {
             "title": "No content, the producer's alternate link",
             "links": [{"href": "https://example.com/p"}],
         }

@@ -534,3 +534,58 @@ def test_a_self_link_names_an_atom_document(
     refused(client, core, {"title": "x", "links": [link]}, "links[0].type", words=("self",))
     accepted(client, {"title": "x", "links": [{**link, "type": "application/atom+xml"}]})
     accepted(client, {"title": "y", "links": [{"href": "https://example.com/e", "rel": "self"}]})
+
+
+BAD_IRIS = [
+    "urn:x:1",  # a namespace id of one character
+    "urn:example:",  # nothing after the namespace id
+    "urn:uuid:not-a-uuid",
+    "tag:nonsense",
+    "tag:Example.com,2027:x",  # RFC 4151 authorities are lower case
+    "http:foo",
+    "https:/no-host",
+    "https://example.com/a[1]",
+]
+
+
+@pytest.mark.parametrize("iri", BAD_IRIS)
+@pytest.mark.parametrize(
+    "where,field",
+    [
+        (lambda v: {"links": [{"href": v, "rel": "related"}]}, "links[0].href"),
+        (lambda v: {"author": {"name": "A", "uri": v}}, "author.uri"),
+        (lambda v: {"categories": [{"term": "t", "scheme": v}]}, "categories[0].scheme"),
+    ],
+)
+def test_an_iri_the_w3c_validator_flags_is_refused(
+    client: Client, core: Simplefeed, iri: str, where: Any, field: str
+) -> None:
+    """The validator: "href is not a valid URN / TAG / UUID", "href must be a valid IRI"."""
+    refused(client, core, {"title": "x", **where(iri)}, field)
+
+
+@pytest.mark.parametrize("namespace", ["foo", "urn:x:o", "tag:bad", "http:foo"])
+def test_a_namespace_name_the_w3c_validator_flags_is_refused(
+    client: Client, core: Simplefeed, namespace: str
+) -> None:
+    """Namespace names are absolute URIs the validator takes ("xmlns:c0 is not a valid URN")."""
+    event = {
+        "title": "x",
+        "content": f'<o xmlns="{namespace}">a</o>',
+        "content_type": "application/xml",
+    }
+    refused(client, core, event, "content", words=("namespace name",))
+
+
+def test_iris_the_validator_takes_are_accepted(client: Client) -> None:
+    for iri in [
+        "urn:example:a:b",
+        "URN:Example:x",
+        "urn:uuid:6F1C2A4E-1D2B-4C3D-9E8F-0A1B2C3D4E5F",
+        "tag:example.com,2027:x",
+        "mailto:a@example.com",
+        "ftp://example.com/f",
+        "https://example.com/caf%C3%A9?q=1",
+        "https://bücher.example/é",
+    ]:
+        accepted(client, {"title": iri, "links": [{"href": iri, "rel": "related"}]})
