@@ -25,7 +25,10 @@ JSON events (85 %) with some text, HTML and XHTML ones. Then:
    the process's peak RSS, and again under tracemalloc for its peak: flat in pages walked.
 
 Targets (issue #13): the feedparser consumer at 85 % of the raw feedparser rate or more; the
-lxml consumer at 80 % of the raw lxml rate or more, both with checkpoints per page. The figures
+lxml consumer at 80 % of the raw lxml rate or more, both with checkpoints per page, each
+against the raw rate its own process measures right after it over the same pages ("paired":
+on a shared machine the load changes between steps; the first-measured raw rate is shown
+too). The figures
 and the reading of them are in docs/benchmarks.md,
 section "Consuming". ``--json FILE`` also writes them as JSON.
 """
@@ -222,6 +225,14 @@ class Run:
     def rates(self) -> list[float]:
         return [float(r["entries"]) / float(r["seconds"]) for r in self.results]
 
+    @property
+    def paired(self) -> float:
+        """The median of each run's rate against the raw rate its own process measured right
+        after it, over the same bytes."""
+        return statistics.median(
+            float(r["entries"]) / float(r["seconds"]) / float(r["raw_rate"]) for r in self.results
+        )
+
 
 def cold_start(url: str, workdir: Path, run: Run, expected: int, quiet: Quiet) -> None:
     state = workdir / f"state-{run.feed}-{run.parser}-{run.checkpoint}-{len(run.results)}"
@@ -284,21 +295,27 @@ def report(
     out.append("")
     out.append(
         "Cold-start catch-up (fresh state file)  parser      checkpoint  entries/s  "
-        "runs (entries/s)            vs its raw rate      target                others"
+        "runs (entries/s)            vs its raw rate  paired  target                others"
     )
     for run in timed:
         own = "feedparser.parse" if run.parser == "feedparser" else "parse_page lxml"
         ratio = run.rate / raw[own]
+        paired = run.paired
         goal = RAW_TARGET if run.parser == "feedparser" else FAST_TARGET
         target = ""
         if run.checkpoint == "page":
-            target = f">= {goal:.2f}: {'met' if ratio >= goal else 'MISSED'}"
+            target = f">= {goal:.2f}: {'met' if paired >= goal else 'MISSED'}"
         runs = ", ".join(f"{r:,.0f}" for r in run.rates)
         others = max(r["others_share"] for r in run.results)
         out.append(
             f"  {run.pages:>5} pages{'':<27}{run.parser:<12}{run.checkpoint:<12}"
-            f"{run.rate:>9,.0f}  {runs:<28}{ratio:>6.2f}{'':<15}{target:<22}{others:>5.0%}"
+            f"{run.rate:>9,.0f}  {runs:<28}{ratio:>6.2f}{'':<10}{paired:>6.2f}  {target:<22}"
+            f"{others:>5.0%}"
         )
+    out.append(
+        "  (vs its raw rate: against the rate measured first, above; paired: against the raw "
+        "rate each run's own process measured right after it, over the pages it read)"
+    )
     out.append("")
     out.append(
         "Memory of the consumer process          parser      pages  RSS, consumer open  "
@@ -441,7 +458,7 @@ def main() -> None:
                     "machine": info,
                     "corpus": corpus,
                     "raw": raw,
-                    "timed": [asdict(r) | {"rate": r.rate} for r in timed],
+                    "timed": [asdict(r) | {"rate": r.rate, "paired": r.paired} for r in timed],
                     "memory": [asdict(r) for r in memory],
                 },
                 indent=2,

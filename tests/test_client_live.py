@@ -535,3 +535,37 @@ def test_against_uwsgi_documents_come_compressed_and_digests_hold(tmp_path: Path
             stats = consumer.fetcher.stats
         assert stats.requests == 6  # /recent and pages 5..1, each digest checked
         assert stats.bytes_received < 0.25 * stats.bytes_decoded, stats
+
+
+def test_the_page_after_the_next_is_read_while_entries_are_handled(
+    live: LiveServer, tmp_path: Path
+) -> None:
+    """Catching up over the network, the consumer reads ahead: while the first entry of page
+    2 is being handled, page 4 is already asked for (page 3 was read to check page 2)."""
+    requested: list[str] = []
+    app = live.httpd.get_app()
+
+    def recording(environ: dict[str, Any], start_response: Any) -> Any:
+        requested.append(environ["PATH_INFO"])
+        return app(environ, start_response)
+
+    live.httpd.set_app(recording)
+    live.publish(5)  # page 1 frozen
+    state = tmp_path / "state.sqlite3"
+    with Consumer(live.recent, state) as consumer:
+        assert [e.seq for e in consumer.entries()] == [1, 2, 3, 4, 5]
+    live.publish(17)  # pages 2, 3 and 4 frozen; 21 and 22 on the working page 5
+    waited: dict[int, bool] = {}
+
+    def handle(entry: Any) -> None:
+        if entry.seq == 6:
+            deadline = time.monotonic() + 10
+            while "/pages/4" not in requested and time.monotonic() < deadline:
+                time.sleep(0.01)
+            waited[entry.seq] = "/pages/4" in requested
+
+    with Consumer(live.recent, state) as consumer:
+        consumer.run(handle)
+        assert consumer.checkpoint is not None and consumer.checkpoint.seq == 22
+    assert waited == {6: True}
+    assert requested.count("/pages/4") == 1

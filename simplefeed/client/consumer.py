@@ -116,8 +116,42 @@ class _HttpPages:
         self.parser = parser
         self.entry_point = entry_point
         self.head_max_age: float | None = None
+        # Read-ahead: the one page the walk will ask for next, fetched (or read from the
+        # cache) and parsed on a thread of its own while the current page's entries are
+        # handled. One page at most: memory stays flat.
+        self._ahead: ThreadPoolExecutor | None = None
+        self._next: tuple[str, Future[Page]] | None = None
+
+    def prefetch(self, url: str) -> None:
+        """Start reading the page at ``url``, which :meth:`page` will be asked for next."""
+        if self._next is not None:
+            return
+        if self._ahead is None:
+            self._ahead = ThreadPoolExecutor(1, thread_name_prefix="simplefeed-read-ahead")
+        self._next = (url, self._ahead.submit(self._read, url))
 
     def page(self, url: str) -> Page:
+        pending = self._take()
+        if pending is not None:
+            if pending[0] == url:
+                return pending[1].result()  # its page, or the error reading it raised
+            _settle(pending[1])
+        return self._read(url)
+
+    def _take(self) -> tuple[str, Future[Page]] | None:
+        pending, self._next = self._next, None
+        return pending
+
+    def close(self) -> None:
+        """Let a page being read ahead finish (its result is not needed), stop the thread."""
+        pending = self._take()
+        if pending is not None:
+            _settle(pending[1])
+        if self._ahead is not None:
+            self._ahead.shutdown(wait=True)
+            self._ahead = None
+
+    def _read(self, url: str) -> Page:
         fetched = self.fetcher.get(url, entry_point=self.entry_point)
         try:
             page = parse_page(url, fetched.body, parser=self.parser)
@@ -132,6 +166,9 @@ class _HttpPages:
         return page
 
     def outline(self, url: str) -> Outline:
+        pending = self._take()
+        if pending is not None:
+            _settle(pending[1])
         fetched = self.fetcher.get(url, entry_point=self.entry_point)
         outline = outline_page(url, fetched.body)
         self.fetcher.remember(fetched, immutable=outline.is_archive)
@@ -139,11 +176,22 @@ class _HttpPages:
 
     def head(self, url: str) -> Page:
         """The entry point: never pinned, whatever it claims; its max-age is kept."""
+        pending = self._take()
+        if pending is not None:
+            _settle(pending[1])
         fetched = self.fetcher.get(url, entry_point=self.entry_point)
         page = parse_page(url, fetched.body, parser=self.parser)
         self.fetcher.remember(fetched, immutable=False)
         self.head_max_age = fetched.max_age
         return page
+
+
+def _settle(future: Future[Page]) -> None:
+    """Wait for a read-ahead nobody needs any more; what it raised does not matter."""
+    try:
+        future.result()
+    except Exception as exc:
+        log.debug("a page read ahead and not needed failed: %s", exc)
 
 
 class Consumer:
@@ -326,6 +374,7 @@ class Consumer:
             if self._writer is not None:
                 self._writer.submit(_close_writer_state)
                 self._writer.shutdown(wait=True)
+            self._pages.close()
             self.fetcher.close()
             if self._owns_state:
                 self.state.close()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
@@ -157,10 +158,15 @@ class StateFile:
 
     def __init__(self, path: str | PathLike[str]) -> None:
         self.path = Path(path)
+        self._lock = threading.Lock()
         try:
             if self.path.parent != Path(""):
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+            # One connection, used from the consumer's thread and its read-ahead thread (the
+            # page being read next), one statement at a time (the lock).
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, timeout=30.0, check_same_thread=False
+            )
         except (OSError, sqlite3.Error) as exc:
             raise StateError(str(self.path), f"cannot open the state file: {exc}") from exc
         try:
@@ -309,14 +315,16 @@ class StateFile:
 
     def _query(self, sql: str, params: tuple[object, ...]) -> tuple[Any, ...] | None:
         try:
-            row: tuple[Any, ...] | None = self._db.execute(sql, params).fetchone()
+            with self._lock:
+                row: tuple[Any, ...] | None = self._db.execute(sql, params).fetchone()
         except sqlite3.Error as exc:
             raise StateError(str(self.path), f"read failed: {exc}") from exc
         return row
 
     def _all(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
         try:
-            return self._db.execute(sql, params).fetchall()
+            with self._lock:
+                return self._db.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise StateError(str(self.path), f"read failed: {exc}") from exc
 
@@ -331,15 +339,17 @@ class StateFile:
     def _execute(self, sql: str, params: tuple[object, ...], *, durable: bool) -> bool:
         """Run one write; whether it changed a row."""
         try:
-            if durable != self._durable:
-                self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-                self._durable = durable
-            return self._db.execute(sql, params).rowcount > 0  # autocommit: one transaction
+            with self._lock:
+                if durable != self._durable:
+                    self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                    self._durable = durable
+                return self._db.execute(sql, params).rowcount > 0  # autocommit: one transaction
         except sqlite3.Error as exc:
             raise StateError(str(self.path), f"write failed: {exc}") from exc
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
 
     def __enter__(self) -> StateFile:
         return self

@@ -21,7 +21,9 @@ One pass (:func:`new_entries`), given the entry point's document (*head*) and th
 
 Memory stays flat in the number of pages walked: one page (and *head*) is held at a time, and
 a bounded trail of URLs. Going forward re-reads the pages walked back through; the consumer's
-page source serves archived pages from its cache, without a request.
+page source serves archived pages from its cache, without a request. A page source that can
+read ahead (:class:`ReadAhead`) is told the page after the next as soon as its link is known,
+and reads it (one page at most) while the entries of the current page are handled.
 
 Every entry yielded has the sequence number of the one before plus one (the first of a feed has
 1): anything else raises :class:`SequenceGap` before the entry is yielded; walking back, each
@@ -65,6 +67,7 @@ __all__ = [
     "OutlineSource",
     "PageSource",
     "Progress",
+    "ReadAhead",
     "new_entries",
     "starting_point",
     "verify",
@@ -78,6 +81,13 @@ TRAIL = 16
 
 class PageSource(Protocol):
     def page(self, url: str) -> Page: ...
+
+
+@runtime_checkable
+class ReadAhead(Protocol):
+    """A page source that can start reading the page it will be asked for next."""
+
+    def prefetch(self, url: str) -> None: ...
 
 
 @runtime_checkable
@@ -326,6 +336,7 @@ def _forward(
         newest = head.newest_seq
     total = None if newest is None else newest - after_seq
     trail = _Trail(page)
+    ahead = source if isinstance(source, ReadAhead) else None
     moved = False
     prev_seq = after_seq
     done = 0
@@ -337,6 +348,9 @@ def _forward(
             trail.follow(nxt_url)
             nxt = head if nxt_url == head.permanent_url else source.page(nxt_url)
             verify(nxt, page)
+            after = nxt.next_archive
+            if after is not None and after != head.permanent_url and ahead is not None:
+                ahead.prefetch(after)  # read while this page's entries are handled
         elif page.is_archive:
             raise MalformedPage(page.url, "an archived page without a next-archive link")
         for entry in _checked(page.url, entries, prev_seq, checkpoint):
