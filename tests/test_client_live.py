@@ -6,8 +6,10 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -29,7 +31,7 @@ from click.testing import CliRunner, Result
 from bench.servers import UwsgiServer
 from simplefeed import archive
 from simplefeed.app import create_app
-from simplefeed.client import Checkpoint, Consumer, RetryPolicy, StateFile
+from simplefeed.client import Checkpoint, Consumer, PollPolicy, RetryPolicy, StateFile
 from simplefeed.client.command import consume
 from simplefeed.core import Simplefeed
 from simplefeed.model import Event
@@ -90,11 +92,11 @@ class _Handler(WSGIRequestHandler):
 class LiveServer:
     """The real app for ``settings`` (base URL set to where it listens) in a thread."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, recent_max_age: int = 0) -> None:
         self.httpd = _Server()
         port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{port}"
-        self.settings = replace(settings, base_url=self.base_url, recent_max_age=0)
+        self.settings = replace(settings, base_url=self.base_url, recent_max_age=recent_max_age)
         self.core = Simplefeed(self.settings, new_uuid=SequentialIds())
         self.core.create_feed(self.settings.default_feed)
         self.httpd.set_app(create_app(self.settings, core=self.core))
@@ -571,3 +573,136 @@ def test_the_page_after_the_next_is_read_while_entries_are_handled(
         assert consumer.checkpoint is not None and consumer.checkpoint.seq == 22
     assert waited == {6: True}
     assert requested.count("/pages/4") == 1
+
+
+# -- long polling (Prefer: wait, RFC 7240) --------------------------------------------------
+
+
+def _long_polling(app: Any, log: list[tuple[str, str | None, float]]) -> Any:
+    """The app behind a front that honours ``Prefer: wait=N`` on /recent as the protocol
+    says: a conditional request whose copy is current is held until the document changes
+    or N seconds pass, and the answer says ``Preference-Applied``. Every request is logged:
+    (path, its Prefer, when it arrived)."""
+
+    def front(environ: dict[str, Any], start_response: Any) -> Any:
+        prefer = environ.get("HTTP_PREFER")
+        log.append((environ["PATH_INFO"], prefer, time.monotonic()))
+        wait = re.fullmatch(r"\s*wait=(\d+)\s*", prefer or "")
+        if wait is None or environ["PATH_INFO"] != "/recent":
+            return app(environ, start_response)
+        deadline = time.monotonic() + int(wait.group(1))
+        answer: dict[str, Any] = {}
+
+        def capture(status: str, headers: list[Any], exc_info: Any = None) -> Any:
+            answer["status"], answer["headers"] = status, headers
+            return lambda data: None
+
+        while True:
+            body = b"".join(app(environ, capture))
+            if not answer["status"].startswith("304") or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        headers = [*answer["headers"], ("Preference-Applied", f"wait={wait.group(1)}")]
+        start_response(answer["status"], headers)
+        return [body]
+
+    return front
+
+
+def test_follow_long_polls_a_server_that_honours_prefer_wait(
+    live: LiveServer, tmp_path: Path
+) -> None:
+    """With --follow the consumer asks the server to hold its polls (Prefer: wait); a server
+    that does (Preference-Applied) is asked again at once, so a new entry arrives in well
+    under the polling interval, and a quiet feed costs one request per wait."""
+    log: list[tuple[str, str | None, float]] = []
+    live.httpd.set_app(_long_polling(live.httpd.get_app(), log))
+    live.publish(3)
+    got: list[tuple[int, float]] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        with Consumer(
+            live.recent,
+            tmp_path / "state.sqlite3",
+            poll=PollPolicy(min_interval=30, max_interval=60),  # polling alone: 30 s
+            wait=2,
+        ) as consumer:
+            consumer.run(
+                lambda e: got.append((e.seq, time.monotonic())), follow=True, stop=done.is_set
+            )
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [seq for seq, _ in got] == [1, 2, 3]
+        time.sleep(3.2)  # quiet: held polls, each up to 2 s
+        published = time.monotonic()
+        live.publish(1)
+        while len(got) < 4 and time.monotonic() < published + 10:
+            time.sleep(0.01)
+    finally:
+        done.set()
+        follower.join(timeout=10)
+    assert not follower.is_alive()
+    assert [seq for seq, _ in got] == [1, 2, 3, 4]
+    assert got[3][1] - published < 1.0  # not the 30 s polling interval
+    polls = [(prefer, at) for path, prefer, at in log if path == "/recent"]
+    assert polls[0][0] is None  # the first pass answers at once: no wait asked
+    assert all(prefer == "wait=2" for prefer, _ in polls[1:])
+    quiet = [at for _, at in polls if got[2][1] < at < published]
+    assert 1 <= len(quiet) <= 3  # about one request per 2 s wait, not a busy loop
+
+
+@pytest.mark.parametrize(
+    "claims,delay,max_age",
+    [(False, 0.0, 1), (True, 0.0, 1), (False, 1.2, 3)],
+    ids=["ignores", "claims-but-answers-at-once", "ignores-and-answers-slowly"],
+)
+def test_follow_without_a_held_poll_polls_no_faster_than_max_age(
+    settings: Settings, tmp_path: Path, claims: bool, delay: float, max_age: int
+) -> None:
+    """A server that ignores Prefer: wait (no Preference-Applied), even one slow to answer,
+    or one that says it applied it but answers at once, gets polled as without it: never
+    faster than max-age."""
+    log: list[tuple[str, str | None, float]] = []
+    server = LiveServer(settings, recent_max_age=max_age)
+    app = server.httpd.get_app()
+
+    def recording(environ: dict[str, Any], start_response: Any) -> Any:
+        log.append((environ["PATH_INFO"], environ.get("HTTP_PREFER"), time.monotonic()))
+        time.sleep(delay)
+        if not claims or "HTTP_PREFER" not in environ:
+            return app(environ, start_response)
+
+        def claiming(status: str, headers: list[Any], exc_info: Any = None) -> Any:
+            return start_response(status, [*headers, ("Preference-Applied", "wait=5")])
+
+        return app(environ, claiming)
+
+    server.httpd.set_app(recording)
+    try:
+        server.publish(2)
+        started = time.monotonic()
+        with Consumer(
+            server.recent,
+            tmp_path / "state.sqlite3",
+            poll=PollPolicy(min_interval=0.1, max_interval=0.1),
+            wait=5,
+        ) as consumer:
+            consumer.run(
+                lambda e: None, follow=True, stop=lambda: time.monotonic() > started + 3.5 * max_age
+            )
+    finally:
+        server.close()
+    polls = [at for path, _, at in log if path == "/recent"]
+    assert 4 <= len(polls) <= 6, polls
+    # The first long poll goes out at once; not held, the polls after it wait max-age (plus
+    # the answer's time), not the 0.1 s interval, and never loop.
+    gaps = [b - a for a, b in itertools.pairwise(polls)]
+    assert min(gaps[1:]) >= max_age + delay - 0.05, gaps
+    prefers = [prefer for path, prefer, _ in log if path == "/recent"]
+    assert prefers[1:] == ["wait=5"] * (len(polls) - 1)

@@ -5,7 +5,7 @@
     simplefeed consume URL --state FILE [--from start|now] [--jsonl | --exec CMD] [--follow]
                            [--parser feedparser|lxml] [--checkpoint entry|page]
                            [--max-size BYTES] [--max-time SECONDS]
-                           [--allow-redirect-origin ORIGIN]...
+                           [--allow-redirect-origin ORIGIN]... [--wait SECONDS]
 
 Prints (default: ``seq<TAB>id<TAB>title``, with backslash, tab, line breaks and other control
 characters in the id and title backslash-escaped, so that one entry is always one line),
@@ -15,7 +15,9 @@ author, categories, links, and the page), or runs a
 command per entry (``--exec``: the JSON object on its standard input, ``SIMPLEFEED_ENTRY_ID`` and
 ``SIMPLEFEED_ENTRY_SEQ`` in its environment; a non-zero exit stops processing at that entry).
 Entries come oldest first, at least once (see :mod:`simplefeed.client.consumer`). Without
-``--follow`` the command exits 0 once caught up; with it, it polls on until interrupted.
+``--follow`` the command exits 0 once caught up; with it, it polls on until interrupted, each
+poll after the first a long poll (``Prefer: wait``, ``--wait``) that a server saying
+``Preference-Applied`` holds until the feed changes.
 
 Exit codes:
 
@@ -291,6 +293,15 @@ class _ProgressBars:
     help="Shortest polling interval with --follow, in seconds (never below max-age).",
 )
 @click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="With --follow: ask the server to hold each poll up to this many seconds until the "
+    "feed changes (Prefer: wait, RFC 7240); 0: never. A server that does not say "
+    "Preference-Applied is polled as without it, never faster than max-age.",
+)
+@click.option(
     "--debug",
     is_flag=True,
     help="On an internal error (exit 70), print the traceback too; log at debug level.",
@@ -319,6 +330,7 @@ def _consume(
     max_time: float,
     redirect_origins: tuple[str, ...],
     min_interval: float,
+    wait: float,
     debug: bool,
     max_interval: float,
 ) -> None:
@@ -369,6 +381,7 @@ def _consume(
             allow_redirect_origins=redirect_origins,
             on_error=on_error,
             max_parked=max_parked,
+            wait=wait,
             debug=debug,
         )
     )
@@ -390,6 +403,7 @@ def _run(
     allow_redirect_origins: tuple[str, ...] = (),
     on_error: OnError = "stop",
     max_parked: int | None = None,
+    wait: float = 30.0,
     debug: bool = False,
 ) -> int:
     """Run the consumer; return the exit code. Errors are reported on standard error."""
@@ -417,6 +431,7 @@ def _run(
             allow_redirect_origins=allow_redirect_origins,
             on_error=on_error,
             max_parked=max_parked,
+            wait=wait,
         ) as consumer:
             consumer.run(handler, follow=follow)
         return EXIT_OK

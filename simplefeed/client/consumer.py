@@ -116,6 +116,10 @@ class _HttpPages:
         self.parser = parser
         self.entry_point = entry_point
         self.head_max_age: float | None = None
+        #: The last head request was held by the server (a long poll it honoured) and took
+        #: this long.
+        self.head_waited = False
+        self.head_seconds = 0.0
         # Read-ahead: the one page the walk will ask for next, fetched (or read from the
         # cache) and parsed on a thread of its own while the current page's entries are
         # handled. One page at most: memory stays flat.
@@ -174,16 +178,25 @@ class _HttpPages:
         self.fetcher.remember(fetched, immutable=outline.is_archive)
         return outline
 
-    def head(self, url: str) -> Page:
-        """The entry point: never pinned, whatever it claims; its max-age is kept."""
+    def head(self, url: str, wait: float | None = None) -> Page:
+        """The entry point: never pinned, whatever it claims; its max-age is kept. ``wait``:
+        a long poll (:meth:`Fetcher.get`)."""
         pending = self._take()
         if pending is not None:
             _settle(pending[1])
-        fetched = self.fetcher.get(url, entry_point=self.entry_point)
+        started = time.monotonic()
+        fetched = self.fetcher.get(url, entry_point=self.entry_point, wait=wait)
+        self.head_seconds = time.monotonic() - started
+        self.head_waited = fetched.waited
         page = parse_page(url, fetched.body, parser=self.parser)
         self.fetcher.remember(fetched, immutable=False)
         self.head_max_age = fetched.max_age
         return page
+
+
+#: A long poll the server says it held but that came back sooner than this, with nothing new,
+#: was not held: the next poll waits as an ordinary one would (a server cannot make us spin).
+HELD = 1.0
 
 
 def _settle(future: Future[Page]) -> None:
@@ -217,6 +230,7 @@ class Consumer:
         parser: Parser = "feedparser",
         on_error: OnError = "stop",
         max_parked: int | None = None,
+        wait: float = 30.0,
     ) -> None:
         if on_error not in ("stop", "park"):
             raise ValueError(f"on_error must be 'stop' or 'park', not {on_error!r}")
@@ -230,7 +244,10 @@ class Consumer:
             )
         if parser not in PARSERS:
             raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
+        if wait < 0:
+            raise ValueError("wait must not be negative")
         self.url = url
+        self.wait = wait
         self.on_error = on_error
         self.max_parked = max_parked
         self.start = start
@@ -396,10 +413,11 @@ class Consumer:
         self, follow: bool, stop: Callable[[], bool] | None
     ) -> Generator[FeedEntry, None, None]:
         interval = self.poll.initial
+        wait: float | None = None  # the first pass answers at once
         try:
             while True:
                 found = 0
-                for entry in self._one_pass():
+                for entry in self._one_pass(wait):
                     if self._writing is not None or (
                         self._pending is not None and self._pending.page_url != entry.page_url
                     ):
@@ -411,15 +429,27 @@ class Consumer:
                 self._flush()
                 if not follow or (stop is not None and stop()):
                     return
-                interval = next_interval(self.poll, interval, found, self._pages.head_max_age)
-                log.debug("%s: %d new entries; next poll in %.1f s", self.url, found, interval)
-                self.sleep(interval)
+                pages = self._pages
+                held = pages.head_waited and (found > 0 or pages.head_seconds >= HELD)
+                if self.wait and (wait is None or held):
+                    # The first long poll goes out at once, and so does the next after one
+                    # the server held until the feed changed or the wait was over. A server
+                    # that does not hold them (or claims to and answers at once) gets the
+                    # ordinary interval, never shorter than max-age.
+                    pause = 0.0
+                else:
+                    interval = next_interval(self.poll, interval, found, pages.head_max_age)
+                    pause = interval
+                log.debug("%s: %d new entries; next poll in %.1f s", self.url, found, pause)
+                wait = self.wait or None
+                if pause > 0:
+                    self.sleep(pause)
         finally:
             if not self._closed:
                 self._flush()
 
-    def _one_pass(self) -> Iterator[FeedEntry]:
-        head = self._pages.head(self.url)
+    def _one_pass(self, wait: float | None) -> Iterator[FeedEntry]:
+        head = self._pages.head(self.url, wait)
         if head.newest_seq is not None:
             self.state.save_head(self.url, head.newest_seq, self.clock())
         checkpoint = self.checkpoint

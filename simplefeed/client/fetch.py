@@ -34,6 +34,7 @@ clock are injected.
 from __future__ import annotations
 
 import logging
+import math
 import ssl
 import threading
 import time
@@ -122,6 +123,8 @@ class Fetched:
     body: bytes
     source: Source
     document: CachedDocument
+    #: The server held the request as a ``Prefer: wait`` asked (``Preference-Applied: wait``).
+    waited: bool = False
 
     @property
     def max_age(self) -> float | None:
@@ -191,6 +194,7 @@ class Fetcher:
         self.clock = clock
         self.sleep = sleep
         self.stats = FetchStats()
+        self.timeout = timeout
         self._deadlines = _Deadlines()
         self._client = httpx.Client(
             transport=transport if transport is not None else _transport(self._deadlines),
@@ -203,13 +207,22 @@ class Fetcher:
             },
         )
 
-    def get(self, url: str, *, entry_point: str | None = None) -> Fetched:
+    def get(
+        self, url: str, *, entry_point: str | None = None, wait: float | None = None
+    ) -> Fetched:
         """The document at ``url``: from the cache when allowed, else over the network.
         Redirects stay within the origin of ``entry_point`` (default: ``url``) and the
-        allowed ones."""
+        allowed ones.
+
+        ``wait`` (seconds): a long poll. When the cache holds a copy with an ETag, it is
+        revalidated (fresh or not) with ``Prefer: wait=<wait>`` (RFC 7240): a server that
+        honours it answers when the document changes or the time is up, and says so
+        (``Preference-Applied``, :attr:`Fetched.waited`). The wait is added to the
+        response's time bounds."""
         cached = self.cache.get_document(url)
         now = self.clock()
-        if cached is not None and cached.fresh(now):
+        long_poll = wait is not None and wait > 0 and cached is not None and bool(cached.etag)
+        if cached is not None and cached.fresh(now) and not long_poll:
             self.stats.cache_hits += 1
             return Fetched(url, cached.body, "cache", cached)
         headers: dict[str, str] = {}
@@ -218,7 +231,13 @@ class Fetcher:
                 headers["If-None-Match"] = cached.etag
             if cached.last_modified:
                 headers["If-Modified-Since"] = cached.last_modified
-        response = self._request(url, headers, origin(entry_point or url))
+        extra = 0.0
+        if long_poll:
+            assert wait is not None
+            extra = float(math.ceil(wait))
+            headers["Prefer"] = f"wait={extra:.0f}"
+        response = self._request(url, headers, origin(entry_point or url), extra)
+        waited = long_poll and _wait_applied(response.headers)
         now = self.clock()
         max_age = _max_age(response.headers)
         if response.status == 304 and cached is not None:
@@ -230,7 +249,7 @@ class Fetcher:
                 fetched_at=now,
                 max_age=max_age,
             )
-            return Fetched(url, cached.body, "revalidated", document)
+            return Fetched(url, cached.body, "revalidated", document, waited)
         if response.status != 200:
             raise UnexpectedStatus(url, response.status)
         body = response.body
@@ -243,7 +262,7 @@ class Fetcher:
             fetched_at=now,
             max_age=max_age,
         )
-        return Fetched(url, body, "network", document)
+        return Fetched(url, body, "network", document, waited)
 
     def remember(self, fetched: Fetched, *, immutable: bool) -> None:
         """Store an accepted body; ``immutable`` pins it for good (an archived page)."""
@@ -255,7 +274,7 @@ class Fetcher:
         """Drop what the cache holds for ``url`` (a body that turned out not to be usable)."""
         self.cache.delete_document(url)
 
-    def _request(self, url: str, headers: dict[str, str], home: str) -> _Answer:
+    def _request(self, url: str, headers: dict[str, str], home: str, extra: float = 0.0) -> _Answer:
         policy = self.retry
         exponential = tenacity.wait_exponential(
             multiplier=policy.initial, max=policy.max_wait
@@ -291,7 +310,7 @@ class Fetcher:
             for attempt in retrying:
                 with attempt:
                     self.stats.requests += 1
-                    answer = self._follow(url, headers, home)
+                    answer = self._follow(url, headers, home, extra)
                     if answer.status >= 500 or answer.status == 429:
                         retry_after = _retry_after(answer.headers, self.clock())
                         raise _Transient(answer.status, retry_after)
@@ -305,12 +324,12 @@ class Fetcher:
             raise FetchError(url, f"invalid URL: {exc}") from exc
         raise AssertionError("unreachable: tenacity either returns, retries or raises")
 
-    def _follow(self, url: str, headers: dict[str, str], home: str) -> _Answer:
+    def _follow(self, url: str, headers: dict[str, str], home: str, extra: float) -> _Answer:
         """One answer to GET ``url``, following redirects within the allowed origins."""
         allowed = self.allow_redirect_origins | {home}
         target = httpx.URL(url)
         for _ in range(MAX_REDIRECTS + 1):
-            answer = self._once(url, target, headers)
+            answer = self._once(url, target, headers, extra)
             location = answer.headers.get("Location")
             if answer.status not in (301, 302, 303, 307, 308) or location is None:
                 return answer
@@ -323,13 +342,15 @@ class Fetcher:
             log.info("GET %s: redirected to %s", url, target)
         raise UnexpectedStatus(url, answer.status)
 
-    def _once(self, url: str, target: httpx.URL, headers: dict[str, str]) -> _Answer:
-        """One request and its whole body, within the bounds."""
+    def _once(self, url: str, target: httpx.URL, headers: dict[str, str], extra: float) -> _Answer:
+        """One request and its whole body, within the bounds (plus ``extra`` seconds: the
+        wait a long poll asked the server for)."""
         bounds = self.bounds
-        deadline = time.monotonic() + bounds.max_seconds
+        deadline = time.monotonic() + bounds.max_seconds + extra
         self._deadlines.set(deadline)
+        timeout = httpx.Timeout(self.timeout, read=self.timeout + extra)
         try:
-            with self._client.stream("GET", target, headers=headers) as response:
+            with self._client.stream("GET", target, headers=headers, timeout=timeout) as response:
                 if response.status_code in (301, 302, 303, 307, 308) or (
                     response.status_code >= 500 or response.status_code == 429
                 ):
@@ -484,6 +505,12 @@ def _delta_seconds(text: str) -> float | None:
     if len(text) > 10:
         return float(MAX_DELTA_SECONDS)
     return float(min(int(text), MAX_DELTA_SECONDS))
+
+
+def _wait_applied(headers: httpx.Headers) -> bool:
+    """Whether ``Preference-Applied`` names the ``wait`` preference (RFC 7240 section 3)."""
+    applied = headers.get("Preference-Applied", "")
+    return any(token.split("=", 1)[0].strip().lower() == "wait" for token in applied.split(","))
 
 
 def _max_age(headers: httpx.Headers) -> float | None:
