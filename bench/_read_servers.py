@@ -33,39 +33,40 @@ UWSGI = Path(sys.executable).with_name("uwsgi")
 
 # -- uWSGI configurations ---------------------------------------------------------------------
 
-LISTEN_MODES = ("http-socket", "http11-socket", "http-router")
+LISTEN_MODES = ("http11-socket", "http-socket", "http-router")
 
 
 def derive_ini(
     dest: Path,
     *,
     module: str | None = None,
-    listen: str = "http-socket",
+    listen: str = "http11-socket",
     static_map: str | None = None,
     threads: int | None = None,
 ) -> Path:
     """A copy of the shipped uwsgi.ini with only the named settings changed.
 
-    ``listen``: ``http-socket`` (as shipped), ``http11-socket`` (keep-alive in the workers) or
+    ``listen``: ``http11-socket`` (as shipped: keep-alive in the workers), ``http-socket`` with
+    ``Connection: close`` (one request per connection, as shipped before keep-alive) or
     ``http-router`` (uWSGI's HTTP router process with keep-alive in front of the workers).
+    ``threads``: per worker, instead of the shipped number.
     """
     text = (PROJECT_ROOT / "uwsgi.ini").read_text()
     if module is not None:
         text, n = re.subn(r"(?m)^module = .*$", f"module = {module}", text)
         assert n == 1, "uwsgi.ini has no single module line"
-    if listen != "http-socket":
-        assert listen in LISTEN_MODES, listen
-        # Keep-alive modes: no Connection: close (it would close every connection).
-        text = re.sub(r"(?m)^add-header = Connection: close$", "", text)
-        if listen == "http11-socket":
-            text = re.sub(r"(?m)^http-socket = ", "http11-socket = ", text)
-        else:
-            text = re.sub(r"(?m)^http-socket = ", "http = ", text)
-            text += "\nhttp-keepalive = 1\n"
+    assert listen in LISTEN_MODES, listen
+    if listen == "http-socket":
+        text = re.sub(r"(?m)^http11-socket = ", "http-socket = ", text)
+        text += "\nadd-header = Connection: close\n"
+    elif listen == "http-router":
+        text = re.sub(r"(?m)^http11-socket = ", "http = ", text)
+        text += "\nhttp-keepalive = 1\n"
     if static_map is not None:
         text += f"\nstatic-map = {static_map}\n"
     if threads is not None:
-        text += f"\nthreads = {threads}\n"
+        text, n = re.subn(r"(?m)^threads = \d+$", f"threads = {threads}", text)
+        assert n == 1, "uwsgi.ini has no single default threads line"
     dest.write_text(text)
     return dest
 

@@ -18,8 +18,9 @@ It starts every server itself on 127.0.0.1 (and stops them, whatever happens):
 
 and measures each with wrk (one thread, 16 connections, rounds of a few seconds, ours and its
 baseline alternating so that a slow moment hurts both), for 1 and 4 uWSGI processes. Ratios are
-of median request rates. Then the uWSGI options themselves: http-socket (shipped) against
-http11-socket and uWSGI's HTTP router, and threads.
+of median request rates. Then the uWSGI options themselves: http11-socket with 200 threads
+per worker (shipped) against http-socket + ``Connection: close`` (shipped before keep-alive),
+one thread per worker, and uWSGI's HTTP router.
 
 The figures and the reading of them are in docs/benchmarks.md (section "Reading").
 """
@@ -297,7 +298,7 @@ class Bench:
         assert self.check(via + "/pages/1", 200) == page_bytes
         assert self.check(f"http://{HOST}:{sport}/page.xml", 200) == page_bytes
         self.pair(
-            Row("more", "/recent 304 through nginx (uwsgi_pass)", p, [], "direct (http-socket)"),
+            Row("more", "/recent 304 through nginx (uwsgi_pass)", p, [], "direct (http11-socket)"),
             lambda: self.load((proxy, ours), via + "/recent", inm),
             lambda: self.load(ours, recent, inm),
         )
@@ -311,17 +312,26 @@ class Bench:
         """The uWSGI options of uwsgi.ini: how it listens, and threads."""
         p = processes
         variants: list[tuple[str, dict[str, object], int]] = [
-            ("http11-socket (keep-alive)", {"listen": "http11-socket"}, self.args.connections),
-            ("http11-socket, connections = processes", {"listen": "http11-socket"}, p),
+            (
+                "http-socket + Connection: close (before keep-alive)",
+                {"listen": "http-socket"},
+                self.args.connections,
+            ),
+            (
+                "http-socket + Connection: close, threads = 1 (before)",
+                {"listen": "http-socket", "threads": 1},
+                self.args.connections,
+            ),
+            ("http11-socket, threads = 1", {"threads": 1}, self.args.connections),
+            ("http11-socket, connections = processes", {}, p),
             ("HTTP router + keep-alive", {"listen": "http-router"}, self.args.connections),
-            ("http-socket, threads = 2", {"threads": 2}, self.args.connections),
         ]
         for label, derive, connections in variants:
             self.run_mode(p, label, derive, connections)
 
     def run_mode(self, p: int, label: str, derive: dict[str, object], connections: int) -> None:
         name = label.split(",")[0].split(" ")[0] + ("-c" if connections == p else "")
-        name += "-t2" if "threads" in derive else ""
+        name += f"-t{derive['threads']}" if "threads" in derive else ""
         ini = derive_ini(self.workdir / f"ours-{name}-{p}.ini", **derive)  # type: ignore[arg-type]
         with contextlib.ExitStack() as stack:
             saved, self.stack = self.stack, stack
@@ -392,7 +402,7 @@ def report(rows: list[Row], info: Mapping[str, str], args: argparse.Namespace) -
         ("targets", "Targets"),
         ("compressed", "Compressed (Accept-Encoding: gzip / br)"),
         ("more", "Other paths"),
-        ("modes", "uWSGI options (compare with the http-socket rows above)"),
+        ("modes", "uWSGI options (compare with the shipped http11-socket rows above)"),
     ):
         selected = [r for r in rows if r.section == section]
         if selected:

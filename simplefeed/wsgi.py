@@ -14,7 +14,7 @@ import os
 import signal
 
 from simplefeed import logs, metrics
-from simplefeed.app import create_app
+from simplefeed.app import create_app, requests_only
 from simplefeed.core import Simplefeed
 from simplefeed.errors import BaseUrlMismatch, StoreError
 from simplefeed.settings import Settings
@@ -36,7 +36,10 @@ except BaseUrlMismatch as exc:
     raise SystemExit(1) from None
 except StoreError as exc:
     logging.getLogger("simplefeed").warning("base URL not checked (database: %s)", exc)
-application = create_app(settings, core=core)
+# uWSGI's cores are the requests a worker serves at once (its threads).
+application = requests_only(
+    create_app(settings, core=core, threads=uwsgi.cores if uwsgi is not None else None)
+)
 
 if uwsgi is not None:
     _pid = os.getpid()

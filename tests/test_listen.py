@@ -1,7 +1,8 @@
 """How the shipped uWSGI (``uwsgi.ini``, what ``simplefeed serve`` runs) answers request heads
-over the limits (issues #11 and #15). A real uWSGI on loopback; every test bounded
-in time. Slow clients: uWSGI alone does not hold them off (docs/architecture.md, "slow and idle
-clients"); tests/test_nginx.py shows the shipped nginx block holding 1,000 of them.
+over the limits and slow clients (issues #11 and #15). A real uWSGI on loopback; every test
+bounded in time. Slow clients each hold one of a worker's threads, not the worker
+(docs/architecture.md, "Serving model"); tests/test_nginx.py shows the shipped nginx block
+holding 1,000 of them.
 
 "Delay" is measured as the issue words it: other clients' ``GET /recent`` while the slow clients
 are at it, against the same probe just before, on the same (shared, busy) machine.
@@ -153,3 +154,24 @@ def test_a_head_over_64_kib_is_dropped_and_the_service_goes_on(server: UwsgiServ
     answer = raw(server, b"GET /recent HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n")
     assert answer == b""
     assert httpx.get(server.url("/recent"), timeout=10).status_code == 200
+
+
+SLOW_CLIENTS = 10  # issue #11: "10 connections trickling headers or bodies"
+
+
+@pytest.mark.parametrize("what", ["heads", "bodies"])
+def test_slow_clients_do_not_delay_other_clients(server: UwsgiServer, what: str) -> None:
+    """10 connections sending a head or a publish's body a few bytes at a time (never idle for
+    the socket timeout) while other clients ask for /recent: each of those is answered within
+    a second of what it took before. (With one thread per worker, as before this serving
+    model, every probe waited for the slow clients.)"""
+    before = worst_recent_latency(server.base_url)
+    if what == "heads":
+        first, each = SLOW_HEAD, b"X-Slow: 1\r\n"
+    else:
+        first, each = slow_body_head(server.token), b" "
+    with Tricklers(server.port, SLOW_CLIENTS, first, each) as slow:
+        during = worst_recent_latency(server.base_url)
+        still_open = len(slow.sockets)
+    assert still_open == SLOW_CLIENTS, "the slow clients must still be at it while we probe"
+    assert during <= before + ALLOWED_DELAY_S, f"{during:.2f} s during, {before:.2f} s before"

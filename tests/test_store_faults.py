@@ -196,15 +196,17 @@ def test_an_unsupported_database_is_a_configuration_error() -> None:
 def test_a_forked_child_never_uses_its_parents_connection(core: Simplefeed) -> None:
     """uWSGI forks its workers (after loading the app, unless lazy-apps): a connection the
     parent opened must not be shared by the child (two processes on one socket or SQLite
-    handle). The store's per-thread connection is opened again in a forked child."""
+    handle). The store's direct connections are opened anew in a forked child."""
     assert core.feed_head("events").name == "events"
-    parent = core.store.threads.get().conn  # type: ignore[attr-defined]
+    with core.store.connections.use() as mine:  # type: ignore[attr-defined]
+        parent = mine.conn
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
             ok = core.feed_head("events").name == "events"
-            ok = ok and core.store.threads.get().conn is not parent  # type: ignore[attr-defined]
+            with core.store.connections.use() as mine:  # type: ignore[attr-defined]
+                ok = ok and mine.conn is not parent
             os.write(write, b"1" if ok else b"0")
         finally:
             os._exit(0)
@@ -212,4 +214,5 @@ def test_a_forked_child_never_uses_its_parents_connection(core: Simplefeed) -> N
     _, status = os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1" and status == 0
     os.close(read)
-    assert core.store.threads.get().conn is parent  # type: ignore[attr-defined]
+    with core.store.connections.use() as mine:  # type: ignore[attr-defined]
+        assert mine.conn is parent

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import falcon
 
@@ -12,7 +13,10 @@ from simplefeed.core import Clock, Simplefeed, random_uuid, system_clock
 from simplefeed.errors import NotFound
 from simplefeed.settings import Settings
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "requests_only"]
+
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 def create_app(
@@ -21,7 +25,11 @@ def create_app(
     core: Simplefeed | None = None,
     clock: Clock = system_clock,
     new_uuid: Callable[[], str] = random_uuid,
+    threads: int | None = None,
 ) -> falcon.App[falcon.Request, falcon.Response]:
+    """The app. ``threads``: how many requests a process serves at once (uWSGI's threads per
+    worker), so that publishes waiting for the database never take them all
+    (:func:`resources.writer_slots`); None: no such bound (one request at a time, or tests)."""
     core = core if core is not None else Simplefeed(settings, clock=clock, new_uuid=new_uuid)
     # The access log first: it sees every request, and its response hook runs last.
     middleware: list[access.Access | HttpRules | compression.Compress] = [
@@ -35,7 +43,7 @@ def create_app(
 
     recent = resources.Recent(core)
     page = resources.Page(core)
-    entries = resources.Entries(core)
+    entries = resources.Entries(core, resources.writer_slots(threads))
     locator = resources.EntryLocator(core)
     app.add_route("/recent", recent)
     app.add_route("/pages/{n}", page)
@@ -74,6 +82,9 @@ class HttpRules:
       MAX_HEADER_BYTES in all or more than MAX_HEADER_FIELDS a 431, each with a JSON body.
       (uwsgi.ini lets heads of up to 64 KiB and about 490 fields reach the app; uWSGI drops
       larger ones.)
+    - ``Connection: close`` when the request's body may be left unread (:func:`body_unread`):
+      uWSGI's http11-socket then closes the connection after the response, and says nothing;
+      a pooled client told so opens a new one instead of sending into a closed one.
     """
 
     def __init__(self, clock: Clock) -> None:
@@ -105,3 +116,47 @@ class HttpRules:
         if second != self.second:
             self.date, self.second = http_date(second), second
         resp.set_header("Date", self.date)
+        if body_unread(req.env, resp.status_code):
+            resp.set_header("Connection", "close")
+
+
+def body_unread(env: Mapping[str, Any], status: int) -> bool:
+    """Whether a request's body may be left unread by its response: a body on anything but a
+    publish, or a publish refused (the refusal may come before the body is read: 401, 413,
+    415, ...), or a chunked body (uWSGI does not decode those). A publish that succeeded read
+    its whole body."""
+    if env.get("HTTP_TRANSFER_ENCODING"):
+        return True
+    if env.get("CONTENT_LENGTH", "") in ("", "0"):
+        return False
+    return env.get("REQUEST_METHOD") != "POST" or not 200 <= status < 300
+
+
+#: What a connection kept alive carries after a body that uWSGI did not read (a chunked one,
+#: which its http-socket does not decode), if the client sends it anyway: uWSGI parses those
+#: bytes as a request without a method or path, which falcon cannot take (KeyError, a 500 with
+#: a traceback). Answered here instead, and the connection closed.
+_NOT_A_REQUEST = (
+    b'{"title": "400 Bad Request", "description": "not an HTTP request (a request line with'
+    b' a method and a path)"}'
+)
+
+
+def requests_only(app: WsgiApp) -> WsgiApp:
+    """``app`` behind a check that the server parsed a request line: a 400 with a JSON body
+    and ``Connection: close`` otherwise (see :data:`_NOT_A_REQUEST`)."""
+
+    def application(env: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if "PATH_INFO" in env and env.get("REQUEST_METHOD"):
+            return app(env, start_response)
+        start_response(
+            "400 Bad Request",
+            [
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(_NOT_A_REQUEST))),
+                ("Connection", "close"),
+            ],
+        )
+        return [_NOT_A_REQUEST]
+
+    return application

@@ -4,6 +4,7 @@ domain errors propagate to the handlers in :mod:`simplefeed.app.errors`."""
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
 import falcon
@@ -337,8 +338,23 @@ def _json_media_type(content_type: str | None) -> bool:
     return True
 
 
+def writer_slots(threads: int | None) -> threading.BoundedSemaphore | None:
+    """How many publishes of a process may be at the database at once: half of its threads
+    (at least one), so the other half always answers reads, however many producers queue for a
+    held SQLite write lock or a busy PostgreSQL. None: no bound."""
+    return None if threads is None else threading.BoundedSemaphore(max(1, threads // 2))
+
+
 class Entries(_FeedResource):
-    """``POST /entries``: publish one event (a JSON object) or a batch (an array of them)."""
+    """``POST /entries``: publish one event (a JSON object) or a batch (an array of them).
+
+    A publish past the process's writer slots (:func:`writer_slots`) is answered 503 with
+    ``Retry-After`` at once, without waiting for the database.
+    """
+
+    def __init__(self, core: Simplefeed, slots: threading.BoundedSemaphore | None = None) -> None:
+        super().__init__(core)
+        self.slots = slots
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, feed: str | None = None) -> None:
         requested = feed if feed is not None else self.settings.default_feed
@@ -353,7 +369,7 @@ class Entries(_FeedResource):
             self.core.check_credentials(credentials, requested)
             raise
         req.context.token_id = credentials.token_id
-        results = self.core.publish(name, events, credentials=credentials)
+        results = self._publish(name, events, credentials)
         req.context.appended = results
         urls = self.core.urls(name)
         created = any(r.created for r in results)
@@ -365,6 +381,20 @@ class Entries(_FeedResource):
             (result,) = results
             resp.media = self._entry(result, urls.page(result.page))
             resp.location = urls.page(result.page)
+
+    def _publish(
+        self, name: str, events: list[Event], credentials: auth.Credentials
+    ) -> list[Appended]:
+        if self.slots is None:
+            return self.core.publish(name, events, credentials=credentials)
+        if not self.slots.acquire(blocking=False):
+            raise StoreUnavailable(
+                "every publishing slot of this process is waiting for the database; try again"
+            )
+        try:
+            return self.core.publish(name, events, credentials=credentials)
+        finally:
+            self.slots.release()
 
     def _read_events(self, req: falcon.Request, feed: str | None) -> tuple[str, list[Event], bool]:
         """The feed's name, the request's events, and whether they came as a batch."""

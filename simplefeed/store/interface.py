@@ -90,8 +90,8 @@ class Store(ABC):
 
     @abstractmethod
     def feed_head(self, name: str) -> Feed:
-        """:meth:`feed` for the hot path (the validators of a 304 on ``/recent``): on this
-        thread's own connection, with nothing around the lookup, or less (the backends say
+        """:meth:`feed` for the hot path (the validators of a 304 on ``/recent``): on a
+        direct connection, with nothing around the lookup, or less (the backends say
         how). Nothing is cached for a time: every call sees the latest commit."""
 
     @abstractmethod

@@ -4,9 +4,9 @@ lock each, and as few round trips as possible on the append path.
 Round trips are what a publish costs here (every one is spent holding the feed's lock or waiting
 for it), so: the pool pings a connection only when it has been idle for a while
 (:data:`PING_AFTER_IDLE_S`) instead of on every checkout; single-statement reads run in
-autocommit; the lookups every request makes (the feed's head, the producer's token) run on the
-thread's own autocommit connection outside the pool
-(:class:`~simplefeed.store.sql.ThreadConnections`); an append is two pipelines
+autocommit; the lookups every request makes (the feed's head, the producer's token) run on a
+direct autocommit connection outside the pool
+(:class:`~simplefeed.store.sql.DirectConnections`); an append is two pipelines
 (:meth:`PostgresStore.append`), or, most of the time, one (:func:`append_in_one_round_trip`).
 
 Appenders of a feed queue for the feed's advisory lock (:data:`ADVISORY_LOCK_SPACE`), from
@@ -316,7 +316,7 @@ class PostgresStore(sql.SqlStore):
     backend = "postgresql"
     one_round_trip = True
     # No transaction left open between statements: each read sees the latest commit.
-    autocommit_threads = True
+    autocommit_direct = True
 
     def __init__(self, url: str) -> None:
         if not psycopg.Pipeline.is_supported():
@@ -331,8 +331,11 @@ class PostgresStore(sql.SqlStore):
         # for the feed's lock, the next statement takes a new snapshot, which sees the row and
         # the entries the previous appender committed); under REPEATABLE READ the snapshot
         # would be older than the lock, and the append would number from a stale head.
+        # At most 8 pooled connections per process (with DirectConnections' 4 and the change
+        # listener's one: 13), whatever the number of threads: 4 processes are 52 connections
+        # per node, within PostgreSQL's default max_connections of 100 for a node.
         engine = create_engine(
-            sa_url, pool_size=5, max_overflow=5, isolation_level="READ COMMITTED"
+            sa_url, pool_size=4, max_overflow=4, isolation_level="READ COMMITTED"
         )
 
         @event.listens_for(engine, "connect")
@@ -376,7 +379,7 @@ class PostgresStore(sql.SqlStore):
 
     @contextmanager
     def direct(self) -> Iterator[Any]:
-        """This thread's own psycopg connection (autocommit), outside the pool, for the
+        """A direct psycopg connection (autocommit), outside the pool, for the
         statements a publish sends straight to the driver: no checkout, no isolation level set
         and reset: about 0.1 ms of CPU less per publish than a pooled connection (cProfile of
         the app in one process; 3,000 publishes).
@@ -384,12 +387,8 @@ class PostgresStore(sql.SqlStore):
         On an error the connection is closed (the next call opens a new one). Nothing is left
         open between calls: every use is whole implicit transactions.
         """
-        try:
-            with sql.translated:
-                yield self.threads.get().conn
-        except BaseException:
-            self.threads.drop()
-            raise
+        with sql.translated, self.connections.use() as mine:
+            yield mine.conn
 
     @contextmanager
     def append(self, feed: str, look_up: Iterable[str]) -> Iterator[Appending]:
@@ -468,7 +467,7 @@ class PostgresStore(sql.SqlStore):
             with self.direct() as conn:
                 conn.execute(FLUSH_MARK, prepare=True)
         except StoreError:
-            # Most likely the thread's connection died (a server restart, an idle timeout):
+            # Most likely the direct connection died (a server restart, an idle timeout):
             # direct() dropped it, and the barrier is idempotent. A second failure is real.
             log.info("flush barrier failed; once more on a new connection", exc_info=True)
             with self.direct() as conn:

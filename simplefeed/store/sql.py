@@ -1,5 +1,5 @@
 """What both backends share: SQLAlchemy Core over the tables, rows made into model types,
-transactions, each thread's own direct connection, and the one place where SQLAlchemy's and
+transactions, the direct connections, and the one place where SQLAlchemy's and
 the drivers' exceptions become the project's (:data:`translated`).
 
 Transactions are the store's own business::
@@ -270,57 +270,106 @@ def entries_between(conn: Connection, feed_id: int, first: int, last: int) -> li
     return [_entry_from(r) for r in rows]
 
 
-# -- each thread's own connection -------------------------------------------------------------
+# -- the direct connections -------------------------------------------------------------------
+
+#: Direct connections per process (:class:`DirectConnections`). Requests borrow one for a
+#: lookup (microseconds on SQLite, one round trip on PostgreSQL) or a one-round-trip append,
+#: so a few serve the hundreds of threads of a uWSGI worker; and the database sees a bounded
+#: number per process whatever the thread count: this, the engine's pool and one listener.
+DIRECT_CONNECTIONS = 4
+#: A request that finds every direct connection busy for this long is answered 503.
+DIRECT_WAIT_S = 10.0
 
 
-class ThreadConnection:
-    """A DB-API connection of one thread, outside the pool, and what the backend keeps with it
+class DirectConnection:
+    """A DB-API connection outside SQLAlchemy's pool, and what the backend keeps with it
     (the SQLite backend: the feeds it last read, and the ``data_version`` they were read at)."""
 
-    __slots__ = ("conn", "data_version", "feeds", "pid")
+    __slots__ = ("conn", "data_version", "feeds")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
-        self.pid = os.getpid()
         self.data_version: int | None = None
         self.feeds: dict[str, Feed] = {}
 
 
-class ThreadConnections:
-    """One DB-API connection per thread (and per process: a connection opened before a fork is
-    the parent's, never used by the child), with the engine's connect-time settings, outside
-    the pool, for single statements with nothing around them."""
+class DirectConnections:
+    """A small pool of DB-API connections with the engine's connect-time settings, outside
+    SQLAlchemy's pool, for single statements with nothing around them: at most ``size`` per
+    process, borrowed one request at a time (:meth:`use`), the most recently returned first.
 
-    def __init__(self, engine: Engine, autocommit: bool) -> None:
+    A connection opened before a fork is the parent's and is never used by the child (two
+    processes on one socket or SQLite handle): the first use in a new process forgets them.
+    """
+
+    def __init__(self, engine: Engine, autocommit: bool, size: int = DIRECT_CONNECTIONS) -> None:
         self.engine = engine
         self.autocommit = autocommit
-        self.local = threading.local()
-        self.lock = threading.Lock()
-        self.open: list[Any] = []
+        self.size = size
         self.compiled: dict[Select[Any], tuple[str, tuple[str, ...] | None]] = {}
+        self._reset()
 
-    def get(self) -> ThreadConnection:
-        mine: ThreadConnection | None = getattr(self.local, "mine", None)
-        if mine is None or mine.pid != os.getpid():
-            fairy = self.engine.raw_connection()  # connect-time settings applied
-            conn = fairy.driver_connection
-            fairy.detach()
-            if self.autocommit:
-                conn.autocommit = True  # type: ignore[union-attr]
-            mine = self.local.mine = ThreadConnection(conn)
-            with self.lock:
-                self.open.append(conn)
-        return mine
+    def _reset(self) -> None:
+        self.pid = os.getpid()
+        self.available = threading.Condition()
+        self.idle: list[DirectConnection] = []
+        self.open: list[Any] = []
 
-    def drop(self) -> None:
-        """Close this thread's connection (after an error on it): the next use opens another."""
-        mine: ThreadConnection | None = getattr(self.local, "mine", None)
-        self.local.mine = None
-        if mine is not None:
-            with self.lock, contextlib.suppress(ValueError):
-                self.open.remove(mine.conn)
+    def _open(self) -> DirectConnection:
+        fairy = self.engine.raw_connection()  # connect-time settings applied
+        conn = fairy.driver_connection
+        fairy.detach()
+        if self.autocommit:
+            conn.autocommit = True  # type: ignore[union-attr]
+        return DirectConnection(conn)
+
+    def _take(self) -> DirectConnection | None:
+        """An idle connection, or None if one may be opened; waits while all are busy."""
+        with self.available:
+            if self.pid != os.getpid():
+                self._reset()
+            ready = self.available.wait_for(
+                lambda: self.idle or len(self.open) < self.size, DIRECT_WAIT_S
+            )
+            if not ready:
+                raise StoreUnavailable(
+                    f"all {self.size} direct database connections of this process stayed busy"
+                    f" for {DIRECT_WAIT_S:.0f} s"
+                )
+            if self.idle:
+                return self.idle.pop()
+            self.open.append(None)  # a place taken while the connection opens
+            return None
+
+    @contextmanager
+    def use(self) -> Iterator[DirectConnection]:
+        """A connection for this block. An error in the block closes it (the next use opens
+        another): nothing is left open on a connection between uses."""
+        mine = self._take()
+        if mine is None:
+            try:
+                mine = self._open()
+            except BaseException:
+                self._forget(None)
+                raise
+            with self.available:
+                self.open[self.open.index(None)] = mine.conn
+        try:
+            yield mine
+        except BaseException:
+            self._forget(mine.conn)
             with contextlib.suppress(Exception):
                 mine.conn.close()
+            raise
+        with self.available:
+            self.idle.append(mine)
+            self.available.notify()
+
+    def _forget(self, conn: Any) -> None:
+        with self.available:
+            with contextlib.suppress(ValueError):
+                self.open.remove(conn)
+            self.available.notify()
 
     def sql(self, stmt: Select[Any]) -> tuple[str, tuple[str, ...] | None]:
         """``stmt`` compiled once for the engine, and its parameters' order if positional."""
@@ -332,8 +381,9 @@ class ThreadConnections:
         return found
 
     def close(self) -> None:
-        with self.lock:
-            pending, self.open = self.open, []
+        with self.available:
+            pending = [c for c in self.open if c is not None]
+            self.idle, self.open = [], []
         for conn in pending:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -349,10 +399,10 @@ class SqlStore(Store):
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = self.make_engine(url)
-        self.threads = ThreadConnections(self.engine, autocommit=self.autocommit_threads)
+        self.connections = DirectConnections(self.engine, autocommit=self.autocommit_direct)
 
-    #: Whether the threads' own connections are switched to autocommit at the driver.
-    autocommit_threads = False
+    #: Whether the direct connections are switched to autocommit at the driver.
+    autocommit_direct = False
 
     @staticmethod
     @abstractmethod
@@ -382,25 +432,27 @@ class SqlStore(Store):
     def lookup(self, stmt: Select[Any], params: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """The first row of one read statement (as a mapping), or None.
 
-        On this thread's own connection, with the statement compiled once, there is no pool
-        checkout, no transaction and no result object around it: about 5 us instead of 70 on
-        SQLite, one round trip on PostgreSQL. Nothing is cached: every call reads the latest
-        committed state. On any error the connection is dropped and the statement runs the
-        ordinary way.
+        On a direct connection (:class:`DirectConnections`), with the statement compiled once,
+        there is no SQLAlchemy checkout, no transaction and no result object around it: about
+        5 us instead of 70 on SQLite, one round trip on PostgreSQL. Nothing is cached: every
+        call reads the latest committed state. On any error the connection is closed and the
+        statement runs the ordinary way.
         """
-        sql, order = self.threads.sql(stmt)
+        sql, order = self.connections.sql(stmt)
         bound: Any = tuple(params[name] for name in order) if order is not None else params
         try:
-            cursor = self.threads.get().conn.cursor()
-            try:
-                cursor.execute(sql, bound)
-                row = cursor.fetchone()
-                names = [d[0] for d in cursor.description or ()]
-            finally:
-                cursor.close()
+            with self.connections.use() as mine:
+                cursor = mine.conn.cursor()
+                try:
+                    cursor.execute(sql, bound)
+                    row = cursor.fetchone()
+                    names = [d[0] for d in cursor.description or ()]
+                finally:
+                    cursor.close()
+        except StoreUnavailable:
+            raise
         except Exception:
             log.warning("direct lookup failed; using the pool", exc_info=True)
-            self.threads.drop()
             with self.read_one() as conn:
                 result = conn.execute(stmt, dict(params)).first()
             return None if result is None else dict(result._mapping)
@@ -549,5 +601,5 @@ class SqlStore(Store):
             conn.exec_driver_sql("SELECT 1")
 
     def close(self) -> None:
-        self.threads.close()
+        self.connections.close()
         self.engine.dispose()

@@ -203,33 +203,34 @@ class SQLiteStore(sql.SqlStore):
     def feed_head(self, name: str) -> Feed:
         """Less than a lookup, mostly: ``PRAGMA data_version`` (about 1 us) changes whenever
         another connection commits to the database, so while it stays the same, the feed this
-        thread read last is still the feed. Otherwise one indexed SELECT (about 3 us; through
+        connection read last is still the feed. Otherwise one indexed SELECT (about 3 us; through
         the pool and a transaction the same lookup costs about 130 us of Python). Any error
-        drops the thread's connection and the lookup goes the ordinary way."""
+        closes that direct connection and the lookup goes the ordinary way."""
         try:
-            mine = self.threads.get()
-            conn = mine.conn
-            # fetchall, not fetchone: the statement runs to its end, so no read transaction
-            # (no WAL snapshot) stays open on this connection between requests.
-            ((version,),) = conn.execute("PRAGMA data_version").fetchall()
-            if version == mine.data_version:
-                known = mine.feeds.get(name)
-                if known is not None:
-                    return known
-            else:
-                mine.data_version = version
-                mine.feeds.clear()
-            cursor = conn.execute(_FEED_BY_NAME, (name,))
-            rows = cursor.fetchall()
-            names = [d[0] for d in cursor.description]
+            with self.connections.use() as mine:
+                conn = mine.conn
+                # fetchall, not fetchone: the statement runs to its end, so no read transaction
+                # (no WAL snapshot) stays open on this connection between requests.
+                ((version,),) = conn.execute("PRAGMA data_version").fetchall()
+                if version == mine.data_version:
+                    known = mine.feeds.get(name)
+                    if known is not None:
+                        return known
+                else:
+                    mine.data_version = version
+                    mine.feeds.clear()
+                cursor = conn.execute(_FEED_BY_NAME, (name,))
+                rows = cursor.fetchall()
+                names = [d[0] for d in cursor.description]
+                if rows:
+                    feed = mine.feeds[name] = sql.feed_from(dict(zip(names, rows[0], strict=True)))
+                    return feed
+        except StoreUnavailable:
+            raise
         except Exception:
             sql.log.warning("fast feed lookup failed; using the pool", exc_info=True)
-            self.threads.drop()
             return self.feed(name)
-        if not rows:
-            raise FeedNotFound(name)
-        feed = mine.feeds[name] = sql.feed_from(dict(zip(names, rows[0], strict=True)))
-        return feed
+        raise FeedNotFound(name)
 
     @contextmanager
     def append(self, feed: str, look_up: Iterable[str]) -> Iterator[Appending]:
