@@ -40,6 +40,11 @@ sub vcl_recv {
     if (req.method != "GET" && req.method != "HEAD") {
         return (pass);  # publishing: never cached, credentials passed on
     }
+    if (req.http.Prefer) {
+        # A long-poll (Prefer: wait=N): the origin holds it until the feed changes; a cached
+        # copy would end it at once, and its answer is for this client only.
+        return (pass);
+    }
     # Reading is public and no answer depends on who asks, on cookies or on the query string:
     # one cache entry per path. (Varnish's built-in VCL would not cache a request carrying
     # Authorization or Cookie at all.)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simplefeed import appending, archive, atom, auth, metrics, paging
+from simplefeed.changes import Changes
 from simplefeed.errors import (
     BaseUrlMismatch,
     EntryNotFound,
@@ -207,6 +208,13 @@ class Simplefeed:
         #: size: these never change) on the one-round-trip append path, never for their head.
         self._feeds: dict[str, Feed] = {}
         self._cache_lock = threading.Lock()
+        #: Requests waiting for a feed to change (``Prefer: wait``) wait here.
+        self.changes = Changes(self.store.watch)
+
+    def close(self) -> None:
+        """Stop watching for changes and close every database connection."""
+        self.changes.stop()
+        self.store.close()
 
     def health(self) -> tuple[str, list[str]]:
         """The database's kind (``sqlite``, ``postgresql``) once it has answered a query

@@ -37,6 +37,9 @@ class Limits:
     max_id_bytes: int = 1024
 
 
+#: The most SIMPLEFEED_MAX_WAIT may be: a waiting request ends well within uwsgi.ini's harakiri.
+MAX_WAIT_LIMIT = 50
+
 #: Levels SIMPLEFEED_LOG_LEVEL accepts (the standard library's names).
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -51,6 +54,9 @@ class Settings:
     base_url_given: bool = False
     page_size: int = 100
     recent_max_age: int = 10
+    #: The longest a request may wait for a feed to change (``Prefer: wait=N``, RFC 7240);
+    #: 0 turns waiting off. At most 50: uwsgi.ini's harakiri ends a request after 60 s.
+    max_wait: int = 30
     default_feed: str = "events"
     #: The least severe level logged; INFO logs one access line per request.
     log_level: str = "INFO"
@@ -103,6 +109,7 @@ class Settings:
             base_url_given=bool(env.get("SIMPLEFEED_BASE_URL")),
             page_size=integer("SIMPLEFEED_PAGE_SIZE", cls.page_size, 1),
             recent_max_age=integer("SIMPLEFEED_RECENT_MAX_AGE", cls.recent_max_age, 0),
+            max_wait=integer("SIMPLEFEED_MAX_WAIT", cls.max_wait, 0, MAX_WAIT_LIMIT),
             default_feed=default_feed,
             log_level=log_level,
             metrics=metrics == "on",
@@ -140,6 +147,7 @@ class Settings:
             "SIMPLEFEED_DEFAULT_FEED": self.default_feed,
             "SIMPLEFEED_PAGE_SIZE": str(self.page_size),
             "SIMPLEFEED_RECENT_MAX_AGE": str(self.recent_max_age),
+            "SIMPLEFEED_MAX_WAIT": str(self.max_wait),
             "SIMPLEFEED_LOG_LEVEL": self.log_level,
             "SIMPLEFEED_METRICS": "on" if self.metrics else "off",
             "SIMPLEFEED_MIN_FREE_BYTES": str(self.min_free_bytes),

@@ -158,7 +158,7 @@ def core(settings: Settings, clock: FakeClock) -> Iterator[Simplefeed]:
     c = Simplefeed(settings, clock=clock, new_uuid=SequentialIds())
     c.create_feed(settings.default_feed)
     yield c
-    c.store.close()
+    c.close()
 
 
 @pytest.fixture

@@ -134,3 +134,23 @@ def evaluate(
         if since is not None and modified_s <= since:
             return 304
     return None
+
+
+# A delta-seconds value (RFC 9110 1.2 / RFC 7240 4.3), bare or quoted.
+_SECONDS = re.compile(r'"?([0-9]{1,9})"?')
+
+
+def preferred_wait(header: str, cap: int) -> int | None:
+    """The seconds of a ``Prefer`` header's ``wait`` preference (RFC 7240 4.3), at most
+    ``cap``; None if it has none, or an invalid one (preferences not understood are ignored,
+    RFC 7240 2), or if it or ``cap`` is 0. The first ``wait`` counts."""
+    for preference in header.split(","):
+        name, _, value = preference.partition(";")[0].partition("=")
+        if name.strip().lower() != "wait":
+            continue
+        match = _SECONDS.fullmatch(value.strip())
+        if match is None:
+            return None
+        seconds = min(int(match[1]), cap)
+        return seconds or None
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import falcon
@@ -98,6 +99,45 @@ class _FeedResource:
                 raise
             self.send_live(req, resp, stale, stale=True)
 
+    def precondition(
+        self, req: falcon.Request, v: LiveValidators, coding: str | None = None
+    ) -> int | None:
+        """304, 412 or None for a live document in ``coding`` (by default the one the request
+        accepts best): :func:`preconditions.evaluate` against that coding's ETag."""
+        return preconditions.evaluate(
+            req.env,
+            v.etags[compression.negotiate(req) if coding is None else coding],
+            v.live.feed.modified_us // 1_000_000,
+            settled=v.last_modified_s is not None,
+            now_s=self.core.clock() // 1_000_000,
+        )
+
+    def hold(self, req: falcon.Request, resp: falcon.Response, current: Callable[[], bool]) -> None:
+        """``Prefer: wait=N`` (RFC 7240): while ``current()`` (the client's copy is current:
+        the request would be answered 304), wait for the feed to change, at most N seconds
+        (capped by SIMPLEFEED_MAX_WAIT), holding no database connection
+        (:class:`~simplefeed.changes.Changes`); the caller then answers as usual, 200 or 304.
+        ``Preference-Applied: wait=N`` says it waited. Responses to such a request vary by
+        ``Prefer``; nothing else changes (a request without ``Prefer`` costs one header
+        lookup here). While the database does not answer, nothing is waited for: the caller
+        answers as it does then."""
+        header = req.get_header("Prefer")
+        if header is None:
+            return
+        wait = preconditions.preferred_wait(header, self.settings.max_wait)
+        if wait is None:
+            return
+        resp.append_header("Vary", "Prefer")
+
+        def still_current() -> bool:
+            try:
+                return current()
+            except StoreUnavailable:
+                return False
+
+        if self.core.changes.wait(still_current, wait):
+            resp.set_header("Preference-Applied", f"wait={wait}")
+
     def send_live(
         self,
         req: falcon.Request,
@@ -112,13 +152,7 @@ class _FeedResource:
         what was committed, perhaps older), with a short max-age and ``Simplefeed-Stale``."""
         coding = compression.negotiate(req)
         etag = v.etags[coding]
-        status = preconditions.evaluate(
-            req.env,
-            etag,
-            v.live.feed.modified_us // 1_000_000,
-            settled=v.last_modified_s is not None,
-            now_s=self.core.clock() // 1_000_000,
-        )
+        status = self.precondition(req, v, coding)
         if status == 412:
             errors.precondition_failed(resp)
             return
@@ -164,7 +198,11 @@ class Recent(_FeedResource):
     """
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, feed: str | None = None) -> None:
-        self.live(req, resp, self.feed_name(req, feed), "recent")
+        name = self.feed_name(req, feed)
+        self.hold(
+            req, resp, lambda: self.precondition(req, self.heads.validators(name, "recent")) == 304
+        )
+        self.live(req, resp, name, "recent")
 
     on_head = on_get
 
@@ -209,6 +247,7 @@ class Page(_FeedResource):
         self, req: falcon.Request, resp: falcon.Response, n: str, feed: str | None = None
     ) -> None:
         name, number = self.locate(req, n, feed)
+        self.hold(req, resp, lambda: self.working_and_current(req, name, number))
         known = self.archived.get(name, number)
         if known is not None and self.send_archived(req, resp, known):
             return
@@ -232,6 +271,13 @@ class Page(_FeedResource):
             self.send_unfiled(req, resp, self.core.page(f, number))
 
     on_head = on_get
+
+    def working_and_current(self, req: falcon.Request, name: str, number: int) -> bool:
+        """Whether page ``number`` is the working page and the client's copy of it current."""
+        f = self.heads.feed(name)
+        if number != paging.working_page(f.head_seq, f.page_size):
+            return False
+        return self.precondition(req, self.heads.validators(name, "working", f)) == 304
 
     def send_without_database(
         self, req: falcon.Request, resp: falcon.Response, name: str, number: int

@@ -11,8 +11,9 @@ driver's.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -181,6 +182,16 @@ class Store(ABC):
         """Gather the planner's statistics on entries if that never happened; True if it ran.
         Called when a feed's first page freezes. Nothing to do for backends without them."""
         return False
+
+    # -- changes -------------------------------------------------------------------------
+
+    @abstractmethod
+    def watch(self, changed: Callable[[], None], stop: threading.Event) -> None:
+        """Call ``changed`` soon after each commit that may have moved a feed's head, made by
+        any process or node, until ``stop`` is set; also after losing sight of the database
+        for a while (anything may have changed then). Blocks: run it in a thread of its own
+        (:class:`simplefeed.changes.Changes`). It holds one connection of its own, none of
+        the store's others."""
 
     # -- the database itself -------------------------------------------------------------
 

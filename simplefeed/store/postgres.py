@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -66,6 +67,16 @@ FLUSH_MARK = (
     "INSERT INTO flush_marks (backend_pid, n) VALUES (pg_backend_pid(), 1)"
     " ON CONFLICT (backend_pid) DO UPDATE SET n = flush_marks.n + 1"
 )
+
+#: The channel of the notifications an append sends in its own transaction (payload: the
+#: feed's id), so PostgreSQL delivers them when it commits, to every process of every node
+#: that listens (:meth:`PostgresStore.watch`): what wakes the requests waiting for a change
+#: (``Prefer: wait``). A woken request shows the new head only through a live document, which
+#: passes the flush barrier first (``Simplefeed.live_body``): nothing is shown before it is
+#: durable, although the notification comes at the (asynchronous) commit.
+CHANGES_CHANNEL = "simplefeed_changes"
+_NOTIFY = f"SELECT pg_notify('{CHANGES_CHANNEL}', %(feed_id)s::text)"
+_LISTEN = f"LISTEN {CHANGES_CHANNEL}"
 
 _DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
 
@@ -158,7 +169,7 @@ SET head_seq = (SELECT max(seq) FROM inserted),
     head_updated_us = (SELECT max(updated_us) FROM inserted),
     modified_us = GREATEST(%(now_us)s, modified_us + 1)
 WHERE id = %(feed_id)s AND EXISTS (SELECT 1 FROM inserted)
-RETURNING head_seq
+RETURNING head_seq, pg_notify('{channel}', id::text)
 """
 # One event: plain parameters, and the unique index on (feed_id, entry_id) as the arbiter of
 # ON CONFLICT DO NOTHING: an id already in the feed inserts nothing. (A NOT EXISTS lookup here
@@ -191,6 +202,7 @@ _ONE_TRIP_SQL = {
         _ONE_TRIP_LOCK,
         _ONE_TRIP_APPEND.format(
             token=_TOKEN_ALLOWS if token else "",
+            channel=CHANGES_CHANNEL,
             **(_ONE_EVENT if one else _EVENTS),
         ),
     )
@@ -307,6 +319,7 @@ class _PostgresAppending(sql.SqlAppending):
             cursor.execute(_ADVANCE_HEAD, sql.head_row(feed, new[-1][0], modified_us, base_url))
             for page in pages:
                 cursor.execute(_INSERT_PAGE, sql.page_row(page, feed.page_size))
+            cursor.execute(_NOTIFY, {"feed_id": feed.id})
             cursor.execute(_COMMIT, prepare=False)
 
 
@@ -472,6 +485,28 @@ class PostgresStore(sql.SqlStore):
             log.info("flush barrier failed; once more on a new connection", exc_info=True)
             with self.direct() as conn:
                 conn.execute(FLUSH_MARK, prepare=True)
+
+    def watch(self, changed: Callable[[], None], stop: threading.Event) -> None:
+        """``LISTEN`` on a connection of its own: the appends of every process and node notify
+        :data:`CHANGES_CHANNEL` in their transaction. A connection that fails is closed and
+        another opened a second later (and ``changed`` called: notifications sent meanwhile
+        were missed)."""
+        while not stop.is_set():
+            conn = None
+            try:
+                conn = self.connections.open_one().conn
+                conn.execute(_LISTEN)
+                changed()  # whatever happened before we listened
+                while not stop.is_set():
+                    for _ in conn.notifies(timeout=1.0):
+                        changed()
+            except Exception:
+                log.warning("listening for changes failed", exc_info=True)
+                stop.wait(1.0)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        conn.close()
 
     def problems(self) -> list[str]:
         with self.read_one() as conn:

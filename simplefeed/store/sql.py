@@ -315,7 +315,8 @@ class DirectConnections:
         self.idle: list[DirectConnection] = []
         self.open: list[Any] = []
 
-    def _open(self) -> DirectConnection:
+    def open_one(self) -> DirectConnection:
+        """A connection of the same kind, outside this pool: the caller's alone (to close)."""
         fairy = self.engine.raw_connection()  # connect-time settings applied
         conn = fairy.driver_connection
         fairy.detach()
@@ -348,7 +349,7 @@ class DirectConnections:
         mine = self._take()
         if mine is None:
             try:
-                mine = self._open()
+                mine = self.open_one()
             except BaseException:
                 self._forget(None)
                 raise

@@ -1,0 +1,76 @@
+"""Waiting for a feed to change (``Prefer: wait``, RFC 7240): one watcher per process.
+
+A request whose client holds the current document waits here, on a condition shared by every
+waiting request of the process, holding no database connection: one thread per process
+(started by the first wait) watches the database for commits, by any process or node
+(:meth:`~simplefeed.store.interface.Store.watch`: SQLite's ``data_version``, PostgreSQL's
+``LISTEN``), and wakes every waiter at each; each then asks whether its client's copy is still
+current (the same precondition evaluation as a 304), and goes on waiting if so.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+Watch = Callable[[Callable[[], None], threading.Event], None]
+
+
+class Changes:
+    """A counter of the commits seen by the process's watcher, and a condition to wait on."""
+
+    def __init__(self, watch: Watch) -> None:
+        self._watch = watch
+        self._changed = threading.Condition()
+        self._version = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _seen(self) -> None:
+        with self._changed:
+            self._version += 1
+            self._changed.notify_all()
+
+    def version(self) -> int:
+        """The commits seen so far; starts the watcher on first use."""
+        if self._thread is None:
+            with self._changed:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._watch,
+                        args=(self._seen, self._stop),
+                        name="simplefeed-changes",
+                        daemon=True,
+                    )
+                    self._thread.start()
+        return self._version
+
+    def wait(self, current: Callable[[], bool], seconds: float) -> bool:
+        """Return once ``current()`` is False, or after ``seconds``. False if it was False to
+        begin with (nothing waited for), True otherwise.
+
+        ``current`` is asked again after each commit the watcher sees; the version is read
+        before each asking, so a commit made while it runs is never missed.
+        """
+        deadline = time.monotonic() + seconds
+        seen = self.version()
+        if not current():
+            return False
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return True
+            with self._changed:
+                if self._version == seen:
+                    self._changed.wait(remaining)
+                seen = self._version
+            if not current():
+                return True
+
+    def stop(self) -> None:
+        """Stop the watcher and wait for it to end (within about a second), its connection
+        closed; waiters wait out their time."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)

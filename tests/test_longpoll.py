@@ -1,0 +1,275 @@
+"""Long-poll (issue #15): ``Prefer: wait=N`` (RFC 7240) with a current ``If-None-Match`` holds a
+request on /recent, the working page or a named feed's forms until the feed changes or N
+seconds pass. In-process on both databases (the real store and its real watcher), then through
+real uWSGI: several processes, two nodes on one PostgreSQL, and no database connection held by
+the waiting requests. Bounded in time: waits of a few seconds at most.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import falcon.testing
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+
+from bench.servers import UwsgiServer, scratch_postgres_database
+from simplefeed.app import create_app
+from simplefeed.app.preconditions import preferred_wait
+from simplefeed.core import Simplefeed
+
+PG_ENV = "SIMPLEFEED_TEST_POSTGRES_URL"
+
+
+@pytest.mark.parametrize(
+    "header,cap,expected",
+    [
+        ("wait=10", 30, 10),
+        ("WAIT = 10", 30, 10),
+        ('wait="7"', 30, 7),
+        ("respond-async, wait=100", 30, 30),
+        ("return=minimal; foo=bar, wait=5; x=y", 30, 5),
+        ("wait=0", 30, None),
+        ("wait=5", 0, None),
+        ("wait=-1", 30, None),
+        ("wait=soon", 30, None),
+        ("wait", 30, None),
+        ("respond-async", 30, None),
+        ("wait=3, wait=9", 30, 3),
+    ],
+)
+def test_the_wait_preference(header: str, cap: int, expected: int | None) -> None:
+    assert preferred_wait(header, cap) == expected
+
+
+# -- in-process, on both databases ------------------------------------------------------------
+
+
+@pytest.fixture
+def app(core: Simplefeed) -> falcon.testing.TestClient:
+    core.create_feed("other")
+    return falcon.testing.TestClient(create_app(core.settings, core=core))
+
+
+def publish(core: Simplefeed, feed: str = "events", n: int = 1) -> None:
+    from simplefeed.model import Event
+
+    core.publish(feed, [Event(title=f"t{i}") for i in range(n)])
+
+
+def later(seconds: float, job: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=lambda: (time.sleep(seconds), job()))
+    thread.start()
+    return thread
+
+
+def timed(job: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.monotonic()
+    result = job()
+    return result, time.monotonic() - start
+
+
+@pytest.mark.parametrize(
+    "path", ["/recent", "/pages/1", "/feeds/other/recent", "/feeds/other/pages/1"]
+)
+def test_a_waiting_request_is_answered_when_the_feed_changes(
+    app: falcon.testing.TestClient, core: Simplefeed, path: str
+) -> None:
+    feed = "other" if path.startswith("/feeds/") else "events"
+    publish(core, feed)
+    etag = app.simulate_get(path).headers["etag"]
+    job = later(0.5, lambda: publish(core, feed))
+    r, took = timed(
+        lambda: app.simulate_get(path, headers={"If-None-Match": etag, "Prefer": "wait=20"})
+    )
+    job.join()
+    assert r.status_code == 200
+    assert r.headers["etag"] != etag
+    assert r.text.count("<entry>") == 2
+    assert r.headers["preference-applied"] == "wait=20"
+    assert "Prefer" in r.headers["vary"]
+    assert r.headers["cache-control"] == "public, max-age=10"  # as without Prefer
+    assert took < 15, took
+
+
+def test_without_a_change_a_waiting_request_is_a_304_after_its_wait(
+    app: falcon.testing.TestClient,
+) -> None:
+    etag = app.simulate_get("/recent").headers["etag"]
+    r, took = timed(
+        lambda: app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=1"})
+    )
+    assert r.status_code == 304
+    assert r.headers["preference-applied"] == "wait=1"
+    assert r.headers["etag"] == etag
+    assert took >= 0.9
+
+
+def test_a_change_to_another_feed_does_not_end_the_wait(
+    app: falcon.testing.TestClient, core: Simplefeed
+) -> None:
+    etag = app.simulate_get("/recent").headers["etag"]
+    job = later(0.3, lambda: publish(core, "other"))
+    r = app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=2"})
+    job.join()
+    assert r.status_code == 304
+
+
+def test_a_stale_copy_is_answered_at_once_and_no_prefer_changes_nothing(
+    app: falcon.testing.TestClient, core: Simplefeed
+) -> None:
+    old = app.simulate_get("/recent").headers["etag"]
+    publish(core)
+    r, took = timed(
+        lambda: app.simulate_get("/recent", headers={"If-None-Match": old, "Prefer": "wait=20"})
+    )
+    assert r.status_code == 200 and took < 10
+    assert "preference-applied" not in r.headers
+    assert r.headers["vary"] == "Prefer"
+    plain = app.simulate_get("/recent", headers={"If-None-Match": r.headers["etag"]})
+    assert plain.status_code == 304
+    assert "preference-applied" not in plain.headers and "vary" not in plain.headers
+
+
+def test_the_wait_is_capped_by_configuration(core: Simplefeed) -> None:
+    from dataclasses import replace
+
+    core.settings = replace(core.settings, max_wait=1)  # SIMPLEFEED_MAX_WAIT=1
+    app = falcon.testing.TestClient(create_app(core.settings, core=core))
+    etag = app.simulate_get("/recent").headers["etag"]
+    r = app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=3600"})
+    assert r.status_code == 304
+    assert r.headers["preference-applied"] == "wait=1"
+
+
+def test_an_archived_page_is_never_held(app: falcon.testing.TestClient, core: Simplefeed) -> None:
+    publish(core, n=7)  # page size 5: page 1 frozen
+    etag = app.simulate_get("/pages/1").headers["etag"]
+    r, took = timed(
+        lambda: app.simulate_get("/pages/1", headers={"If-None-Match": etag, "Prefer": "wait=20"})
+    )
+    assert r.status_code == 304 and took < 10
+    assert "preference-applied" not in r.headers
+
+
+def test_a_working_page_that_freezes_while_waited_on_is_answered(
+    app: falcon.testing.TestClient, core: Simplefeed
+) -> None:
+    publish(core, n=4)
+    etag = app.simulate_get("/pages/1").headers["etag"]
+    job = later(0.5, lambda: publish(core, n=1))  # the fifth entry freezes page 1
+    r = app.simulate_get("/pages/1", headers={"If-None-Match": etag, "Prefer": "wait=20"})
+    job.join()
+    assert r.status_code == 200
+    assert r.headers["cache-control"] == "public, max-age=31536000, immutable"
+    assert r.text.count("<entry>") == 5
+
+
+# -- through uWSGI ----------------------------------------------------------------------------
+
+
+def wait_for_entries(url: str, etag: str, count: int, seconds: int = 20) -> list[httpx.Response]:
+    """``count`` clients waiting at once on ``url``, each on its own connection."""
+    headers = {"If-None-Match": etag, "Prefer": f"wait={seconds}"}
+    with ThreadPoolExecutor(count) as pool:
+        futures = [pool.submit(httpx.get, url, headers=headers, timeout=60) for _ in range(count)]
+        return [f.result() for f in futures]
+
+
+def run_waiters(
+    url: str, etag: str, count: int, publish: Callable[[], None], after: float = 1.5
+) -> tuple[list[httpx.Response], float]:
+    """Start ``count`` waiters, publish after ``after`` seconds; their answers and the
+    latest of them, in seconds after the publish was acknowledged."""
+    acknowledged: list[float] = []
+
+    def producer() -> None:
+        time.sleep(after)
+        publish()
+        acknowledged.append(time.monotonic())
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    replies = wait_for_entries(url, etag, count)
+    done = time.monotonic()
+    thread.join()
+    return replies, done - acknowledged[0]
+
+
+def post(server: UwsgiServer, title: str) -> None:
+    r = httpx.post(
+        server.url("/entries"),
+        json={"title": title},
+        headers={"Authorization": f"Bearer {server.token}"},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+
+
+@pytest.mark.e2e
+def test_waiters_in_every_uwsgi_process_are_woken_by_a_publish(tmp_path: Path) -> None:
+    """40 waiting clients spread over 4 uWSGI processes (SQLite): a publish to any process
+    wakes them all with the new entry."""
+    with UwsgiServer(
+        f"sqlite:///{tmp_path / 'db.sqlite3'}", tmp_path / "archive", tmp_path, processes=4
+    ) as srv:
+        post(srv, "first")
+        etag = httpx.get(srv.url("/recent")).headers["etag"]
+        replies, _ = run_waiters(srv.url("/recent"), etag, 40, lambda: post(srv, "second"))
+        assert [r.status_code for r in replies] == [200] * 40
+        assert all("<title>second</title>" in r.text for r in replies)
+        assert all(r.headers["preference-applied"] == "wait=20" for r in replies)
+        assert srv.problems() == []
+
+
+def backend_connections(url: str) -> int:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as c:
+            return int(
+                c.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.e2e
+@pytest.mark.postgres
+def test_two_nodes_on_postgres_wake_each_others_waiters_holding_no_connection(
+    tmp_path: Path,
+) -> None:
+    """Two uWSGI nodes (2 processes each) on one PostgreSQL: 60 clients wait on node B, a
+    producer publishes to node A (LISTEN/NOTIFY); the waiting requests hold no database
+    connection (far fewer connections than waiters while they wait)."""
+    if not os.environ.get(PG_ENV):
+        pytest.skip(f"set {PG_ENV}")
+    with scratch_postgres_database("sf_longpoll") as url:
+        a = UwsgiServer(url, tmp_path / "archive", tmp_path / "a", processes=2)
+        b = UwsgiServer(url, tmp_path / "archive", tmp_path / "b", processes=2)
+        with a, b:
+            post(a, "first")
+            etag = httpx.get(b.url("/recent")).headers["etag"]
+            counted: list[int] = []
+
+            def publish() -> None:
+                counted.append(backend_connections(url))
+                post(a, "second")
+
+            replies, _ = run_waiters(b.url("/recent"), etag, 60, publish, after=3.0)
+            assert [r.status_code for r in replies] == [200] * 60
+            assert all("<title>second</title>" in r.text for r in replies)
+            # 4 processes: each at most its listener, a few direct and pooled connections.
+            assert counted[0] < 30, counted
+            assert a.problems() == [] and b.problems() == []
