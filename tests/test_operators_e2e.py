@@ -285,7 +285,9 @@ def scrape(s: UwsgiServer) -> dict[str, float]:
 
 
 def test_metrics_add_up_across_worker_processes(tmp_path: Path) -> None:
-    with server(tmp_path, page_size=10, processes=3) as s:
+    # One thread per worker, and a connection per publish: each worker then takes one of the
+    # producers' requests at a time (with 200 threads, one worker may take them all).
+    with server(tmp_path, page_size=10, processes=3, extra_env={"SIMPLEFEED_THREADS": "1"}) as s:
         auth = {"Authorization": f"Bearer {s.token}"}
         ids = "tag:ops.simplefeed.test,2026:e"
         with httpx.Client(headers=auth) as client:
@@ -294,8 +296,10 @@ def test_metrics_add_up_across_worker_processes(tmp_path: Path) -> None:
                 statuses = list(
                     pool.map(
                         lambda i: (
-                            client.post(
-                                s.url("/entries"), json={"title": f"e{i}", "id": f"{ids}{i}"}
+                            httpx.post(
+                                s.url("/entries"),
+                                json={"title": f"e{i}", "id": f"{ids}{i}"},
+                                headers=auth,
                             ).status_code
                         ),
                         range(25),
