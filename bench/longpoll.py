@@ -13,7 +13,10 @@ following the feed for the same published events:
 - ``wait``: each consumer holds a kept-alive connection and asks for /recent with its ETag and
   ``Prefer: wait=30``, again as soon as it is answered;
 - ``poll max-age=10`` and ``poll max-age=1``: each consumer asks for /recent conditionally once
-  per max-age (phases spread at random), as a consumer honouring the document's max-age does.
+  per max-age (phases spread at random), as a consumer honouring the document's max-age does
+  (a new connection per poll when it would idle past the server's 4 s socket timeout).
+
+Consumers are threads of 4 processes (stdlib http.client, one connection each).
 
 A producer publishes one event every ``--interval`` seconds; for every (consumer, event) the
 latency is the time from the publish's 2xx (as the producer saw it) to that consumer having a
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import multiprocessing
 import random
 import re
 import statistics
@@ -41,6 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -53,14 +58,19 @@ TITLE = re.compile(rb"<title>ev-(\d+)</title>")
 ETAG = "etag"
 
 
+#: uwsgi.ini's socket-timeout: a polling consumer idle for longer finds its connection closed,
+#: so it opens one per poll (as httpx's pool does when it sees the connection closed).
+SOCKET_TIMEOUT_S = 4.0
+
+
 @dataclass
 class Consumer:
-    """One consumer on its own kept-alive connection, in a thread of its own."""
+    """One consumer on its own connection, in a thread of its own."""
 
     port: int
     mode: str  # "wait" or "poll"
     max_age: float
-    stop: threading.Event
+    stop: Any  # threading.Event or multiprocessing.Event
     received: dict[int, float] = field(default_factory=dict)
     errors: int = 0
 
@@ -76,7 +86,6 @@ class Consumer:
                 delay = next_poll - time.monotonic()
                 if delay > 0 and self.stop.wait(delay):
                     break
-                next_poll += self.max_age
             try:
                 conn.request("GET", "/recent", headers=headers)
                 response = conn.getresponse()
@@ -85,14 +94,36 @@ class Consumer:
                 self.errors += 1
                 conn.close()
                 conn = http.client.HTTPConnection(HOST, self.port, timeout=60)
-                time.sleep(0.1)
+                time.sleep(0.05)
                 continue
             now = time.monotonic()
             if response.status == 200:
                 etag = response.getheader(ETAG) or ""
                 for match in TITLE.finditer(body):
                     self.received.setdefault(int(match[1]), now)
+            if self.mode == "poll":
+                next_poll += self.max_age
+                if self.max_age > SOCKET_TIMEOUT_S:
+                    conn.close()
         conn.close()
+
+
+def crowd(port: int, mode: str, max_age: float, count: int, stop: Any, results: Any) -> None:
+    """``count`` consumers in threads of this process, until ``stop``; their receipts (by
+    event, the monotonic clock, which all processes share) and errors go to ``results``."""
+    consumers = [Consumer(port, mode, max_age, stop) for _ in range(count)]
+    threads = [threading.Thread(target=c.run, daemon=True) for c in consumers]
+    for t in threads:
+        t.start()
+    stop.wait()
+    for t in threads:
+        t.join(timeout=40)
+    results.send([(c.received, c.errors) for c in consumers])
+
+
+#: Consumers run in this many processes (threads in each), so that reading 500 responses at
+#: once is not one Python process's work under one GIL.
+CONSUMER_PROCESSES = 4
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -133,14 +164,21 @@ def follow(
     first: int,
     during: Callable[[], None] | None = None,
 ) -> Run:
-    stop = threading.Event()
-    crowd = [
-        Consumer(server.port, "wait" if mode == "wait" else "poll", max_age, stop)
-        for _ in range(consumers)
-    ]
-    threads = [threading.Thread(target=c.run, daemon=True) for c in crowd]
-    for t in threads:
-        t.start()
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+    kind = "wait" if mode == "wait" else "poll"
+    groups = min(CONSUMER_PROCESSES, consumers)
+    pipes = []
+    children = []
+    for g in range(groups):
+        mine, theirs = context.Pipe(duplex=False)
+        count = consumers // groups + (1 if g < consumers % groups else 0)
+        child = context.Process(
+            target=crowd, args=(server.port, kind, max_age, count, stop, theirs), daemon=True
+        )
+        child.start()
+        pipes.append(mine)
+        children.append(child)
     time.sleep(2.0 + (max_age if mode != "wait" else 0))  # every consumer has the document
     acked: dict[int, float] = {}
     headers = {"Authorization": f"Bearer {server.token}"}
@@ -155,13 +193,14 @@ def follow(
     # Waiting consumers end with their next answer: one more event ends every wait.
     with httpx.Client(headers=headers, timeout=30) as client:
         publish(server, client, first + events)
-    for t in threads:
-        t.join(timeout=40)
+    reports = [(received, errors) for pipe in pipes for received, errors in pipe.recv()]
+    for child in children:
+        child.join(timeout=40)
     samples = []
     missing = 0
-    for c in crowd:
+    for received, _ in reports:
         for i, at in acked.items():
-            got = c.received.get(i)
+            got = received.get(i)
             if got is None:
                 missing += 1
             else:
@@ -171,7 +210,7 @@ def follow(
         consumers,
         samples,
         missing,
-        sum(c.errors for c in crowd),
+        sum(errors for _, errors in reports),
     )
 
 
