@@ -132,10 +132,11 @@ def test_a_stale_copy_is_answered_at_once_and_no_prefer_changes_nothing(
     )
     assert r.status_code == 200 and took < 10
     assert "preference-applied" not in r.headers
-    assert r.headers["vary"] == "Prefer"
+    assert "Prefer" in r.headers["vary"]
     plain = app.simulate_get("/recent", headers={"If-None-Match": r.headers["etag"]})
     assert plain.status_code == 304
-    assert "preference-applied" not in plain.headers and "vary" not in plain.headers
+    assert "preference-applied" not in plain.headers
+    assert "Prefer" not in plain.headers.get("vary", "")
 
 
 def test_the_wait_is_capped_by_configuration(core: Simplefeed) -> None:

@@ -40,7 +40,7 @@ def mark(req: falcon.Request, resp: falcon.Response, coding: str, *, body: bool)
     """The headers of a document's representation in ``coding``, sent by its resource (the
     middleware leaves it alone); ``body`` False for a 304, which carries Vary only."""
     req.context.negotiated = True
-    resp.set_header("Vary", VARY)
+    resp.append_header("Vary", VARY)  # after Prefer, if a long-poll said it
     if body and coding != IDENTITY:
         resp.set_header("Content-Encoding", coding)
 
