@@ -361,6 +361,7 @@ def test_follow_polls_adaptively_and_never_faster_than_max_age(
         clock,
         sleep=sleeper,
         poll=PollPolicy(min_interval=1, max_interval=80, factor=2),
+        wait=0,  # plain polling: the app here honours Prefer: wait (tests/test_longpoll.py)
     ) as consumer:
         consumer.run(lambda e: got.append(e.seq), follow=True, stop=lambda: len(sleeper.waits) >= 9)
     assert got == list(range(1, 11))

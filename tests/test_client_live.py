@@ -279,6 +279,10 @@ def test_follow_prints_entries_as_they_come_and_exits_130_on_ctrl_c(
                 "0.1",
                 "--max-interval",
                 "0.2",
+                # Long polls of at most 1 s: the server's thread holding the last one when the
+                # consumer is interrupted is free for the fixture's shutdown soon after.
+                "--wait",
+                "1",
             ],
             stdout=stdout,
             stderr=subprocess.PIPE,
