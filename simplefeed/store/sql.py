@@ -548,20 +548,18 @@ class SqlStore(Store):
             return [_token_from(r._mapping) for r in conn.execute(_TOKENS.order_by(tokens.c.id))]
 
     def revoke_token(self, token_id: int, now_us: int) -> bool:
-        with self.write() as conn:
-            result = conn.execute(
-                update(tokens)
-                .where(tokens.c.id == token_id, tokens.c.revoked_us.is_(None))
-                .values(revoked_us=now_us)
-            )
-        return result.rowcount == 1
+        return self._update_live_token(token_id, revoked_us=now_us)
 
     def rotate_token(self, token_id: int, secret_hash: str) -> bool:
+        return self._update_live_token(token_id, secret_hash=secret_hash)
+
+    def _update_live_token(self, token_id: int, **values: object) -> bool:
+        """Set ``values`` on the token if it exists and is not revoked; whether it did."""
         with self.write() as conn:
             result = conn.execute(
                 update(tokens)
                 .where(tokens.c.id == token_id, tokens.c.revoked_us.is_(None))
-                .values(secret_hash=secret_hash)
+                .values(**values)
             )
         return result.rowcount == 1
 
