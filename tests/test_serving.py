@@ -5,6 +5,7 @@ real uWSGI with the shipped ``uwsgi.ini`` on loopback; every test bounded in cou
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sqlite3
 import threading
@@ -198,3 +199,54 @@ def test_reads_are_answered_while_producers_wait_for_a_held_write_lock(
         assert stored == statuses.count(201) > 0
         # The 503s are logged as errors (a fault an operator should see); nothing else is.
         assert [p for p in srv.problems() if '"status":503' not in p] == []
+
+
+def _server_socket_option(server: UwsgiServer, client: socket.socket, level: int, name: int) -> int:
+    """A socket option of the server's end of ``client``'s connection, read from the uWSGI
+    process that holds it (pidfd_getfd: a copy of its descriptor; the workers are this test's
+    descendants, so the kernel allows it)."""
+    import ctypes
+    import os
+
+    local = client.getsockname()[1]
+    inode = ""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        here, there = (int(a.split(":")[1], 16) for a in fields[1:3])
+        if here == server.port and there == local:
+            inode = fields[9]
+    assert inode, "the server's end of the connection is not in /proc/net/tcp"
+    assert server.process is not None
+    pids = [server.process.pid]
+    pids += [int(p) for p in Path(f"/proc/{pids[0]}/task/{pids[0]}/children").read_text().split()]
+    libc = ctypes.CDLL(None, use_errno=True)
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) != f"socket:[{inode}]":
+                    continue
+                pidfd = os.pidfd_open(pid)
+                try:
+                    copy = libc.syscall(438, pidfd, int(fd.name), 0)  # pidfd_getfd
+                    if copy < 0:
+                        pytest.skip(f"pidfd_getfd refused: {os.strerror(ctypes.get_errno())}")
+                    with socket.socket(fileno=copy) as sock:
+                        return sock.getsockopt(level, name)
+                finally:
+                    os.close(pidfd)
+    raise AssertionError(f"no uWSGI process holds socket:[{inode}]")
+
+
+def test_kept_alive_responses_are_not_held_back_by_nagle(server: UwsgiServer) -> None:
+    """uWSGI writes a response's head and its body in two writes (an archived page goes by
+    sendfile after its head). On a kept-alive connection Nagle's algorithm holds the second
+    write until the client acknowledges the first, and a client delays that acknowledgement
+    (40 ms on Linux): every request a pooled client makes one after the other then waits about
+    40 ms. A consumer's walk back went from 45 ms to 2 ms a page when uwsgi.ini turned Nagle
+    off (``tcp-nodelay``; docs/benchmarks.md, "Consuming"). So the server's end of a
+    kept-alive connection must have TCP_NODELAY set."""
+    with socket.create_connection((HOST, server.port), timeout=10) as sock:
+        sock.sendall(b"GET /pages/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        nodelay = _server_socket_option(server, sock, socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    assert nodelay != 0
