@@ -6,6 +6,10 @@ waiting request of the process, holding no database connection: one thread per p
 (:meth:`~simplefeed.store.interface.Store.watch`: SQLite's ``data_version``, PostgreSQL's
 ``LISTEN``), and wakes every waiter at each; each then asks whether its client's copy is still
 current (the same precondition evaluation as a 304), and goes on waiting if so.
+
+Waiters read their feed with :meth:`Changes.seen`: one lookup per feed and commit seen, shared
+by every waiter of the process (500 waiters woken by a publish made 500 lookups, queueing for a
+few connections: docs/benchmarks.md, "Long-poll").
 """
 
 from __future__ import annotations
@@ -14,14 +18,21 @@ import threading
 import time
 from collections.abc import Callable
 
+from simplefeed.locks import Striped
+from simplefeed.model import Feed
+
 Watch = Callable[[Callable[[], None], threading.Event], None]
 
 
 class Changes:
     """A counter of the commits seen by the process's watcher, and a condition to wait on."""
 
-    def __init__(self, watch: Watch) -> None:
+    def __init__(self, watch: Watch, look_up: Callable[[str], Feed]) -> None:
         self._watch = watch
+        self._look_up = look_up
+        #: Per feed name: the watcher's version when it was last looked up, and the feed then.
+        self._heads: dict[str, tuple[int, Feed]] = {}
+        self._looking = Striped()
         self._changed = threading.Condition()
         self._version = 0
         self._stop = threading.Event()
@@ -45,6 +56,24 @@ class Changes:
                     )
                     self._thread.start()
         return self._version
+
+    def seen(self, name: str) -> Feed:
+        """The feed as committed when the watcher last saw a commit, or later: looked up once
+        per commit seen, by the first waiter that asks; the others wait for that lookup and
+        share it. For waiting requests only (a commit the watcher has not seen yet wakes them
+        when it does, within its interval): any other request looks the feed up itself, so
+        that it sees what was committed before it came.
+
+        Only feeds that exist are remembered (the lookup raises for others), so this holds
+        what the database holds, not what requests name."""
+        version = self.version()
+        with self._looking(name):
+            known = self._heads.get(name)
+            if known is not None and known[0] >= version:
+                return known[1]
+            feed = self._look_up(name)
+            self._heads[name] = (version, feed)
+            return feed
 
     def wait(self, current: Callable[[], bool], seconds: float) -> bool:
         """Return once ``current()`` is False, or after ``seconds``. False if it was False to

@@ -26,6 +26,7 @@ from simplefeed.errors import (
     StorageLow,
     StoreError,
 )
+from simplefeed.locks import Striped
 from simplefeed.model import (
     Appended,
     Document,
@@ -208,8 +209,11 @@ class Simplefeed:
         #: size: these never change) on the one-round-trip append path, never for their head.
         self._feeds: dict[str, Feed] = {}
         self._cache_lock = threading.Lock()
+        #: One rendering of a live document's version at a time: the requests that want it
+        #: too (every long-poll woken by a publish) wait for it, then serve it from memory.
+        self._rendering = Striped()
         #: Requests waiting for a feed to change (``Prefer: wait``) wait here.
-        self.changes = Changes(self.store.watch)
+        self.changes = Changes(self.store.watch, self.feed_head)
 
     def close(self) -> None:
         """Stop watching for changes and close every database connection."""
@@ -561,6 +565,14 @@ class Simplefeed:
         cached = self.cached_live_body(live)
         if cached is not None:
             return cached
+        with self._rendering((live.feed.id, live.kind)):
+            cached = self.cached_live_body(live)
+            if cached is not None:
+                return cached
+            return self._render_live(live)
+
+    def _render_live(self, live: Live) -> bytes:
+        """Render a live document's version and keep its bytes (under its rendering lock)."""
         feed = live.feed
         first, _ = paging.seq_range(live.number, feed.page_size)
         entries = self.store.entries_between(feed.id, first, feed.head_seq)

@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from bench.servers import UwsgiServer, scratch_postgres_database
+from simplefeed import codings as codings_module
 from simplefeed.app import create_app
 from simplefeed.app.preconditions import preferred_wait
 from simplefeed.core import Simplefeed
@@ -97,6 +98,48 @@ def test_a_waiting_request_is_answered_when_the_feed_changes(
     assert "Prefer" in r.headers["vary"]
     assert r.headers["cache-control"] == "public, max-age=10"  # as without Prefer
     assert took < 15, took
+
+
+class Calls:
+    """Counts the calls of a function (the real one is still called), for this test only."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, obj: Any, name: str) -> None:
+        self.count = 0
+        real = getattr(obj, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(obj, name, counted)
+
+
+@pytest.mark.parametrize("coding", ["identity", "gzip"])
+def test_waiters_woken_by_a_publish_share_one_lookup_and_one_rendering(
+    app: falcon.testing.TestClient, core: Simplefeed, coding: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """30 requests of one process wait on /recent; one publish wakes them all. Each is answered
+    with the new version, and the process looked the feed up once for them (not once each:
+    500 waiters made 500 lookups, queueing for a few connections) and rendered and encoded the
+    new document once (not once per waiter that found it missing)."""
+    publish(core)
+    headers = {"Accept-Encoding": coding}
+    etag = app.simulate_get("/recent", headers=headers).headers["etag"]
+    waiting = {**headers, "If-None-Match": etag, "Prefer": "wait=20"}
+    with ThreadPoolExecutor(30) as pool:
+        answers = [pool.submit(app.simulate_get, "/recent", headers=waiting) for _ in range(30)]
+        time.sleep(1.0)  # all of them waiting (a late one would find the new version at once)
+        lookups = Calls(monkeypatch, core.store, "feed_head")
+        renders = Calls(monkeypatch, core.store, "entries_between")
+        encodes = Calls(monkeypatch, codings_module, "encode")
+        publish(core)
+        results = [a.result(timeout=30) for a in answers]
+    assert {r.status_code for r in results} == {200}
+    assert len({r.headers["etag"] for r in results}) == 1
+    assert len({r.content for r in results}) == 1
+    assert lookups.count <= 2, lookups.count  # once per commit the watcher saw
+    assert renders.count == 1
+    assert encodes.count == (0 if coding == "identity" else 1)
 
 
 def test_without_a_change_a_waiting_request_is_a_304_after_its_wait(

@@ -26,6 +26,7 @@ from typing import BinaryIO
 from simplefeed import archive, codings
 from simplefeed.codings import CODINGS, IDENTITY, tagged
 from simplefeed.core import Live, Simplefeed
+from simplefeed.locks import Striped
 from simplefeed.model import DocumentKind, Feed
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ class LiveBodies:
     def __init__(self, core: Simplefeed) -> None:
         self.core = core
         self._encoded: dict[tuple[int, DocumentKind, str], tuple[str, bytes]] = {}
+        self._encoding = Striped()
 
     def has(self, live: Live) -> bool:
         """Whether this version's bytes are here (no query needed to serve it)."""
@@ -128,9 +130,13 @@ class LiveBodies:
         cached = self._encoded.get(key)
         if cached is not None and cached[0] == live.etag:
             return cached[1]
-        encoded = codings.encode(self.core.live_body(live), coding)
-        self._encoded[key] = (live.etag, encoded)
-        return encoded
+        with self._encoding(key):  # once per version: the others wait, then find it here
+            cached = self._encoded.get(key)
+            if cached is not None and cached[0] == live.etag:
+                return cached[1]
+            encoded = codings.encode(self.core.live_body(live), coding)
+            self._encoded[key] = (live.etag, encoded)
+            return encoded
 
 
 # -- archived pages ---------------------------------------------------------------------------

@@ -112,31 +112,44 @@ class _FeedResource:
             now_s=self.core.clock() // 1_000_000,
         )
 
-    def hold(self, req: falcon.Request, resp: falcon.Response, current: Callable[[], bool]) -> None:
-        """``Prefer: wait=N`` (RFC 7240): while ``current()`` (the client's copy is current:
-        the request would be answered 304), wait for the feed to change, at most N seconds
-        (capped by SIMPLEFEED_MAX_WAIT), holding no database connection
-        (:class:`~simplefeed.changes.Changes`); the caller then answers as usual, 200 or 304.
+    def hold(
+        self,
+        req: falcon.Request,
+        resp: falcon.Response,
+        name: str,
+        current: Callable[[Feed], bool],
+    ) -> Feed | None:
+        """``Prefer: wait=N`` (RFC 7240): while ``current(feed)`` (the client's copy of the
+        feed's document is current: the request would be answered 304), wait for the feed to
+        change, at most N seconds (capped by SIMPLEFEED_MAX_WAIT), holding no database
+        connection (:class:`~simplefeed.changes.Changes`). Returns the feed as last seen if it
+        waited (the caller answers from it, 200 or 304: the lookup a publish's waiters
+        share), else None (the caller looks the feed up itself, as for any request).
         ``Preference-Applied: wait=N`` says it waited. Responses to such a request vary by
         ``Prefer``; nothing else changes (a request without ``Prefer`` costs one header
         lookup here). While the database does not answer, nothing is waited for: the caller
         answers as it does then."""
         header = req.get_header("Prefer")
         if header is None:
-            return
+            return None
         wait = preconditions.preferred_wait(header, self.settings.max_wait)
         if wait is None:
-            return
+            return None
         resp.append_header("Vary", "Prefer")
+        last: list[Feed] = []
 
         def still_current() -> bool:
             try:
-                return current()
+                feed = self.core.changes.seen(name)
             except StoreUnavailable:
                 return False
+            last[:] = [feed]
+            return current(feed)
 
-        if self.core.changes.wait(still_current, wait):
-            resp.set_header("Preference-Applied", f"wait={wait}")
+        if not self.core.changes.wait(still_current, wait):
+            return None
+        resp.set_header("Preference-Applied", f"wait={wait}")
+        return last[0] if last else None
 
     def send_live(
         self,
@@ -199,10 +212,13 @@ class Recent(_FeedResource):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, feed: str | None = None) -> None:
         name = self.feed_name(req, feed)
-        self.hold(
-            req, resp, lambda: self.precondition(req, self.heads.validators(name, "recent")) == 304
+        seen = self.hold(
+            req,
+            resp,
+            name,
+            lambda f: self.precondition(req, self.heads.validators(name, "recent", f)) == 304,
         )
-        self.live(req, resp, name, "recent")
+        self.live(req, resp, name, "recent", seen)
 
     on_head = on_get
 
@@ -247,12 +263,12 @@ class Page(_FeedResource):
         self, req: falcon.Request, resp: falcon.Response, n: str, feed: str | None = None
     ) -> None:
         name, number = self.locate(req, n, feed)
-        self.hold(req, resp, lambda: self.working_and_current(req, name, number))
+        seen = self.hold(req, resp, name, lambda f: self.working_and_current(req, f, number))
         known = self.archived.get(name, number)
         if known is not None and self.send_archived(req, resp, known):
             return
         try:
-            f = self.heads.feed(name)
+            f = seen if seen is not None else self.heads.feed(name)
         except StoreUnavailable:
             self.send_without_database(req, resp, name, number)
             return
@@ -272,12 +288,11 @@ class Page(_FeedResource):
 
     on_head = on_get
 
-    def working_and_current(self, req: falcon.Request, name: str, number: int) -> bool:
-        """Whether page ``number`` is the working page and the client's copy of it current."""
-        f = self.heads.feed(name)
+    def working_and_current(self, req: falcon.Request, f: Feed, number: int) -> bool:
+        """Whether page ``number`` is ``f``'s working page and the client's copy of it current."""
         if number != paging.working_page(f.head_seq, f.page_size):
             return False
-        return self.precondition(req, self.heads.validators(name, "working", f)) == 304
+        return self.precondition(req, self.heads.validators(f.name, "working", f)) == 304
 
     def send_without_database(
         self, req: falcon.Request, resp: falcon.Response, name: str, number: int
