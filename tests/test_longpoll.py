@@ -100,6 +100,29 @@ def test_a_waiting_request_is_answered_when_the_feed_changes(
     assert took < 15, took
 
 
+def test_a_copy_in_another_coding_is_current_too(
+    app: falcon.testing.TestClient, core: Simplefeed
+) -> None:
+    """A client holding the current version gzip-encoded (a cache in between fetched it so)
+    that long-polls asking for br waits as well: answering at once would only make it ask
+    again. When the feed changes it is answered in the coding it asked for."""
+    publish(core)
+    etag = app.simulate_get("/recent", headers={"Accept-Encoding": "gzip"}).headers["etag"]
+    assert etag.endswith('-gzip"')
+    job = later(0.5, lambda: publish(core))
+    r, took = timed(
+        lambda: app.simulate_get(
+            "/recent",
+            headers={"If-None-Match": etag, "Prefer": "wait=10", "Accept-Encoding": "br"},
+        )
+    )
+    job.join()
+    assert r.status_code == 200
+    assert r.headers["preference-applied"] == "wait=10"
+    assert r.headers["content-encoding"] == "br"
+    assert took >= 0.4, took  # held until the publish, not answered at once
+
+
 class Calls:
     """Counts the calls of a function (the real one is still called), for this test only."""
 

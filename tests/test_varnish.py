@@ -322,3 +322,41 @@ def test_varnish_in_front_of_the_service(stack: tuple[Origin, Varnish]) -> None:
             file_bytes = (origin.archive_dir / path.lstrip("/")).read_bytes()
             assert cached.content == direct.content == file_bytes, path
             assert cached.headers["last-modified"] == direct.headers["last-modified"]
+
+
+def test_a_long_poll_passes_through_the_cache_to_the_origin(
+    stack: tuple[Origin, Varnish],
+) -> None:
+    """A consumer long-polling through Varnish (``Prefer: wait`` with its current ETag) is held
+    by the origin until the feed changes, as if the cache were not there: the VCL passes such
+    requests (deploy/varnish.vcl). Without that rule the cache answers the conditional request
+    304 from its fresh copy at once, and the consumer polls in a loop instead of waiting. The
+    cache's copy for other clients is untouched by the held request."""
+    origin, cache = stack
+    auth = {"Authorization": f"Bearer {origin.token}"}
+    with httpx.Client(timeout=20.0) as http:
+        r = http.post(cache.url("/entries"), json={"title": "first"}, headers=auth)
+        assert r.status_code == 201, r.text
+        etag = http.get(cache.url("/recent")).headers["etag"]
+        assert http.get(cache.url("/recent")).headers["x-cache"] == "HIT"
+        held: list[httpx.Response] = []
+        waiting = threading.Thread(
+            target=lambda: held.append(
+                http.get(cache.url("/recent"), headers={"If-None-Match": etag, "Prefer": "wait=15"})
+            )
+        )
+        waiting.start()
+        time.sleep(1.5)
+        assert held == [], "answered at once: the cache did not pass the long-poll through"
+        r = httpx.post(cache.url("/entries"), json={"title": "second"}, headers=auth)
+        assert r.status_code == 201, r.text
+        waiting.join(timeout=15)
+        assert len(held) == 1
+        answer = held[0]
+        assert answer.status_code == 200
+        assert answer.headers["preference-applied"] == "wait=15"
+        assert answer.headers["x-cache"] == "MISS"
+        assert answer.headers["etag"] != etag
+        assert "second" in titles(answer.content)
+        # Reaching the origin: the held request is in its log as a conditional GET.
+        assert any(h.if_none_match == etag for h in origin.hits_for("/recent"))

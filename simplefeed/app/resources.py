@@ -112,6 +112,14 @@ class _FeedResource:
             now_s=self.core.clock() // 1_000_000,
         )
 
+    def has_current(self, req: falcon.Request, v: LiveValidators) -> bool:
+        """Whether the client's copy is the current version, in any coding: what a long-poll
+        waits on. A cache in between may have given the client another coding than this
+        request is answered in (Varnish fetches gzip for its copies, and passes a long-poll on
+        with the client's own Accept-Encoding), and the client's copy is current all the same:
+        answering it at once would only make it ask again."""
+        return any(self.precondition(req, v, coding) == 304 for coding in v.etags)
+
     def hold(
         self,
         req: falcon.Request,
@@ -120,7 +128,7 @@ class _FeedResource:
         current: Callable[[Feed], bool],
     ) -> Feed | None:
         """``Prefer: wait=N`` (RFC 7240): while ``current(feed)`` (the client's copy of the
-        feed's document is current: the request would be answered 304), wait for the feed to
+        feed's document is current: :meth:`has_current`), wait for the feed to
         change, at most N seconds (capped by SIMPLEFEED_MAX_WAIT), holding no database
         connection (:class:`~simplefeed.changes.Changes`). Returns the feed as last seen if it
         waited (the caller answers from it, 200 or 304: the lookup a publish's waiters
@@ -216,7 +224,7 @@ class Recent(_FeedResource):
             req,
             resp,
             name,
-            lambda f: self.precondition(req, self.heads.validators(name, "recent", f)) == 304,
+            lambda f: self.has_current(req, self.heads.validators(name, "recent", f)),
         )
         self.live(req, resp, name, "recent", seen)
 
@@ -292,7 +300,7 @@ class Page(_FeedResource):
         """Whether page ``number`` is ``f``'s working page and the client's copy of it current."""
         if number != paging.working_page(f.head_seq, f.page_size):
             return False
-        return self.precondition(req, self.heads.validators(f.name, "working", f)) == 304
+        return self.has_current(req, self.heads.validators(f.name, "working", f))
 
     def send_without_database(
         self, req: falcon.Request, resp: falcon.Response, name: str, number: int
