@@ -16,32 +16,35 @@ following the feed for the same published events:
   per max-age (phases spread at random), as a consumer honouring the document's max-age does
   (a new connection per poll when it would idle past the server's 4 s socket timeout).
 
-Consumers are threads of 4 processes (stdlib http.client, one connection each).
+Consumers are asyncio tasks in 4 processes (one connection each, asking for gzip as the
+Simplefeed consumer does and decompressing what they read): light clients, so that the figures
+are the server's more than theirs, on two cores that both share.
 
 A producer publishes one event every ``--interval`` seconds; for every (consumer, event) the
 latency is the time from the publish's 2xx (as the producer saw it) to that consumer having a
 body with the entry (a consumer thread, in this process, reading the HTTP response; a consumer
 may have it before the producer has its 2xx: those count as 0). p50 and p99 over all of them.
 
-Capacity: with 500 consumers waiting (and the producer publishing), wrk asks for /recent (304
-and 200) for a few seconds; the same wrk just before the consumers started and just after they
-stopped is the baseline (their mean), in the same run. The figures are in docs/benchmarks.md
-("Long-poll").
+Capacity, in a run of its own after those: with 500 consumers waiting (and the producer
+publishing), wrk asks for /recent (304 and 200) for a few seconds; the same wrk just before the
+consumers started and just after they stopped is the baseline (their mean), in the same run.
+The latencies of that run are shown too, on a line of their own. The figures are in
+docs/benchmarks.md ("Long-poll").
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
-import http.client
 import multiprocessing
 import random
 import re
 import statistics
 import sys
 import tempfile
-import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,64 +68,99 @@ SOCKET_TIMEOUT_S = 4.0
 
 @dataclass
 class Consumer:
-    """One consumer on its own connection, in a thread of its own."""
+    """One consumer on its own connection, a task of its process's event loop."""
 
     port: int
     mode: str  # "wait" or "poll"
     max_age: float
-    stop: Any  # threading.Event or multiprocessing.Event
     received: dict[int, float] = field(default_factory=dict)
     errors: int = 0
+    stopping: bool = False
 
-    def run(self) -> None:
-        conn = http.client.HTTPConnection(HOST, self.port, timeout=60)
+    async def run(self) -> None:
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         etag = ""
         next_poll = time.monotonic() + random.uniform(0, self.max_age)
-        while not self.stop.is_set():
-            headers = {"If-None-Match": etag} if etag else {}
+        while not self.stopping:
+            headers = f"If-None-Match: {etag}\r\n" if etag else ""
             if self.mode == "wait" and etag:
-                headers["Prefer"] = "wait=30"
+                headers += "Prefer: wait=30\r\n"
             elif self.mode == "poll":
                 delay = next_poll - time.monotonic()
-                if delay > 0 and self.stop.wait(delay):
-                    break
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                    if self.stopping:
+                        break
             try:
-                conn.request("GET", "/recent", headers=headers)
-                response = conn.getresponse()
-                body = response.read()
-            except (OSError, http.client.HTTPException):
+                if connection is None:
+                    connection = await asyncio.open_connection(HOST, self.port)
+                reader, writer = connection
+                writer.write(REQUEST.format(headers=headers).encode())
+                status, etag_seen, body = await read_response(reader)
+            except (OSError, asyncio.IncompleteReadError, ValueError):
                 self.errors += 1
-                conn.close()
-                conn = http.client.HTTPConnection(HOST, self.port, timeout=60)
-                time.sleep(0.05)
+                if connection is not None:
+                    connection[1].close()
+                connection = None
+                await asyncio.sleep(0.05)
                 continue
             now = time.monotonic()
-            if response.status == 200:
-                etag = response.getheader(ETAG) or ""
+            if status == 200:
+                etag = etag_seen
                 for match in TITLE.finditer(body):
                     self.received.setdefault(int(match[1]), now)
             if self.mode == "poll":
                 next_poll += self.max_age
                 if self.max_age > SOCKET_TIMEOUT_S:
-                    conn.close()
-        conn.close()
+                    connection[1].close()
+                    connection = None
+        if connection is not None:
+            connection[1].close()
+
+
+#: What every consumer asks: /recent, compressed as the Simplefeed consumer asks it (gzip here,
+#: decompressed with zlib to find the entries: the consumer's own cost stays small).
+REQUEST = "GET /recent HTTP/1.1\r\nHost: bench\r\nAccept-Encoding: gzip\r\n{headers}\r\n"
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, str, bytes]:
+    """Status, ETag and (decoded) body of one response (Content-Length framed, as the service
+    sends)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    fields = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        fields[name.strip().lower()] = value.strip()
+    body = await reader.readexactly(int(fields.get("content-length", "0")))
+    if fields.get("content-encoding") == "gzip":
+        body = zlib.decompress(body, wbits=31)
+    return status, fields.get(ETAG, ""), body
 
 
 def crowd(port: int, mode: str, max_age: float, count: int, stop: Any, results: Any) -> None:
-    """``count`` consumers in threads of this process, until ``stop``; their receipts (by
-    event, the monotonic clock, which all processes share) and errors go to ``results``."""
-    consumers = [Consumer(port, mode, max_age, stop) for _ in range(count)]
-    threads = [threading.Thread(target=c.run, daemon=True) for c in consumers]
-    for t in threads:
-        t.start()
-    stop.wait()
-    for t in threads:
-        t.join(timeout=40)
-    results.send([(c.received, c.errors) for c in consumers])
+    """``count`` consumers in one event loop of this process, until ``stop``; their receipts
+    (by event, the monotonic clock, which all processes share) and errors go to ``results``.
+    An event loop, not threads: 125 threads of one process reading their responses at once
+    spent most of the time handing the GIL to each other, on the two cores the server uses."""
+
+    async def main() -> None:
+        consumers = [Consumer(port, mode, max_age) for _ in range(count)]
+        tasks = [asyncio.create_task(c.run()) for c in consumers]
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        for c in consumers:
+            c.stopping = True
+        # A waiting consumer ends with its next answer: the caller publishes once more.
+        await asyncio.wait(tasks, timeout=40)
+        results.send([(c.received, c.errors) for c in consumers])
+
+    asyncio.run(main())
 
 
-#: Consumers run in this many processes (threads in each), so that reading 500 responses at
-#: once is not one Python process's work under one GIL.
+#: Consumers run in this many processes (an event loop in each), so that reading 500 responses
+#: at once is not one Python process's work.
 CONSUMER_PROCESSES = 4
 
 
@@ -244,7 +282,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sf-longpoll-") as tmp:
         work = Path(tmp)
         server = UwsgiServer(
-            f"sqlite:///{work / 'db.sqlite3'}", work / "archive", work, processes=4
+            f"sqlite:///{work / 'db.sqlite3'}", work / "archive", work, processes=4, page_size=1000
         )
         with server:
             for key, value in machine().items():
@@ -253,23 +291,27 @@ def main() -> None:
             print("| following | consumers | samples | p50 ms | p99 ms | missed | errors |")
             print("|---|---|---|---|---|---|---|")
             first = 1
-            held: dict[str, dict[str, float]] = {}
             for count in counts:
                 for mode in args.modes.split(","):
-                    during = None
-                    if mode == "wait" and count == max(counts):
-                        held["before"] = capacity(server, 4)
-
-                        def during() -> None:
-                            held["during"] = capacity(server, 4)
-
                     run = follow(
-                        server, mode, modes[mode], count, args.events, args.interval, first, during
+                        server, mode, modes[mode], count, args.events, args.interval, first
                     )
-                    if during is not None:
-                        held["after"] = capacity(server, 4)
                     first += args.events + 1
                     print(run.row(), flush=True)
+            # Capacity, apart: wrk at full speed in the middle of a latency run would delay the
+            # events published around it, and the latency rows are the server's alone.
+            held: dict[str, dict[str, float]] = {}
+            if "wait" in args.modes.split(","):
+                held["before"] = capacity(server, 4)
+
+                def during() -> None:
+                    held["during"] = capacity(server, 4)
+
+                run = follow(
+                    server, "wait", 0.0, max(counts), args.events, args.interval, first, during
+                )
+                held["after"] = capacity(server, 4)
+                print(run.row().replace("| wait |", "| wait, wrk on /recent meanwhile |"))
             if held:
                 print()
                 print(
