@@ -25,6 +25,10 @@ latency is the time from the publish's 2xx (as the producer saw it) to that cons
 body with the entry (a consumer thread, in this process, reading the HTTP response; a consumer
 may have it before the producer has its 2xx: those count as 0). p50 and p99 over all of them.
 
+"server CPU ms per event": the CPU time of the server's processes (/proc) from the first event
+to two seconds after the last, divided by the events: delivering each event to every consumer,
+plus the watchers' own polling meanwhile (the same whether anyone waits or not).
+
 Capacity, in a run of its own after those: with 500 consumers waiting (and the producer
 publishing), wrk asks for /recent (304 and 200) for a few seconds; the same wrk just before the
 consumers started and just after they stopped is the baseline (their mean), in the same run.
@@ -54,7 +58,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._read_servers import machine, wrk
+from bench._read_servers import group_cpu, machine, wrk
 from bench.servers import HOST, UwsgiServer
 
 TITLE = re.compile(rb"<title>ev-(\d+)</title>")
@@ -176,13 +180,16 @@ class Run:
     samples: list[float]
     missing: int
     errors: int
+    #: CPU seconds the server's processes spent from the first event to the last one's
+    #: delivery, per event.
+    cpu_per_event: float
 
     def row(self) -> str:
         p50 = statistics.median(self.samples) * 1000 if self.samples else float("nan")
         p99 = percentile(self.samples, 0.99) * 1000 if self.samples else float("nan")
         return (
             f"| {self.mode} | {self.consumers} | {len(self.samples)} | {p50:,.0f} | {p99:,.0f} |"
-            f" {self.missing} | {self.errors} |"
+            f" {self.missing} | {self.errors} | {self.cpu_per_event * 1000:,.0f} |"
         )
 
 
@@ -220,6 +227,8 @@ def follow(
     time.sleep(2.0 + (max_age if mode != "wait" else 0))  # every consumer has the document
     acked: dict[int, float] = {}
     headers = {"Authorization": f"Bearer {server.token}"}
+    pgid = server.process.pid if server.process else 0
+    cpu = group_cpu(pgid)
     with httpx.Client(headers=headers, timeout=30) as client:
         for i in range(first, first + events):
             acked[i] = publish(server, client, i)
@@ -227,6 +236,7 @@ def follow(
                 during()
             time.sleep(interval * random.uniform(0.5, 1.5))
     time.sleep((max_age if mode != "wait" else 0) + 2.0)  # the last event reaches everyone
+    cpu = group_cpu(pgid) - cpu
     stop.set()
     # Waiting consumers end with their next answer: one more event ends every wait.
     with httpx.Client(headers=headers, timeout=30) as client:
@@ -249,6 +259,7 @@ def follow(
         samples,
         missing,
         sum(errors for _, errors in reports),
+        cpu / events,
     )
 
 
@@ -288,8 +299,11 @@ def main() -> None:
             for key, value in machine().items():
                 print(f"{key}: {value}")
             print()
-            print("| following | consumers | samples | p50 ms | p99 ms | missed | errors |")
-            print("|---|---|---|---|---|---|---|")
+            print(
+                "| following | consumers | samples | p50 ms | p99 ms | missed | errors"
+                " | server CPU ms per event |"
+            )
+            print("|---|---|---|---|---|---|---|---|")
             first = 1
             for count in counts:
                 for mode in args.modes.split(","):
