@@ -468,9 +468,11 @@ class _BoundedTransport(httpx.HTTPTransport):
     is httpx's own, but for its network backend)."""
 
     def __init__(self, deadlines: _Deadlines) -> None:
-        super().__init__()
+        # One TLS context (loading the trust store costs about 30 ms), httpx's own default.
+        ssl_context = httpx.create_ssl_context()
+        super().__init__(verify=ssl_context)
         self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
+            ssl_context=ssl_context,
             keepalive_expiry=5.0,
             network_backend=_Backend(deadlines),
         )
