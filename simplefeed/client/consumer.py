@@ -276,7 +276,9 @@ class Consumer:
             raise
         self._pages = _HttpPages(self.fetcher, parser, url)
         self._saved = self.state.load_checkpoint(url)
-        self._pending: Checkpoint | None = None
+        # Per page: the last processed entry, until its page is done (its checkpoint is
+        # made then, not for every entry).
+        self._pending: FeedEntry | None = None
         # Per page: the checkpoint's durable write runs on a thread of its own (its own
         # connection) while the walk reads the next pages; it is waited for before the next
         # page's first entry is handed over.
@@ -290,7 +292,7 @@ class Consumer:
     @property
     def checkpoint(self) -> Checkpoint | None:
         """The last processed entry (stored, or about to be at the end of its page)."""
-        return self._pending if self._pending is not None else self._saved
+        return _checkpoint_of(self._pending) if self._pending is not None else self._saved
 
     def entries(
         self, *, follow: bool = False, stop: Callable[[], bool] | None = None
@@ -456,10 +458,9 @@ class Consumer:
         if checkpoint is None and self.start == "now":
             checkpoint = starting_point(self._pages, head)
             self._save(checkpoint)
-        progress = self.progress if self.progress is not None else _ignore
         try:
             yield from new_entries(
-                self._pages, head, checkpoint, progress=progress, page_done=self._page_done
+                self._pages, head, checkpoint, progress=self.progress, page_done=self._page_done
             )
         except DigestMismatch as exc:
             self.fetcher.forget(exc.url)  # a damaged cached copy: the next run asks again
@@ -468,18 +469,17 @@ class Consumer:
     # -- checkpoints ---------------------------------------------------------------------
 
     def _processed(self, entry: FeedEntry) -> None:
-        checkpoint = Checkpoint(entry.id, entry.seq, entry.page_url)
         if self.checkpoint_every == "entry":
-            self._save(checkpoint)
+            self._save(_checkpoint_of(entry))
         else:
-            self._pending = checkpoint
+            self._pending = entry
 
     def _page_done(self) -> None:
         """The walk is past the last entry of a page, all of them processed: with checkpoints
         per page, start storing the checkpoint while the walk reads on."""
-        pending = self._pending
-        if self.checkpoint_every != "page" or pending is None:
+        if self.checkpoint_every != "page" or self._pending is None:
             return
+        pending = _checkpoint_of(self._pending)
         self._wait_written()
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="simplefeed-checkpoint")
@@ -497,7 +497,7 @@ class Consumer:
     def _flush(self) -> None:
         self._wait_written()
         if self._pending is not None:
-            self._save(self._pending)
+            self._save(_checkpoint_of(self._pending))
 
     def _save(self, checkpoint: Checkpoint) -> None:
         self.state.save_checkpoint(self.url, checkpoint, self.clock())
@@ -505,8 +505,8 @@ class Consumer:
         self._pending = None
 
 
-def _ignore(_: Progress) -> None:
-    pass
+def _checkpoint_of(entry: FeedEntry) -> Checkpoint:
+    return Checkpoint(entry.id, entry.seq, entry.page_url)
 
 
 _writer_state = threading.local()

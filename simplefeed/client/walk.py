@@ -112,10 +112,6 @@ class Progress:
 ProgressFn = Callable[[Progress], None]
 
 
-def _no_progress(_: Progress) -> None:
-    pass
-
-
 def starting_point(source: PageSource, head: Page) -> Checkpoint:
     """The checkpoint that means "everything published so far is processed".
 
@@ -145,12 +141,13 @@ def new_entries(
     head: Page,
     checkpoint: Checkpoint | None,
     *,
-    progress: ProgressFn = _no_progress,
+    progress: ProgressFn | None = None,
     page_done: Callable[[], None] = lambda: None,
 ) -> Iterator[FeedEntry]:
     """The entries after ``checkpoint``, oldest first (everything when it is None).
     ``page_done`` is called when the walk is past a page's last entry (resumed after it) and
-    about to read on to the next page."""
+    about to read on to the next page. ``progress``, when given, is told of each page passed
+    walking back and each entry yielded (no report is made for nobody)."""
     # Each pass forward is made before it runs, so that the page it starts from is not also
     # held here: it is let go of as soon as the pass moves on to the next one.
     if checkpoint is None or checkpoint.seq == 0:
@@ -225,7 +222,7 @@ class _Back:
     """The bookkeeping of a walk back: the trail, the oldest sequence number passed (each page
     back must hold older entries), progress."""
 
-    def __init__(self, head: Page, after_seq: int, progress: ProgressFn) -> None:
+    def __init__(self, head: Page, after_seq: int, progress: ProgressFn | None) -> None:
         self.trail = _Trail(head)
         self.steps = 0
         self.oldest: int | None = None
@@ -252,6 +249,8 @@ class _Back:
     def step(self, prev: str) -> None:
         """About to follow ``prev``."""
         self.trail.follow(prev)
+        if self.progress is None:
+            return
         if (self.steps or self.oldest is not None) and self.newest is not None:
             assert self.oldest is not None
             total = self.newest - self.after_seq
@@ -266,7 +265,7 @@ class _Back:
 
 
 def _walk_back_to_start(
-    source: PageSource, head: Page, progress: ProgressFn
+    source: PageSource, head: Page, progress: ProgressFn | None
 ) -> tuple[Page, int | None]:
     """The first page of the feed (walking back from ``head`` through outlines), and the
     newest sequence number passed on the way (None if no entry was seen)."""
@@ -291,7 +290,7 @@ def _walk_back_to_start(
 
 
 def _walk_back_to_entry(
-    source: PageSource, head: Page, checkpoint: Checkpoint, progress: ProgressFn
+    source: PageSource, head: Page, checkpoint: Checkpoint, progress: ProgressFn | None
 ) -> tuple[Page, int]:
     """The page holding the checkpoint's entry (walking back from ``head``) and the entry's
     position."""
@@ -318,7 +317,7 @@ def _forward(
     page: Page,
     position: int,
     checkpoint: Checkpoint | None,
-    progress: ProgressFn,
+    progress: ProgressFn | None,
     page_done: Callable[[], None],
     *,
     newest: int | None = None,
@@ -357,7 +356,7 @@ def _forward(
             yield entry
             prev_seq = entry.seq
             done += 1
-            if report or moved:
+            if progress is not None and (report or moved):
                 progress(Progress("process", done, total))
         if nxt is None or nxt_url is None:
             return
