@@ -23,13 +23,14 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from bench.servers import HOST, clean_environ, simplefeed_command
 from simplefeed.client import Consumer, RetryPolicy
+from simplefeed.client.state import StateFile
 
 RSS_LIMIT_KIB = 300 * 1024
 GIB = 1024**3
@@ -93,6 +94,8 @@ class Hostile:
 
     routes: dict[str, Send]
     port: int = 0
+    #: The head of every request received, in order.
+    requests: list[bytes] = field(default_factory=list)
 
     @property
     def base(self) -> str:
@@ -114,6 +117,7 @@ def hostile() -> Iterator[Callable[[dict[str, Send]], Hostile]]:
                     if not more:
                         return
                     data += more
+                server_state.requests.append(data)
                 path = data.split(b" ", 2)[1].decode()
                 send = server_state.routes.get(path)
                 try:
@@ -405,3 +409,25 @@ def test_following_a_feed_for_hundreds_of_polls_grows_nothing(
     assert rss_at_250 - rss_at_100 < 4 * 1024, (rss_at_100, rss_at_250)
     assert state_at_250 < max(2 * state_at_100, 8 * 1024 * 1024), (state_at_100, state_at_250)
     assert "Traceback" not in stderr.decode()
+
+
+def test_cookies_a_server_sets_are_neither_kept_nor_sent_back(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """A feed needs no cookies. A server that sets a new one with every answer would otherwise
+    grow the consumer's cookie jar, and the Cookie header of every later request, for as long
+    as it follows the feed (httpx keeps them all: 200 cookies after 200 polls)."""
+    server = hostile({})
+    served = [0]
+
+    def recent(sock: socket.socket) -> None:
+        served[0] += 1
+        body = atom(server.base, [(1, "one")])
+        answer(body, Cache_Control="no-cache", Set_Cookie=f"c{served[0]}={'x' * 100}; Path=/")(sock)
+
+    server.routes["/recent"] = recent
+    with StateFile(tmp_path / "s.sqlite3") as state, Consumer(f"{server.base}/recent", state) as c:
+        for _ in range(3):
+            assert [e.seq for e in c.entries()] in ([1], [])
+    assert len(server.requests) == 3
+    assert not [r for r in server.requests if b"\r\ncookie:" in r.lower()], server.requests

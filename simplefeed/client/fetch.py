@@ -33,6 +33,7 @@ clock are injected.
 
 from __future__ import annotations
 
+import http.cookiejar
 import logging
 import math
 import ssl
@@ -167,6 +168,18 @@ _RETRYABLE = (
 _RETRY_IF = tenacity.retry_if_exception_type(_RETRYABLE)
 
 
+class _NoCookies(http.cookiejar.CookieJar):
+    """A cookie jar that keeps nothing: a feed needs no cookies, and a server setting a new one
+    with every answer would grow the jar, and every request's Cookie header, for as long as
+    the consumer follows it."""
+
+    def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
+        pass
+
+    def extract_cookies(self, response: typing.Any, request: typing.Any) -> None:
+        pass
+
+
 class _Answer(typing.NamedTuple):
     status: int
     headers: httpx.Headers
@@ -200,6 +213,7 @@ class Fetcher:
             transport=transport if transport is not None else _transport(self._deadlines),
             timeout=timeout,
             follow_redirects=False,
+            cookies=_NoCookies(),
             headers={
                 "User-Agent": user_agent,
                 "Accept": ACCEPT,
