@@ -3,9 +3,12 @@
 ::
 
     python bench/_consume_run.py URL STATE --parser lxml --checkpoint page [--tracemalloc]
+        [--checkout DIR]
 
 Reads the feed at URL with a fresh state file, handling each entry with a counter, and prints
-one JSON object: entries, seconds (from opening the state file to closing the consumer); the
+one JSON object: entries, seconds (from opening the state file to closing the consumer), of
+which the opening (``open_seconds``) and the walk back (until the first entry is handed over,
+``back_seconds``), and the CPU time of the main thread from there on (``forward_main_cpu``); the
 resident set size before the consumer, once it is open (its HTTP client loads the TLS trust
 store) and at its peak during the catch-up (sampled every 10 ms); the tracemalloc peak when
 asked (tracing slows the run, so its seconds are not a throughput figure); what the fetcher
@@ -14,6 +17,9 @@ in the same process over the same bytes (the pages the run cached), the raw rate
 parser it was compared with: ``feedparser.parse`` for the feedparser consumer, ``parse_page``
 with lxml for the lxml one. A shared machine's load changes by the minute: a ratio is only
 worth something with both rates taken in one process, one after the other.
+
+``--checkout DIR`` imports the consumer from another checkout (``bench/consume_compare.py``
+runs two that way, with this script's measures).
 """
 
 from __future__ import annotations
@@ -29,7 +35,14 @@ import time
 import tracemalloc
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The consumer under test: this checkout's, or the one --checkout names (before argparse: the
+# imports below depend on it).
+sys.path.insert(
+    0,
+    sys.argv[sys.argv.index("--checkout") + 1]
+    if "--checkout" in sys.argv
+    else str(Path(__file__).resolve().parent.parent),
+)
 
 import feedparser
 
@@ -87,14 +100,18 @@ def main() -> None:
     parser.add_argument("--parser", choices=["feedparser", "lxml"], required=True)
     parser.add_argument("--checkpoint", choices=["entry", "page"], required=True)
     parser.add_argument("--tracemalloc", action="store_true")
+    parser.add_argument("--checkout", type=Path, help="import the consumer from there")
     args = parser.parse_args()
     if args.state.exists():
         raise SystemExit(f"{args.state} exists: a cold start needs a fresh state file")
 
     count = 0
+    first: tuple[float, float] | None = None
 
     def handle(_: object) -> None:
-        nonlocal count
+        nonlocal count, first
+        if not count:
+            first = (time.perf_counter(), time.thread_time())
         count += 1
 
     rss_before = rss_kib()
@@ -104,10 +121,12 @@ def main() -> None:
     with Consumer(
         args.url, args.state, parser=args.parser, checkpoint_every=args.checkpoint, timeout=60
     ) as consumer:
+        opened = time.perf_counter()
         rss_open = rss_kib()
         sampler = RssSampler()
         sampler.start()
         consumer.run(handle)
+        forward_main_cpu = time.thread_time() - first[1] if first is not None else 0.0
         rss_peak = sampler.stop()
         stats = consumer.fetcher.stats
     seconds = time.perf_counter() - started
@@ -121,6 +140,9 @@ def main() -> None:
             {
                 "entries": count,
                 "seconds": seconds,
+                "open_seconds": opened - started,
+                "back_seconds": (first[0] if first is not None else opened) - opened,
+                "forward_main_cpu": forward_main_cpu,
                 "rss_before_kib": rss_before,
                 "rss_open_kib": rss_open,
                 "rss_peak_kib": rss_peak,

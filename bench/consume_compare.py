@@ -1,0 +1,112 @@
+"""Cold starts of two checkouts of the consumer, alternating, against one server: before/after.
+
+::
+
+    git -C /path/to/main archive HEAD | tar -x -C /tmp/before
+    .venv/bin/python bench/consume_compare.py /tmp/before . [--entries 30000] [--rounds 4]
+
+Starts Simplefeed as shipped (``bench/servers.py``, this checkout's server), seeds the default
+feed with ``bench/consume.py``'s corpus (pages of 100), then, each round, for each parser
+(``--parser``, default lxml and feedparser), runs one cold start with checkpoints per page of
+each checkout in turn, the order swapped from one round to the next (this checkout's
+``bench/_consume_run.py`` importing the consumer from that checkout: a fresh process and state
+file, and the raw rate that process measures right after over the same pages, "paired").
+Before each run it waits until the machine is quiet (``bench/consume.py``'s ``--quiet-limit``).
+Prints one line per run (the rate, the paired ratio, the time to open the consumer, the walk
+back per page, the main thread's CPU per page going forward) and the medians per checkout and
+parser: only runs of one invocation are compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.consume import PAGE_SIZE, seed, wait_until_quiet
+from bench.servers import UwsgiServer
+
+CHILD = Path(__file__).resolve().parent / "_consume_run.py"
+
+
+def cold_start(checkout: Path, url: str, state: Path, parser: str) -> dict[str, float]:
+    argv = [sys.executable, str(CHILD), url, str(state), "--checkout", str(checkout)]
+    done = subprocess.run(
+        [*argv, "--parser", parser, "--checkpoint", "page"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{checkout}: the consumer failed:\n{done.stdout}\n{done.stderr}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("before", type=Path, help="a checkout (the consumer as it was)")
+    parser.add_argument("after", type=Path, help="another checkout (the consumer as it is)")
+    parser.add_argument("--entries", type=int, default=30_000)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--parser", choices=["lxml", "feedparser"], action="append")
+    parser.add_argument("--quiet-limit", type=float, default=0.25)
+    parser.add_argument("--max-wait", type=float, default=120)
+    args = parser.parse_args()
+    parsers = args.parser or ["lxml", "feedparser"]
+    checkouts = {"before": args.before.resolve(), "after": args.after.resolve()}
+    measures: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="sf-compare-") as tmp:
+        workdir = Path(tmp)
+        with UwsgiServer(
+            f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
+            workdir / "archive",
+            workdir / "server",
+            page_size=PAGE_SIZE,
+        ) as server:
+            seed(server, "/entries", args.entries)
+            url = server.url("/recent")
+            runs = 0
+            for round_ in range(args.rounds):
+                for parser_name in parsers:
+                    order = list(checkouts.items())
+                    if round_ % 2:
+                        order.reverse()
+                    for name, checkout in order:
+                        busy = wait_until_quiet(args.quiet_limit, args.max_wait)
+                        runs += 1
+                        state = workdir / f"state-{runs}.sqlite3"
+                        result = cold_start(checkout, url, state, parser_name)
+                        rate = result["entries"] / result["seconds"]
+                        ratio = rate / result["raw_rate"]
+                        pages = result["entries"] / PAGE_SIZE
+                        measure = (
+                            ratio,
+                            result["open_seconds"] * 1000,
+                            result["back_seconds"] / pages * 1000,
+                            result["forward_main_cpu"] / pages * 1000,
+                        )
+                        measures.setdefault((name, parser_name), []).append(measure)
+                        print(
+                            f"round {round_ + 1} {parser_name:<10} {name:<6} {rate:>9,.0f}/s, "
+                            f"raw {result['raw_rate']:>9,.0f}/s: paired {ratio:.2f}; open "
+                            f"{measure[1]:.0f} ms, walk back {measure[2]:.2f} ms/page, main "
+                            f"thread CPU forward {measure[3]:.2f} ms/page (busy before {busy:.0%})",
+                            flush=True,
+                        )
+    for (name, parser_name), runs_of in sorted(measures.items()):
+        ratio, opening, back, forward = (statistics.median(m[i] for m in runs_of) for i in range(4))
+        print(
+            f"{parser_name:<10} {name:<6} medians: paired {ratio:.2f}, open {opening:.0f} ms, "
+            f"walk back {back:.2f} ms/page, main thread CPU forward {forward:.2f} ms/page"
+        )
+
+
+if __name__ == "__main__":
+    main()
