@@ -174,6 +174,23 @@ def seed(server: UwsgiServer, path: str, count: int, start: int = 0) -> None:
                 raise SystemExit(f"seeding failed: {response.status_code} {response.text}")
 
 
+@contextlib.contextmanager
+def seeded(entries: int) -> Iterator[tuple[UwsgiServer, Path]]:
+    """Simplefeed as shipped on a SQLite database in a temporary directory, its default feed
+    seeded with ``entries`` events of the corpus through its publish path; the server and the
+    directory (for state files)."""
+    with tempfile.TemporaryDirectory(prefix="sf-consume-") as tmp:
+        workdir = Path(tmp)
+        with UwsgiServer(
+            f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
+            workdir / "archive",
+            workdir / "server",
+            page_size=PAGE_SIZE,
+        ) as server:
+            seed(server, "/entries", entries)
+            yield server, workdir
+
+
 def fetch_pages(url: str) -> list[tuple[str, bytes]]:
     """Every document a first run reads: the entry point, then back through prev-archive."""
     pages: list[tuple[str, bytes]] = []

@@ -24,13 +24,11 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.consume import PAGE_SIZE, seed, wait_until_quiet
-from bench.servers import UwsgiServer
+from bench.consume import PAGE_SIZE, seeded, wait_until_quiet
 
 CHILD = Path(__file__).resolve().parent / "_consume_run.py"
 
@@ -62,44 +60,36 @@ def main() -> None:
     parsers = args.parser or ["lxml", "feedparser"]
     checkouts = {"before": args.before.resolve(), "after": args.after.resolve()}
     measures: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
-    with tempfile.TemporaryDirectory(prefix="sf-compare-") as tmp:
-        workdir = Path(tmp)
-        with UwsgiServer(
-            f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
-            workdir / "archive",
-            workdir / "server",
-            page_size=PAGE_SIZE,
-        ) as server:
-            seed(server, "/entries", args.entries)
-            url = server.url("/recent")
-            runs = 0
-            for round_ in range(args.rounds):
-                for parser_name in parsers:
-                    order = list(checkouts.items())
-                    if round_ % 2:
-                        order.reverse()
-                    for name, checkout in order:
-                        busy = wait_until_quiet(args.quiet_limit, args.max_wait)
-                        runs += 1
-                        state = workdir / f"state-{runs}.sqlite3"
-                        result = cold_start(checkout, url, state, parser_name)
-                        rate = result["entries"] / result["seconds"]
-                        ratio = rate / result["raw_rate"]
-                        pages = result["entries"] / PAGE_SIZE
-                        measure = (
-                            ratio,
-                            result["open_seconds"] * 1000,
-                            result["back_seconds"] / pages * 1000,
-                            result["forward_main_cpu"] / pages * 1000,
-                        )
-                        measures.setdefault((name, parser_name), []).append(measure)
-                        print(
-                            f"round {round_ + 1} {parser_name:<10} {name:<6} {rate:>9,.0f}/s, "
-                            f"raw {result['raw_rate']:>9,.0f}/s: paired {ratio:.2f}; open "
-                            f"{measure[1]:.0f} ms, walk back {measure[2]:.2f} ms/page, main "
-                            f"thread CPU forward {measure[3]:.2f} ms/page (busy before {busy:.0%})",
-                            flush=True,
-                        )
+    with seeded(args.entries) as (server, workdir):
+        url = server.url("/recent")
+        runs = 0
+        for round_ in range(args.rounds):
+            for parser_name in parsers:
+                order = list(checkouts.items())
+                if round_ % 2:
+                    order.reverse()
+                for name, checkout in order:
+                    busy = wait_until_quiet(args.quiet_limit, args.max_wait)
+                    runs += 1
+                    state = workdir / f"state-{runs}.sqlite3"
+                    result = cold_start(checkout, url, state, parser_name)
+                    rate = result["entries"] / result["seconds"]
+                    ratio = rate / result["raw_rate"]
+                    pages = result["entries"] / PAGE_SIZE
+                    measure = (
+                        ratio,
+                        result["open_seconds"] * 1000,
+                        result["back_seconds"] / pages * 1000,
+                        result["forward_main_cpu"] / pages * 1000,
+                    )
+                    measures.setdefault((name, parser_name), []).append(measure)
+                    print(
+                        f"round {round_ + 1} {parser_name:<10} {name:<6} {rate:>9,.0f}/s, "
+                        f"raw {result['raw_rate']:>9,.0f}/s: paired {ratio:.2f}; open "
+                        f"{measure[1]:.0f} ms, walk back {measure[2]:.2f} ms/page, main "
+                        f"thread CPU forward {measure[3]:.2f} ms/page (busy before {busy:.0%})",
+                        flush=True,
+                    )
     for (name, parser_name), runs_of in sorted(measures.items()):
         ratio, opening, back, forward = (statistics.median(m[i] for m in runs_of) for i in range(4))
         print(

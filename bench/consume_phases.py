@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.consume import PAGE_SIZE, fetch_pages, seed
-from bench.servers import UwsgiServer
+from bench.consume import fetch_pages, seeded
 from simplefeed.client import Consumer
 from simplefeed.client.parse import parse_page
 from simplefeed.client.walk import Progress
@@ -35,49 +33,41 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="sf-phases-") as tmp:
-        workdir = Path(tmp)
-        with UwsgiServer(
-            f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
-            workdir / "archive",
-            workdir / "server",
-            page_size=PAGE_SIZE,
-        ) as server:
-            seed(server, "/entries", args.entries)
-            url = server.url("/recent")
-            pages = fetch_pages(url)
-            for round_ in range(args.rounds):
-                started, cpu = time.perf_counter(), time.process_time()
-                parsed = sum(len(parse_page(u, b, parser="lxml").entries) for u, b in pages)
-                raw = parsed / (time.perf_counter() - started)
-                raw_cpu = parsed / (time.process_time() - cpu)
-                first_entry: list[float] = []
+    with seeded(args.entries) as (server, workdir):
+        url = server.url("/recent")
+        pages = fetch_pages(url)
+        for round_ in range(args.rounds):
+            started, cpu = time.perf_counter(), time.process_time()
+            parsed = sum(len(parse_page(u, b, parser="lxml").entries) for u, b in pages)
+            raw = parsed / (time.perf_counter() - started)
+            raw_cpu = parsed / (time.process_time() - cpu)
+            first_entry: list[float] = []
 
-                def progress(p: Progress, marks: list[float] = first_entry) -> None:
-                    if p.phase == "process" and not marks:
-                        marks.append(time.perf_counter())
+            def progress(p: Progress, marks: list[float] = first_entry) -> None:
+                if p.phase == "process" and not marks:
+                    marks.append(time.perf_counter())
 
-                count = 0
+            count = 0
 
-                def handle(_: object) -> None:
-                    nonlocal count
-                    count += 1
+            def handle(_: object) -> None:
+                nonlocal count
+                count += 1
 
-                state = workdir / f"state-{round_}.sqlite3"
-                started, cpu = time.perf_counter(), time.process_time()
-                with Consumer(
-                    url, state, parser="lxml", checkpoint_every="page", progress=progress
-                ) as consumer:
-                    consumer.run(handle)
-                seconds = time.perf_counter() - started
-                rate, rate_cpu = count / seconds, count / (time.process_time() - cpu)
-                back = (first_entry[0] if first_entry else started) - started
-                print(
-                    f"round {round_ + 1}: raw {raw:,.0f}/s (CPU {raw_cpu:,.0f}/s); consumer "
-                    f"{rate:,.0f}/s = {rate / raw:.2f} of raw (CPU {rate_cpu:,.0f}/s = "
-                    f"{rate_cpu / raw_cpu:.2f}); walked back {back:.2f} s of {seconds:.2f} s",
-                    flush=True,
-                )
+            state = workdir / f"state-{round_}.sqlite3"
+            started, cpu = time.perf_counter(), time.process_time()
+            with Consumer(
+                url, state, parser="lxml", checkpoint_every="page", progress=progress
+            ) as consumer:
+                consumer.run(handle)
+            seconds = time.perf_counter() - started
+            rate, rate_cpu = count / seconds, count / (time.process_time() - cpu)
+            back = (first_entry[0] if first_entry else started) - started
+            print(
+                f"round {round_ + 1}: raw {raw:,.0f}/s (CPU {raw_cpu:,.0f}/s); consumer "
+                f"{rate:,.0f}/s = {rate / raw:.2f} of raw (CPU {rate_cpu:,.0f}/s = "
+                f"{rate_cpu / raw_cpu:.2f}); walked back {back:.2f} s of {seconds:.2f} s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
