@@ -22,12 +22,14 @@ are the server's more than theirs, on two cores that both share.
 
 A producer publishes one event every ``--interval`` seconds; for every (consumer, event) the
 latency is the time from the publish's 2xx (as the producer saw it) to that consumer having a
-body with the entry (a consumer thread, in this process, reading the HTTP response; a consumer
+body with the entry (a consumer task, in its process, reading the HTTP response; a consumer
 may have it before the producer has its 2xx: those count as 0). p50 and p99 over all of them.
 
-"server CPU ms per event": the CPU time of the server's processes (/proc) from the first event
-to two seconds after the last, divided by the events: delivering each event to every consumer,
-plus the watchers' own polling meanwhile (the same whether anyone waits or not).
+"declined": long-polls answered at once without ``Preference-Applied`` (the consumer then asks
+again after max-age, as the Simplefeed consumer does). "server CPU ms per event": the CPU time
+of the server's processes (/proc) from the first event to two seconds after the last, divided
+by the events: delivering each event to every consumer, plus the watchers' own polling
+meanwhile (the same whether anyone waits or not).
 
 Capacity, in a run of its own after those: with 500 consumers waiting (and the producer
 publishing), wrk asks for /recent (304 and 200) for a few seconds; the same wrk just before the
@@ -79,6 +81,7 @@ class Consumer:
     max_age: float
     received: dict[int, float] = field(default_factory=dict)
     errors: int = 0
+    declined: int = 0
     stopping: bool = False
 
     async def run(self) -> None:
@@ -87,7 +90,8 @@ class Consumer:
         next_poll = time.monotonic() + random.uniform(0, self.max_age)
         while not self.stopping:
             headers = f"If-None-Match: {etag}\r\n" if etag else ""
-            if self.mode == "wait" and etag:
+            asks_to_wait = self.mode == "wait" and bool(etag)
+            if asks_to_wait:
                 headers += "Prefer: wait=30\r\n"
             elif self.mode == "poll":
                 delay = next_poll - time.monotonic()
@@ -100,7 +104,7 @@ class Consumer:
                     connection = await asyncio.open_connection(HOST, self.port)
                 reader, writer = connection
                 writer.write(REQUEST.format(headers=headers).encode())
-                status, etag_seen, body = await read_response(reader)
+                status, etag_seen, body, held = await read_response(reader)
             except (OSError, asyncio.IncompleteReadError, ValueError):
                 self.errors += 1
                 if connection is not None:
@@ -113,6 +117,11 @@ class Consumer:
                 etag = etag_seen
                 for match in TITLE.finditer(body):
                     self.received.setdefault(int(match[1]), now)
+            if asks_to_wait and not held:
+                # Not held (a server may ignore the preference): as the Simplefeed consumer
+                # does, ask again after the document's max-age.
+                self.declined += 1
+                await asyncio.sleep(DECLINED_WAIT_S)
             if self.mode == "poll":
                 next_poll += self.max_age
                 if self.max_age > SOCKET_TIMEOUT_S:
@@ -127,9 +136,14 @@ class Consumer:
 REQUEST = "GET /recent HTTP/1.1\r\nHost: bench\r\nAccept-Encoding: gzip\r\n{headers}\r\n"
 
 
-async def read_response(reader: asyncio.StreamReader) -> tuple[int, str, bytes]:
-    """Status, ETag and (decoded) body of one response (Content-Length framed, as the service
-    sends)."""
+#: The service's max-age for /recent (SIMPLEFEED_RECENT_MAX_AGE's default): how long a
+#: consumer whose long-poll was not held waits before asking again.
+DECLINED_WAIT_S = 10.0
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, str, bytes, bool]:
+    """Status, ETag, (decoded) body of one response (Content-Length framed, as the service
+    sends), and whether the server held it (``Preference-Applied``)."""
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split(" ", 2)[1])
@@ -140,7 +154,7 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, str, bytes]:
     body = await reader.readexactly(int(fields.get("content-length", "0")))
     if fields.get("content-encoding") == "gzip":
         body = zlib.decompress(body, wbits=31)
-    return status, fields.get(ETAG, ""), body
+    return status, fields.get(ETAG, ""), body, "preference-applied" in fields
 
 
 def crowd(port: int, mode: str, max_age: float, count: int, stop: Any, results: Any) -> None:
@@ -158,7 +172,7 @@ def crowd(port: int, mode: str, max_age: float, count: int, stop: Any, results: 
             c.stopping = True
         # A waiting consumer ends with its next answer: the caller publishes once more.
         await asyncio.wait(tasks, timeout=40)
-        results.send([(c.received, c.errors) for c in consumers])
+        results.send([(c.received, c.errors, c.declined) for c in consumers])
 
     asyncio.run(main())
 
@@ -180,6 +194,9 @@ class Run:
     samples: list[float]
     missing: int
     errors: int
+    #: Long-polls the server answered at once, without ``Preference-Applied``: the consumer
+    #: then asked again after max-age.
+    declined: int
     #: CPU seconds the server's processes spent from the first event to the last one's
     #: delivery, per event.
     cpu_per_event: float
@@ -189,7 +206,8 @@ class Run:
         p99 = percentile(self.samples, 0.99) * 1000 if self.samples else float("nan")
         return (
             f"| {self.mode} | {self.consumers} | {len(self.samples)} | {p50:,.0f} | {p99:,.0f} |"
-            f" {self.missing} | {self.errors} | {self.cpu_per_event * 1000:,.0f} |"
+            f" {self.missing} | {self.errors} | {self.declined} |"
+            f" {self.cpu_per_event * 1000:,.0f} |"
         )
 
 
@@ -241,12 +259,12 @@ def follow(
     # Waiting consumers end with their next answer: one more event ends every wait.
     with httpx.Client(headers=headers, timeout=30) as client:
         publish(server, client, first + events)
-    reports = [(received, errors) for pipe in pipes for received, errors in pipe.recv()]
+    reports = [report for pipe in pipes for report in pipe.recv()]
     for child in children:
         child.join(timeout=40)
     samples = []
     missing = 0
-    for received, _ in reports:
+    for received, _, _ in reports:
         for i, at in acked.items():
             got = received.get(i)
             if got is None:
@@ -258,7 +276,8 @@ def follow(
         consumers,
         samples,
         missing,
-        sum(errors for _, errors in reports),
+        sum(errors for _, errors, _ in reports),
+        sum(declined for _, _, declined in reports),
         cpu / events,
     )
 
@@ -301,9 +320,9 @@ def main() -> None:
             print()
             print(
                 "| following | consumers | samples | p50 ms | p99 ms | missed | errors"
-                " | server CPU ms per event |"
+                " | declined | server CPU ms per event |"
             )
-            print("|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|")
             first = 1
             for count in counts:
                 for mode in args.modes.split(","):
