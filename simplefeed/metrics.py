@@ -72,6 +72,12 @@ READ_SECONDS = Histogram(
     buckets=_LATENCY_BUCKETS,
     registry=_OWN,
 )
+WAITS_DECLINED = Counter(
+    "simplefeed_waits_declined",
+    "Long-polls (Prefer: wait) answered at once because the node's room to wait was full (its"
+    " threads are kept for producers and reads).",
+    registry=_OWN,
+)
 ERRORS = Counter(
     "simplefeed_http_errors",
     "Requests answered with a 4xx or 5xx status, by status.",
@@ -93,6 +99,10 @@ def pages_frozen(feed: str, count: int) -> None:
 def read(document: str, status: int, seconds: float) -> None:
     READS.labels(document, str(status)).inc()
     READ_SECONDS.labels(document, str(status)).observe(seconds)
+
+
+def wait_declined() -> None:
+    WAITS_DECLINED.inc()
 
 
 def error(status: int) -> None:

@@ -6,6 +6,7 @@ real uWSGI with the shipped ``uwsgi.ini`` on loopback; every test bounded in cou
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import sqlite3
 import threading
@@ -250,3 +251,63 @@ def test_kept_alive_responses_are_not_held_back_by_nagle(server: UwsgiServer) ->
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
         nodelay = _server_socket_option(server, sock, socket.IPPROTO_TCP, socket.TCP_NODELAY)
     assert nodelay != 0
+
+
+def test_long_polls_never_take_every_thread_of_the_node(tmp_path: Path) -> None:
+    """Two workers of 8 threads (16 for the node) and 18 consumers long-polling at once: at
+    most 14 (seven eighths of the node's threads) wait, the others are answered at once as
+    without ``Prefer`` (no ``Preference-Applied``), and a producer's publish is answered
+    promptly and wakes the waiting ones. Without the bound the waits took every thread and the
+    publish's connection queued in the kernel until a wait ended (20 s here, 30 s as shipped;
+    seen with 500 consumers on 2 x 200 threads)."""
+    with UwsgiServer(
+        f"sqlite:///{tmp_path / 'simplefeed.sqlite3'}",
+        tmp_path / "archive",
+        tmp_path,
+        processes=2,
+        extra_env={"SIMPLEFEED_THREADS": "8"},
+    ) as s:
+        auth = {"Authorization": f"Bearer {s.token}"}
+        assert httpx.post(s.url("/entries"), json={"title": "a"}, headers=auth).status_code == 201
+        etag = httpx.get(s.url("/recent"), headers={"Accept-Encoding": "identity"}).headers["etag"]
+        request = (
+            f"GET /recent HTTP/1.1\r\nHost: x\r\nIf-None-Match: {etag}\r\nPrefer: wait=20\r\n\r\n"
+        ).encode()
+        answers: list[bytes] = []
+        lock = threading.Lock()
+
+        def long_poll() -> None:
+            # The answer's head and body, then the connection closed by this side (a kept-alive
+            # connection left open would hold a thread until the socket timeout).
+            with socket.create_connection((HOST, s.port), timeout=30) as sock:
+                sock.sendall(request)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += sock.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = re.search(rb"(?i)content-length: (\d+)", head)
+                while length is not None and len(body) < int(length[1]):
+                    body += sock.recv(65536)
+            with lock:
+                answers.append(head)
+
+        polls = [threading.Thread(target=long_poll) for _ in range(18)]
+        for t in polls:
+            t.start()
+            time.sleep(0.05)
+        time.sleep(1.5)  # every long-poll has its answer or waits
+        declined = [a for a in answers if a.startswith(b"HTTP/1.1 304")]
+        assert len(declined) >= 4, answers
+        assert not any(b"preference-applied" in a.lower() for a in declined)
+        started = time.monotonic()
+        r = httpx.post(s.url("/entries"), json={"title": "b"}, headers=auth, timeout=30)
+        took = time.monotonic() - started
+        assert r.status_code == 201
+        assert took < ALLOWED_DELAY_S * 5, took
+        for t in polls:
+            t.join(timeout=30)
+        woken = [a for a in answers if a.startswith(b"HTTP/1.1 200")]
+        assert len(woken) + len(declined) == 18
+        assert all(b"preference-applied: wait=20" in a.lower() for a in woken)
+        assert 1 <= len(woken) <= 14
+        assert b"simplefeed_waits_declined_total" in httpx.get(s.url("/metrics")).content

@@ -26,10 +26,12 @@ def create_app(
     clock: Clock = system_clock,
     new_uuid: Callable[[], str] = random_uuid,
     threads: int | None = None,
+    waits: resources.WaitingSlots | None = None,
 ) -> falcon.App[falcon.Request, falcon.Response]:
     """The app. ``threads``: how many requests a process serves at once (uWSGI's threads per
     worker), so that publishes waiting for the database never take them all
-    (:func:`resources.writer_slots`); None: no such bound (one request at a time, or tests)."""
+    (:func:`resources.writer_slots`); ``waits``: where long-polls wait, so that they never
+    take every thread of the node. None: no such bound (one request at a time, or tests)."""
     core = core if core is not None else Simplefeed(settings, clock=clock, new_uuid=new_uuid)
     # The access log first: it sees every request, and its response hook runs last.
     middleware: list[access.Access | HttpRules | compression.Compress] = [
@@ -41,8 +43,8 @@ def create_app(
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
 
-    recent = resources.Recent(core)
-    page = resources.Page(core)
+    recent = resources.Recent(core, waits)
+    page = resources.Page(core, waits)
     entries = resources.Entries(core, resources.writer_slots(threads))
     locator = resources.EntryLocator(core)
     app.add_route("/recent", recent)

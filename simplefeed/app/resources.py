@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import falcon
 
@@ -51,9 +51,22 @@ def send_options(resp: falcon.Response, allow: str) -> None:
     resp.content_length = 0
 
 
+class WaitingSlots(Protocol):
+    """Room for long-polls (``Prefer: wait``) to wait, shared by the processes of a node
+    (:class:`simplefeed.wsgi.NodeWaitingSlots` under uWSGI)."""
+
+    def acquire(self) -> bool:
+        """Take a place to wait, or False (at once) if none is free."""
+
+    def release(self) -> None:
+        """Give back a place taken."""
+
+
 class _FeedResource:
-    def __init__(self, core: Simplefeed) -> None:
+    def __init__(self, core: Simplefeed, waits: WaitingSlots | None = None) -> None:
         self.core = core
+        #: Where long-polls wait; None: no bound (one request at a time, or tests).
+        self.waits = waits
         self.settings = core.settings
         self.heads = caching.FeedHeads(core)
         self.bodies = caching.LiveBodies(core)
@@ -144,6 +157,18 @@ class _FeedResource:
         if wait is None:
             return None
         resp.append_header("Vary", "Prefer")
+        if self.waits is not None and not self.waits.acquire():
+            metrics.wait_declined()
+            return None  # answered at once, as without Prefer: the client polls at max-age
+        try:
+            return self._wait(name, current, wait, resp)
+        finally:
+            if self.waits is not None:
+                self.waits.release()
+
+    def _wait(
+        self, name: str, current: Callable[[Feed], bool], wait: int, resp: falcon.Response
+    ) -> Feed | None:
         last: list[Feed] = []
 
         def still_current() -> bool:
@@ -250,8 +275,8 @@ class Page(_FeedResource):
     requests alike and sends the same validators (docs/architecture.md, 2026-11-22).
     """
 
-    def __init__(self, core: Simplefeed) -> None:
-        super().__init__(core)
+    def __init__(self, core: Simplefeed, waits: WaitingSlots | None = None) -> None:
+        super().__init__(core, waits)
         self.archived = caching.ArchivedPages(core.page_path)
 
     def locate(self, req: falcon.Request, n: str, feed: str | None) -> tuple[str, int]:
