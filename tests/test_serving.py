@@ -46,6 +46,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UwsgiServer]:
         yield s
 
 
+def small_node(workdir: Path) -> UwsgiServer:
+    """The shipped uWSGI with 2 workers of 8 threads (16 for the node), on a SQLite database in
+    ``workdir``: small enough for a test to take every thread."""
+    return UwsgiServer(
+        f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
+        workdir / "archive",
+        workdir,
+        processes=2,
+        extra_env={"SIMPLEFEED_THREADS": "8"},
+    )
+
+
 class Connects:
     """Counts the TCP connections an httpx client opens (httpcore's trace events)."""
 
@@ -155,13 +167,7 @@ def test_reads_are_answered_while_producers_wait_for_a_held_write_lock(
     once); once the lock is released the waiting ones are stored. (Without the bound, the
     producers took all 16 threads and /recent waited for the lock.)"""
     db = tmp_path / "simplefeed.sqlite3"
-    with UwsgiServer(
-        f"sqlite:///{db}",
-        tmp_path / "archive",
-        tmp_path,
-        processes=2,
-        extra_env={"SIMPLEFEED_THREADS": "8"},
-    ) as srv:
+    with small_node(tmp_path) as srv:
         auth = {"Authorization": f"Bearer {srv.token}"}
         holder = sqlite3.connect(db, isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")
@@ -260,13 +266,7 @@ def test_long_polls_never_take_every_thread_of_the_node(tmp_path: Path) -> None:
     promptly and wakes the waiting ones. Without the bound the waits took every thread and the
     publish's connection queued in the kernel until a wait ended (20 s here, 30 s as shipped;
     seen with 500 consumers on 2 x 200 threads)."""
-    with UwsgiServer(
-        f"sqlite:///{tmp_path / 'simplefeed.sqlite3'}",
-        tmp_path / "archive",
-        tmp_path,
-        processes=2,
-        extra_env={"SIMPLEFEED_THREADS": "8"},
-    ) as s:
+    with small_node(tmp_path) as s:
         auth = {"Authorization": f"Bearer {s.token}"}
         assert httpx.post(s.url("/entries"), json={"title": "a"}, headers=auth).status_code == 201
         etag = httpx.get(s.url("/recent"), headers={"Accept-Encoding": "identity"}).headers["etag"]
