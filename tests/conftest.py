@@ -10,6 +10,7 @@ cloned per test).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -19,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import falcon.testing
+import httpx
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from bench.servers import UwsgiServer
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed
 from simplefeed.settings import Settings
@@ -30,6 +33,18 @@ from simplefeed.store.schema import alembic_config
 
 PG_ENV = "SIMPLEFEED_TEST_POSTGRES_URL"
 START_US = 1_800_000_000_000_000  # 2027-01-15T08:00:00Z
+
+#: IRIs of every scheme the door takes, each one the W3C feed validator accepts.
+VALID_IRIS = (
+    "urn:example:a:b",
+    "URN:Example:x",
+    "urn:uuid:6F1C2A4E-1D2B-4C3D-9E8F-0A1B2C3D4E5F",
+    "tag:example.com,2027:x",
+    "mailto:a@example.com",
+    "ftp://example.com/f",
+    "https://example.com/caf%C3%A9?q=1",
+    "https://bücher.example/é",
+)
 
 
 def migrate(url: str) -> None:
@@ -190,3 +205,24 @@ def query(database_url: str, sql: str) -> list[tuple[Any, ...]]:
 
 def with_page_size(settings: Settings, size: int) -> Settings:
     return replace(settings, page_size=size)
+
+
+@contextlib.contextmanager
+def shipped_with_entries(workdir: Path, processes: int) -> Iterator[UwsgiServer]:
+    """The shipped uWSGI on a SQLite database in ``workdir``, pages of 10, with 25 entries
+    published (pages 1-2 archived, page 3 working)."""
+    with UwsgiServer(
+        f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
+        workdir / "archive",
+        workdir,
+        page_size=10,
+        processes=processes,
+    ) as s:
+        r = httpx.post(
+            s.url("/entries"),
+            json=[{"title": f"e{i}"} for i in range(25)],
+            headers={"Authorization": f"Bearer {s.token}"},
+            timeout=30,
+        )
+        assert r.status_code == 201, r.text
+        yield s

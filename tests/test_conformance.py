@@ -30,7 +30,7 @@ import pytest
 from lxml import etree
 
 from simplefeed.core import Simplefeed
-from tests.conftest import FakeClock
+from tests.conftest import VALID_IRIS, FakeClock
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -230,19 +230,7 @@ CORPUS: list[Case] = [
         {
             "title": "IRIs of every scheme the door takes",
             "content": "x",
-            "links": [
-                {"href": href, "rel": "related"}
-                for href in [
-                    "urn:example:a:b",
-                    "URN:Example:x",
-                    "urn:uuid:6F1C2A4E-1D2B-4C3D-9E8F-0A1B2C3D4E5F",
-                    "tag:example.com,2027:x",
-                    "mailto:a@example.com",
-                    "ftp://example.com/f",
-                    "https://example.com/caf%C3%A9?q=1",
-                    "https://bücher.example/é",
-                ]
-            ],
+            "links": [{"href": href, "rel": "related"} for href in VALID_IRIS],
             "author": {"name": "A", "uri": "tag:example.com,2025:a"},
             "categories": [{"term": "t", "scheme": "urn:example:scheme"}],
         }

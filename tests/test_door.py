@@ -17,6 +17,7 @@ from simplefeed import auth, uris
 from simplefeed.core import Simplefeed
 from simplefeed.errors import Unauthorized
 from simplefeed.feed_namespaces import FEED_NAMESPACES
+from tests.conftest import VALID_IRIS
 from tests.test_app import state
 
 Client = falcon.testing.TestClient
@@ -578,14 +579,5 @@ def test_a_namespace_name_the_w3c_validator_flags_is_refused(
 
 
 def test_iris_the_validator_takes_are_accepted(client: Client) -> None:
-    for iri in [
-        "urn:example:a:b",
-        "URN:Example:x",
-        "urn:uuid:6F1C2A4E-1D2B-4C3D-9E8F-0A1B2C3D4E5F",
-        "tag:example.com,2027:x",
-        "mailto:a@example.com",
-        "ftp://example.com/f",
-        "https://example.com/caf%C3%A9?q=1",
-        "https://bücher.example/é",
-    ]:
+    for iri in VALID_IRIS:
         accepted(client, {"title": iri, "links": [{"href": iri, "rel": "related"}]})

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from bench.servers import HOST, UwsgiServer
+from tests.conftest import shipped_with_entries
 
 pytestmark = pytest.mark.e2e
 
@@ -28,21 +29,7 @@ ALLOWED_DELAY_S = 1.0  # issue #11: reads "answered promptly"; the slow-client b
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UwsgiServer]:
-    workdir = tmp_path_factory.mktemp("serving")
-    with UwsgiServer(
-        f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
-        workdir / "archive",
-        workdir,
-        page_size=10,
-        processes=4,  # as shipped
-    ) as s:
-        r = httpx.post(
-            s.url("/entries"),
-            json=[{"title": f"e{i}"} for i in range(25)],
-            headers={"Authorization": f"Bearer {s.token}"},
-            timeout=30,
-        )
-        assert r.status_code == 201, r.text
+    with shipped_with_entries(tmp_path_factory.mktemp("serving"), 4) as s:
         yield s
 
 
