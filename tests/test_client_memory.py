@@ -164,7 +164,14 @@ def test_a_first_run_takes_as_much_memory_for_ten_times_the_pages(
     long = build_feed(core, "long", 10 * PAGES, clock)
     assert len(long) - 2 == 10 * (len(short) - 2)
     warm_up(long, "long", tmp_path / "warm.sqlite3", parser)
-    peak_short = peak_of_a_first_run(short, "short", tmp_path / "short.sqlite3", parser)
+    # A walk's peak is its highest moment, and a short walk has few: about one run in ten of
+    # the short feed peaked before the page read ahead overlapped the page being handled (3.5
+    # parsed pages' worth instead of 4.8; the long walk always meets that moment, 5.0-5.4).
+    # The short feed's peak is therefore the highest of three runs.
+    peak_short = max(
+        peak_of_a_first_run(short, "short", tmp_path / f"short-{run}.sqlite3", parser)
+        for run in range(3)
+    )
     peak_long = peak_of_a_first_run(long, "long", tmp_path / "long.sqlite3", parser)
     # Flat: ten times the pages, about the same peak (one page at a time, and a bounded trail).
     assert peak_long < 1.25 * peak_short, (peak_short, peak_long)
