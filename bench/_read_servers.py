@@ -266,17 +266,31 @@ def group_cpu(*pgids: int) -> float:
     """CPU seconds (user + system) used so far by the live processes of these process groups."""
     total = 0
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        if int(fields[2]) in pgids:
+        if entry.name.isdigit():
+            fields = _stat(int(entry.name))
+            if fields and int(fields[2]) in pgids:
+                total += int(fields[11]) + int(fields[12])
+    return total / _TICK
+
+
+def process_cpu(*pids: int) -> float:
+    """CPU seconds (user + system) used so far by these live processes."""
+    total = 0
+    for pid in pids:
+        fields = _stat(pid)
+        if fields:
             total += int(fields[11]) + int(fields[12])
     return total / _TICK
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (the state first), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2 :].split()
 
 
 def wrk(

@@ -29,7 +29,8 @@ may have it before the producer has its 2xx: those count as 0). p50 and p99 over
 again after max-age, as the Simplefeed consumer does). "server CPU ms per event": the CPU time
 of the server's processes (/proc) from the first event to two seconds after the last, divided
 by the events: delivering each event to every consumer, plus the watchers' own polling
-meanwhile (the same whether anyone waits or not).
+meanwhile (the same whether anyone waits or not). "consumers' CPU ms per event": the same for
+the consumers' processes (on the same two cores: what they take, the server cannot have).
 
 Capacity, in a run of its own after those: with 500 consumers waiting (and the producer
 publishing), wrk asks for /recent (304 and 200) for a few seconds; the same wrk just before the
@@ -60,7 +61,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._read_servers import group_cpu, machine, wrk
+from bench._read_servers import group_cpu, machine, process_cpu, wrk
 from bench.servers import HOST, UwsgiServer
 
 TITLE = re.compile(rb"<title>ev-(\d+)</title>")
@@ -200,6 +201,8 @@ class Run:
     #: CPU seconds the server's processes spent from the first event to the last one's
     #: delivery, per event.
     cpu_per_event: float
+    #: The same for the consumers' processes: reading each event, asking again.
+    consumers_cpu_per_event: float
 
     def row(self) -> str:
         p50 = statistics.median(self.samples) * 1000 if self.samples else float("nan")
@@ -207,7 +210,7 @@ class Run:
         return (
             f"| {self.mode} | {self.consumers} | {len(self.samples)} | {p50:,.0f} | {p99:,.0f} |"
             f" {self.missing} | {self.errors} | {self.declined} |"
-            f" {self.cpu_per_event * 1000:,.0f} |"
+            f" {self.cpu_per_event * 1000:,.0f} | {self.consumers_cpu_per_event * 1000:,.0f} |"
         )
 
 
@@ -247,6 +250,7 @@ def follow(
     headers = {"Authorization": f"Bearer {server.token}"}
     pgid = server.process.pid if server.process else 0
     cpu = group_cpu(pgid)
+    consumers_cpu = process_cpu(*(child.pid or 0 for child in children))
     with httpx.Client(headers=headers, timeout=30) as client:
         for i in range(first, first + events):
             acked[i] = publish(server, client, i)
@@ -255,6 +259,7 @@ def follow(
             time.sleep(interval * random.uniform(0.5, 1.5))
     time.sleep((max_age if mode != "wait" else 0) + 2.0)  # the last event reaches everyone
     cpu = group_cpu(pgid) - cpu
+    consumers_cpu = process_cpu(*(child.pid or 0 for child in children)) - consumers_cpu
     stop.set()
     # Waiting consumers end with their next answer: one more event ends every wait.
     with httpx.Client(headers=headers, timeout=30) as client:
@@ -279,6 +284,7 @@ def follow(
         sum(errors for _, errors, _ in reports),
         sum(declined for _, _, declined in reports),
         cpu / events,
+        consumers_cpu / events,
     )
 
 
@@ -320,9 +326,9 @@ def main() -> None:
             print()
             print(
                 "| following | consumers | samples | p50 ms | p99 ms | missed | errors"
-                " | declined | server CPU ms per event |"
+                " | declined | server CPU ms per event | consumers' CPU ms per event |"
             )
-            print("|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|")
             first = 1
             for count in counts:
                 for mode in args.modes.split(","):
