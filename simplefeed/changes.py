@@ -4,8 +4,13 @@ A request whose client holds the current document waits here, on a condition sha
 waiting request of the process, holding no database connection: one thread per process
 (started by the first wait) watches the database for commits, by any process or node
 (:meth:`~simplefeed.store.interface.Store.watch`: SQLite's ``data_version``, PostgreSQL's
-``LISTEN``), and wakes every waiter at each; each then asks whether its client's copy is still
+``LISTEN``), and wakes the waiters at each; each then asks whether its client's copy is still
 current (the same precondition evaluation as a 304), and goes on waiting if so.
+
+The watcher wakes one waiter, and each waiter woken with news wakes the next, in the order they
+began waiting: the 125 waiters of a process, all woken at once, spent their CPU handing the GIL
+and the condition's lock to each other (500 consumers: the server's CPU per publish 0.85 of
+what it was, docs/benchmarks.md, "Long-poll").
 
 Waiters read their feed with :meth:`Changes.seen`: one lookup per feed and commit seen, shared
 by every waiter of the process (500 waiters woken by a publish made 500 lookups, queueing for a
@@ -41,7 +46,7 @@ class Changes:
     def _seen(self) -> None:
         with self._changed:
             self._version += 1
-            self._changed.notify_all()
+            self._changed.notify()  # one waiter; each waiter woken wakes the next
 
     def version(self) -> int:
         """The commits seen so far; starts the watcher on first use."""
@@ -93,6 +98,8 @@ class Changes:
             with self._changed:
                 if self._version == seen:
                     self._changed.wait(remaining)
+                    if self._version != seen:
+                        self._changed.notify()  # pass the news on
                 seen = self._version
             if not current():
                 return True
