@@ -48,6 +48,7 @@ import multiprocessing
 import random
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,7 +56,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -214,14 +215,24 @@ class Run:
         )
 
 
-def publish(server: UwsgiServer, client: httpx.Client, i: int) -> float:
+class Server(Protocol):
+    """What ``follow`` needs of a server: Simplefeed under uWSGI, or bench/longpoll_floor.py's."""
+
+    port: int
+    token: str
+    process: subprocess.Popen[bytes] | None
+
+    def url(self, path: str) -> str: ...
+
+
+def publish(server: Server, client: httpx.Client, i: int) -> float:
     r = client.post(server.url("/entries"), json={"title": f"ev-{i}"})
     r.raise_for_status()
     return time.monotonic()
 
 
 def follow(
-    server: UwsgiServer,
+    server: Server,
     mode: str,
     max_age: float,
     consumers: int,
