@@ -3,7 +3,8 @@
 With ``lazy-apps`` each worker imports this after the fork, so each builds its own engine and pool,
 and sets up its own logging (JSON lines on standard error: uWSGI's log) and metrics files.
 
-A worker refuses to load the app (and uWSGI, with ``need-app``, to run) when a feed's frozen
+A worker refuses to load the app (and uWSGI, with ``need-app``, to run) when uWSGI has no
+shared area (``sharedarea = 1``: :class:`NodeWaitingSlots`), and when a feed's frozen
 pages link to another base URL than the configured one (:meth:`Simplefeed.check_base_url`);
 ``simplefeed serve`` checks the same before it starts uWSGI. A database that does not answer is
 not checked here: the service starts and answers 503 until it does (each freeze checks again).
@@ -13,6 +14,7 @@ import logging
 import os
 import signal
 import threading
+from typing import NoReturn
 
 from simplefeed import logs, metrics
 from simplefeed.app import create_app, requests_only
@@ -25,16 +27,28 @@ try:
 except ImportError:  # another WSGI server
     uwsgi = None
 
+
+def refuse_to_start(reason: object) -> NoReturn:
+    """Log why (CRITICAL) and stop: this worker, and uWSGI's master, which would only respawn
+    a worker that exits."""
+    logging.getLogger("simplefeed").critical("not starting: %s", reason)
+    if uwsgi is not None:
+        os.kill(uwsgi.masterpid(), signal.SIGINT)
+    raise SystemExit(1) from None
+
+
 settings = Settings.from_env()
 logs.configure(settings.log_level)
+if uwsgi is not None and not hasattr(uwsgi, "sharedarea_read64"):
+    refuse_to_start(
+        "uWSGI has no shared area, where the node counts its waiting long-polls: add"
+        " `sharedarea = 1` to the uWSGI configuration (the shipped uwsgi.ini has it)"
+    )
 core = Simplefeed(settings)
 try:
     core.check_base_url()
 except BaseUrlMismatch as exc:
-    logging.getLogger("simplefeed").critical("not starting: %s", exc)
-    if uwsgi is not None:  # a worker that exits is only respawned: stop the master too
-        os.kill(uwsgi.masterpid(), signal.SIGINT)
-    raise SystemExit(1) from None
+    refuse_to_start(exc)
 except StoreError as exc:
     logging.getLogger("simplefeed").warning("base URL not checked (database: %s)", exc)
 

@@ -116,6 +116,44 @@ def test_start_refuses_a_base_url_other_than_the_frozen_pages(tmp_path: Path) ->
         assert httpx.get(fixed.url("/pages/1")).content == page
 
 
+def test_uwsgi_without_a_shared_area_refuses_to_start_saying_what_to_add(tmp_path: Path) -> None:
+    """An operator's own uWSGI configuration without `sharedarea` (where the node counts its
+    waiting long-polls): the first worker to load the app refuses in one CRITICAL line naming
+    the setting, and uWSGI stops, instead of every worker failing on a missing attribute of
+    the uwsgi module."""
+    ini = tmp_path / "uwsgi.ini"
+    shipped = (PROJECT_ROOT / "uwsgi.ini").read_text().splitlines(keepends=True)
+    ini.write_text("".join(line for line in shipped if not line.startswith("sharedarea")))
+    assert ini.read_text() != (PROJECT_ROOT / "uwsgi.ini").read_text()
+    env = server(tmp_path).env()
+    env["SIMPLEFEED_HTTP_SOCKET"] = f"127.0.0.1:{free_port()}"
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
+    uwsgi = subprocess.Popen(
+        [str(Path(sys.executable).with_name("uwsgi")), "--ini", str(ini)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: nothing outlives the test
+    )
+    try:
+        _, stderr = uwsgi.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(uwsgi.pid, signal.SIGKILL)
+        uwsgi.wait()
+    assert uwsgi.returncode != 0
+    critical = [json.loads(line) for line in stderr.splitlines() if '"CRITICAL"' in line]
+    assert critical, stderr[-3000:]
+    assert critical[0]["message"] == (
+        "not starting: uWSGI has no shared area, where the node counts its waiting long-polls:"
+        " add `sharedarea = 1` to the uWSGI configuration (the shipped uwsgi.ini has it)"
+    )
+    # (Workers still importing when the master stops them print their KeyboardInterrupt.)
+    assert "has no attribute" not in stderr
+
+
 # -- the access log ---------------------------------------------------------------------------
 
 
