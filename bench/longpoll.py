@@ -299,6 +299,18 @@ def follow(
     )
 
 
+def print_head() -> None:
+    """The machine, then the head of the table whose rows are :meth:`Run.row`."""
+    for key, value in machine().items():
+        print(f"{key}: {value}")
+    print()
+    print(
+        "| following | consumers | samples | p50 ms | p99 ms | missed | errors"
+        " | declined | server CPU ms per event | consumers' CPU ms per event |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+
+
 def capacity(server: UwsgiServer, seconds: float) -> dict[str, float]:
     """/recent 304 and 200 rates (wrk, 16 connections) at this moment."""
     etag = httpx.get(server.url("/recent")).headers["etag"]
@@ -332,14 +344,7 @@ def main() -> None:
             f"sqlite:///{work / 'db.sqlite3'}", work / "archive", work, processes=4, page_size=1000
         )
         with server:
-            for key, value in machine().items():
-                print(f"{key}: {value}")
-            print()
-            print(
-                "| following | consumers | samples | p50 ms | p99 ms | missed | errors"
-                " | declined | server CPU ms per event | consumers' CPU ms per event |"
-            )
-            print("|---|---|---|---|---|---|---|---|---|---|")
+            print_head()
             first = 1
             for count in counts:
                 for mode in args.modes.split(","):

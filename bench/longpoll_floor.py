@@ -36,8 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._read_servers import machine
-from bench.longpoll import follow
+from bench.longpoll import follow, print_head
 from bench.servers import HOST
 
 #: One entry, as Simplefeed renders ``{"title": "ev-N"}`` (id, title, updated, summary,
@@ -169,14 +168,7 @@ def main() -> None:
     if args.serve:
         asyncio.run(run_server(args.serve))
         return
-    for key, value in machine().items():
-        print(f"{key}: {value}")
-    print()
-    print(
-        "| following | consumers | samples | p50 ms | p99 ms | missed | errors"
-        " | declined | server CPU ms per event | consumers' CPU ms per event |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print_head()
     first = 1
     with FloorServer() as server:
         for count in (int(c) for c in args.consumers.split(",")):

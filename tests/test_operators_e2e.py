@@ -49,6 +49,27 @@ def test_serve_port_without_base_url_links_to_that_port(tmp_path: Path) -> None:
         assert f"links say {expected}" in s.log()
 
 
+def uwsgi_until_it_stops(ini: Path, env: dict[str, str]) -> tuple[int, str]:
+    """uWSGI started without `serve`, from the checkout, until it exits (60 s at most): its exit
+    status and its standard error."""
+    uwsgi = subprocess.Popen(
+        [str(Path(sys.executable).with_name("uwsgi")), "--ini", str(ini)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: nothing outlives the test
+    )
+    try:
+        _, stderr = uwsgi.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(uwsgi.pid, signal.SIGKILL)
+        uwsgi.wait()
+    return uwsgi.returncode, stderr
+
+
 def test_start_refuses_a_base_url_other_than_the_frozen_pages(tmp_path: Path) -> None:
     """The issue's trap: served with `--port` alone, pages froze with links to that port;
     started on another port, the service refuses (serve, db upgrade, uWSGI itself) instead of
@@ -90,21 +111,8 @@ def test_start_refuses_a_base_url_other_than_the_frozen_pages(tmp_path: Path) ->
     env = server(tmp_path, extra_env={"SIMPLEFEED_BASE_URL": other}).env()
     env["SIMPLEFEED_HTTP_SOCKET"] = f"127.0.0.1:{free_port()}"
     env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
-    uwsgi = subprocess.Popen(
-        [str(Path(sys.executable).with_name("uwsgi")), "--ini", str(PROJECT_ROOT / "uwsgi.ini")],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group: nothing outlives the test
-    )
-    try:
-        _, stderr = uwsgi.communicate(timeout=60)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(uwsgi.pid, signal.SIGKILL)
-        uwsgi.wait()
-    assert uwsgi.returncode != 0
+    returncode, stderr = uwsgi_until_it_stops(PROJECT_ROOT / "uwsgi.ini", env)
+    assert returncode != 0
     critical = [json.loads(line) for line in stderr.splitlines() if '"CRITICAL"' in line]
     assert critical and critical[0]["message"].startswith(
         f"not starting: feed 'events' has frozen pages linking to {old_base}, but the base URL "
@@ -128,22 +136,8 @@ def test_uwsgi_without_a_shared_area_refuses_to_start_saying_what_to_add(tmp_pat
     env = server(tmp_path).env()
     env["SIMPLEFEED_HTTP_SOCKET"] = f"127.0.0.1:{free_port()}"
     env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
-    uwsgi = subprocess.Popen(
-        [str(Path(sys.executable).with_name("uwsgi")), "--ini", str(ini)],
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group: nothing outlives the test
-    )
-    try:
-        _, stderr = uwsgi.communicate(timeout=60)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(uwsgi.pid, signal.SIGKILL)
-        uwsgi.wait()
-    assert uwsgi.returncode != 0
+    returncode, stderr = uwsgi_until_it_stops(ini, env)
+    assert returncode != 0
     critical = [json.loads(line) for line in stderr.splitlines() if '"CRITICAL"' in line]
     assert critical, stderr[-3000:]
     assert critical[0]["message"] == (
