@@ -9,8 +9,8 @@ current (the same precondition evaluation as a 304), and goes on waiting if so.
 
 The watcher wakes one waiter, and each waiter woken with news wakes the next, in the order they
 began waiting: the 125 waiters of a process, all woken at once, spent their CPU handing the GIL
-and the condition's lock to each other (500 consumers: the server's CPU per publish 0.85 of
-what it was, docs/benchmarks.md, "Long-poll").
+and the condition's lock to each other (500 consumers: the server's CPU per publish 0.89 of
+what it was, the median consumer's delay 0.85; docs/benchmarks.md, "Long-poll").
 
 Waiters read their feed with :meth:`Changes.seen`: one lookup per feed and commit seen, shared
 by every waiter of the process (500 waiters woken by a publish made 500 lookups, queueing for a
