@@ -175,10 +175,9 @@ def seed(server: UwsgiServer, path: str, count: int, start: int = 0) -> None:
 
 
 @contextlib.contextmanager
-def seeded(entries: int) -> Iterator[tuple[UwsgiServer, Path]]:
-    """Simplefeed as shipped on a SQLite database in a temporary directory, its default feed
-    seeded with ``entries`` events of the corpus through its publish path; the server and the
-    directory (for state files)."""
+def shipped(processes: int = 2) -> Iterator[tuple[UwsgiServer, Path]]:
+    """Simplefeed as shipped (pages of :data:`PAGE_SIZE`) on a SQLite database in a temporary
+    directory; the server and the directory (for state files)."""
     with tempfile.TemporaryDirectory(prefix="sf-consume-") as tmp:
         workdir = Path(tmp)
         with UwsgiServer(
@@ -186,9 +185,18 @@ def seeded(entries: int) -> Iterator[tuple[UwsgiServer, Path]]:
             workdir / "archive",
             workdir / "server",
             page_size=PAGE_SIZE,
+            processes=processes,
         ) as server:
-            seed(server, "/entries", entries)
             yield server, workdir
+
+
+@contextlib.contextmanager
+def seeded(entries: int) -> Iterator[tuple[UwsgiServer, Path]]:
+    """:func:`shipped`, its default feed seeded with ``entries`` events of the corpus through
+    its publish path."""
+    with shipped() as (server, workdir):
+        seed(server, "/entries", entries)
+        yield server, workdir
 
 
 def fetch_pages(url: str) -> list[tuple[str, bytes]]:
@@ -393,78 +401,68 @@ def main() -> None:
     short = entries // 10
     info = machine()
 
-    with tempfile.TemporaryDirectory(prefix="sf-consume-") as tmp:
-        workdir = Path(tmp)
-        with UwsgiServer(
-            f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
-            workdir / "archive",
-            workdir / "server",
-            page_size=PAGE_SIZE,
-            processes=args.processes,
-        ) as server:
-            server.cli("feed", "create", "short", "--page-size", str(PAGE_SIZE))
-            with step(f"seeding {entries:,} + {short:,} entries over HTTP"):
-                started = time.perf_counter()
-                seed(server, "/entries", entries)
-                seed(server, "/feeds/short/entries", short, start=entries)
-                seed_seconds = time.perf_counter() - started
-            long_url, short_url = server.url("/recent"), server.url("/feeds/short/recent")
+    with shipped(args.processes) as (server, workdir):
+        server.cli("feed", "create", "short", "--page-size", str(PAGE_SIZE))
+        with step(f"seeding {entries:,} + {short:,} entries over HTTP"):
+            started = time.perf_counter()
+            seed(server, "/entries", entries)
+            seed(server, "/feeds/short/entries", short, start=entries)
+            seed_seconds = time.perf_counter() - started
+        long_url, short_url = server.url("/recent"), server.url("/feeds/short/recent")
 
-            with step("fetching every page once"):
-                pages = fetch_pages(long_url)
-            corpus = {
-                "entries": entries,
-                "pages": entries // PAGE_SIZE,
-                "page_kib": statistics.median(len(b) for _, b in pages[1:]) / 1024,
-                "processes": args.processes,
-                "seed_seconds": seed_seconds,
-            }
-            with step("parsing alone: feedparser.parse, then parse_page lxml"):
-                quiet.wait()
-                raw = raw_rates(pages)
-            del pages
+        with step("fetching every page once"):
+            pages = fetch_pages(long_url)
+        corpus = {
+            "entries": entries,
+            "pages": entries // PAGE_SIZE,
+            "page_kib": statistics.median(len(b) for _, b in pages[1:]) / 1024,
+            "processes": args.processes,
+            "seed_seconds": seed_seconds,
+        }
+        with step("parsing alone: feedparser.parse, then parse_page lxml"):
+            quiet.wait()
+            raw = raw_rates(pages)
+        del pages
 
-            timed = [
-                Run("long", entries // PAGE_SIZE, "feedparser", "page", False),
-                Run("long", entries // PAGE_SIZE, "lxml", "page", False),
-                Run("long", entries // PAGE_SIZE, "feedparser", "entry", False),
-                Run("long", entries // PAGE_SIZE, "lxml", "entry", False),
-            ]
-            for run in timed:
-                times = rounds if (run.parser, run.checkpoint) == ("lxml", "page") else 1
-                for _ in range(times):
-                    with step(f"cold start, {run.parser}, checkpoint per {run.checkpoint}"):
-                        cold_start(long_url, workdir, run, entries, quiet)
+        timed = [
+            Run("long", entries // PAGE_SIZE, "feedparser", "page", False),
+            Run("long", entries // PAGE_SIZE, "lxml", "page", False),
+            Run("long", entries // PAGE_SIZE, "feedparser", "entry", False),
+            Run("long", entries // PAGE_SIZE, "lxml", "entry", False),
+        ]
+        for run in timed:
+            times = rounds if (run.parser, run.checkpoint) == ("lxml", "page") else 1
+            for _ in range(times):
+                with step(f"cold start, {run.parser}, checkpoint per {run.checkpoint}"):
+                    cold_start(long_url, workdir, run, entries, quiet)
 
-            memory: list[Run] = []
-            for parser_name in ("feedparser", "lxml"):
-                for feed, url, count in (("short", short_url, short), ("long", long_url, entries)):
-                    for traced in (False, True):
-                        if traced and feed == "long" and parser_name == "feedparser":
-                            continue  # feedparser under tracemalloc: minutes; RSS shows it
-                        if not traced and feed == "long":
-                            # The timed run above is this one: reuse its first result.
-                            source = next(
-                                r
-                                for r in timed
-                                if r.parser == parser_name and r.checkpoint == "page"
+        memory: list[Run] = []
+        for parser_name in ("feedparser", "lxml"):
+            for feed, url, count in (("short", short_url, short), ("long", long_url, entries)):
+                for traced in (False, True):
+                    if traced and feed == "long" and parser_name == "feedparser":
+                        continue  # feedparser under tracemalloc: minutes; RSS shows it
+                    if not traced and feed == "long":
+                        # The timed run above is this one: reuse its first result.
+                        source = next(
+                            r for r in timed if r.parser == parser_name and r.checkpoint == "page"
+                        )
+                        memory.append(
+                            Run(
+                                feed,
+                                count // PAGE_SIZE,
+                                parser_name,
+                                "page",
+                                False,
+                                source.results[:1],
                             )
-                            memory.append(
-                                Run(
-                                    feed,
-                                    count // PAGE_SIZE,
-                                    parser_name,
-                                    "page",
-                                    False,
-                                    source.results[:1],
-                                )
-                            )
-                            continue
-                        run = Run(feed, count // PAGE_SIZE, parser_name, "page", traced)
-                        what = "tracemalloc" if traced else "RSS"
-                        with step(f"memory ({what}), {parser_name}, {run.pages} pages"):
-                            cold_start(url, workdir, run, count, quiet)
-                        memory.append(run)
+                        )
+                        continue
+                    run = Run(feed, count // PAGE_SIZE, parser_name, "page", traced)
+                    what = "tracemalloc" if traced else "RSS"
+                    with step(f"memory ({what}), {parser_name}, {run.pages} pages"):
+                        cold_start(url, workdir, run, count, quiet)
+                    memory.append(run)
 
     text = report(info, corpus, raw, timed, memory)
     print(text)
