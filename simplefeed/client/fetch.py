@@ -45,7 +45,7 @@ import ssl
 import threading
 import time
 import typing
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Literal
@@ -374,7 +374,8 @@ class Fetcher:
             extensions={"timeout": timeouts},
         )
         try:
-            with _closing(self._transport.handle_request(request)) as response:
+            # Closed however it ends: its connection back in the pool, or dropped.
+            with contextlib.closing(self._transport.handle_request(request)) as response:
                 if response.status_code in (301, 302, 303, 307, 308) or (
                     response.status_code >= 500 or response.status_code == 429
                 ):
@@ -403,15 +404,6 @@ class Fetcher:
 
     def close(self) -> None:
         self._transport.close()
-
-
-@contextlib.contextmanager
-def _closing(response: httpx.Response) -> Iterator[httpx.Response]:
-    """The response, closed (its connection back in the pool, or dropped) however it ends."""
-    try:
-        yield response
-    finally:
-        response.close()
 
 
 # -- the whole response within its time: every socket read waits only for what is left ------
