@@ -20,8 +20,8 @@ def main() -> None:
     args = parser.parse_args()
     logs.configure("INFO")
     for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.StreamHandler):
-            handler.setStream(open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the run
+        if isinstance(handler, logs.LineHandler):
+            handler.fd = os.open(os.devnull, os.O_WRONLY)  # lives as long as the run
     log = logging.getLogger("simplefeed.access")
     fields = {
         "method": "GET",

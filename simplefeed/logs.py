@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import sys
+import os
+import select
 import time
 from typing import Any
 
@@ -81,10 +82,45 @@ class JsonFormatter(logging.Formatter):
         return _ENCODER.encode(line)
 
 
+class LineHandler(logging.Handler):
+    """Each record one line, written to a file descriptor with one ``os.write``, without the
+    handler's lock when the line fits in ``PIPE_BUF`` bytes (a write that small is atomic on a
+    pipe, and on a file opened for appending, such as uWSGI's log): every access line of a
+    process's threads goes out without one thread waiting for another's write, as
+    ``StreamHandler`` made them (its lock held across the write and the flush). Longer lines
+    (a traceback) are written under the lock, so that two of them never interleave."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        if not self.filter(record):
+            return False
+        self.emit(record)
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = (self.format(record) + "\n").encode("utf-8", "backslashreplace")
+            if len(line) <= select.PIPE_BUF:
+                self._write(line)
+            else:
+                with self.lock:  # type: ignore[union-attr]  # created by Handler.__init__
+                    self._write(line)
+        except Exception:
+            self.handleError(record)
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view) :]
+
+
 def configure(level: str) -> None:
     """Send every ``simplefeed`` record at ``level`` or above to standard error, as JSON lines
     (the root logger gets warnings from libraries the same way)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = LineHandler(2)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
