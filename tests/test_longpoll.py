@@ -241,6 +241,84 @@ def test_a_working_page_that_freezes_while_waited_on_is_answered(
     assert r.text.count("<entry>") == 5
 
 
+# -- the waiting room: long-polls held before the app ------------------------------------------
+
+
+def teach_the_room(app: falcon.testing.TestClient, path: str = "/recent") -> str:
+    """A long-poll the app holds itself (1 s, no change): from then on the room knows that
+    ``path``'s current ETags are current. Returns the identity ETag."""
+    etag: str = app.simulate_get(path).headers["etag"]
+    r = app.simulate_get(path, headers={"If-None-Match": etag, "Prefer": "wait=1"})
+    assert r.status_code == 304
+    return etag
+
+
+def test_long_polls_held_in_the_room_are_answered_as_the_app_answers_them(
+    app: falcon.testing.TestClient,
+    core: Simplefeed,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Eight clients long-poll a document the app has already held a request for: they wait
+    in front of the app, and a publish answers them with what the app answers (the same
+    status, body and headers but ``Date`` and their own ``X-Request-Id``), asked of the app
+    once for all of them; each request has its own access line, whose duration counts the
+    wait."""
+    publish(core)
+    etag = teach_the_room(app)
+    into_app = Calls(monkeypatch, app.app, "app")
+    waiting = {"If-None-Match": etag, "Prefer": "wait=20", "Accept-Encoding": "gzip"}
+    caplog.set_level("INFO", logger="simplefeed.access")
+    with ThreadPoolExecutor(8) as pool:
+        answers = [pool.submit(app.simulate_get, "/recent", headers=waiting) for _ in range(8)]
+        time.sleep(1.0)
+        assert into_app.count == 0  # all of them waiting in the room
+        publish(core)
+        results = [a.result(timeout=5) for a in answers]
+    assert into_app.count == 1
+    first = results[0]
+    assert first.status_code == 200 and first.headers["preference-applied"] == "wait=20"
+    assert first.headers["content-encoding"] == "gzip" and "Prefer" in first.headers["vary"]
+    for r in results:
+        assert r.status_code == 200 and r.content == first.content
+        assert {k: v for k, v in r.headers.items() if k not in ("date", "x-request-id")} == {
+            k: v for k, v in first.headers.items() if k not in ("date", "x-request-id")
+        }
+    assert len({r.headers["x-request-id"] for r in results}) == 8
+    lines = [rec for rec in caplog.records if rec.name == "simplefeed.access"]
+    assert len(lines) == 8
+    for rec in lines:
+        fields = rec.fields  # type: ignore[attr-defined]
+        assert fields["status"] == 200 and fields["path"] == "/recent"
+        assert fields["feed"] == "events" and fields["bytes"] == len(first.content)
+        assert fields["duration_ms"] >= 900, fields  # waited about a second in the room
+
+
+@pytest.mark.parametrize(
+    "header", [{"If-Match": '"another"'}, {"If-Unmodified-Since": "Sat, 01 Jan 2000 00:00:00 GMT"}]
+)
+def test_the_room_holds_only_what_the_app_would_hold(
+    app: falcon.testing.TestClient, core: Simplefeed, header: dict[str, str]
+) -> None:
+    """A current If-None-Match beside a precondition that fails is a 412 at once, whether or
+    not the room has learnt the document; a copy made stale by a publish is answered at once,
+    though the room learnt its ETag."""
+    publish(core)
+    etag = teach_the_room(app)
+    r, took = timed(
+        lambda: app.simulate_get(
+            "/recent", headers={"If-None-Match": etag, "Prefer": "wait=3", **header}
+        )
+    )
+    assert r.status_code == 412 and took < 2, took
+    publish(core)
+    r, took = timed(
+        lambda: app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=3"})
+    )
+    # (Within the watcher's interval the stale copy may wait until it sees the commit.)
+    assert r.status_code == 200 and took < 2, took
+
+
 # -- through uWSGI ----------------------------------------------------------------------------
 
 

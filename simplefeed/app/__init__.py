@@ -7,7 +7,7 @@ from typing import Any
 
 import falcon
 
-from simplefeed.app import access, compression, errors, html, resources
+from simplefeed.app import access, compression, errors, html, limits, resources, waiting
 from simplefeed.app.caching import http_date
 from simplefeed.core import Clock, Simplefeed, random_uuid, system_clock
 from simplefeed.errors import NotFound
@@ -26,25 +26,28 @@ def create_app(
     clock: Clock = system_clock,
     new_uuid: Callable[[], str] = random_uuid,
     threads: int | None = None,
-    waits: resources.WaitingSlots | None = None,
-) -> falcon.App[falcon.Request, falcon.Response]:
-    """The app. ``threads``: how many requests a process serves at once (uWSGI's threads per
-    worker), so that publishes waiting for the database never take them all
+    waits: waiting.WaitingSlots | None = None,
+) -> WsgiApp:
+    """The app: falcon's, behind the :class:`~waiting.WaitingRoom` of its long-polls.
+    ``threads``: how many requests a process serves at once (uWSGI's threads per worker), so
+    that publishes waiting for the database never take them all
     (:func:`resources.writer_slots`); ``waits``: where long-polls wait, so that they never
     take every thread of the node. None: no such bound (one request at a time, or tests)."""
     core = core if core is not None else Simplefeed(settings, clock=clock, new_uuid=new_uuid)
     # The access log first: it sees every request, and its response hook runs last.
+    rules = HttpRules(core.clock)
     middleware: list[access.Access | HttpRules | compression.Compress] = [
         access.Access(settings.default_feed),
-        HttpRules(core.clock),
+        rules,
         compression.Compress(),
     ]
     app = falcon.App(cors_enable=False, middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
 
-    recent = resources.Recent(core, waits)
-    page = resources.Page(core, waits)
+    room = waiting.WaitingRoom(app, core.changes, waits, settings.max_wait, rules.date)
+    recent = resources.Recent(core, waits, room)
+    page = resources.Page(core, waits, room)
     entries = resources.Entries(core, resources.writer_slots(threads))
     locator = resources.EntryLocator(core)
     app.add_route("/recent", recent)
@@ -62,15 +65,7 @@ def create_app(
     app.add_route("/openapi.json", resources.OpenApi())
     if settings.metrics:
         app.add_route("/metrics", resources.Metrics(core))
-    return app
-
-
-#: RFC 9110 4.1 asks for at least 8,000 octets of request target; nginx's default is 8 KiB a line.
-MAX_TARGET_BYTES = 8192
-#: The header fields of one request, names and values: 16 KiB (nginx: 4 lines of 8 KiB each).
-MAX_HEADER_BYTES = 16384
-#: And no more than 100 of them (nginx and uWSGI count no fields; 100 is ample for any client).
-MAX_HEADER_FIELDS = 100
+    return room
 
 
 class HttpRules:
@@ -80,10 +75,7 @@ class HttpRules:
       formatted once per second.
     - One document, one URL: an empty path segment (``//recent``) names nothing (404), but
       in an entry locator's id (``/entries/http:%2F%2F...`` arrives decoded).
-    - Request heads within bounds: a target over MAX_TARGET_BYTES is a 414, header fields over
-      MAX_HEADER_BYTES in all or more than MAX_HEADER_FIELDS a 431, each with a JSON body.
-      (uwsgi.ini lets heads of up to 64 KiB and about 490 fields reach the app; uWSGI drops
-      larger ones.)
+    - Request heads within bounds (:func:`limits.head_problem`): a 414 or 431 with a JSON body.
     - ``Connection: close`` when the request's body may be left unread (:func:`body_unread`):
       uWSGI's http11-socket then closes the connection after the response, and says nothing;
       a pooled client told so opens a new one instead of sending into a closed one.
@@ -91,22 +83,19 @@ class HttpRules:
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
-        self.second = -1
-        self.date = ""
+        self._date = (-1, "")
+
+    def date(self) -> str:
+        """The ``Date`` header's value now."""
+        second = self.clock() // 1_000_000
+        if second != self._date[0]:
+            self._date = (second, http_date(second))
+        return self._date[1]
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        env = req.env
-        target = len(env.get("PATH_INFO", "")) + len(env.get("QUERY_STRING", ""))
-        if target > MAX_TARGET_BYTES:
-            raise falcon.HTTPUriTooLong(
-                description=f"the request target is over {MAX_TARGET_BYTES} bytes"
-            )
-        fields = [len(k) + len(v) for k, v in env.items() if k.startswith("HTTP_")]
-        if sum(fields) > MAX_HEADER_BYTES or len(fields) > MAX_HEADER_FIELDS:
-            raise falcon.HTTPRequestHeaderFieldsTooLarge(
-                description=f"the header fields are over {MAX_HEADER_BYTES} bytes in all,"
-                f" or more than {MAX_HEADER_FIELDS}"
-            )
+        problem = limits.head_problem(req.env)
+        if problem is not None:
+            raise problem
         route, locator, _ = req.path.partition("/entries/")
         if "//" in route + locator:
             raise NotFound(f"no resource at {req.path!r}")
@@ -114,10 +103,7 @@ class HttpRules:
     def process_response(
         self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool
     ) -> None:
-        second = self.clock() // 1_000_000
-        if second != self.second:
-            self.date, self.second = http_date(second), second
-        resp.set_header("Date", self.date)
+        resp.set_header("Date", self.date())
         if body_unread(req.env, resp.status_code):
             resp.set_header("Connection", "close")
 

@@ -26,6 +26,45 @@ log = logging.getLogger("simplefeed.access")
 REQUEST_ID_HEADER = "X-Request-Id"
 _GOOD_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
+#: The environ key of the moment a request came (``time.perf_counter``), when something before
+#: the app saw it first (a long-poll waiting in :class:`~simplefeed.app.waiting.WaitingRoom`):
+#: the access line's duration counts from there.
+STARTED = "simplefeed.started"
+#: The environ key where the access line leaves what it said of a request besides its status
+#: and duration: ``(fields, document)`` (:class:`~simplefeed.app.waiting.WaitingRoom` says the
+#: same of the requests it answers alike).
+LOGGED = "simplefeed.logged"
+
+
+def request_id(env: dict[str, Any]) -> str:
+    """A well-formed ``X-Request-Id`` the request came with, else a new one."""
+    given = env.get("HTTP_X_REQUEST_ID")
+    return given if given and _GOOD_REQUEST_ID.match(given) else secrets.token_hex(8)
+
+
+def answered(
+    method: str,
+    path: str,
+    status: int,
+    fields: dict[str, Any],
+    document: str | None,
+    seconds: float,
+) -> None:
+    """A request's access line (``fields``: method, path, status, bytes, duration and the rest)
+    and its read and error metrics."""
+    if document is not None and status in (200, 304):
+        metrics.read(document, status, seconds)
+    if status >= 400:
+        metrics.error(status)
+    log.log(
+        logging.ERROR if status >= 500 else logging.INFO,
+        "%s %s %d",
+        method,
+        logs.clip(path, 96),
+        status,
+        extra={"fields": fields},
+    )
+
 
 def _document(template: str | None) -> str | None:
     """Which feed document a route serves (for the read metrics), if any."""
@@ -52,11 +91,10 @@ class Access:
         self.default_feed = default_feed
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        given = req.get_header(REQUEST_ID_HEADER)
-        rid = given if given and _GOOD_REQUEST_ID.match(given) else secrets.token_hex(8)
+        rid = request_id(req.env)
         req.context.request_id = rid
         req.context.request_token = logs.request_id.set(rid)
-        req.context.started = time.perf_counter()
+        req.context.started = req.env.get(STARTED) or time.perf_counter()
 
     def process_resource(
         self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict[str, Any]
@@ -97,18 +135,8 @@ class Access:
                 fields["seq_first"], fields["seq_last"] = min(created), max(created)
             metrics.published(str(feed), len(created), seconds)
         document = _document(req.uri_template)
-        if document is not None and status in (200, 304):
-            metrics.read(document, status, seconds)
-        if status >= 400:
-            metrics.error(status)
-        log.log(
-            logging.ERROR if status >= 500 else logging.INFO,
-            "%s %s %d",
-            req.method,
-            logs.clip(req.path, 96),
-            status,
-            extra={"fields": fields},
-        )
+        answered(req.method, req.path, status, fields, document, seconds)
+        req.env[LOGGED] = (fields, document)
         token = req.context.get("request_token")
         if token is not None:
             logs.request_id.reset(token)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import falcon
 
 from simplefeed import archive, auth, codings, metrics, paging
-from simplefeed.app import caching, compression, errors, preconditions
+from simplefeed.app import caching, compression, errors, preconditions, waiting
 from simplefeed.app.caching import ArchivedPage, LiveValidators
+from simplefeed.app.waiting import WaitingSlots
 from simplefeed.codings import IDENTITY
 from simplefeed.core import Simplefeed
 from simplefeed.errors import (
@@ -51,22 +52,18 @@ def send_options(resp: falcon.Response, allow: str) -> None:
     resp.content_length = 0
 
 
-class WaitingSlots(Protocol):
-    """Room for long-polls (``Prefer: wait``) to wait, shared by the processes of a node
-    (:class:`simplefeed.wsgi.NodeWaitingSlots` under uWSGI)."""
-
-    def acquire(self) -> bool:
-        """Take a place to wait, or False (at once) if none is free."""
-
-    def release(self) -> None:
-        """Give back a place taken."""
-
-
 class _FeedResource:
-    def __init__(self, core: Simplefeed, waits: WaitingSlots | None = None) -> None:
+    def __init__(
+        self,
+        core: Simplefeed,
+        waits: WaitingSlots | None = None,
+        room: waiting.WaitingRoom | None = None,
+    ) -> None:
         self.core = core
         #: Where long-polls wait; None: no bound (one request at a time, or tests).
         self.waits = waits
+        #: Told what a long-poll found current, so that the next ones wait before the app.
+        self.room = room
         self.settings = core.settings
         self.heads = caching.FeedHeads(core)
         self.bodies = caching.LiveBodies(core)
@@ -138,18 +135,23 @@ class _FeedResource:
         req: falcon.Request,
         resp: falcon.Response,
         name: str,
-        current: Callable[[Feed], bool],
+        document: Callable[[Feed], LiveValidators | None],
     ) -> Feed | None:
-        """``Prefer: wait=N`` (RFC 7240): while ``current(feed)`` (the client's copy of the
-        feed's document is current: :meth:`has_current`), wait for the feed to
-        change, at most N seconds (capped by SIMPLEFEED_MAX_WAIT), holding no database
-        connection (:class:`~simplefeed.changes.Changes`). Returns the feed as last seen if it
-        waited (the caller answers from it, 200 or 304: the lookup a publish's waiters
-        share), else None (the caller looks the feed up itself, as for any request).
+        """``Prefer: wait=N`` (RFC 7240): while the client's copy of the document is current
+        (:meth:`has_current` of ``document(feed)``, the validators of the live document the
+        URL names as of ``feed``; None if it names none then), wait for the feed to change,
+        at most N seconds (capped by SIMPLEFEED_MAX_WAIT), holding no database connection
+        (:class:`~simplefeed.changes.Changes`). Returns the feed as last seen if it waited
+        (the caller answers from it, 200 or 304: the lookup a publish's waiters share), else
+        None (the caller looks the feed up itself, as for any request).
         ``Preference-Applied: wait=N`` says it waited. Responses to such a request vary by
         ``Prefer``; nothing else changes (a request without ``Prefer`` costs one header
         lookup here). While the database does not answer, nothing is waited for: the caller
-        answers as it does then."""
+        answers as it does then.
+
+        A request that waited in the :class:`~waiting.WaitingRoom` is answered as if it waited
+        here; each time a wait here finds the client's copy current, the room learns it, and
+        holds the next such requests itself."""
         header = req.get_header("Prefer")
         if header is None:
             return None
@@ -157,17 +159,26 @@ class _FeedResource:
         if wait is None:
             return None
         resp.append_header("Vary", "Prefer")
+        seen: Feed | None = req.env.get(waiting.WAITED)
+        if seen is not None:  # it waited in the room, before the app
+            resp.set_header("Preference-Applied", f"wait={wait}")
+            return seen
         if self.waits is not None and not self.waits.acquire():
             metrics.wait_declined()
             return None  # answered at once, as without Prefer: the client polls at max-age
         try:
-            return self._wait(name, current, wait, resp)
+            return self._wait(req, name, document, wait, resp)
         finally:
             if self.waits is not None:
                 self.waits.release()
 
     def _wait(
-        self, name: str, current: Callable[[Feed], bool], wait: int, resp: falcon.Response
+        self,
+        req: falcon.Request,
+        name: str,
+        document: Callable[[Feed], LiveValidators | None],
+        wait: int,
+        resp: falcon.Response,
     ) -> Feed | None:
         last: list[Feed] = []
 
@@ -177,7 +188,12 @@ class _FeedResource:
             except StoreUnavailable:
                 return False
             last[:] = [feed]
-            return current(feed)
+            v = document(feed)
+            if v is None or not self.has_current(req, v):
+                return False
+            if self.room is not None:
+                self.room.learn(req.path, name, feed, v.etags.values())
+            return True
 
         if not self.core.changes.wait(still_current, wait):
             return None
@@ -249,7 +265,7 @@ class Recent(_FeedResource):
             req,
             resp,
             name,
-            lambda f: self.has_current(req, self.heads.validators(name, "recent", f)),
+            lambda f: self.heads.validators(name, "recent", f),
         )
         self.live(req, resp, name, "recent", seen)
 
@@ -275,8 +291,13 @@ class Page(_FeedResource):
     requests alike and sends the same validators (docs/architecture.md, 2026-11-22).
     """
 
-    def __init__(self, core: Simplefeed, waits: WaitingSlots | None = None) -> None:
-        super().__init__(core, waits)
+    def __init__(
+        self,
+        core: Simplefeed,
+        waits: WaitingSlots | None = None,
+        room: waiting.WaitingRoom | None = None,
+    ) -> None:
+        super().__init__(core, waits, room)
         self.archived = caching.ArchivedPages(core.page_path)
 
     def locate(self, req: falcon.Request, n: str, feed: str | None) -> tuple[str, int]:
@@ -296,7 +317,7 @@ class Page(_FeedResource):
         self, req: falcon.Request, resp: falcon.Response, n: str, feed: str | None = None
     ) -> None:
         name, number = self.locate(req, n, feed)
-        seen = self.hold(req, resp, name, lambda f: self.working_and_current(req, f, number))
+        seen = self.hold(req, resp, name, lambda f: self.working(f, number))
         known = self.archived.get(name, number)
         if known is not None and self.send_archived(req, resp, known):
             return
@@ -321,11 +342,11 @@ class Page(_FeedResource):
 
     on_head = on_get
 
-    def working_and_current(self, req: falcon.Request, f: Feed, number: int) -> bool:
-        """Whether page ``number`` is ``f``'s working page and the client's copy of it current."""
+    def working(self, f: Feed, number: int) -> LiveValidators | None:
+        """The validators of page ``number`` if it is ``f``'s working page."""
         if number != paging.working_page(f.head_seq, f.page_size):
-            return False
-        return self.has_current(req, self.heads.validators(f.name, "working", f))
+            return None
+        return self.heads.validators(f.name, "working", f)
 
     def send_without_database(
         self, req: falcon.Request, resp: falcon.Response, name: str, number: int

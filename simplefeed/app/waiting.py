@@ -1,0 +1,223 @@
+"""Long-polls (``Prefer: wait``) wait in front of the application, not inside it.
+
+A consumer answered by a long-poll asks again at once, with the new ETag and ``Prefer: wait``:
+at 500 waiting consumers a publish brings 500 such requests in a burst, and each one's way
+through falcon and the middleware to the point where it waits cost as much as a plain request
+(docs/benchmarks.md, "Long-poll", session 8). :class:`WaitingRoom` holds them before the app
+instead. The app teaches it, whenever one of its long-polls finds the client's copy current
+(:meth:`WaitingRoom.learn`): this path, while the feed is exactly this version, serves a
+document whose ETags are these. A request for a learnt path whose ``If-None-Match`` is one of
+those ETags, with nothing else that could change the answer (no other precondition, no query,
+a head within the app's bounds, a valid ``wait``), waits here while its feed stays that
+version (:meth:`Changes.wait <simplefeed.changes.Changes.wait>`, one of the node's waiting
+slots held) and then goes to the app, marked as waited (:data:`WAITED`): the app answers it as
+it answers a long-poll it held itself (``Preference-Applied``, ``Vary: Prefer``, the feed as
+last seen), with its access line and metrics. Anything else goes to the app as it came, which
+may hold it itself: the room only ever waits where the app would have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from simplefeed import logs
+from simplefeed.app import access, limits, preconditions
+from simplefeed.changes import Changes
+from simplefeed.errors import FeedNotFound, StoreUnavailable
+from simplefeed.locks import Striped
+from simplefeed.model import Feed
+
+#: The environ key of a request that waited in the room: the feed as last seen.
+WAITED = "simplefeed.waited"
+
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+class WaitingSlots(Protocol):
+    """Room for long-polls (``Prefer: wait``) to wait, shared by the processes of a node
+    (:class:`simplefeed.wsgi.NodeWaitingSlots` under uWSGI)."""
+
+    def acquire(self) -> bool:
+        """Take a place to wait, or False (at once) if none is free."""
+
+    def release(self) -> None:
+        """Give back a place taken."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """What the app said of a path: while its feed is ``feed``, its document's ETags (one per
+    coding) are ``etags``."""
+
+    name: str
+    feed: Feed
+    etags: frozenset[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """The app's answer to a request that waited in the room, as it would answer every request
+    that waited for the same document alike (the same method, path, ``Accept-Encoding``,
+    ``If-None-Match`` and ``Prefer``) and saw the feed as ``feed``: everything but the
+    ``Date`` and ``X-Request-Id`` headers, and what its access line said."""
+
+    feed: Feed
+    status: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    fields: dict[str, Any]
+    document: str | None
+
+
+#: Headers each answer has of its own.
+_OWN_HEADERS = frozenset({"date", access.REQUEST_ID_HEADER.lower()})
+
+
+class WaitingRoom:
+    """A WSGI wrapper around ``app``: see the module's docstring. ``waits``: the node's
+    waiting slots (None: no bound); ``max_wait``: SIMPLEFEED_MAX_WAIT; ``date``: the ``Date``
+    header's value now."""
+
+    def __init__(
+        self,
+        app: WsgiApp,
+        changes: Changes,
+        waits: WaitingSlots | None,
+        max_wait: int,
+        date: Callable[[], str],
+    ) -> None:
+        self.changes = changes
+        self.waits = waits
+        self.max_wait = max_wait
+        self.date = date
+        #: PATH_INFO -> what the app last said of it (one entry per live document's URL).
+        self._held: dict[str, Held] = {}
+        #: The app's last answer to the requests that waited for a document alike.
+        self._answers: dict[tuple[str, ...], Answer] = {}
+        self._answering = Striped()
+        self.app = app
+
+    def learn(self, path: str, name: str, feed: Feed, etags: Iterable[str]) -> None:
+        """The app found a long-poll for ``path`` current: its document is ``etags`` while
+        ``name`` is ``feed``."""
+        held = self._held.get(path)
+        if held is None or held.feed != feed:
+            self._held[path] = Held(name, feed, frozenset(etags))
+
+    def holds(self, env: dict[str, Any]) -> tuple[Held, int] | None:
+        """What the request would wait for, and how long; None to hand it to the app as is."""
+        prefer = env.get("HTTP_PREFER")
+        if prefer is None:
+            return None
+        held = self._held.get(env.get("PATH_INFO", ""))
+        if (
+            held is None
+            or env.get("HTTP_IF_NONE_MATCH") not in held.etags
+            or env.get("REQUEST_METHOD") not in ("GET", "HEAD")
+            or "HTTP_IF_MATCH" in env
+            or "HTTP_IF_UNMODIFIED_SINCE" in env
+            or env.get("QUERY_STRING")
+            or env.get("CONTENT_LENGTH", "") not in ("", "0")
+            or "HTTP_TRANSFER_ENCODING" in env
+            or limits.head_problem(env) is not None
+        ):
+            return None
+        seconds = preconditions.preferred_wait(prefer, self.max_wait)
+        return None if seconds is None else (held, seconds)
+
+    def __call__(self, env: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        env[access.STARTED] = time.perf_counter()
+        holding = self.holds(env)
+        if holding is None or (self.waits is not None and not self.waits.acquire()):
+            return self.app(env, start_response)
+        held, seconds = holding
+        last = [held.feed]
+
+        def unchanged() -> bool:
+            try:
+                last[0] = self.changes.seen(held.name)
+            except (StoreUnavailable, FeedNotFound):
+                return False
+            return last[0] == held.feed
+
+        try:
+            waited = self.changes.wait(unchanged, seconds)
+        finally:
+            if self.waits is not None:
+                self.waits.release()
+        if not waited:
+            return self.app(env, start_response)
+        env[WAITED] = last[0]
+        return self._answer(env, start_response, last[0])
+
+    def _answer(
+        self, env: dict[str, Any], start_response: StartResponse, feed: Feed
+    ) -> Iterable[bytes]:
+        """The app's answer to a request that waited here, given once per document, feed
+        version and request alike; the others that waited alike get the same."""
+        key = (
+            env["REQUEST_METHOD"],
+            env["PATH_INFO"],
+            env.get("HTTP_ACCEPT_ENCODING", ""),
+            env["HTTP_IF_NONE_MATCH"],
+            env["HTTP_PREFER"],
+        )
+        known = self._answers.get(key)
+        if known is not None and known.feed == feed:
+            return self._again(known, env, start_response)
+        with self._answering(key):  # one asks the app; the others that woke meanwhile wait
+            known = self._answers.get(key)
+            if known is not None and known.feed == feed:
+                return self._again(known, env, start_response)
+            got: list[Any] = []
+
+            def keep(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+                got[:] = [status, headers]
+                return start_response(status, headers, exc_info)
+
+            body = self.app(env, keep)
+            logged = env.get(access.LOGGED)
+            if (
+                got
+                and got[0][:3] in ("200", "304")
+                and logged is not None
+                and isinstance(body, list)
+                and all(isinstance(part, bytes) for part in body)
+            ):
+                self._answers[key] = Answer(
+                    feed,
+                    got[0],
+                    [(k, v) for k, v in got[1] if k.lower() not in _OWN_HEADERS],
+                    b"".join(body),
+                    logged[0],
+                    logged[1],
+                )
+            return body
+
+    def _again(
+        self, known: Answer, env: dict[str, Any], start_response: StartResponse
+    ) -> list[bytes]:
+        """``known`` once more, with this request's own ``Date``, request id and access line."""
+        rid = access.request_id(env)
+        start_response(
+            known.status,
+            [*known.headers, ("Date", self.date()), (access.REQUEST_ID_HEADER, rid)],
+        )
+        seconds = time.perf_counter() - env[access.STARTED]
+        token = logs.request_id.set(rid)
+        try:
+            access.answered(
+                env["REQUEST_METHOD"],
+                env["PATH_INFO"],
+                int(known.status[:3]),
+                {**known.fields, "duration_ms": round(seconds * 1000, 3)},
+                known.document,
+                seconds,
+            )
+        finally:
+            logs.request_id.reset(token)
+        return [known.body]
