@@ -3,6 +3,7 @@ producer, against a server that does nothing but long-polls, in one asyncio even
 
     .venv/bin/python bench/longpoll_floor.py                   # 500 waiting consumers
     .venv/bin/python bench/longpoll_floor.py --consumers 1,100,500
+    .venv/bin/python bench/longpoll_floor.py --uwsgi           # the same under uWSGI's threads
 
 Not Simplefeed: a stand-in for the cheapest server imaginable, to tell the machine's share of
 a latency from the service's. It keeps one document (an Atom feed of the events published so
@@ -12,8 +13,12 @@ version, 304, or holds it while ``Prefer: wait`` asks (``Preference-Applied``), 
 ``POST /entries`` (``{"title": ...}``) makes a new version; every held request is answered
 from the one gzipped body. No database, no durability, no validation, no logging.
 
+With ``--uwsgi`` the same document is served by a minimal WSGI app under uWSGI, with the
+shipped options that shape a long-poll (bench/longpoll_floor_app.py): what uWSGI's threads cost
+by themselves, without Simplefeed's app.
+
 What the rows mean is in bench/longpoll.py; the figures are in docs/benchmarks.md
-("Long-poll", session 7).
+("Long-poll", sessions 7 and 8).
 """
 
 from __future__ import annotations
@@ -29,10 +34,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -158,11 +166,49 @@ class FloorServer:
             self.process.wait(10)
 
 
+class UwsgiFloorServer(FloorServer):
+    """bench/longpoll_floor_app.py under uWSGI: 4 processes of 200 threads on an
+    ``http11-socket``, with uwsgi.ini's other options that shape a long-poll."""
+
+    def __enter__(self) -> FloorServer:
+        work = Path(tempfile.mkdtemp(prefix="simplefeed-floor-"))
+        root = Path(__file__).resolve().parent.parent
+        uwsgi = Path(sys.executable).with_name("uwsgi")
+        # fmt: off
+        options = [
+            "--strict", "--master", "--lazy-apps", "--need-app", "--die-on-term",
+            "--module", "bench.longpoll_floor_app:application",
+            "--http11-socket", f"{HOST}:{self.port}", "--processes", "4", "--threads", "200",
+            "--sharedarea", "1", "--thunder-lock", "--tcp-nodelay", "--listen", "1024",
+            "--socket-timeout", "4", "--harakiri", "60", "--buffer-size", "65535",
+            "--max-vars", "512", "--disable-logging",
+        ]
+        # fmt: on
+        with (work / "uwsgi.log").open("wb") as log:
+            self.process = subprocess.Popen(
+                [str(uwsgi), *options],
+                env={**os.environ, "PYTHONPATH": str(root), "FLOOR_TITLES": str(work / "titles")},
+                cwd=root,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url("/recent"), timeout=1).status_code == 200:
+                    return self
+            time.sleep(0.2)
+        raise RuntimeError(f"the uWSGI floor server did not start: see {work / 'uwsgi.log'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--consumers", default="500")
     parser.add_argument("--events", type=int, default=20, help="events per run")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between events")
+    parser.add_argument("--uwsgi", action="store_true", help="the floor under uWSGI's threads")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -170,11 +216,12 @@ def main() -> None:
         return
     print_head()
     first = 1
-    with FloorServer() as server:
+    label = "| wait, floor under uWSGI |" if args.uwsgi else "| wait, floor server |"
+    with UwsgiFloorServer() if args.uwsgi else FloorServer() as server:
         for count in (int(c) for c in args.consumers.split(",")):
             run = follow(server, "wait", 0.0, count, args.events, args.interval, first)
             first += args.events + 1
-            print(run.row().replace("| wait |", "| wait, floor server |"), flush=True)
+            print(run.row().replace("| wait |", label), flush=True)
 
 
 if __name__ == "__main__":

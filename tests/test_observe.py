@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import select
+import threading
 from dataclasses import replace
 
 import falcon.testing
@@ -51,3 +54,43 @@ def test_log_line_is_one_bounded_json_object() -> None:
     assert parsed["request_id"] == "abc"
     assert parsed["status"] == 200
     assert parsed["path"].endswith("…")
+
+
+def test_lines_written_at_once_by_many_threads_never_interleave() -> None:
+    """LineHandler writes a line that fits in PIPE_BUF with one write and no lock, a longer one
+    (a traceback) under its lock: 16 threads writing at once into one pipe, short lines and
+    long ones, leave every line whole."""
+    read_end, write_end = os.pipe()
+    handler = logs.LineHandler(write_end)
+    handler.setFormatter(logs.JsonFormatter())
+    logger = logging.Logger("simplefeed.test-lines")
+    logger.addHandler(handler)
+    chunks: list[bytes] = []
+    reader = threading.Thread(
+        target=lambda: chunks.extend(iter(lambda: os.read(read_end, 65536), b""))
+    )
+    reader.start()
+
+    def write(n: int) -> None:
+        for i in range(50):
+            if i % 10 == 0:
+                try:
+                    raise ValueError("x" * 5000)
+                except ValueError:
+                    logger.exception("failed %d", n)  # a line over PIPE_BUF
+            else:
+                logger.info("line %d %d", n, i, extra={"fields": {"pad": "y" * 200}})
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    os.close(write_end)
+    reader.join()
+    os.close(read_end)
+    lines = b"".join(chunks).decode().splitlines()
+    assert len(lines) == 16 * 50
+    assert all(json.loads(line) for line in lines)
+    long = [line for line in lines if '"exception"' in line]
+    assert len(long) == 16 * 5 and all(len(line.encode()) > select.PIPE_BUF for line in long)
