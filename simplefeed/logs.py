@@ -8,7 +8,11 @@ served, if any.
 
 Lines are bounded: a string field keeps at most :data:`MAX_FIELD_CHARS` characters and a
 traceback at most :data:`MAX_TRACEBACK_CHARS`, so no request, however large its path or headers,
-makes a large line. Nothing here ever sees a token: callers log a token's id, never its secret.
+makes a large line; and a line takes at most :data:`MAX_LINE_BYTES` with its newline, so that
+one write puts it out whole whatever the other threads and processes write beside it (a longer
+one loses the end of its traceback, or else all but its time, level, logger, pid, request id and
+message, and says ``"clipped": true``). Nothing here ever sees a token: callers log a token's
+id, never its secret.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any
 
 MAX_FIELD_CHARS = 256
 MAX_TRACEBACK_CHARS = 4096
+#: PIPE_BUF: what one write to a pipe (uWSGI's log) puts out whole (4,096 bytes on Linux).
+MAX_LINE_BYTES = select.PIPE_BUF
 
 #: The id of the request this thread serves (set by the access log middleware).
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -79,16 +85,45 @@ class JsonFormatter(logging.Formatter):
                 line.setdefault(str(key), _bounded(value))
         if record.exc_info:
             line["exception"] = clip(self.formatException(record.exc_info), MAX_TRACEBACK_CHARS)
-        return _ENCODER.encode(line)
+        text = _ENCODER.encode(line)
+        # A character takes at most 6 bytes as written (a lone surrogate, backslash-escaped).
+        return text if len(text) * 6 < MAX_LINE_BYTES else _fit(line, text)
+
+
+def _bytes(text: str) -> bytes:
+    """A line as written (a lone surrogate in a field, from a decoded path, backslash-escaped)."""
+    return text.encode("utf-8", "backslashreplace")
+
+
+def _fit(line: dict[str, Any], text: str) -> str:
+    """``text``, the encoding of ``line``, cut to MAX_LINE_BYTES with its newline."""
+    excess = len(_bytes(text)) + 1 - MAX_LINE_BYTES
+    if excess <= 0:
+        return text
+    exception = line.get("exception")
+    if isinstance(exception, str):
+        # Cut the traceback's end, in proportion to the bytes it must lose (its characters take
+        # 1 to 6 bytes each as written), until the line fits.
+        for _ in range(4):
+            size = len(_bytes(_ENCODER.encode(exception)))
+            keep = len(exception) * (size - excess - 4) // size
+            if keep <= 0:
+                break
+            exception = exception[:keep]
+            text = _ENCODER.encode({**line, "exception": exception + "…"})
+            excess = len(_bytes(text)) + 1 - MAX_LINE_BYTES
+            if excess <= 0:
+                return text
+    kept = {k: line[k] for k in ("time", "level", "logger", "pid", "request_id") if k in line}
+    return _ENCODER.encode({**kept, "message": clip(line["message"]), "clipped": True})
 
 
 class LineHandler(logging.Handler):
-    """Each record one line, written to a file descriptor with one ``os.write``, without the
-    handler's lock when the line fits in ``PIPE_BUF`` bytes (a write that small is atomic on a
-    pipe, and on a file opened for appending, such as uWSGI's log): every access line of a
-    process's threads goes out without one thread waiting for another's write, as
-    ``StreamHandler`` made them (its lock held across the write and the flush). Longer lines
-    (a traceback) are written under the lock, so that two of them never interleave."""
+    """Each record one line (at most MAX_LINE_BYTES: :class:`JsonFormatter`), written to a file
+    descriptor with one ``os.write`` and no lock: a write that small is atomic on a pipe, and on
+    a file opened for appending, such as uWSGI's log, so lines of threads and processes writing
+    at once never interleave, and no thread waits for another's write (``StreamHandler`` held
+    its lock across the write and the flush: docs/benchmarks.md, "Long-poll", session 8)."""
 
     def __init__(self, fd: int) -> None:
         super().__init__()
@@ -102,19 +137,12 @@ class LineHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            line = (self.format(record) + "\n").encode("utf-8", "backslashreplace")
-            if len(line) <= select.PIPE_BUF:
-                self._write(line)
-            else:
-                with self.lock:  # type: ignore[union-attr]  # created by Handler.__init__
-                    self._write(line)
+            line = _bytes(self.format(record) + "\n")
+            view = memoryview(line)
+            while view:  # one write, unless a signal or a full disk cut it short
+                view = view[os.write(self.fd, view) :]
         except Exception:
             self.handleError(record)
-
-    def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view) :]
 
 
 def configure(level: str) -> None:

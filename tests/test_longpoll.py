@@ -319,6 +319,33 @@ def test_the_room_holds_only_what_the_app_would_hold(
     assert r.status_code == 200 and took < 2, took
 
 
+def test_the_room_keeps_a_bounded_number_of_answers(
+    app: falcon.testing.TestClient, core: Simplefeed
+) -> None:
+    """Clients choose how they ask (``Prefer``, ``Accept-Encoding``): the room keeps at most
+    MAX_VARIANTS answers per document and version, and drops a version's answers with it."""
+    from simplefeed.app.waiting import MAX_VARIANTS
+
+    publish(core)
+    etag = teach_the_room(app)
+    room = app.app
+    asks = [{"If-None-Match": etag, "Prefer": f"wait=1, x={i}"} for i in range(MAX_VARIANTS + 8)]
+    with ThreadPoolExecutor(len(asks)) as pool:
+        answers = list(pool.map(lambda h: app.simulate_get("/recent", headers=h), asks))
+    assert {r.status_code for r in answers} == {304}
+    assert len(room._answers["/recent"][1]) == MAX_VARIANTS
+    publish(core)
+    r = app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=1"})
+    assert r.status_code == 200
+    etag = r.headers["etag"]
+    r = app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=1"})
+    assert r.status_code == 304  # the app held it, and taught the room the new version
+    r = app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=1"})
+    assert r.status_code == 304  # held in the room: its answer kept, the old ones gone
+    feed, kept = room._answers["/recent"]
+    assert len(kept) <= 2 and all(a.feed == feed for a in kept.values())  # (the stale 200 too)
+
+
 # -- through uWSGI ----------------------------------------------------------------------------
 
 

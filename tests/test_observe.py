@@ -57,9 +57,9 @@ def test_log_line_is_one_bounded_json_object() -> None:
 
 
 def test_lines_written_at_once_by_many_threads_never_interleave() -> None:
-    """LineHandler writes a line that fits in PIPE_BUF with one write and no lock, a longer one
-    (a traceback) under its lock: 16 threads writing at once into one pipe, short lines and
-    long ones, leave every line whole."""
+    """LineHandler writes each line with one write and no lock, so every line fits in PIPE_BUF
+    (a write that size is atomic on a pipe): 16 threads writing at once into one pipe, short
+    lines and lines with long tracebacks or many long fields, leave every line whole."""
     read_end, write_end = os.pipe()
     handler = logs.LineHandler(write_end)
     handler.setFormatter(logs.JsonFormatter())
@@ -70,14 +70,17 @@ def test_lines_written_at_once_by_many_threads_never_interleave() -> None:
         target=lambda: chunks.extend(iter(lambda: os.read(read_end, 65536), b""))
     )
     reader.start()
+    many = {f"field{i}": "\udc80" * 300 for i in range(10)}  # 10 x 256 chars x 6 bytes
 
     def write(n: int) -> None:
         for i in range(50):
             if i % 10 == 0:
                 try:
-                    raise ValueError("x" * 5000)
+                    raise ValueError("\u00e9" * 5000)
                 except ValueError:
-                    logger.exception("failed %d", n)  # a line over PIPE_BUF
+                    logger.exception("failed %d", n)
+            elif i % 10 == 1:
+                logger.info("many %d", n, extra={"fields": many})
             else:
                 logger.info("line %d %d", n, i, extra={"fields": {"pad": "y" * 200}})
 
@@ -89,8 +92,12 @@ def test_lines_written_at_once_by_many_threads_never_interleave() -> None:
     os.close(write_end)
     reader.join()
     os.close(read_end)
-    lines = b"".join(chunks).decode().splitlines()
+    lines = b"".join(chunks).splitlines()
     assert len(lines) == 16 * 50
-    assert all(json.loads(line) for line in lines)
-    long = [line for line in lines if '"exception"' in line]
-    assert len(long) == 16 * 5 and all(len(line.encode()) > select.PIPE_BUF for line in long)
+    assert all(len(line) + 1 <= select.PIPE_BUF for line in lines)
+    parsed = [json.loads(line) for line in lines]
+    failed = [p for p in parsed if p["message"].startswith("failed")]
+    assert len(failed) == 16 * 5
+    assert all(p["exception"].endswith("…") and "ValueError" in p["exception"] for p in failed)
+    clipped = [p for p in parsed if p["message"].startswith("many")]
+    assert len(clipped) == 16 * 5 and all(p["clipped"] is True for p in clipped)

@@ -46,8 +46,8 @@ def create_app(
     errors.install(app)
 
     room = waiting.WaitingRoom(app, core.changes, waits, settings.max_wait, rules.date)
-    recent = resources.Recent(core, waits, room)
-    page = resources.Page(core, waits, room)
+    recent = resources.Recent(core, room)
+    page = resources.Page(core, room)
     entries = resources.Entries(core, resources.writer_slots(threads))
     locator = resources.EntryLocator(core)
     app.add_route("/recent", recent)

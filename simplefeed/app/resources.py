@@ -13,7 +13,6 @@ import falcon
 from simplefeed import archive, auth, codings, metrics, paging
 from simplefeed.app import caching, compression, errors, preconditions, waiting
 from simplefeed.app.caching import ArchivedPage, LiveValidators
-from simplefeed.app.waiting import WaitingSlots
 from simplefeed.codings import IDENTITY
 from simplefeed.core import Simplefeed
 from simplefeed.errors import (
@@ -53,17 +52,13 @@ def send_options(resp: falcon.Response, allow: str) -> None:
 
 
 class _FeedResource:
-    def __init__(
-        self,
-        core: Simplefeed,
-        waits: WaitingSlots | None = None,
-        room: waiting.WaitingRoom | None = None,
-    ) -> None:
+    def __init__(self, core: Simplefeed, room: waiting.WaitingRoom | None = None) -> None:
         self.core = core
-        #: Where long-polls wait; None: no bound (one request at a time, or tests).
-        self.waits = waits
-        #: Told what a long-poll found current, so that the next ones wait before the app.
+        #: Where long-polls wait before the app, told what a long-poll here found current (the
+        #: documents' resources have one; publishing and entry locators hold no long-poll).
         self.room = room
+        #: The node's room for long-polls to wait, the room's and the app's; None: no bound.
+        self.waits = room.waits if room is not None else None
         self.settings = core.settings
         self.heads = caching.FeedHeads(core)
         self.bodies = caching.LiveBodies(core)
@@ -291,13 +286,8 @@ class Page(_FeedResource):
     requests alike and sends the same validators (docs/architecture.md, 2026-11-22).
     """
 
-    def __init__(
-        self,
-        core: Simplefeed,
-        waits: WaitingSlots | None = None,
-        room: waiting.WaitingRoom | None = None,
-    ) -> None:
-        super().__init__(core, waits, room)
+    def __init__(self, core: Simplefeed, room: waiting.WaitingRoom | None = None) -> None:
+        super().__init__(core, room)
         self.archived = caching.ArchivedPages(core.page_path)
 
     def locate(self, req: falcon.Request, n: str, feed: str | None) -> tuple[str, int]:

@@ -73,6 +73,15 @@ class Answer:
     document: str | None
 
 
+#: The documents (paths) the room remembers, for what it holds and for its answers; past that it
+#: forgets them all and learns again (the long-polls meanwhile go to the app). Working pages that
+#: froze would otherwise pile up, one entry each.
+MAX_DOCUMENTS = 1024
+#: The answers kept per document and version: one per way of asking (method,
+#: ``Accept-Encoding``, ``If-None-Match``, ``Prefer``), which clients choose; the others are
+#: answered by the app each time.
+MAX_VARIANTS = 16
+
 #: Headers each answer has of its own.
 _OWN_HEADERS = frozenset({"date", access.REQUEST_ID_HEADER.lower()})
 
@@ -96,8 +105,9 @@ class WaitingRoom:
         self.date = date
         #: PATH_INFO -> what the app last said of it (one entry per live document's URL).
         self._held: dict[str, Held] = {}
-        #: The app's last answer to the requests that waited for a document alike.
-        self._answers: dict[tuple[str, ...], Answer] = {}
+        #: PATH_INFO -> the feed version answered, and the app's answer to each way of asking
+        #: (the previous version's answers are dropped with it).
+        self._answers: dict[str, tuple[Feed, dict[tuple[str, ...], Answer]]] = {}
         self._answering = Striped()
         self.app = app
 
@@ -106,6 +116,8 @@ class WaitingRoom:
         ``name`` is ``feed``."""
         held = self._held.get(path)
         if held is None or held.feed != feed:
+            if held is None and len(self._held) >= MAX_DOCUMENTS:
+                self._held.clear()
             self._held[path] = Held(name, feed, frozenset(etags))
 
     def holds(self, env: dict[str, Any]) -> tuple[Held, int] | None:
@@ -159,19 +171,19 @@ class WaitingRoom:
     ) -> Iterable[bytes]:
         """The app's answer to a request that waited here, given once per document, feed
         version and request alike; the others that waited alike get the same."""
-        key = (
+        path = env["PATH_INFO"]
+        way = (
             env["REQUEST_METHOD"],
-            env["PATH_INFO"],
             env.get("HTTP_ACCEPT_ENCODING", ""),
             env["HTTP_IF_NONE_MATCH"],
             env["HTTP_PREFER"],
         )
-        known = self._answers.get(key)
-        if known is not None and known.feed == feed:
+        known = self._known(path, way, feed)
+        if known is not None:
             return self._again(known, env, start_response)
-        with self._answering(key):  # one asks the app; the others that woke meanwhile wait
-            known = self._answers.get(key)
-            if known is not None and known.feed == feed:
+        with self._answering((path, *way)):  # one asks the app; those alike that woke wait
+            known = self._known(path, way, feed)
+            if known is not None:
                 return self._again(known, env, start_response)
             got: list[Any] = []
 
@@ -188,7 +200,7 @@ class WaitingRoom:
                 and isinstance(body, list)
                 and all(isinstance(part, bytes) for part in body)
             ):
-                self._answers[key] = Answer(
+                answer = Answer(
                     feed,
                     got[0],
                     [(k, v) for k, v in got[1] if k.lower() not in _OWN_HEADERS],
@@ -196,7 +208,23 @@ class WaitingRoom:
                     logged[0],
                     logged[1],
                 )
+                self._keep(path, way, answer)
             return body
+
+    def _known(self, path: str, way: tuple[str, ...], feed: Feed) -> Answer | None:
+        kept = self._answers.get(path)
+        if kept is None or kept[0] != feed:
+            return None
+        return kept[1].get(way)
+
+    def _keep(self, path: str, way: tuple[str, ...], answer: Answer) -> None:
+        kept = self._answers.get(path)
+        if kept is None or kept[0] != answer.feed:
+            if kept is None and len(self._answers) >= MAX_DOCUMENTS:
+                self._answers.clear()
+            self._answers[path] = (answer.feed, {way: answer})
+        elif len(kept[1]) < MAX_VARIANTS:
+            kept[1][way] = answer
 
     def _again(
         self, known: Answer, env: dict[str, Any], start_response: StartResponse
