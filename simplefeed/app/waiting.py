@@ -10,10 +10,14 @@ document whose ETags are these. A request for a learnt path whose ``If-None-Matc
 those ETags, with nothing else that could change the answer (no other precondition, no query,
 a head within the app's bounds, a valid ``wait``), waits here while its feed stays that
 version (:meth:`Changes.wait <simplefeed.changes.Changes.wait>`, one of the node's waiting
-slots held) and then goes to the app, marked as waited (:data:`WAITED`): the app answers it as
-it answers a long-poll it held itself (``Preference-Applied``, ``Vary: Prefer``, the feed as
-last seen), with its access line and metrics. Anything else goes to the app as it came, which
-may hold it itself: the room only ever waits where the app would have.
+slots held; none free: the app declines it, as it does). When the wait ends, the first of the
+requests that waited alike (same method, path, ``Accept-Encoding``, ``If-None-Match``,
+``Prefer``) goes to the app marked as waited (:data:`WAITED`), and the app answers it as it
+answers a long-poll it held itself (``Preference-Applied``, ``Vary: Prefer``, the feed as last
+seen); the room keeps that :class:`Answer`, and the others that saw the same feed version get it
+with their own ``Date``, ``X-Request-Id``, access line and metrics, without the app. Anything
+else goes to the app as it came, which may hold it itself: the room only ever waits where the
+app would have.
 """
 
 from __future__ import annotations
