@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -24,6 +25,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
 
 from bench.servers import UwsgiServer
 from simplefeed.app import create_app
@@ -60,37 +63,138 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+#: One line per schema object of the connected database's (columns with their types, nullability
+#: and defaults; constraints, indexes, functions, triggers, schemas), its alembic version and
+#: its own settings (ALTER DATABASE), digested: two databases with the same digest are alike
+#: but for their rows.
+SCHEMA_DIGEST = """
+SELECT md5(string_agg(item, E'\\n' ORDER BY item)) FROM (
+    SELECT format('%s %s %s %s %s %s', c.relname, c.relkind, a.attname,
+                  format_type(a.atttypid, a.atttypmod), a.attnotnull,
+                  pg_get_expr(d.adbin, d.adrelid)) AS item
+    FROM pg_class c
+    LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+    WHERE c.relnamespace = 'public'::regnamespace
+    UNION ALL SELECT format('constraint %s %s', conname, pg_get_constraintdef(oid))
+        FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+    UNION ALL SELECT format('index %s', pg_get_indexdef(i.indexrelid))
+        FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+        WHERE c.relnamespace = 'public'::regnamespace
+    UNION ALL SELECT format('function %s', oid::regprocedure)
+        FROM pg_proc WHERE pronamespace = 'public'::regnamespace
+    UNION ALL SELECT format('trigger %s', tgname) FROM pg_trigger WHERE NOT tgisinternal
+    UNION ALL SELECT format('schema %s', nspname) FROM pg_namespace
+    UNION ALL SELECT format('version %s', version_num) FROM alembic_version
+    UNION ALL SELECT format('database %s %s', datconnlimit, setconfig)
+        FROM pg_database LEFT JOIN pg_db_role_setting ON setdatabase = pg_database.oid
+        WHERE datname = current_database()
+) items
+"""
+
+
 class PostgresDatabases:
-    """Creates per-test databases from a migrated template on the configured server."""
+    """Per-test databases on the configured server, each as the migrated template is.
+
+    A database is created from the template once and then reused: when a test is done with it,
+    its other sessions are ended, its schema compared with the template's, every table but
+    ``alembic_version`` truncated (sequences restarted) and its statistics cleared; one whose
+    schema a test changed, or that cannot be reset, is dropped instead. ``CREATE DATABASE`` costs the server 0.15-0.35 s
+    (it copies and syncs the catalogs), more than most tests take; a reset costs ~0.03 s.
+    """
 
     def __init__(self, admin_url: str) -> None:
         self.admin_url = make_url(admin_url)
         self.admin = create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
         self.template = f"sf_tmpl_{uuid.uuid4().hex[:10]}"
-        self.created: list[str] = []
+        self.free: list[str] = []  # reset databases, ready for a test
+        self.made: set[str] = set()  # every database created and not dropped
+        self.schema = ""  # the template's SCHEMA_DIGEST
+        self.tables: list[str] = []  # what a reset truncates
 
     def url(self, name: str) -> str:
         return self.admin_url.set(database=name).render_as_string(hide_password=False)
 
-    def setup_template(self) -> None:
+    def _admin(self, sql: str, **params: str) -> None:
         with self.admin.connect() as c:
-            c.execute(text(f'CREATE DATABASE "{self.template}"'))
+            c.execute(text(sql), params)
+
+    def setup_template(self) -> None:
+        self._admin(f'CREATE DATABASE "{self.template}"')
         migrate(self.url(self.template))
+        engine = create_engine(self.url(self.template), poolclass=NullPool)
+        try:
+            with engine.connect() as c:
+                self.schema = c.execute(text(SCHEMA_DIGEST)).scalar_one()
+                self.tables = list(
+                    c.execute(
+                        text(
+                            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+                            " AND tablename <> 'alembic_version' ORDER BY 1"
+                        )
+                    ).scalars()
+                )
+                for table in self.tables:  # a reset empties them: the template must have them empty
+                    assert c.execute(text(f'SELECT count(*) FROM "{table}"')).scalar_one() == 0
+        finally:
+            engine.dispose()
 
     def new_database(self) -> str:
+        """An empty, migrated database of the caller's own until it gives it back (``release``)."""
+        if self.free:
+            return self.url(self.free.pop())
         name = f"sf_t_{uuid.uuid4().hex[:12]}"
-        with self.admin.connect() as c:
-            c.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"'))
-        self.created.append(name)
+        self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        self.made.add(name)
         return self.url(name)
 
-    def drop(self, url: str) -> None:
+    def release(self, url: str) -> None:
+        """The caller is done with ``url``: reset it for the next test, or drop it."""
         name = make_url(url).database
-        with self.admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        assert name is not None and name in self.made
+        if self._reset(name):
+            self.free.append(name)
+        else:
+            self._drop(name)
+
+    def _reset(self, name: str) -> bool:
+        others = "FROM pg_stat_activity WHERE datname = :name AND pid <> pg_backend_pid()"
+        self._admin(f"SELECT pg_terminate_backend(pid) {others}", name=name)
+        deadline = time.monotonic() + 5
+        with self.admin.connect() as c:  # gone, their statistics reported: then cleared below
+            while c.execute(text(f"SELECT count(*) {others}"), {"name": name}).scalar_one():
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.01)
+        engine = create_engine(self.url(name), poolclass=NullPool)
+        try:
+            with engine.begin() as c:
+                c.execute(text("SET LOCAL lock_timeout = '5s'"))  # an ended session's locks
+                if c.execute(text(SCHEMA_DIGEST)).scalar_one() != self.schema:
+                    return False
+                tables = ", ".join(f'"{t}"' for t in self.tables)
+                c.execute(text(f"TRUNCATE {tables} RESTART IDENTITY"))
+                # As never used: no planner statistics, activity counters at zero (superuser).
+                c.execute(
+                    text(
+                        "DELETE FROM pg_statistic WHERE starelid IN"
+                        " (SELECT oid FROM pg_class WHERE relnamespace = 'public'::regnamespace)"
+                    )
+                )
+                c.execute(text("SELECT pg_stat_reset()"))
+            return True
+        except DBAPIError:
+            return False
+        finally:
+            engine.dispose()
+
+    def _drop(self, name: str) -> None:
+        self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.made.discard(name)
 
     def close(self) -> None:
-        self.drop(self.url(self.template))
+        for name in [*self.made, self.template]:
+            self._drop(name)
         self.admin.dispose()
 
 
@@ -123,7 +227,7 @@ def database_url(
         pytest.skip(f"PostgreSQL half skipped: set {PG_ENV} to run it")
     url = postgres.new_database()
     yield url
-    postgres.drop(url)
+    postgres.release(url)
 
 
 class FakeClock:

@@ -111,7 +111,7 @@ def both(
     finally:
         lite.store.close()
         pg.store.close()
-        postgres.drop(pg_url)
+        postgres.release(pg_url)
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:

@@ -147,7 +147,7 @@ def test_a_warm_process_serves_what_it_last_saw_while_postgresql_is_gone(
         assert fresh.headers["Cache-Control"] == "public, max-age=10"
     finally:
         core.store.close()
-        postgres.drop(url)
+        postgres.release(url)
 
 
 # -- a full disk ------------------------------------------------------------------------------

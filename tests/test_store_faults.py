@@ -182,7 +182,7 @@ def test_a_read_only_postgresql_is_a_503_not_a_500(
         assert core.feed("events").head_seq == 1
     finally:
         core.store.close()
-        postgres.drop(url)
+        postgres.release(url)
 
 
 def test_an_unsupported_database_is_a_configuration_error() -> None:
