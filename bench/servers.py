@@ -2,9 +2,10 @@
 127.0.0.1 port, and private PostgreSQL clusters.
 
 :class:`UwsgiServer` migrates the database with ``simplefeed db upgrade`` (a subprocess, as an
-operator would), then runs ``simplefeed serve`` (which execs uWSGI with ``uwsgi.ini``, so the
-child's pid is uWSGI's master), waits for ``GET /healthz`` to answer 200 and, when stopped, ends
-the master with SIGTERM and falls back to SIGKILL on its process group. Nothing is mocked.
+operator would) unless it is migrated already, mints a producer token, then runs ``simplefeed
+serve`` (which execs uWSGI with ``uwsgi.ini``, so the child's pid is uWSGI's master), waits
+for ``GET /healthz`` to answer 200 and, when stopped, ends the master with SIGTERM and falls
+back to SIGKILL on its process group. Nothing is mocked.
 """
 
 from __future__ import annotations
@@ -171,12 +172,35 @@ class UwsgiServer:
         """A producer token minted with ``simplefeed token create ARGS`` (printed on stdout)."""
         return self.cli("token", "create", *args).stdout.strip()
 
+    def _prepare(self) -> None:
+        """Migrate the database with ``simplefeed db upgrade`` unless it is at the newest schema
+        already (a migrated copy of the tests' template), and mint the producer token.
+
+        Both in this process when they can be: each command is a Python starting and importing
+        the package (~1 s); the tests start dozens of servers. The commands themselves are
+        tested as such in tests/test_operators_cli.py."""
+        from simplefeed.core import Simplefeed
+        from simplefeed.errors import DatabaseNotReady
+        from simplefeed.settings import Settings
+        from simplefeed.store import check_ready
+
+        try:
+            check_ready(self.database_url)
+        except DatabaseNotReady:
+            self.migrate()
+        # Not the base URL: the port is not chosen yet, and a token does not need it.
+        env = {k: v for k, v in self.env().items() if k != "SIMPLEFEED_BASE_URL"}
+        core = Simplefeed(Settings.from_env(env))
+        try:
+            self.token = core.create_token(label="tests")
+        finally:
+            core.close()
+
     def start(self, *, attempts: int = 3) -> None:
         """Migrate, then start uWSGI and wait for /healthz; retries if the port was taken."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.archive_dir.mkdir(parents=True, exist_ok=True)
-        self.migrate()
-        self.token = self.create_token("--label", "tests")
+        self._prepare()
         for attempt in range(1, attempts + 1):
             self.port = free_port()
             self._spawn()
