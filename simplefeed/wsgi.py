@@ -10,14 +10,17 @@ pages link to another base URL than the configured one (:meth:`Simplefeed.check_
 not checked here: the service starts and answers 503 until it does (each freeze checks again).
 """
 
+import contextlib
 import logging
 import os
 import signal
+import socket
 import threading
-from typing import NoReturn
+from collections.abc import Iterable, Iterator
+from typing import Any, NoReturn
 
 from simplefeed import logs, metrics
-from simplefeed.app import create_app, requests_only
+from simplefeed.app import StartResponse, WsgiApp, create_app, requests_only
 from simplefeed.core import Simplefeed
 from simplefeed.errors import BaseUrlMismatch, StoreError
 from simplefeed.settings import Settings
@@ -86,6 +89,68 @@ class NodeWaitingSlots:
             uwsgi.sharedarea_write64(0, self._mine, self._count)
 
 
+def asks_to_close(env: dict[str, Any]) -> bool:
+    """Whether an HTTP/1.1 request carries the ``close`` connection option (RFC 9112 9.6)."""
+    options = env.get("HTTP_CONNECTION")
+    return (
+        options is not None
+        and env.get("SERVER_PROTOCOL") == "HTTP/1.1"
+        and "close" in (option.strip().lower() for option in options.split(","))
+    )
+
+
+class _ThenClose:
+    """A response body, then the end of its connection: shut down (both ways) once uWSGI has
+    sent the body and closes the response. A file body (``wsgi.file_wrapper``) is read here,
+    so uWSGI does not send it with sendfile: only for the requests that asked to close."""
+
+    def __init__(self, body: Iterable[bytes], fd: int) -> None:
+        self.body = body
+        self.fd = fd
+
+    def __iter__(self) -> Iterator[bytes]:
+        read = getattr(self.body, "read", None)
+        if read is None:
+            yield from self.body
+        else:
+            while chunk := read(65536):
+                yield chunk
+        # uWSGI sends the head with the first chunk, or after close() if there was none (a HEAD,
+        # a 304): an empty chunk sends it now, before close() shuts the connection down.
+        yield b""
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(self.fd)) as conn:
+                conn.shutdown(socket.SHUT_RDWR)  # uWSGI closes its own descriptor after
+
+
+def honour_close(app: WsgiApp) -> WsgiApp:
+    """``app`` on uWSGI's http11-socket, which keeps every HTTP/1.1 connection open after a
+    response, ``Connection: close`` or not ("Connection: close is not honoured", proto/http.c),
+    until the client closes it or ``socket-timeout`` passes: a client that asked to close and
+    reads to the end (HTTP/1.0-style, urllib's ``Connection: close``) waited 4 s for every
+    request, holding a worker's thread as long. RFC 9112 9.6: a server that receives ``close``
+    MUST close the connection after its response and SHOULD say ``Connection: close``."""
+
+    def application(env: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if not asks_to_close(env):
+            return app(env, start_response)
+
+        def closing(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            if not any(name.lower() == "connection" for name, _ in headers):
+                headers = [*headers, ("Connection", "close")]
+            return start_response(status, headers, exc_info)
+
+        return _ThenClose(app(env, closing), uwsgi.connection_fd())
+
+    return application
+
+
 # uWSGI's cores are the requests a worker serves at once (its threads).
 application = requests_only(
     create_app(
@@ -95,6 +160,8 @@ application = requests_only(
         waits=NodeWaitingSlots() if uwsgi is not None else None,
     )
 )
+if uwsgi is not None and "http11-socket" in uwsgi.opt:
+    application = honour_close(application)
 
 if uwsgi is not None:
     _pid = os.getpid()

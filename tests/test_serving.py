@@ -145,6 +145,72 @@ def test_idle_kept_alive_connections_do_not_stop_new_clients(server: UwsgiServer
             sock.close()
 
 
+def _read_until_closed(sock: socket.socket, head_only: bool) -> tuple[bytes, bytes]:
+    """The response on ``sock`` (head, body by its Content-Length), then the server's close:
+    an EOF within 3 s of the response's last byte, before the 4 s after which uWSGI closes an
+    idle connection anyway (``socket-timeout``)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before the end of the head: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length: *(\d+)\r?$", head)
+    expected = 0 if head_only or length is None else int(length.group(1))
+    while len(body) < expected:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {len(body)} of {expected} bytes"
+        body += chunk
+    sock.settimeout(3.0)
+    assert sock.recv(65536) == b"", "more bytes after the response"  # timeout: not closed
+    return head, body
+
+
+@pytest.mark.parametrize(
+    "request_head",
+    [
+        "GET /recent",
+        "HEAD /recent",
+        "GET /recent\r\nIf-None-Match: {etag}",  # a 304
+        "GET /recent\r\nIf-None-Match: {etag}\r\nPrefer: wait=1",  # held 1 s, then a 304
+        "GET /pages/1",  # a frozen page's file
+        "GET /pages/1\r\nAccept-Encoding: gzip",  # its precompressed copy
+        "GET /no-such-thing",
+        "POST /entries\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json"
+        '\r\n\r\n{{"title": "c"}}',
+    ],
+    ids=["get", "head", "304", "long-poll", "page", "page-gzip", "404", "publish"],
+)
+@pytest.mark.parametrize("option", ["close", "keep-alive, Close"])
+def test_a_client_that_says_connection_close_has_its_connection_closed(
+    server: UwsgiServer, request_head: str, option: str
+) -> None:
+    """RFC 9112 9.6: a server that receives the ``close`` connection option MUST close the
+    connection after its response (and SHOULD say ``Connection: close``). uWSGI's
+    http11-socket keeps every HTTP/1.1 connection open whatever the client says, so a client
+    that reads to the end (urllib's requests say ``close``) waited 4 s for each answer, and a
+    worker's thread was held as long (simplefeed/wsgi.py, ``honour_close``)."""
+    etag = httpx.get(server.url("/recent")).headers["etag"]
+    line, _, rest = request_head.format(etag=etag, token=server.token).partition("\r\n")
+    fields, _, body = rest.partition("\r\n\r\n")
+    request = f"{line} HTTP/1.1\r\nHost: x\r\nConnection: {option}\r\n"
+    if body:
+        fields += f"\r\nContent-Length: {len(body)}"
+    request += (fields + "\r\n" if fields else "") + "\r\n" + body
+    with socket.create_connection((HOST, server.port), timeout=10) as sock:
+        sock.sendall(request.encode())
+        head, got = _read_until_closed(sock, head_only=line.startswith("HEAD"))
+    status = int(head.split(b" ")[1])
+    assert status == {"POST": 201, "HEAD": 200}.get(line.split()[0], status)
+    assert status in (200, 201, 304, 404), head
+    assert re.findall(rb"(?im)^connection: *(.*?)\r?$", head) == [b"close"], head
+    if status == 304 or line.startswith("HEAD"):
+        assert got == b""
+    else:
+        assert got, head
+    assert server.problems() == []
+
+
 def test_reads_are_answered_while_producers_wait_for_a_held_write_lock(
     tmp_path: Path,
 ) -> None:
