@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import formatdate, parsedate_to_datetime
 
 import falcon.testing
@@ -53,6 +53,12 @@ class Routes:
     app: falcon.testing.TestClient
     uwsgi: UwsgiServer
     nginx: Nginx
+    #: One client for the two routes over HTTP (its connections kept alive, as a CDN's or a
+    #: consumer's): only the table's headers are sent, as the app is asked.
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=10))
+
+    def __post_init__(self) -> None:
+        del self.http.headers["Accept-Encoding"]
 
     def ask(self, route: str, method: str, path: str, headers: dict[str, str]) -> Answer:
         if route == "app":
@@ -61,10 +67,8 @@ class Routes:
             dates = 1 if "date" in got else 0
             return Answer(r.status_code, got, r.content, dates)
         base = self.uwsgi.base_url if route == "uwsgi" else f"http://{HOST}:{self.nginx.port}"
-        with httpx.Client(timeout=10) as http:
-            del http.headers["Accept-Encoding"]  # only the table's headers, as the app is asked
-            with http.stream(method, base + path, headers=headers) as resp:
-                body = b"".join(resp.iter_raw())  # as sent: not decoded
+        with self.http.stream(method, base + path, headers=headers) as resp:
+            body = b"".join(resp.iter_raw())  # as sent: not decoded
         multi = {k.lower(): resp.headers.get_list(k) for k in resp.headers}
         return Answer(resp.status_code, multi, body, len(resp.headers.get_list("date")))
 
@@ -104,9 +108,11 @@ def routes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routes]:
         )
         app = falcon.testing.TestClient(create_app(settings))
         proxy = Nginx(nginx_binary, workdir / "nginx", upstream)
+        routes = Routes(app, server, proxy)
         try:
-            yield Routes(app, server, proxy)
+            yield routes
         finally:
+            routes.http.close()
             proxy.stop()
 
 
