@@ -16,10 +16,8 @@ from sqlalchemy.engine import Engine, make_url
 
 from simplefeed.errors import ConfigError
 from simplefeed.store.interface import Appending, Rebasing, Store, TokenCheck
-from simplefeed.store.postgres import PostgresStore
 from simplefeed.store.schema import check_ready, upgrade
 from simplefeed.store.sql import SqlStore
-from simplefeed.store.sqlite import SQLiteStore
 
 __all__ = [
     "Appending",
@@ -32,15 +30,21 @@ __all__ = [
     "upgrade",
 ]
 
-_BACKENDS: dict[str, type[SqlStore]] = {"sqlite": SQLiteStore, "postgresql": PostgresStore}
-
 
 def _backend(url: str) -> type[SqlStore]:
+    """The backend of ``url``'s database, its module imported only then: psycopg and
+    SQLAlchemy's PostgreSQL dialect took a quarter of a second of every command's start and
+    every worker's on SQLite (docs/architecture.md, 2026-11-23, session 9)."""
     name = make_url(url).get_backend_name()
-    try:
-        return _BACKENDS[name]
-    except KeyError:
-        raise ConfigError(f"unsupported database {name!r}: use sqlite or postgresql") from None
+    if name == "sqlite":
+        from simplefeed.store.sqlite import SQLiteStore
+
+        return SQLiteStore
+    if name == "postgresql":
+        from simplefeed.store.postgres import PostgresStore
+
+        return PostgresStore
+    raise ConfigError(f"unsupported database {name!r}: use sqlite or postgresql")
 
 
 def open_store(url: str) -> Store:
