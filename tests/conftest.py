@@ -99,8 +99,9 @@ class PostgresDatabases:
     A database is created from the template once and then reused: when a test is done with it,
     its other sessions are ended, its schema compared with the template's, every table but
     ``alembic_version`` truncated (sequences restarted) and its statistics cleared; one whose
-    schema a test changed, or that cannot be reset, is dropped instead. ``CREATE DATABASE`` costs the server 0.15-0.35 s
-    (it copies and syncs the catalogs), more than most tests take; a reset costs ~0.03 s.
+    schema a test changed, or that cannot be reset, is dropped instead. ``CREATE DATABASE``
+    costs the server 0.15-0.35 s (it copies and syncs the catalogs), more than most tests
+    take; a reset costs ~0.03 s.
     """
 
     def __init__(self, admin_url: str) -> None:
