@@ -46,6 +46,7 @@ sys.path.insert(
 
 import feedparser
 
+from simplefeed import codings
 from simplefeed.client import Consumer
 from simplefeed.client.parse import parse_page
 
@@ -79,7 +80,14 @@ class RssSampler(threading.Thread):
 def raw_rate(state: Path, parser: str) -> float:
     """Entries per second of the raw parse over the bodies the run cached (every page)."""
     with sqlite3.connect(state) as db:
-        bodies = [(url, bytes(body)) for url, body in db.execute("SELECT url, body FROM documents")]
+        # Bodies are kept as they came (their coding), by state files of version 3 and later.
+        columns = {row[1] for row in db.execute("PRAGMA table_info(documents)")}
+        coding = "coding" if "coding" in columns else "'identity'"
+        rows = db.execute(f"SELECT url, body, {coding} FROM documents").fetchall()
+    bodies = [
+        (url, bytes(body) if how == codings.IDENTITY else codings.decode(body, how))
+        for url, body, how in rows
+    ]
     started = time.perf_counter()
     entries = 0
     for url, body in bodies:

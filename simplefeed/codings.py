@@ -1,9 +1,10 @@
 """Content codings (RFC 9110 8.4, 12.5.3): which one a request accepts, and the codings themselves.
 
-The only user of ``gzip`` and ``brotli``. The service offers ``br`` and ``gzip`` besides
-``identity``, preferring them in that order when a request accepts several equally: Atom and JSON
-compress well (an archived page of 100 entries to 0.06 of its size with brotli, 0.08 with
-gzip).
+The only user of ``gzip``, ``zlib`` and ``brotli``: the service encodes with it, the consumer
+decodes what it receives (:class:`Decoder`, within a size bound) and what its cache holds. The
+service offers ``br`` and ``gzip`` besides ``identity``, preferring them in that order when a
+request accepts several equally: Atom and JSON compress well (an archived page of 100 entries to
+0.06 of its size with brotli, 0.08 with gzip).
 
 Each coding of a document is a representation of its own, with its own ETag: the identity ETag's
 opaque part with ``-<coding>`` appended (``"abc"`` -> ``"abc-gzip"``), so that a conditional
@@ -66,6 +67,94 @@ def decode(data: bytes, coding: str) -> bytes:
             return bytes(brotli.decompress(data))
     except (OSError, EOFError, zlib.error, brotli.error) as exc:
         raise ValueError(f"not valid {coding}: {exc}") from exc
+    raise ValueError(f"unknown content coding {coding!r}")
+
+
+class TooLarge(ValueError):
+    """Decoding would give more bytes than the decoder's limit."""
+
+
+class Decoder:
+    """Decodes a body sent with ``Content-Encoding: content_encoding`` as it arrives, never
+    holding more than ``limit`` decoded bytes (:class:`TooLarge` past it: a bomb stops at the
+    bound, never inflated whole). The codings a client may be sent: ``br``, ``gzip`` (and
+    ``x-gzip``), ``deflate`` (the zlib format, RFC 9110 8.4.1.2), ``identity``, several in the
+    order they were applied. ValueError for any other, and for bytes not valid in their coding
+    or ending before it does."""
+
+    def __init__(self, content_encoding: str | None, limit: int) -> None:
+        names = [name.strip().lower() for name in (content_encoding or "").split(",")]
+        self.codings = tuple(
+            _ALIASES.get(name, name) for name in names if name and name != IDENTITY
+        )
+        self._stages = [_stage(coding, limit) for coding in reversed(self.codings)]
+
+    def decode(self, data: bytes) -> bytes:
+        """The decoded bytes that ``data`` (the next bytes received) completes."""
+        for stage in self._stages:
+            data = stage.decode(data)
+        return data
+
+    def end(self) -> bytes:
+        """The last decoded bytes, once the body has been received whole."""
+        data = b""
+        for stage in self._stages:
+            data = stage.decode(data) + stage.end()
+        return data
+
+
+class _Inflate:
+    """gzip or deflate (zlib's formats), never more than ``limit`` bytes out."""
+
+    def __init__(self, coding: str, limit: int) -> None:
+        self.coding = coding
+        self.left = limit
+        self._zlib = zlib.decompressobj(zlib.MAX_WBITS | (16 if coding == "gzip" else 0))
+
+    def decode(self, data: bytes) -> bytes:
+        try:
+            out = self._zlib.decompress(data, self.left + 1)
+        except zlib.error as exc:
+            raise ValueError(f"not valid {self.coding}: {exc}") from exc
+        self.left -= len(out)
+        if self.left < 0 or self._zlib.unconsumed_tail:
+            raise TooLarge(self.coding)
+        return out
+
+    def end(self) -> bytes:
+        if not self._zlib.eof:
+            raise ValueError(f"not valid {self.coding}: the data ends before the stream does")
+        return b""
+
+
+class _Unbrotli:
+    """br, never more than ``limit`` bytes out."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+        self._brotli = brotli.Decompressor()
+
+    def decode(self, data: bytes) -> bytes:
+        try:
+            out = bytes(self._brotli.process(data, output_buffer_limit=self.left + 1))
+        except brotli.error as exc:
+            raise ValueError(f"not valid br: {exc}") from exc
+        self.left -= len(out)
+        if self.left < 0 or not self._brotli.can_accept_more_data():
+            raise TooLarge("br")
+        return out
+
+    def end(self) -> bytes:
+        if not self._brotli.is_finished():
+            raise ValueError("not valid br: the data ends before the stream does")
+        return b""
+
+
+def _stage(coding: str, limit: int) -> _Inflate | _Unbrotli:
+    if coding in ("gzip", "deflate"):
+        return _Inflate(coding, limit)
+    if coding == "br":
+        return _Unbrotli(limit)
     raise ValueError(f"unknown content coding {coding!r}")
 
 

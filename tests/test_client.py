@@ -8,6 +8,7 @@ consumer's sleeps move it, so nothing here sleeps for real.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from simplefeed import codings
 from simplefeed.app import create_app
 from simplefeed.client import (
     Checkpoint,
@@ -341,6 +343,42 @@ def test_archived_pages_are_fetched_once(
     archived = [f"/pages/{n}" for n in range(1, 5)]
     assert all(server.count(p) == 1 for p in archived), server.paths()
     assert server.count("/recent") == 2 and server.count("/recent", 304) == 1
+
+
+def test_the_cache_keeps_bodies_as_they_came_and_a_damaged_one_is_fetched_again(
+    core: Simplefeed,
+    server: CountingApp,
+    clock: FakeClock,
+    state_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    publish(core, 21)
+    first = consume(server, state_path, clock)
+    with sqlite3.connect(state_path) as db:
+        rows = db.execute("SELECT url, body, coding FROM documents").fetchall()
+    db.close()
+    assert {coding for _, _, coding in rows} == {"br"}  # what the consumer asks for first
+    identity = {
+        url: httpx.Client(transport=httpx.WSGITransport(app=server))
+        .get(url, headers={"Accept-Encoding": "identity"})
+        .content
+        for url, _, _ in rows
+    }
+    for url, body, coding in rows:
+        assert codings.decode(body, coding) == identity[url]
+        assert len(body) < 0.5 * len(identity[url])
+    # One archived page's stored bytes damaged (a disk fault, an editor): it is fetched again,
+    # with a warning, and the walk goes on as if it had not been cached.
+    with sqlite3.connect(state_path) as db:
+        db.execute("UPDATE documents SET body = x'00' WHERE url = ?", (f"{BASE}/pages/2",))
+    db.close()
+    forget_checkpoint(state_path)
+    server.reset()
+    clock.advance(11)
+    with caplog.at_level(logging.WARNING, logger="simplefeed.client.fetch"):
+        assert consume(server, state_path, clock) == first
+    assert server.count("/pages/2") == 1 and server.count("/pages/1") == 0, server.paths()
+    assert f"{BASE}/pages/2: the cached copy is not usable" in caplog.text
 
 
 def test_follow_polls_adaptively_and_never_faster_than_max_age(

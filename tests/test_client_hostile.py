@@ -239,6 +239,24 @@ def test_a_gzipped_feed_within_the_bound_is_read(
     assert run.stdout == "1\turn:h:1\tone\n2\turn:h:2\ttwo\n"
 
 
+@pytest.mark.parametrize(
+    ("coding", "damage", "said"),
+    [
+        ("zstd", False, "unknown content coding 'zstd'"),  # not asked for
+        ("gzip", True, "not valid gzip: the data ends before the stream does"),
+    ],
+)
+def test_a_body_in_a_coding_not_asked_for_or_cut_short_is_an_error_naming_it(
+    hostile: Callable[..., Hostile], tmp_path: Path, coding: str, damage: bool, said: str
+) -> None:
+    server = hostile({})
+    body = gzip.compress(atom(server.base, [(1, "one")]))
+    server.routes["/recent"] = answer(body[:-8] if damage else body, Content_Encoding=coding)
+    run = consume(f"{server.base}/recent", tmp_path / "s.sqlite3", "--retries", "0")
+    assert run.code == 5 and said in run.stderr, run.stderr
+    assert_no_traceback(run)
+
+
 # -- time ----------------------------------------------------------------------------------
 
 

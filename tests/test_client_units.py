@@ -352,6 +352,34 @@ def test_state_file_keeps_checkpoints_and_documents_across_reopening(tmp_path: P
     db.close()
 
 
+def test_a_version_2_state_file_is_read_and_upgraded(tmp_path: Path) -> None:
+    """Version 2 kept bodies decoded, in a table without ``coding``: its rows read as
+    ``identity``, and the file takes encoded bodies from then on."""
+    path = tmp_path / "state.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.executescript(
+            """
+            CREATE TABLE documents (url TEXT PRIMARY KEY, body BLOB NOT NULL, etag TEXT,
+                last_modified TEXT, immutable INTEGER NOT NULL DEFAULT 0,
+                fetched_at REAL NOT NULL, max_age REAL);
+            INSERT INTO documents VALUES ('u1', X'3c666565642f3e', '"e1"', NULL, 1, 5.0, NULL);
+            PRAGMA user_version=2;
+            """
+        )
+    db.close()
+    with StateFile(path) as state:
+        assert state.get_document("u1") == CachedDocument(
+            "u1", b"<feed/>", '"e1"', None, True, 5.0, None, coding="identity"
+        )
+        coded = CachedDocument("u2", b"\x1f\x8b", '"e2-gzip"', None, True, 6.0, None, "gzip")
+        state.put_document(coded)
+    with StateFile(path) as state:
+        assert state.get_document("u2") == coded
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    db.close()
+
+
 def test_cached_document_freshness() -> None:
     live = CachedDocument("u", b"", None, None, False, fetched_at=100.0, max_age=10.0)
     assert live.fresh(109.9) and not live.fresh(110.0)

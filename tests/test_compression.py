@@ -6,6 +6,10 @@ judge them."""
 
 from __future__ import annotations
 
+import os
+import tracemalloc
+import zlib
+
 import falcon.testing
 import pytest
 
@@ -68,6 +72,52 @@ def test_encoding_is_deterministic() -> None:
         assert codings.decode(codings.encode(data, coding), coding) == data
         with pytest.raises(ValueError):
             codings.decode(b"not " + coding.encode(), coding)
+
+
+def decoded(decoder: codings.Decoder, data: bytes, chunk: int) -> bytes:
+    parts = [decoder.decode(data[i : i + chunk]) for i in range(0, len(data), chunk)]
+    return b"".join(parts) + decoder.end()
+
+
+@pytest.mark.parametrize("chunk", [1, 777, 1 << 20])
+@pytest.mark.parametrize("coding", [*codings.CODINGS, "x-gzip", "deflate"])
+def test_a_decoder_decodes_as_bytes_arrive_up_to_its_limit(coding: str, chunk: int) -> None:
+    data = os.urandom(3000) + b"<entry>x</entry>" * 5000  # 83,000 bytes
+    if coding == "deflate":
+        sent = zlib.compress(data)
+    else:
+        sent = codings.encode(data, "gzip" if coding == "x-gzip" else coding)
+    assert decoded(codings.Decoder(coding.upper(), len(data)), sent, chunk) == data
+    with pytest.raises(codings.TooLarge):  # one byte less is allowed: never more is held
+        decoded(codings.Decoder(coding, len(data) - 1), sent, chunk)
+    with pytest.raises(ValueError, match="ends before the stream does"):
+        decoded(codings.Decoder(coding, len(data)), sent[:-5], chunk)
+    with pytest.raises(ValueError, match="not valid"):
+        decoded(codings.Decoder(coding, len(data)), b"\x00garbage" * 10, chunk)
+
+
+def test_a_decoder_undoes_codings_in_the_reverse_order_and_knows_only_its_own() -> None:
+    twice = codings.encode(codings.encode(b"hello", "gzip"), "br")
+    assert decoded(codings.Decoder("gzip, br", 100), twice, 3) == b"hello"
+    assert decoded(codings.Decoder(" identity ,", 5), b"hello", 2) == b"hello"
+    assert codings.Decoder(None, 5).codings == ()
+    for unknown in ("zstd", "compress", "gzip, zstd"):
+        with pytest.raises(ValueError, match="unknown content coding"):
+            codings.Decoder(unknown, 100)
+
+
+def test_a_bomb_stops_at_the_limit_without_inflating() -> None:
+    bomb = zlib.compressobj(9, zlib.DEFLATED, 31)
+    sent = b"".join(bomb.compress(bytes(1 << 24)) for _ in range(8)) + bomb.flush()  # 128 MiB
+    decoder = codings.Decoder("gzip", 1 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(codings.TooLarge):
+            decoded(decoder, sent, 1 << 16)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak
 
 
 def get(client: falcon.testing.TestClient, path: str, **headers: str) -> falcon.testing.Result:

@@ -5,9 +5,11 @@ Four tables, keyed by absolute URL:
 ``checkpoints``  one row per entry point: the last processed entry's id, its sequence number and
                  the permanent URL of its page (``via`` / ``self``), so a restart resumes with one
                  request to that page instead of a walk.
-``documents``    the HTTP cache: body and validators of every document fetched. Rows flagged
-                 ``immutable`` (archived pages) are used for good without asking the network;
-                 the others are revalidated (conditional GET) once their ``max-age`` is over.
+``documents``    the HTTP cache: body and validators of every document fetched, the body as it
+                 came over the wire (``coding``: its Content-Encoding, ``identity`` for none).
+                 Rows flagged ``immutable`` (archived pages) are used for good without asking
+                 the network; the others are revalidated (conditional GET) once their
+                 ``max-age`` is over.
 ``parked``       entries whose handler failed with ``on_error="park"``: the entry (as JSON), the
                  last error, when it was parked and how many times it was tried. Written
                  durably, before the checkpoint moves past the entry.
@@ -49,7 +51,8 @@ __all__ = [
     "StateFile",
 ]
 
-SCHEMA_VERSION = 2
+#: 3: documents.coding (version 2 kept bodies decoded: its rows are ``identity``).
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -81,7 +84,8 @@ CREATE TABLE IF NOT EXISTS documents (
     last_modified TEXT,
     immutable     INTEGER NOT NULL DEFAULT 0,
     fetched_at    REAL NOT NULL,
-    max_age       REAL
+    max_age       REAL,
+    coding        TEXT NOT NULL DEFAULT 'identity'
 );
 """
 
@@ -100,6 +104,7 @@ class CachedDocument:
     """A response body with what is needed to reuse it or revalidate it."""
 
     url: str
+    #: The body as it came, in ``coding``.
     body: bytes
     etag: str | None
     last_modified: str | None
@@ -109,6 +114,8 @@ class CachedDocument:
     fetched_at: float
     #: Freshness lifetime from Cache-Control (None: revalidate every time).
     max_age: float | None
+    #: The body's content coding(s), as Content-Encoding gave them (``identity``: none).
+    coding: str = "identity"
 
     def fresh(self, now: float) -> bool:
         if self.immutable:
@@ -181,6 +188,11 @@ class StateFile:
                     f"({SCHEMA_VERSION})",
                 )
             self._db.executescript(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(documents)")}
+            if "coding" not in columns:  # a version 2 file
+                self._db.execute(
+                    "ALTER TABLE documents ADD COLUMN coding TEXT NOT NULL DEFAULT 'identity'"
+                )
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except sqlite3.Error as exc:
             self._db.close()
@@ -274,7 +286,7 @@ class StateFile:
 
     def get_document(self, url: str) -> CachedDocument | None:
         row = self._query(
-            "SELECT body, etag, last_modified, immutable, fetched_at, max_age "
+            "SELECT body, etag, last_modified, immutable, fetched_at, max_age, coding "
             "FROM documents WHERE url = ?",
             (url,),
         )
@@ -288,15 +300,16 @@ class StateFile:
             immutable=bool(row[3]),
             fetched_at=float(row[4]),
             max_age=None if row[5] is None else float(row[5]),
+            coding=row[6],
         )
 
     def put_document(self, document: CachedDocument) -> None:
         self._write_cache(
             "INSERT INTO documents (url, body, etag, last_modified, immutable, fetched_at, "
-            "max_age) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (url) DO UPDATE SET "
+            "max_age, coding) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (url) DO UPDATE SET "
             "body = excluded.body, etag = excluded.etag, last_modified = excluded.last_modified, "
             "immutable = excluded.immutable, fetched_at = excluded.fetched_at, "
-            "max_age = excluded.max_age",
+            "max_age = excluded.max_age, coding = excluded.coding",
             (
                 document.url,
                 document.body,
@@ -305,6 +318,7 @@ class StateFile:
                 int(document.immutable),
                 document.fetched_at,
                 document.max_age,
+                document.coding,
             ),
         )
 
