@@ -40,6 +40,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from simplefeed.client.errors import StateError
+from simplefeed.codings import IDENTITY
 
 __all__ = [
     "CachedDocument",
@@ -115,7 +116,7 @@ class CachedDocument:
     #: Freshness lifetime from Cache-Control (None: revalidate every time).
     max_age: float | None
     #: The body's content coding(s), as Content-Encoding gave them (``identity``: none).
-    coding: str = "identity"
+    coding: str = IDENTITY
 
     def fresh(self, now: float) -> bool:
         if self.immutable:
