@@ -42,7 +42,7 @@ def refuse_to_start(reason: object) -> NoReturn:
 
 settings = Settings.from_env()
 logs.configure(settings.log_level)
-if uwsgi is not None and not hasattr(uwsgi, "sharedarea_read64"):
+if uwsgi is not None and not hasattr(uwsgi, "sharedarea_memoryview"):
     refuse_to_start(
         "uWSGI has no shared area, where the node counts its waiting long-polls: add"
         " `sharedarea = 1` to the uWSGI configuration (the shipped uwsgi.ini has it)"
@@ -65,28 +65,36 @@ class NodeWaitingSlots:
     a thread in ``accept``, unevenly: with every thread of the node waiting, a producer's
     connection queued in the kernel until a wait ended (30 s). A bound per worker declined the
     consumers of the busiest worker long before the node was full (docs/architecture.md,
-    2026-11-23). Two workers taking the last places at once may pass the bound by one each."""
+    2026-11-23). Two workers taking the last places at once may pass the bound by one each.
+
+    The area is read and written as memory (``sharedarea_memoryview``), not through
+    ``sharedarea_read64``/``write64``: those release the interpreter lock around uWSGI's own
+    lock, five times per long-poll, and the threads of a publish's burst queued for this
+    object's lock while its holder waited to get the interpreter back (docs/benchmarks.md,
+    "Long-poll", session 11). Each place is 8 aligned bytes written by one worker only: a
+    single store, so a reader never sees half of one."""
 
     def __init__(self) -> None:
-        self._mine = 8 * uwsgi.worker_id()
-        self._workers = [8 * w for w in range(1, uwsgi.numproc + 1)]
+        self._places = uwsgi.sharedarea_memoryview(0).cast("q")
+        self._mine = uwsgi.worker_id()
+        self._workers = slice(1, uwsgi.numproc + 1)
         self.limit = max(1, uwsgi.numproc * uwsgi.cores * 7 // 8)
         self._count = 0
         self._lock = threading.Lock()
-        uwsgi.sharedarea_write64(0, self._mine, 0)
+        self._places[self._mine] = 0
 
     def acquire(self) -> bool:
         with self._lock:
-            if sum(uwsgi.sharedarea_read64(0, w) for w in self._workers) >= self.limit:
+            if sum(self._places[self._workers]) >= self.limit:
                 return False
             self._count += 1
-            uwsgi.sharedarea_write64(0, self._mine, self._count)
+            self._places[self._mine] = self._count
             return True
 
     def release(self) -> None:
         with self._lock:
             self._count -= 1
-            uwsgi.sharedarea_write64(0, self._mine, self._count)
+            self._places[self._mine] = self._count
 
 
 def asks_to_close(env: dict[str, Any]) -> bool:
