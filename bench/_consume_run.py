@@ -13,10 +13,11 @@ resident set size before the consumer, once it is open (its HTTP client loads th
 store) and at its peak during the catch-up (sampled every 10 ms); the tracemalloc peak when
 asked (tracing slows the run, so its seconds are not a throughput figure); what the fetcher
 did (requests, cache hits); the CPU time the process used in all; and, measured right after
-in the same process over the same bytes (the pages the run cached), the raw rate of the
-parser it was compared with: ``feedparser.parse`` for the feedparser consumer, ``parse_page``
-with lxml for the lxml one. A shared machine's load changes by the minute: a ratio is only
-worth something with both rates taken in one process, one after the other.
+in the same process over the same bytes (every document of the feed, fetched again as
+identity), the raw rate of the parser it was compared with: ``feedparser.parse`` for the
+feedparser consumer, ``parse_page`` with lxml for the lxml one. A shared machine's load
+changes by the minute: a ratio is only worth something with both rates taken in one process,
+one after the other.
 
 ``--checkout DIR`` imports the consumer from another checkout (``bench/consume_compare.py``
 runs two that way, with this script's measures).
@@ -28,12 +29,12 @@ import argparse
 import io
 import json
 import resource
-import sqlite3
 import sys
 import threading
 import time
 import tracemalloc
 from pathlib import Path
+from urllib.parse import urljoin
 
 # The consumer under test: this checkout's, or the one --checkout names (before argparse: the
 # imports below depend on it).
@@ -45,10 +46,12 @@ sys.path.insert(
 )
 
 import feedparser
+import httpx
+from lxml import etree
 
-from simplefeed import codings
 from simplefeed.client import Consumer
 from simplefeed.client.parse import parse_page
+from simplefeed.model import ATOM_NS
 
 
 def rss_kib() -> int:
@@ -77,27 +80,33 @@ class RssSampler(threading.Thread):
         return max(self.peak, rss_kib())
 
 
-def raw_rate(state: Path, parser: str) -> float:
-    """Entries per second of the raw parse over the bodies the run cached (every page)."""
-    with sqlite3.connect(state) as db:
-        # Bodies are kept as they came (their coding), by state files of version 3 and later.
-        columns = {row[1] for row in db.execute("PRAGMA table_info(documents)")}
-        coding = "coding" if "coding" in columns else "'identity'"
-        rows = db.execute(f"SELECT url, body, {coding} FROM documents").fetchall()
-    bodies = [
-        (url, bytes(body) if how == codings.IDENTITY else codings.decode(body, how))
-        for url, body, how in rows
-    ]
+def feed_documents(url: str) -> list[tuple[str, bytes]]:
+    """Every document of the feed as served (identity): the entry point, then each page back
+    through ``prev-archive`` (the consumer's cache keeps only the pages it may need again)."""
+    documents: list[tuple[str, bytes]] = []
+    with httpx.Client(timeout=60, headers={"Accept-Encoding": "identity"}) as client:
+        at: str | None = url
+        while at is not None:
+            body = client.get(at).raise_for_status().content
+            documents.append((at, body))
+            link = etree.fromstring(body).find(f"{{{ATOM_NS}}}link[@rel='prev-archive']")
+            at = urljoin(at, link.get("href")) if link is not None else None
+    return documents
+
+
+def raw_rate(url: str, parser: str) -> float:
+    """Entries per second of the raw parse over every document of the feed."""
+    bodies = feed_documents(url)
     started = time.perf_counter()
     entries = 0
-    for url, body in bodies:
+    for at, body in bodies:
         if parser == "feedparser":
             parsed = feedparser.parse(
                 io.BytesIO(body), sanitize_html=False, resolve_relative_uris=False
             )
             entries += len(parsed.entries)
         else:
-            entries += len(parse_page(url, body, parser="lxml").entries)
+            entries += len(parse_page(at, body, parser="lxml").entries)
     return entries / (time.perf_counter() - started)
 
 
@@ -142,7 +151,7 @@ def main() -> None:
     traced_peak = tracemalloc.get_traced_memory()[1] if args.tracemalloc else None
     if args.tracemalloc:
         tracemalloc.stop()
-    raw = raw_rate(args.state, args.parser)
+    raw = raw_rate(args.url, args.parser)
     print(
         json.dumps(
             {

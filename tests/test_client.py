@@ -331,18 +331,56 @@ def test_unchanged_polls_get_304_and_max_age_is_respected(
     assert server.hits[-1] == Hit("GET", "/recent", 200, conditional=True)
 
 
-def test_archived_pages_are_fetched_once(
+def cached_pages(state_path: Path) -> list[str]:
+    """The archived pages (immutable documents) the state file holds, by path."""
+    with sqlite3.connect(state_path) as db:
+        rows = db.execute("SELECT url FROM documents WHERE immutable ORDER BY url").fetchall()
+    db.close()
+    return [url.removeprefix(BASE) for (url,) in rows]
+
+
+def test_archived_pages_are_fetched_once_and_kept_until_the_checkpoint_leaves_them(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
 ) -> None:
-    publish(core, 21)
+    publish(core, 21)  # pages 1-4 frozen, 1 entry on the working page 5
     assert len(consume(server, state_path, clock)) == 21
-    # Walk the same history again (a consumer starting over): no network but /recent.
-    forget_checkpoint(state_path)
-    clock.advance(11)
-    assert len(consume(server, state_path, clock)) == 21
+    # Walked back once, read forward from the cache: each archived page fetched once.
     archived = [f"/pages/{n}" for n in range(1, 5)]
     assert all(server.count(p) == 1 for p in archived), server.paths()
-    assert server.count("/recent") == 2 and server.count("/recent", 304) == 1
+    # The checkpoint is on page 5 (the working page): no archived page is needed again.
+    assert cached_pages(state_path) == []
+    # A consumer that follows its feed for long keeps no more than it needs to resume: each
+    # run leaves at most the checkpoint's page, whatever the history grows to (it kept every
+    # page, about 4 KB each, before).
+    for _ in range(6):
+        publish(core, 7)
+        clock.advance(11)
+        assert len(consume(server, state_path, clock, checkpoint_every="page")) == 7
+        assert len(cached_pages(state_path)) <= 1, cached_pages(state_path)
+    # A run stopped by its handler keeps the pages between its checkpoint and the head, and
+    # the next run reads them from the cache.
+    publish(core, 15)
+    clock.advance(11)
+    server.reset()
+    checkpoint = stored_checkpoint(state_path)
+    assert checkpoint is not None and checkpoint.seq == 63
+
+    def fails_on_65(entry: FeedEntry) -> None:
+        if entry.seq == 65:
+            raise ValueError("not now")
+
+    with make_consumer(server, state_path, clock) as consumer, pytest.raises(HandlerError):
+        consumer.run(fails_on_65)
+    assert cached_pages(state_path) == ["/pages/13", "/pages/14", "/pages/15"]
+    clock.advance(11)
+    assert [e.seq for e in consume(server, state_path, clock)] == list(range(65, 79))
+    assert all(server.count(f"/pages/{n}") == 1 for n in (13, 14, 15)), server.paths()
+    # Starting over reads the history from the server again, each page once.
+    forget_checkpoint(state_path)
+    clock.advance(11)
+    server.reset()
+    assert len(consume(server, state_path, clock)) == 78
+    assert all(server.count(f"/pages/{n}") == 1 for n in range(1, 16)), server.paths()
 
 
 def test_the_cache_keeps_bodies_as_they_came_and_a_damaged_one_is_fetched_again(
@@ -352,11 +390,24 @@ def test_the_cache_keeps_bodies_as_they_came_and_a_damaged_one_is_fetched_again(
     state_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    publish(core, 21)
-    first = consume(server, state_path, clock)
+    publish(core, 21)  # pages 1-4 frozen, 1 entry on the working page 5
+
+    def fails_on_8(entry: FeedEntry) -> None:
+        if entry.seq == 8:
+            raise ValueError("not now")
+
+    # Stopped on page 2: pages 2-4 stay cached for the next run.
+    with make_consumer(server, state_path, clock) as consumer, pytest.raises(HandlerError):
+        consumer.run(fails_on_8)
     with sqlite3.connect(state_path) as db:
         rows = db.execute("SELECT url, body, coding FROM documents").fetchall()
     db.close()
+    assert sorted(url.removeprefix(BASE) for url, _, _ in rows) == [
+        "/pages/2",
+        "/pages/3",
+        "/pages/4",
+        "/recent",
+    ]
     assert {coding for _, _, coding in rows} == {"br"}  # what the consumer asks for first
     identity = {
         url: httpx.Client(transport=httpx.WSGITransport(app=server))
@@ -370,15 +421,14 @@ def test_the_cache_keeps_bodies_as_they_came_and_a_damaged_one_is_fetched_again(
     # One archived page's stored bytes damaged (a disk fault, an editor): it is fetched again,
     # with a warning, and the walk goes on as if it had not been cached.
     with sqlite3.connect(state_path) as db:
-        db.execute("UPDATE documents SET body = x'00' WHERE url = ?", (f"{BASE}/pages/2",))
+        db.execute("UPDATE documents SET body = x'00' WHERE url = ?", (f"{BASE}/pages/3",))
     db.close()
-    forget_checkpoint(state_path)
     server.reset()
     clock.advance(11)
     with caplog.at_level(logging.WARNING, logger="simplefeed.client.fetch"):
-        assert consume(server, state_path, clock) == first
-    assert server.count("/pages/2") == 1 and server.count("/pages/1") == 0, server.paths()
-    assert f"{BASE}/pages/2: the cached copy is not usable" in caplog.text
+        assert [e.seq for e in consume(server, state_path, clock)] == list(range(8, 22))
+    assert server.count("/pages/3") == 1 and server.count("/pages/2") == 0, server.paths()
+    assert f"{BASE}/pages/3: the cached copy is not usable" in caplog.text
 
 
 def test_follow_polls_adaptively_and_never_faster_than_max_age(
@@ -433,4 +483,5 @@ def test_one_connection_pool_and_retry_settings_are_used(
     with sqlite3.connect(state_path) as db:
         rows = db.execute("SELECT url, immutable FROM documents ORDER BY url").fetchall()
     db.close()
-    assert rows == [(f"{BASE}/pages/1", 1), (f"{BASE}/recent", 0)]
+    # Page 1 was dropped when the checkpoint moved on to the working page.
+    assert rows == [(f"{BASE}/recent", 0)]

@@ -14,7 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from simplefeed.client import Checkpoint, Consumer, DigestMismatch, FeedEntry, StateFile
+from simplefeed.client import (
+    Checkpoint,
+    Consumer,
+    DigestMismatch,
+    FeedEntry,
+    HandlerError,
+    StateFile,
+)
 from simplefeed.client.parse import PARSERS, Parser
 from tests.test_client_faults import Documents
 
@@ -126,17 +133,32 @@ def test_an_altered_page_met_while_resuming_stops_before_its_entries(tmp_path: P
 def test_a_damaged_cached_copy_is_caught_dropped_and_fetched_again(tmp_path: Path) -> None:
     state = tmp_path / "s.sqlite3"
     docs = feed()
-    assert run(docs, state) == list(range(1, 12))
-    with sqlite3.connect(state) as db:  # the disk flips a byte of the cached page 2
+    handled: list[int] = []
+
+    def fails_on_5(entry: FeedEntry) -> None:
+        if entry.seq == 5:
+            raise ValueError("not now")
+        handled.append(entry.seq)
+
+    # Stopped on page 2 (checkpoint 4): pages 2 and 3 stay cached for the next run.
+    with (
+        Consumer(RECENT, state, transport=httpx.WSGITransport(app=Documents(docs))) as consumer,
+        pytest.raises(HandlerError),
+    ):
+        consumer.run(fails_on_5)
+    assert handled == [1, 2, 3, 4]
+    with sqlite3.connect(state) as db:  # the disk flips a byte of the cached page 3
         (body,) = db.execute(
-            "SELECT body FROM documents WHERE url = ?", (f"{BASE}/pages/2",)
+            "SELECT body FROM documents WHERE url = ?", (f"{BASE}/pages/3",)
         ).fetchone()
         db.execute(
             "UPDATE documents SET body = ? WHERE url = ?",
-            (bytes(body).replace(b"<title>e", b"<title>X", 1), f"{BASE}/pages/2"),
+            (bytes(body).replace(b"<title>e", b"<title>X", 1), f"{BASE}/pages/3"),
         )
-    with StateFile(state) as file:
-        file.clear_checkpoint(RECENT)  # read the history again: from the cache
-    with pytest.raises(DigestMismatch):
+    db.close()
+    with pytest.raises(DigestMismatch) as info:  # the recent document's link vouches for it
         run(docs, state)
-    assert run(docs, state) == list(range(1, 12))  # the next run asked the server again
+    assert info.value.url == f"{BASE}/pages/3"
+    with StateFile(state) as file:
+        assert file.load_checkpoint(RECENT) == Checkpoint("urn:e:6", 6, f"{BASE}/pages/2")
+    assert run(docs, state) == [7, 8, 9, 10, 11]  # the next run asked the server again

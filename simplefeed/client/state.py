@@ -7,9 +7,15 @@ Four tables, keyed by absolute URL:
                  request to that page instead of a walk.
 ``documents``    the HTTP cache: body and validators of every document fetched, the body as it
                  came over the wire (``coding``: its Content-Encoding, ``identity`` for none).
-                 Rows flagged ``immutable`` (archived pages) are used for good without asking
-                 the network; the others are revalidated (conditional GET) once their
-                 ``max-age`` is over.
+                 Rows flagged ``immutable`` (archived pages) are used without asking the
+                 network; the others are revalidated (conditional GET) once their ``max-age``
+                 is over. An archived page is kept while a run may need it again: when an
+                 entry point's checkpoint moves to another page, the page it leaves is deleted
+                 (the trigger ``passed_page_forgotten``, in the checkpoint's own transaction).
+                 Checkpoints only move forward, and resuming starts at the checkpoint's page,
+                 so a page older than it is never read again; the cache holds the pages from
+                 the checkpoint's to the newest walked, however long a consumer follows its
+                 feed (it kept every page of the history, about 4 KB each, before).
 ``parked``       entries whose handler failed with ``on_error="park"``: the entry (as JSON), the
                  last error, when it was parked and how many times it was tried. Written
                  durably, before the checkpoint moves past the entry.
@@ -52,7 +58,9 @@ __all__ = [
     "StateFile",
 ]
 
-#: 3: documents.coding (version 2 kept bodies decoded: its rows are ``identity``).
+#: 3: documents.coding (version 2 kept bodies decoded: its rows are ``identity``). The trigger
+#: ``passed_page_forgotten`` came later without a new version: a file that has it is read alike
+#: by the versions before it, and opening a file adds it.
 SCHEMA_VERSION = 3
 
 _SCHEMA = """
@@ -88,6 +96,12 @@ CREATE TABLE IF NOT EXISTS documents (
     max_age       REAL,
     coding        TEXT NOT NULL DEFAULT 'identity'
 );
+CREATE TRIGGER IF NOT EXISTS passed_page_forgotten
+AFTER UPDATE OF page_url ON checkpoints
+WHEN old.page_url <> new.page_url
+BEGIN
+    DELETE FROM documents WHERE url = old.page_url AND immutable;
+END;
 """
 
 
