@@ -8,7 +8,8 @@ about a fifth of a request's CPU time. For each URL it asks its
 :class:`~simplefeed.client.state.PageCache` first:
 
 * an *immutable* document (an archived page, pinned with :meth:`Fetcher.remember` once it parsed
-  as one) is served from the cache for good: walking the same history twice costs no network;
+  as one) is served from the cache without a request, for as long as the cache keeps it (the
+  state file drops a page once the checkpoint has left it);
 * a document still fresh by its ``Cache-Control: max-age`` (minus ``Age``) is served from the
   cache too: the entry point is never polled faster than its max-age allows;
 * otherwise the request is conditional (``If-None-Match`` / ``If-Modified-Since`` from the stored
@@ -303,7 +304,8 @@ class Fetcher:
         return decoder.decode(cached.body) + decoder.end()
 
     def remember(self, fetched: Fetched, *, immutable: bool) -> None:
-        """Store an accepted body; ``immutable`` pins it for good (an archived page)."""
+        """Store an accepted body; ``immutable`` marks it as never to be asked for again (an
+        archived page), for as long as the cache keeps it."""
         if fetched.source == "cache" and (fetched.document.immutable or not immutable):
             return
         self.cache.put_document(replace(fetched.document, immutable=immutable))

@@ -123,7 +123,7 @@ class CachedDocument:
     body: bytes
     etag: str | None
     last_modified: str | None
-    #: Never changes (an archived page): reused without a request, for good.
+    #: Never changes (an archived page): reused without a request while it is kept.
     immutable: bool
     #: When it was last fetched or revalidated, in seconds since the epoch (the injected clock).
     fetched_at: float
