@@ -104,22 +104,32 @@ class Decoder:
 
 
 class _Inflate:
-    """gzip or deflate (zlib's formats), never more than ``limit`` bytes out."""
+    """gzip or deflate (zlib's formats), never more than ``limit`` bytes out. A gzip body may
+    be several members one after the other (RFC 1952 2.2), each read as :func:`decode` reads
+    them; anything else after the end of the stream is refused, not dropped."""
 
     def __init__(self, coding: str, limit: int) -> None:
         self.coding = coding
         self.left = limit
-        self._zlib = zlib.decompressobj(zlib.MAX_WBITS | (16 if coding == "gzip" else 0))
+        self._wbits = zlib.MAX_WBITS | (16 if coding == "gzip" else 0)
+        self._zlib = zlib.decompressobj(self._wbits)
 
     def decode(self, data: bytes) -> bytes:
-        try:
-            out = self._zlib.decompress(data, self.left + 1)
-        except zlib.error as exc:
-            raise ValueError(f"not valid {self.coding}: {exc}") from exc
-        self.left -= len(out)
-        if self.left < 0 or self._zlib.unconsumed_tail:
-            raise TooLarge(self.coding)
-        return out
+        out = b""
+        while True:
+            try:
+                out += self._zlib.decompress(data, self.left - len(out) + 1)
+            except zlib.error as exc:
+                raise ValueError(f"not valid {self.coding}: {exc}") from exc
+            if len(out) > self.left or self._zlib.unconsumed_tail:
+                raise TooLarge(self.coding)
+            data = self._zlib.unused_data
+            if not data:
+                self.left -= len(out)
+                return out
+            if self.coding != "gzip":
+                raise ValueError(f"not valid {self.coding}: bytes after the end of the stream")
+            self._zlib = zlib.decompressobj(self._wbits)  # the next member
 
     def end(self) -> bytes:
         if not self._zlib.eof:

@@ -106,6 +106,31 @@ def test_a_decoder_undoes_codings_in_the_reverse_order_and_knows_only_its_own() 
             codings.Decoder(unknown, 100)
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
+def test_a_decoder_refuses_bytes_after_the_stream_and_reads_each_gzip_member(chunk: int) -> None:
+    # Bytes after a finished stream are not part of any body: refused, as decode() refuses
+    # them, not dropped (a gzip body went on being read as the first stream alone).
+    for coding, sent in (
+        ("gzip", codings.encode(b"hello", "gzip")),
+        ("deflate", zlib.compress(b"hello")),
+        ("br", codings.encode(b"hello", "br")),
+    ):
+        with pytest.raises(ValueError, match="not valid"):
+            decoded(codings.Decoder(coding, 100), sent + b"junk", chunk)
+        if coding != "gzip":  # one stream to a body
+            with pytest.raises(ValueError, match="not valid"):
+                decoded(codings.Decoder(coding, 100), sent + sent, chunk)
+    # A gzip body may be several members (RFC 1952 2.2): each is read, as gzip.decompress does,
+    # all within the one limit.
+    members = codings.encode(b"hello ", "gzip") + codings.encode(b"world", "gzip")
+    assert decoded(codings.Decoder("gzip", 11), members, chunk) == b"hello world"
+    assert codings.decode(members, "gzip") == b"hello world"
+    with pytest.raises(codings.TooLarge):
+        decoded(codings.Decoder("gzip", 10), members, chunk)
+    with pytest.raises(ValueError, match="ends before the stream does"):
+        decoded(codings.Decoder("gzip", 11), members[:-3], chunk)
+
+
 def test_a_bomb_stops_at_the_limit_without_inflating() -> None:
     bomb = zlib.compressobj(9, zlib.DEFLATED, 31)
     sent = b"".join(bomb.compress(bytes(1 << 24)) for _ in range(8)) + bomb.flush()  # 128 MiB
