@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simplefeed import appending, archive, atom, auth, metrics, paging
-from simplefeed.changes import Changes
+from simplefeed.changes import Bell, Changes
 from simplefeed.errors import (
     BaseUrlMismatch,
     EntryNotFound,
@@ -197,7 +197,11 @@ class Simplefeed:
         store: Store | None = None,
         clock: Clock = system_clock,
         new_uuid: Callable[[], str] = random_uuid,
+        bell: Bell | None = None,
     ) -> None:
+        """``bell``: how this process's publishes reach the watchers of the node's other
+        processes (:class:`~simplefeed.changes.NodeBell` under uWSGI); default: this
+        process's own."""
         self.settings = settings
         self.store = store if store is not None else open_store(settings.database_url)
         self.clock = clock
@@ -213,7 +217,7 @@ class Simplefeed:
         #: too (every long-poll woken by a publish) wait for it, then serve it from memory.
         self._rendering = Striped()
         #: Requests waiting for a feed to change (``Prefer: wait``) wait here.
-        self.changes = Changes(self.store.watch, self.feed_head)
+        self.changes = Changes(self.store.watch, self.feed_head, bell)
 
     def close(self) -> None:
         """Stop watching for changes and close every database connection."""
@@ -386,6 +390,7 @@ class Simplefeed:
         if pending and appending.ids_are_distinct(pending):
             quick = self._publish_in_one_round_trip(feed_name, pending, now, credentials)
             if isinstance(quick, list):
+                self.changes.committed()
                 return quick
             if quick is _QuickOutcome.OUTCOME_UNKNOWN:
                 # The quick path failed (a dropped connection, say) and may have appended the
@@ -435,6 +440,8 @@ class Simplefeed:
             self.store.flush_barrier()
         for page in frozen:
             self._write_file(feed_name, page)
+        if decision.new:  # waiting consumers learn of it once its pages' files are written
+            self.changes.committed()
         metrics.pages_frozen(feed_name, len(frozen))
         if frozen and frozen[0].number == 1:
             try:

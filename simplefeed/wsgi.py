@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from simplefeed import logs, metrics
 from simplefeed.app import StartResponse, WsgiApp, create_app, requests_only
+from simplefeed.changes import Bell, NodeBell
 from simplefeed.core import Simplefeed
 from simplefeed.errors import BaseUrlMismatch, StoreError
 from simplefeed.settings import Settings
@@ -47,7 +48,25 @@ if uwsgi is not None and not hasattr(uwsgi, "sharedarea_memoryview"):
         "uWSGI has no shared area, where the node counts its waiting long-polls: add"
         " `sharedarea = 1` to the uWSGI configuration (the shipped uwsgi.ini has it)"
     )
-core = Simplefeed(settings)
+
+
+def node_bell() -> Bell | None:
+    """The bell this worker's publishes ring for every worker of this uWSGI (named for its
+    master), or None (this process's own) where it cannot be had."""
+    if uwsgi is None:
+        return None
+    try:
+        return NodeBell(str(uwsgi.masterpid()), uwsgi.worker_id(), uwsgi.numproc)
+    except OSError as exc:
+        logging.getLogger("simplefeed").warning(
+            "long-polls of other workers learn of this worker's publishes at their next look"
+            " for a commit, not at once: %s",
+            exc,
+        )
+        return None
+
+
+core = Simplefeed(settings, bell=node_bell())
 try:
     core.check_base_url()
 except BaseUrlMismatch as exc:

@@ -8,12 +8,14 @@ the waiting requests. Bounded in time: waits of a few seconds at most.
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import falcon.testing
 import httpx
@@ -24,7 +26,11 @@ from bench.servers import UwsgiServer, scratch_postgres_database
 from simplefeed import codings as codings_module
 from simplefeed.app import create_app
 from simplefeed.app.preconditions import preferred_wait
+from simplefeed.changes import Bell, NodeBell
 from simplefeed.core import Simplefeed
+from simplefeed.model import Feed
+from simplefeed.settings import Settings
+from simplefeed.store import sqlite as sqlite_store
 
 PG_ENV = "SIMPLEFEED_TEST_POSTGRES_URL"
 
@@ -349,6 +355,83 @@ def test_the_room_keeps_a_bounded_number_of_answers(
 # -- through uWSGI ----------------------------------------------------------------------------
 
 
+# -- the bell: a publish wakes the node's watchers at once ---------------------------------------
+
+
+def test_a_node_bell_rings_for_every_member_and_a_ring_waits_to_be_heard() -> None:
+    node = f"test-{os.getpid()}-{uuid4().hex[:8]}"
+    one, two = NodeBell(node, 1, 3), NodeBell(node, 2, 3)  # member 3 is not listening
+    try:
+        assert not two.wait(0.05)
+        one.ring()
+        assert two.wait(5) and one.wait(5)  # its own member too
+        assert not two.wait(0.05)  # heard once
+        one.ring()
+        one.ring()
+        assert two.wait(5)  # rung before anyone waited
+        assert not two.wait(0.05)  # both rings heard at once
+        with pytest.raises(OSError):
+            NodeBell(node, 2, 3)  # the name is taken: the worker falls back to its own bell
+        two.close()
+        one.ring()  # a member gone: nothing raised
+    finally:
+        one.close()
+        two.close()
+
+
+def _sqlite_core(template: Path, path: Path, bell: Bell | None) -> Simplefeed:
+    if not path.exists():
+        shutil.copyfile(template, path)
+    settings = Settings(
+        database_url=f"sqlite:///{path}",
+        archive_dir=path.parent / "archive",
+        base_url="http://feeds.example.test",
+        page_size=5,
+        default_feed="events",
+    )
+    return Simplefeed(settings, bell=bell)
+
+
+@pytest.mark.parametrize("bells", ["node", "process"])
+def test_a_publish_wakes_the_waiters_of_the_other_processes_of_the_node_at_once(
+    sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bells: str
+) -> None:
+    """Two cores on one SQLite file stand for two uWSGI workers. The watchers' own look for a
+    commit is put off to a minute: a waiter of one is woken by the other's publish only through
+    the node's bell; with each process's own bell (another WSGI server), not before its look."""
+    monkeypatch.setattr(sqlite_store, "WATCH_EVERY_S", 60.0)
+    node = f"test-{os.getpid()}-{uuid4().hex[:8]}"
+    path = tmp_path / "db.sqlite3"
+    worker_bells = [NodeBell(node, 1, 2), NodeBell(node, 2, 2)] if bells == "node" else [None] * 2
+    one, two = (_sqlite_core(sqlite_template, path, bell) for bell in worker_bells)
+    try:
+        one.create_feed("events")
+        publish(one)
+        before = two.changes.seen("events")
+        woken: list[Feed] = []
+
+        def unchanged() -> bool:
+            woken[:] = [two.changes.seen("events")]
+            return woken[0] == before
+
+        waiter = threading.Thread(target=lambda: two.changes.wait(unchanged, 20))
+        waiter.start()
+        time.sleep(0.5)  # waiting, its watcher started
+        publish(one)
+        waiter.join(timeout=5 if bells == "node" else 2)
+        if bells == "node":
+            assert not waiter.is_alive()
+            assert woken[0].head_seq == before.head_seq + 1
+        else:
+            assert waiter.is_alive()  # its watcher looks again in a minute
+            two.changes.committed()  # (as its own publish would) the look that ends it
+            waiter.join(timeout=5)
+            assert not waiter.is_alive()
+    finally:
+        one.close()
+        two.close()
+
+
 def wait_for_entries(url: str, etag: str, count: int, seconds: int = 20) -> list[httpx.Response]:
     """``count`` clients waiting at once on ``url``, each on its own connection."""
     headers = {"If-None-Match": etag, "Prefer": f"wait={seconds}"}
@@ -405,6 +488,8 @@ def test_waiters_in_every_uwsgi_process_are_woken_by_a_publish(tmp_path: Path) -
         waited = [r for r in replies if "preference-applied" in r.headers]
         assert waited and all(r.headers["preference-applied"] == "wait=20" for r in waited)
         assert srv.problems() == []
+        # Every worker heard the node's bell (simplefeed.wsgi.node_bell), none fell back.
+        assert "learn of this worker's publishes" not in srv.log()
 
 
 def backend_connections(url: str) -> int:

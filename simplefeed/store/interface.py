@@ -11,11 +11,11 @@ driver's.
 
 from __future__ import annotations
 
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Protocol
 
 from simplefeed.model import Entry, Feed, FrozenPage, PendingEntry, StoredEntry, TokenRecord
 
@@ -71,6 +71,16 @@ class Rebasing(ABC):
     @abstractmethod
     def replace_page(self, page: FrozenPage) -> None:
         """Store ``page`` (bytes, ETag, freeze time) in place of the frozen page of its number."""
+
+
+class Pause(Protocol):
+    """What a watcher (:meth:`Store.watch`) waits on between looks, as on a
+    ``threading.Event``: ``wait`` returns whether to stop, and may return before its timeout
+    (a commit announced: look now)."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float) -> bool: ...
 
 
 class Store(ABC):
@@ -186,12 +196,13 @@ class Store(ABC):
     # -- changes -------------------------------------------------------------------------
 
     @abstractmethod
-    def watch(self, changed: Callable[[], None], stop: threading.Event) -> None:
+    def watch(self, changed: Callable[[], None], stop: Pause) -> None:
         """Call ``changed`` soon after each commit that may have moved a feed's head, made by
         any process or node, until ``stop`` is set; also after losing sight of the database
-        for a while (anything may have changed then). Blocks: run it in a thread of its own
-        (:class:`simplefeed.changes.Changes`). It holds one connection of its own, none of
-        the store's others."""
+        for a while (anything may have changed then). A watcher that polls waits on ``stop``
+        between looks: the wait ends early when a process of the node announces a commit.
+        Blocks: run it in a thread of its own (:class:`simplefeed.changes.Changes`). It holds
+        one connection of its own, none of the store's others."""
 
     # -- the database itself -------------------------------------------------------------
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -43,7 +42,7 @@ from sqlalchemy.exc import DisconnectionError
 from simplefeed.errors import ConfigError, FeedNotFound, StoreError
 from simplefeed.model import Entry, Feed, FrozenPage, PendingEntry, StoredEntry
 from simplefeed.store import sql
-from simplefeed.store.interface import Appending, TokenCheck
+from simplefeed.store.interface import Appending, Pause, TokenCheck
 from simplefeed.store.tables import entries, feeds
 
 log = logging.getLogger(__name__)
@@ -486,7 +485,7 @@ class PostgresStore(sql.SqlStore):
             with self.direct() as conn:
                 conn.execute(FLUSH_MARK, prepare=True)
 
-    def watch(self, changed: Callable[[], None], stop: threading.Event) -> None:
+    def watch(self, changed: Callable[[], None], stop: Pause) -> None:
         """``LISTEN`` on a connection of its own: the appends of every process and node notify
         :data:`CHANGES_CHANNEL` in their transaction. A connection that fails is closed and
         another opened a second later (and ``changed`` called: notifications sent meanwhile
