@@ -19,7 +19,7 @@ few connections: docs/benchmarks.md, "Long-poll").
 A watcher that polls (SQLite's) looks every few milliseconds; a publish made by a process of
 the node rings a :class:`Bell` (:meth:`Changes.committed`), and every watcher of the node looks
 at once instead of at its next turn (a waiting consumer had an entry 2 ms after the publish's
-201 instead of 6-7: docs/benchmarks.md, "Long-poll", session 12). The bell only hastens a look:
+201 instead of 5-7: docs/benchmarks.md, "Long-poll", session 12). The bell only hastens a look:
 what changed is still read from the database, so a ring lost or never sent costs the interval.
 """
 
