@@ -93,6 +93,9 @@ class NodeBell:
             raise
         self._ringer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._ringer.setblocking(False)
+        # poll, not select: a worker's descriptors may number past select's 1,024.
+        self._poll = select.poll()
+        self._poll.register(self._socket, select.POLLIN)
 
     @staticmethod
     def _name(node: str, member: int) -> bytes:
@@ -106,18 +109,16 @@ class NodeBell:
                 self._ringer.sendto(b"!", name)
 
     def wait(self, seconds: float) -> bool:
-        try:
-            ready, _, _ = select.select([self._socket], [], [], seconds)
-        except (OSError, ValueError):  # closed meanwhile (stopping)
+        if not self._poll.poll(seconds * 1000):
             return False
-        if not ready:
-            return False
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # drained (or closed: stopping)
             while self._socket.recv(64):
                 pass
         return True
 
     def close(self) -> None:
+        with contextlib.suppress(KeyError, ValueError):  # closed before
+            self._poll.unregister(self._socket)
         self._socket.close()
         self._ringer.close()
 
