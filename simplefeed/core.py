@@ -201,7 +201,8 @@ class Simplefeed:
     ) -> None:
         """``bell``: how this process's publishes reach the watchers of the node's other
         processes (:class:`~simplefeed.changes.NodeBell` under uWSGI); default: this
-        process's own."""
+        process's own. Closed and not used where the store's watcher is told of every commit
+        (PostgreSQL's ``NOTIFY``): nothing to hasten there."""
         self.settings = settings
         self.store = store if store is not None else open_store(settings.database_url)
         self.clock = clock
@@ -217,6 +218,9 @@ class Simplefeed:
         #: too (every long-poll woken by a publish) wait for it, then serve it from memory.
         self._rendering = Striped()
         #: Requests waiting for a feed to change (``Prefer: wait``) wait here.
+        if bell is not None and not self.store.watch_polls:
+            bell.close()
+            bell = None
         self.changes = Changes(self.store.watch, self.feed_head, bell)
 
     def close(self) -> None:

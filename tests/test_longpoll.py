@@ -379,6 +379,22 @@ def test_a_node_bell_rings_for_every_member_and_a_ring_waits_to_be_heard() -> No
         two.close()
 
 
+def test_the_node_bell_is_kept_only_where_the_watcher_polls(settings: Settings) -> None:
+    """SQLite's watcher looks every few ms: a ring makes it look now. PostgreSQL's is told of
+    every commit (NOTIFY): the bell is closed, not left filling a socket nobody reads."""
+    node = f"test-{os.getpid()}-{uuid4().hex[:8]}"
+    core = Simplefeed(settings, bell=NodeBell(node, 1, 1))
+    try:
+        assert core.store.watch_polls == (core.store.backend == "sqlite")
+        if core.store.watch_polls:
+            with pytest.raises(OSError):
+                NodeBell(node, 1, 1)  # still bound: the core hears it
+        else:
+            NodeBell(node, 1, 1).close()  # closed: its name is free again
+    finally:
+        core.close()
+
+
 def _sqlite_core(template: Path, path: Path, bell: Bell | None) -> Simplefeed:
     if not path.exists():
         shutil.copyfile(template, path)

@@ -88,6 +88,9 @@ class Store(ABC):
     backend: str
     #: Whether :meth:`append_in_one_round_trip` may append (else it always gives way).
     one_round_trip: bool = False
+    #: Whether :meth:`watch` looks for commits at intervals, so that a commit announced by a
+    #: process of the node makes it look sooner (else it is told of each commit).
+    watch_polls: bool = False
 
     # -- feeds ---------------------------------------------------------------------------
 

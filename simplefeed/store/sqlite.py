@@ -131,6 +131,7 @@ class SQLiteStore(sql.SqlStore):
     """
 
     backend = "sqlite"
+    watch_polls = True
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
