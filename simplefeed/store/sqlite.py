@@ -39,7 +39,7 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 #: request of that process that waits for one (``Prefer: wait``) on: a waiting consumer learns
 #: of an entry this much later at most, of a publish by this node's processes at once (they
 #: ring: :class:`simplefeed.changes.Bell`). About 100 looks of a few microseconds a second;
-#: 500 (2 ms) cost the server a quarter more CPU per publish at 500 waiting consumers.
+#: 500 (2 ms) cost the server about a third more CPU per publish at 500 waiting consumers.
 WATCH_EVERY_S = 0.01
 
 #: A writer that finds the database locked tries again after this long, doubling up to
