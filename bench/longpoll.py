@@ -3,12 +3,16 @@ entry, with ``Prefer: wait`` against polling, and what 500 waiting consumers cos
 
 One command, from the checkout (needs wrk: ``apt-get install -y wrk``)::
 
-    .venv/bin/python bench/longpoll.py             # about 4 minutes
+    .venv/bin/python bench/longpoll.py             # about 6 minutes
     .venv/bin/python bench/longpoll.py --quick     # fewer events, to try it out
 
-It starts Simplefeed as shipped (``simplefeed serve``, ``uwsgi.ini``: 4 processes of 200
-threads, SQLite) on 127.0.0.1 and, for 1, 100 and 500 consumers at once, runs each way of
-following the feed for the same published events:
+For 1, 100 and 500 consumers at once, it runs each way of following the feed, each row on a
+fresh Simplefeed as shipped (``simplefeed serve``, ``uwsgi.ini``: 4 processes of 200 threads,
+SQLite) on 127.0.0.1 whose /recent holds 50 entries before the row's first event (half the
+shipped page size: what a consumer of a shipped feed sees on average; pages hold 1,000 here so
+that none freezes under consumers that read /recent only). One server for all the rows made
+each row's documents larger than the last's (a 500-consumer row served a /recent of 130
+entries, more than a shipped page ever holds), so rows could not be compared:
 
 - ``wait``: each consumer holds a kept-alive connection and asks for /recent with its ETag and
   ``Prefer: wait=30``, again as soon as it is answered;
@@ -53,7 +57,7 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -326,6 +330,36 @@ def capacity(server: UwsgiServer, seconds: float) -> dict[str, float]:
     return {"304": r304.requests / r304.seconds, "200": r200.requests / r200.seconds}
 
 
+#: Entries /recent holds before a row's first event: half the shipped page size
+#: (SIMPLEFEED_PAGE_SIZE, 100), what a consumer of a shipped feed sees on average. Pages hold
+#: :data:`PAGE_SIZE` here, so that no page freezes under consumers that read /recent only.
+PREFILL = 50
+PAGE_SIZE = 1000
+
+
+@contextlib.contextmanager
+def fresh_server() -> Iterator[UwsgiServer]:
+    """Simplefeed as shipped on a database of its own, /recent holding :data:`PREFILL` entries:
+    every row serves documents of the same sizes, whatever ran before it."""
+    with tempfile.TemporaryDirectory(prefix="sf-longpoll-") as tmp:
+        work = Path(tmp)
+        server = UwsgiServer(
+            f"sqlite:///{work / 'db.sqlite3'}",
+            work / "archive",
+            work,
+            processes=4,
+            page_size=PAGE_SIZE,
+        )
+        with server:
+            seed = [{"title": f"seed-{i}"} for i in range(PREFILL)]
+            headers = {"Authorization": f"Bearer {server.token}"}
+            httpx.post(server.url("/entries"), json=seed, headers=headers).raise_for_status()
+            yield server
+            problems = server.problems()
+            if problems:
+                print("\nserver problems:", *problems[:5], sep="\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--consumers", default="1,100,500")
@@ -338,52 +372,37 @@ def main() -> None:
         args.events = 4
     counts = [int(c) for c in args.consumers.split(",")]
     modes = {"wait": 0.0, "poll10": 10.0, "poll1": 1.0}
-    with tempfile.TemporaryDirectory(prefix="sf-longpoll-") as tmp:
-        work = Path(tmp)
-        server = UwsgiServer(
-            f"sqlite:///{work / 'db.sqlite3'}", work / "archive", work, processes=4, page_size=1000
-        )
-        with server:
-            print_head()
-            first = 1
-            for count in counts:
-                for mode in args.modes.split(","):
-                    run = follow(
-                        server, mode, modes[mode], count, args.events, args.interval, first
-                    )
-                    first += args.events + 1
-                    print(run.row(), flush=True)
-            # Capacity, apart: wrk at full speed in the middle of a latency run would delay the
-            # events published around it, and the latency rows are the server's alone.
-            held: dict[str, dict[str, float]] = {}
-            if "wait" in args.modes.split(","):
-                held["before"] = capacity(server, 4)
+    print_head()
+    for count in counts:
+        for mode in args.modes.split(","):
+            with fresh_server() as server:
+                run = follow(server, mode, modes[mode], count, args.events, args.interval, 1)
+            print(run.row(), flush=True)
+    if "wait" not in args.modes.split(","):
+        return
+    # Capacity, apart: wrk at full speed in the middle of a latency run would delay the events
+    # published around it, and the latency rows are the server's alone.
+    held: dict[str, dict[str, float]] = {}
+    with fresh_server() as server:
+        held["before"] = capacity(server, 4)
 
-                def during() -> None:
-                    held["during"] = capacity(server, 4)
+        def during() -> None:
+            held["during"] = capacity(server, 4)
 
-                run = follow(
-                    server, "wait", 0.0, max(counts), args.events, args.interval, first, during
-                )
-                held["after"] = capacity(server, 4)
-                print(run.row().replace("| wait |", "| wait, wrk on /recent meanwhile |"))
-            if held:
-                print()
-                print(
-                    "| /recent | req/s before | req/s with the consumers waiting | req/s after"
-                    " | ratio to before and after |"
-                )
-                print("|---|---|---|---|---|")
-                for status in ("304", "200"):
-                    before, during_, after = (
-                        held[k][status] for k in ("before", "during", "after")
-                    )
-                    ratio = during_ / ((before + after) / 2)
-                    cells = [status, f"{before:,.0f}", f"{during_:,.0f}", f"{after:,.0f}"]
-                    print("| " + " | ".join(cells) + f" | {ratio:.0%} |")
-            problems = server.problems()
-            if problems:
-                print("\nserver problems:", *problems[:5], sep="\n")
+        run = follow(server, "wait", 0.0, max(counts), args.events, args.interval, 1, during)
+        held["after"] = capacity(server, 4)
+    print(run.row().replace("| wait |", "| wait, wrk on /recent meanwhile |"))
+    print()
+    print(
+        "| /recent | req/s before | req/s with the consumers waiting | req/s after"
+        " | ratio to before and after |"
+    )
+    print("|---|---|---|---|---|")
+    for status in ("304", "200"):
+        before, during_, after = (held[k][status] for k in ("before", "during", "after"))
+        ratio = during_ / ((before + after) / 2)
+        cells = [status, f"{before:,.0f}", f"{during_:,.0f}", f"{after:,.0f}"]
+        print("| " + " | ".join(cells) + f" | {ratio:.0%} |")
 
 
 if __name__ == "__main__":
