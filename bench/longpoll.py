@@ -11,7 +11,7 @@ fresh Simplefeed as shipped (``simplefeed serve``, ``uwsgi.ini``: 4 processes of
 SQLite) on 127.0.0.1 whose /recent holds 50 entries before the row's first event (half the
 shipped page size: what a consumer of a shipped feed sees on average; pages hold 1,000 here so
 that none freezes under consumers that read /recent only). One server for all the rows made
-each row's documents larger than the last's (a 500-consumer row served a /recent of 130
+each row's documents larger than the last's (a 500-consumer row served a /recent of 126-147
 entries, more than a shipped page ever holds), so rows could not be compared:
 
 - ``wait``: each consumer holds a kept-alive connection and asks for /recent with its ETag and
