@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from bench.servers import UwsgiServer, scratch_postgres_database
+from simplefeed import changes
 from simplefeed import codings as codings_module
 from simplefeed.app import create_app
 from simplefeed.app.preconditions import preferred_wait
@@ -377,6 +378,37 @@ def test_a_node_bell_rings_for_every_member_and_a_ring_waits_to_be_heard() -> No
     finally:
         one.close()
         two.close()
+
+
+def test_a_flood_of_rings_is_heard_at_a_bounded_rate() -> None:
+    """Any local process can send to the bell's name: ring it as fast as possible for a while,
+    and the watcher hears it at most once per RING_GAP_S, not once per ring."""
+    node = f"test-{os.getpid()}-{uuid4().hex[:8]}"
+    bell, flooder = NodeBell(node, 1, 1), NodeBell(node, 2, 1)  # 2 rings member 1 only
+    rings = 0
+    stop = threading.Event()
+
+    def flood() -> None:
+        nonlocal rings
+        while not stop.is_set():
+            flooder.ring()
+            rings += 1
+
+    thread = threading.Thread(target=flood)
+    heard = 0
+    try:
+        thread.start()
+        started = time.monotonic()
+        while time.monotonic() - started < 0.5:
+            heard += bell.wait(1)
+        elapsed = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join()
+        bell.close()
+        flooder.close()
+    assert rings > heard
+    assert 1 <= heard <= elapsed / changes.RING_GAP_S + 2, (heard, rings, elapsed)
 
 
 def test_the_node_bell_is_kept_only_where_the_watcher_polls(settings: Settings) -> None:
