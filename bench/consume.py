@@ -58,9 +58,9 @@ import feedparser
 import httpx
 from lxml import etree
 
+from bench._consume_run import feed_documents
 from bench.servers import UwsgiServer
 from simplefeed.client.parse import parse_page
-from simplefeed.model import ATOM_NS
 
 PAGE_SIZE = 100
 BATCH = 1000
@@ -197,21 +197,6 @@ def seeded(entries: int) -> Iterator[tuple[UwsgiServer, Path]]:
     with shipped() as (server, workdir):
         seed(server, "/entries", entries)
         yield server, workdir
-
-
-def fetch_pages(url: str) -> list[tuple[str, bytes]]:
-    """Every document a first run reads: the entry point, then back through prev-archive."""
-    pages: list[tuple[str, bytes]] = []
-    with httpx.Client(timeout=60) as client:
-        next_url: str | None = url
-        while next_url is not None:
-            body = client.get(next_url).raise_for_status().content
-            pages.append((next_url, body))
-            next_url = None
-            for link in etree.fromstring(body).iter(f"{{{ATOM_NS}}}link"):
-                if link.get("rel") == "prev-archive":
-                    next_url = link.get("href")
-    return pages
 
 
 def raw_rates(pages: list[tuple[str, bytes]]) -> dict[str, float]:
@@ -411,7 +396,7 @@ def main() -> None:
         long_url, short_url = server.url("/recent"), server.url("/feeds/short/recent")
 
         with step("fetching every page once"):
-            pages = fetch_pages(long_url)
+            pages = feed_documents(long_url)
         corpus = {
             "entries": entries,
             "pages": entries // PAGE_SIZE,

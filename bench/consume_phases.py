@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.consume import fetch_pages, seeded
+from bench._consume_run import feed_documents
+from bench.consume import seeded
 from simplefeed.client import Consumer
 from simplefeed.client.parse import parse_page
 from simplefeed.client.walk import Progress
@@ -35,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     with seeded(args.entries) as (server, workdir):
         url = server.url("/recent")
-        pages = fetch_pages(url)
+        pages = feed_documents(url)
         for round_ in range(args.rounds):
             started, cpu = time.perf_counter(), time.process_time()
             parsed = sum(len(parse_page(u, b, parser="lxml").entries) for u, b in pages)
