@@ -353,14 +353,16 @@ def test_the_room_keeps_a_bounded_number_of_answers(
     assert len(kept) <= 2 and all(a.feed == feed for a in kept.values())  # (the stale 200 too)
 
 
-# -- through uWSGI ----------------------------------------------------------------------------
-
-
 # -- the bell: a publish wakes the node's watchers at once ---------------------------------------
 
 
+def fresh_node() -> str:
+    """A node name no other test (or test process) uses: bells' names are machine-wide."""
+    return f"test-{os.getpid()}-{uuid4().hex[:8]}"
+
+
 def test_a_node_bell_rings_for_every_member_and_a_ring_waits_to_be_heard() -> None:
-    node = f"test-{os.getpid()}-{uuid4().hex[:8]}"
+    node = fresh_node()
     one, two = NodeBell(node, 1, 3), NodeBell(node, 2, 3)  # member 3 is not listening
     try:
         assert not two.wait(0.05)
@@ -383,7 +385,7 @@ def test_a_node_bell_rings_for_every_member_and_a_ring_waits_to_be_heard() -> No
 def test_a_flood_of_rings_is_heard_at_a_bounded_rate() -> None:
     """Any local process can send to the bell's name: ring it as fast as possible for a while,
     and the watcher hears it at most once per RING_GAP_S, not once per ring."""
-    node = f"test-{os.getpid()}-{uuid4().hex[:8]}"
+    node = fresh_node()
     bell, flooder = NodeBell(node, 1, 1), NodeBell(node, 2, 1)  # 2 rings member 1 only
     rings = 0
     stop = threading.Event()
@@ -414,7 +416,7 @@ def test_a_flood_of_rings_is_heard_at_a_bounded_rate() -> None:
 def test_the_node_bell_is_kept_only_where_the_watcher_polls(settings: Settings) -> None:
     """SQLite's watcher looks every few ms: a ring makes it look now. PostgreSQL's is told of
     every commit (NOTIFY): the bell is closed, not left filling a socket nobody reads."""
-    node = f"test-{os.getpid()}-{uuid4().hex[:8]}"
+    node = fresh_node()
     core = Simplefeed(settings, bell=NodeBell(node, 1, 1))
     try:
         assert core.store.watch_polls == (core.store.backend == "sqlite")
@@ -448,7 +450,7 @@ def test_a_publish_wakes_the_waiters_of_the_other_processes_of_the_node_at_once(
     commit is put off to a minute: a waiter of one is woken by the other's publish only through
     the node's bell; with each process's own bell (another WSGI server), not before its look."""
     monkeypatch.setattr(sqlite_store, "WATCH_EVERY_S", 60.0)
-    node = f"test-{os.getpid()}-{uuid4().hex[:8]}"
+    node = fresh_node()
     path = tmp_path / "db.sqlite3"
     worker_bells = [NodeBell(node, 1, 2), NodeBell(node, 2, 2)] if bells == "node" else [None] * 2
     one, two = (_sqlite_core(sqlite_template, path, bell) for bell in worker_bells)
@@ -478,6 +480,9 @@ def test_a_publish_wakes_the_waiters_of_the_other_processes_of_the_node_at_once(
     finally:
         one.close()
         two.close()
+
+
+# -- through uWSGI ----------------------------------------------------------------------------
 
 
 def wait_for_entries(url: str, etag: str, count: int, seconds: int = 20) -> list[httpx.Response]:
