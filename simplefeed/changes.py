@@ -21,6 +21,8 @@ the node rings a :class:`Bell` (:meth:`Changes.committed`), and every watcher of
 at once instead of at its next turn (a waiting consumer had an entry 2 ms after the publish's
 201 instead of 5-7: docs/benchmarks.md, "Long-poll", session 12). The bell only hastens a look:
 what changed is still read from the database, so a ring lost or never sent costs the interval.
+Where the bell is the node's (:class:`NodeBell`), every publish of the node rings it, and the
+watcher's own looks, for commits made elsewhere, come every :data:`UNANNOUNCED_LOOK_S` only.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ Watch = Callable[[Callable[[], None], Pause], None]
 class Bell(Protocol):
     """Commits announced to the watchers of a node."""
 
+    #: Every commit a process of the node makes rings it (:class:`NodeBell`): a watcher that
+    #: polls then looks only every :data:`UNANNOUNCED_LOOK_S`, for commits made elsewhere.
+    announces_node: bool
+
     def ring(self) -> None:
         """Wake every watcher of the node waiting in :meth:`wait`, this process's included;
         never blocks, never raises."""
@@ -58,6 +64,8 @@ class Bell(Protocol):
 class ThreadBell:
     """A bell heard by this process only: a publish wakes its own process's watcher (any WSGI
     server; tests)."""
+
+    announces_node = False
 
     def __init__(self) -> None:
         self._rung = threading.Event()
@@ -85,6 +93,8 @@ class NodeBell:
     Any local process can send to such a name: what it sends is never read, and the bell is
     heard at most once per :data:`RING_GAP_S`, so a flood of rings costs the watcher a bounded
     number of looks a second, never a spinning thread."""
+
+    announces_node = True
 
     def __init__(self, node: str, me: int, members: int) -> None:
         self._names = [self._name(node, m) for m in range(1, members + 1)]
@@ -136,10 +146,20 @@ class NodeBell:
 #: seen by one look (it reads every commit since the last), at most 1,000 looks a second.
 RING_GAP_S = 0.001
 
+#: The longest a watcher that polls goes without looking when its bell announces every commit
+#: of the node (:attr:`Bell.announces_node`): its looks are then for commits made elsewhere
+#: (a ``simplefeed`` command's, another server's on the same SQLite file), seen this much later
+#: at most. Each look woken by a timer cost this machine about 160 us of CPU (a thread woken,
+#: SQLite's locks taken), so looking every 10 ms kept a node of 4 processes with waiting
+#: consumers at 64 ms of CPU a second doing nothing (docs/benchmarks.md, "Long-poll",
+#: session 13).
+UNANNOUNCED_LOOK_S = 0.1
+
 
 class _Pause:
     """What a store's watcher waits on between looks (:class:`~simplefeed.store.interface.
-    Pause`): the interval, cut short by the bell or by ``stop``."""
+    Pause`): the store's interval, cut short by the bell or by ``stop``; at least
+    :data:`UNANNOUNCED_LOOK_S` when the bell announces every commit of the node."""
 
     def __init__(self, stop: threading.Event, bell: Bell) -> None:
         self._stop = stop
@@ -150,6 +170,8 @@ class _Pause:
 
     def wait(self, timeout: float) -> bool:
         if not self._stop.is_set():
+            if self._bell.announces_node:
+                timeout = max(timeout, UNANNOUNCED_LOOK_S)
             self._bell.wait(timeout)
         return self._stop.is_set()
 

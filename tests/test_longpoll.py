@@ -32,6 +32,7 @@ from simplefeed.core import Simplefeed
 from simplefeed.model import Feed
 from simplefeed.settings import Settings
 from simplefeed.store import sqlite as sqlite_store
+from simplefeed.store.interface import Pause
 
 PG_ENV = "SIMPLEFEED_TEST_POSTGRES_URL"
 
@@ -480,6 +481,67 @@ def test_a_publish_wakes_the_waiters_of_the_other_processes_of_the_node_at_once(
     finally:
         one.close()
         two.close()
+
+
+@pytest.mark.parametrize("bell", ["node", "process"])
+def test_where_the_node_announces_its_commits_the_watcher_looks_less_often(bell: str) -> None:
+    """A watcher that polls looks every 10 ms (the store's interval, here a loop standing for
+    SQLite's) when only its own process rings; when every commit of the node rings its bell,
+    its own looks are for commits made elsewhere, UNANNOUNCED_LOOK_S apart (each look woken by
+    a timer costs CPU whether anything changed or not). A ring still makes it look at once."""
+    looks: list[float] = []
+
+    def watch(changed: Callable[[], None], pause: Pause) -> None:
+        while not pause.wait(0.01):
+            looks.append(time.monotonic())
+
+    node_bell = NodeBell(fresh_node(), 1, 1) if bell == "node" else None
+    watcher = changes.Changes(watch, lambda name: pytest.fail("no lookup"), node_bell)
+    try:
+        watcher.version()  # starts the watcher
+        time.sleep(1.0)
+        counted = len(looks)
+        watcher.committed()
+        deadline = time.monotonic() + 5
+        while len(looks) == counted and time.monotonic() < deadline:
+            time.sleep(0.001)
+        rung = time.monotonic()
+    finally:
+        watcher.stop()
+    if bell == "node":
+        assert counted <= 1.0 / changes.UNANNOUNCED_LOOK_S + 1, counted
+    else:
+        assert counted > 2 * (1.0 / changes.UNANNOUNCED_LOOK_S + 1), counted
+    assert len(looks) > counted and rung - looks[counted] < 1.0  # the ring: a look at once
+
+
+def test_a_commit_the_node_does_not_announce_is_still_seen(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    """A ``simplefeed`` command (or another server on the file) publishes without ringing the
+    node's bell: a waiter of the node learns of it from its watcher's own look."""
+    path = tmp_path / "db.sqlite3"
+    worker = _sqlite_core(sqlite_template, path, NodeBell(fresh_node(), 1, 1))
+    command = _sqlite_core(sqlite_template, path, None)
+    try:
+        worker.create_feed("events")
+        before = worker.changes.seen("events")
+        woken: list[Feed] = []
+
+        def unchanged() -> bool:
+            woken[:] = [worker.changes.seen("events")]
+            return woken[0] == before
+
+        waiter = threading.Thread(target=lambda: worker.changes.wait(unchanged, 20))
+        waiter.start()
+        time.sleep(0.5)  # waiting, its watcher started
+        publish(command)
+        waiter.join(timeout=10)
+        assert not waiter.is_alive()
+        assert woken[0].head_seq == before.head_seq + 1
+    finally:
+        worker.close()
+        command.close()
 
 
 # -- through uWSGI ----------------------------------------------------------------------------

@@ -76,7 +76,9 @@ class Rebasing(ABC):
 class Pause(Protocol):
     """What a watcher (:meth:`Store.watch`) waits on between looks, as on a
     ``threading.Event``: ``wait`` returns whether to stop, and may return before its timeout
-    (a commit announced: look now)."""
+    (a commit announced: look now), or after it, when every commit of the node is announced
+    (:attr:`simplefeed.changes.Bell.announces_node`: the looks are then for commits made
+    elsewhere, :data:`simplefeed.changes.UNANNOUNCED_LOOK_S` apart)."""
 
     def is_set(self) -> bool: ...
 
