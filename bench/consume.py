@@ -180,9 +180,7 @@ def shipped(processes: int = 2) -> Iterator[tuple[UwsgiServer, Path]]:
     directory; the server and the directory (for state files)."""
     with tempfile.TemporaryDirectory(prefix="sf-consume-") as tmp:
         workdir = Path(tmp)
-        with UwsgiServer(
-            f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
-            workdir / "archive",
+        with UwsgiServer.scratch(
             workdir / "server",
             page_size=PAGE_SIZE,
             processes=processes,

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 import pytest
@@ -112,6 +113,14 @@ class UwsgiServer:
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.token = ""  # a producer token for every feed, minted by start()
+
+    @classmethod
+    def scratch(cls, workdir: Path, **options: Any) -> UwsgiServer:
+        """A server on a SQLite database of its own in ``workdir`` (``simplefeed.sqlite3``),
+        its archive directory and log there too; ``options`` as for the constructor."""
+        return cls(
+            f"sqlite:///{workdir / 'simplefeed.sqlite3'}", workdir / "archive", workdir, **options
+        )
 
     # -- configuration -------------------------------------------------------------------
 

@@ -92,9 +92,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sf-wire-") as tmp:
         work = Path(tmp)
-        server = UwsgiServer(
-            f"sqlite:///{work / 'simplefeed.sqlite3'}",
-            work / "archive",
+        server = UwsgiServer.scratch(
             work,
             page_size=100,
             processes=2,

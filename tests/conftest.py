@@ -316,9 +316,7 @@ def with_page_size(settings: Settings, size: int) -> Settings:
 def shipped_with_entries(workdir: Path, processes: int) -> Iterator[UwsgiServer]:
     """The shipped uWSGI on a SQLite database in ``workdir``, pages of 10, with 25 entries
     published (pages 1-2 archived, page 3 working)."""
-    with UwsgiServer(
-        f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
-        workdir / "archive",
+    with UwsgiServer.scratch(
         workdir,
         page_size=10,
         processes=processes,

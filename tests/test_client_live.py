@@ -307,9 +307,7 @@ def test_follow_prints_entries_as_they_come_and_exits_130_on_ctrl_c(
 
 @pytest.mark.e2e
 def test_against_uwsgi_a_killed_consumer_resumes_without_missing(tmp_path: Path) -> None:
-    server = UwsgiServer(
-        f"sqlite:///{tmp_path / 'server.sqlite3'}",
-        tmp_path / "archive",
+    server = UwsgiServer.scratch(
         tmp_path / "work",
         page_size=5,
         processes=2,
@@ -438,9 +436,7 @@ def test_against_uwsgi_digests_chain_the_archive_and_a_damaged_page_stops_the_co
     digest the newer document gives; the command verifies every page it reads; a page file
     damaged on disk after its consumer last read it stops the walk (exit 4, the digest
     named), nothing handled, the checkpoint where it was."""
-    server = UwsgiServer(
-        f"sqlite:///{tmp_path / 'server.sqlite3'}",
-        tmp_path / "archive",
+    server = UwsgiServer.scratch(
         tmp_path / "work",
         page_size=5,
         # One worker: it has served page 3 (below), so it answers from the page's file from
@@ -525,9 +521,7 @@ def test_against_uwsgi_documents_come_compressed_and_digests_hold(tmp_path: Path
     """The consumer asks for compression; the server sends every page compressed; each page's
     SHA-256 (the digest the next page's prev-archive link gives) is checked on the decoded
     bytes, so the walk through every archived page passes."""
-    server = UwsgiServer(
-        f"sqlite:///{tmp_path / 'server.sqlite3'}",
-        tmp_path / "archive",
+    server = UwsgiServer.scratch(
         tmp_path / "work",
         page_size=20,
         processes=1,

@@ -38,9 +38,7 @@ def test_feed_pages_in_headless_chromium(tmp_path: Path) -> None:
     shots = Path(os.environ.get("SIMPLEFEED_SCREENSHOT_DIR") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
 
-    with UwsgiServer(
-        f"sqlite:///{tmp_path / 'simplefeed.sqlite3'}", tmp_path / "archive", tmp_path, page_size=3
-    ) as s:
+    with UwsgiServer.scratch(tmp_path, page_size=3) as s:
         events = [
             {"title": f"order {i} paid", "content": {"order": i, "amount": "9.99"}}
             for i in range(7)

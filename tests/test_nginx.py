@@ -201,9 +201,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     workdir = tmp_path_factory.mktemp("nginx")
     log = workdir / "requests.log"
     upstream = f"{HOST}:{free_port()}"
-    origin = UwsgiServer(
-        f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
-        workdir / "archive",
+    origin = UwsgiServer.scratch(
         workdir,
         page_size=PAGE_SIZE,
         processes=2,

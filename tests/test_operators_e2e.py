@@ -31,9 +31,7 @@ ATOM = {"a": "http://www.w3.org/2005/Atom"}
 
 
 def server(tmp_path: Path, **kwargs: object) -> UwsgiServer:
-    return UwsgiServer(
-        f"sqlite:///{tmp_path / 'simplefeed.sqlite3'}",
-        tmp_path / "archive",
+    return UwsgiServer.scratch(
         tmp_path,
         **kwargs,  # type: ignore[arg-type]
     )

@@ -82,9 +82,7 @@ def routes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routes]:
     nginx_binary = ensure_nginx()
     workdir = tmp_path_factory.mktemp("routes")
     upstream = f"{HOST}:{free_port()}"
-    server = UwsgiServer(
-        f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
-        workdir / "archive",
+    server = UwsgiServer.scratch(
         workdir,
         page_size=PAGE_SIZE,
         processes=2,

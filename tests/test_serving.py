@@ -36,9 +36,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UwsgiServer]:
 def small_node(workdir: Path) -> UwsgiServer:
     """The shipped uWSGI with 2 workers of 8 threads (16 for the node), on a SQLite database in
     ``workdir``: small enough for a test to take every thread."""
-    return UwsgiServer(
-        f"sqlite:///{workdir / 'simplefeed.sqlite3'}",
-        workdir / "archive",
+    return UwsgiServer.scratch(
         workdir,
         processes=2,
         extra_env={"SIMPLEFEED_THREADS": "8"},
