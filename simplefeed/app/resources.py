@@ -139,7 +139,11 @@ class _FeedResource:
         (:class:`~simplefeed.changes.Changes`). Returns the feed as last seen if it waited
         (the caller answers from it, 200 or 304: the lookup a publish's waiters share), else
         None (the caller looks the feed up itself, as for any request).
-        ``Preference-Applied: wait=N`` says it waited. Responses to such a request vary by
+        ``Preference-Applied: wait=N`` says it waited, or would have: a client whose copy is
+        older than the document is answered at once with it too, so that it asks again at
+        once rather than taking the server for one that does not hold long-polls (one
+        publish between a consumer's answer and its next long-poll sent it to polling at
+        max-age). Responses to such a request vary by
         ``Prefer``; nothing else changes (a request without ``Prefer`` costs one header
         lookup here). While the database does not answer, nothing is waited for: the caller
         answers as it does then.
@@ -176,6 +180,7 @@ class _FeedResource:
         resp: falcon.Response,
     ) -> Feed | None:
         last: list[Feed] = []
+        newer: list[bool] = []  # a document the client's copy is not: answered now, as held
 
         def still_current() -> bool:
             try:
@@ -184,16 +189,19 @@ class _FeedResource:
                 return False
             last[:] = [feed]
             v = document(feed)
-            if v is None or not self.has_current(req, v):
+            if v is None:
+                return False
+            if not self.has_current(req, v):
+                newer[:] = [True]
                 return False
             if self.room is not None:
                 self.room.learn(req.path, name, feed, v.etags.values())
             return True
 
-        if not self.core.changes.wait(still_current, wait):
-            return None
-        resp.set_header("Preference-Applied", f"wait={wait}")
-        return last[0] if last else None
+        waited = self.core.changes.wait(still_current, wait)
+        if waited or newer:
+            resp.set_header("Preference-Applied", f"wait={wait}")
+        return last[0] if waited and last else None
 
     def send_live(
         self,
