@@ -36,8 +36,13 @@ by the events: delivering each event to every consumer, plus the watchers' own p
 meanwhile (the same whether anyone waits or not). "consumers' CPU ms per event": the same for
 the consumers' processes (on the same two cores: what they take, the server cannot have).
 
-Capacity, in a run of its own after those: with 500 consumers waiting (and the producer
-publishing), wrk asks for /recent (304 and 200) for a few seconds; the same wrk just before the
+Holding them, after those: with 1, 100 and 500 consumers waiting on a fresh server and nothing
+published, the server's CPU per second over ``--idle-seconds`` (the watchers' own looks for a
+commit among it: what a node pays for its long-polls while its feeds are quiet).
+
+Capacity, in a run of its own after those: with 500 consumers waiting and the producer
+publishing (from the middle event on, until wrk is done), wrk asks for /recent, 304 and 200 in
+turn, three times 2 s each on 64 connections (the median of each); the same just before the
 consumers started and just after they stopped is the baseline (their mean), in the same run.
 The latencies of that run are shown too, on a line of their own. The figures are in
 docs/benchmarks.md ("Long-poll").
@@ -55,6 +60,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -163,7 +169,9 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, str, bytes, 
     return status, fields.get(ETAG, ""), body, "preference-applied" in fields
 
 
-def crowd(port: int, mode: str, max_age: float, count: int, stop: Any, results: Any) -> None:
+def crowd_process(
+    port: int, mode: str, max_age: float, count: int, stop: Any, results: Any
+) -> None:
     """``count`` consumers in one event loop of this process, until ``stop``; their receipts
     (by event, the monotonic clock, which all processes share) and errors go to ``results``.
     An event loop, not threads: 125 threads of one process reading their responses at once
@@ -235,6 +243,46 @@ def publish(server: Server, client: httpx.Client, i: int) -> float:
     return time.monotonic()
 
 
+class Crowd:
+    """``consumers`` consumers following ``server`` (``kind``: "wait" or "poll"), in
+    :data:`CONSUMER_PROCESSES` processes, from now until :meth:`end`."""
+
+    def __init__(self, server: Server, kind: str, max_age: float, consumers: int) -> None:
+        self.server = server
+        context = multiprocessing.get_context("fork")
+        self.stop = context.Event()
+        groups = min(CONSUMER_PROCESSES, consumers)
+        self.pipes: list[Any] = []
+        self.children: list[Any] = []
+        for g in range(groups):
+            mine, theirs = context.Pipe(duplex=False)
+            count = consumers // groups + (1 if g < consumers % groups else 0)
+            child = context.Process(
+                target=crowd_process,
+                args=(server.port, kind, max_age, count, self.stop, theirs),
+                daemon=True,
+            )
+            child.start()
+            self.pipes.append(mine)
+            self.children.append(child)
+
+    def cpu(self) -> float:
+        """The consumers' processes' CPU seconds so far."""
+        return process_cpu(*(child.pid or 0 for child in self.children))
+
+    def end(self, last: int) -> list[tuple[dict[int, float], int, int]]:
+        """Stop every consumer (publishing event ``last``: a waiting consumer ends with its
+        next answer) and return their receipts, errors and declined long-polls."""
+        self.stop.set()
+        headers = {"Authorization": f"Bearer {self.server.token}"}
+        with httpx.Client(headers=headers, timeout=30) as client:
+            publish(self.server, client, last)
+        reports = [report for pipe in self.pipes for report in pipe.recv()]
+        for child in self.children:
+            child.join(timeout=40)
+        return reports
+
+
 def follow(
     server: Server,
     mode: str,
@@ -245,43 +293,28 @@ def follow(
     first: int,
     during: Callable[[], None] | None = None,
 ) -> Run:
-    context = multiprocessing.get_context("fork")
-    stop = context.Event()
-    kind = "wait" if mode == "wait" else "poll"
-    groups = min(CONSUMER_PROCESSES, consumers)
-    pipes = []
-    children = []
-    for g in range(groups):
-        mine, theirs = context.Pipe(duplex=False)
-        count = consumers // groups + (1 if g < consumers % groups else 0)
-        child = context.Process(
-            target=crowd, args=(server.port, kind, max_age, count, stop, theirs), daemon=True
-        )
-        child.start()
-        pipes.append(mine)
-        children.append(child)
+    crowd = Crowd(server, "wait" if mode == "wait" else "poll", max_age, consumers)
     time.sleep(2.0 + (max_age if mode != "wait" else 0))  # every consumer has the document
     acked: dict[int, float] = {}
     headers = {"Authorization": f"Bearer {server.token}"}
     pgid = server.process.pid if server.process else 0
     cpu = group_cpu(pgid)
-    consumers_cpu = process_cpu(*(child.pid or 0 for child in children))
+    consumers_cpu = crowd.cpu()
+    meanwhile = threading.Thread(target=during or (lambda: None))
+    i = first
     with httpx.Client(headers=headers, timeout=30) as client:
-        for i in range(first, first + events):
+        # ``during`` runs from the middle event on, the producer publishing meanwhile (past
+        # ``events`` if it takes longer).
+        while i < first + events or meanwhile.is_alive():
             acked[i] = publish(server, client, i)
             if during is not None and i == first + events // 2:
-                during()
+                meanwhile.start()
             time.sleep(interval * random.uniform(0.5, 1.5))
+            i += 1
     time.sleep((max_age if mode != "wait" else 0) + 2.0)  # the last event reaches everyone
     cpu = group_cpu(pgid) - cpu
-    consumers_cpu = process_cpu(*(child.pid or 0 for child in children)) - consumers_cpu
-    stop.set()
-    # Waiting consumers end with their next answer: one more event ends every wait.
-    with httpx.Client(headers=headers, timeout=30) as client:
-        publish(server, client, first + events)
-    reports = [report for pipe in pipes for report in pipe.recv()]
-    for child in children:
-        child.join(timeout=40)
+    consumers_cpu = crowd.cpu() - consumers_cpu
+    reports = crowd.end(i)
     samples = []
     missing = 0
     for received, _, _ in reports:
@@ -298,9 +331,22 @@ def follow(
         missing,
         sum(errors for _, errors, _ in reports),
         sum(declined for _, _, declined in reports),
-        cpu / events,
-        consumers_cpu / events,
+        cpu / len(acked),
+        consumers_cpu / len(acked),
     )
+
+
+def idle(server: Server, consumers: int, seconds: float) -> float:
+    """The server's CPU seconds per second while ``consumers`` wait and nothing is published:
+    what holding them costs (the watchers' looks for a commit among it)."""
+    crowd = Crowd(server, "wait", 0.0, consumers)
+    time.sleep(2.0)  # every consumer has the document and waits
+    pgid = server.process.pid if server.process else 0
+    cpu, started = group_cpu(pgid), time.monotonic()
+    time.sleep(seconds)
+    cpu, elapsed = group_cpu(pgid) - cpu, time.monotonic() - started
+    crowd.end(1)
+    return cpu / elapsed
 
 
 def print_head() -> None:
@@ -315,19 +361,31 @@ def print_head() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
 
 
+#: wrk's kept-alive connections in :func:`capacity`. Each stays with the uWSGI process that
+#: accepted it, so 16 over 4 processes could land mostly on one, and one server gave
+#: 2,871-7,760 /recent 304s a second in six runs of 3 s; 64 gave 5,570-6,819 in four.
+CAPACITY_CONNECTIONS = 64
+CAPACITY_ROUNDS = 3
+CAPACITY_SECONDS = 2.0
+
+
 def capacity(server: UwsgiServer, seconds: float) -> dict[str, float]:
-    """/recent 304 and 200 rates (wrk, 16 connections) at this moment."""
-    etag = httpx.get(server.url("/recent")).headers["etag"]
+    """/recent 304 and 200 rates now: the median of :data:`CAPACITY_ROUNDS` runs of wrk
+    (``seconds`` each, :data:`CAPACITY_CONNECTIONS` connections) for each, alternating."""
+    rates: dict[str, list[float]] = {"304": [], "200": []}
     pgid = server.process.pid if server.process else 0
-    r304 = wrk(
-        server.url("/recent"),
-        duration=seconds,
-        connections=16,
-        headers={"If-None-Match": etag},
-        pgids=(pgid,),
-    )
-    r200 = wrk(server.url("/recent"), duration=seconds, connections=16, pgids=(pgid,))
-    return {"304": r304.requests / r304.seconds, "200": r200.requests / r200.seconds}
+    for _ in range(CAPACITY_ROUNDS):
+        etag = httpx.get(server.url("/recent")).headers["etag"]  # the producer publishes
+        for status, headers in (("304", {"If-None-Match": etag}), ("200", {})):
+            r = wrk(
+                server.url("/recent"),
+                duration=seconds,
+                connections=CAPACITY_CONNECTIONS,
+                headers=headers,
+                pgids=(pgid,),
+            )
+            rates[status].append(r.requests / r.seconds)
+    return {status: statistics.median(values) for status, values in rates.items()}
 
 
 #: Entries /recent holds before a row's first event: half the shipped page size
@@ -343,9 +401,7 @@ def fresh_server() -> Iterator[UwsgiServer]:
     every row serves documents of the same sizes, whatever ran before it."""
     with tempfile.TemporaryDirectory(prefix="sf-longpoll-") as tmp:
         work = Path(tmp)
-        server = UwsgiServer(
-            f"sqlite:///{work / 'db.sqlite3'}",
-            work / "archive",
+        server = UwsgiServer.scratch(
             work,
             processes=4,
             page_size=PAGE_SIZE,
@@ -366,10 +422,18 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10, help="events per run")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between events")
     parser.add_argument("--modes", default="wait,poll10,poll1")
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=10.0,
+        help="how long to measure the server's CPU with consumers waiting and nothing"
+        " published (0: not at all)",
+    )
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.events = 4
+        args.idle_seconds = min(args.idle_seconds, 3.0)
     counts = [int(c) for c in args.consumers.split(",")]
     modes = {"wait": 0.0, "poll10": 10.0, "poll1": 1.0}
     print_head()
@@ -380,17 +444,25 @@ def main() -> None:
             print(run.row(), flush=True)
     if "wait" not in args.modes.split(","):
         return
+    if args.idle_seconds > 0:
+        print()
+        print("| consumers waiting, nothing published | server CPU ms per second |")
+        print("|---|---|")
+        for count in counts:
+            with fresh_server() as server:
+                cost = idle(server, count, args.idle_seconds)
+            print(f"| {count} | {cost * 1000:,.1f} |", flush=True)
     # Capacity, apart: wrk at full speed in the middle of a latency run would delay the events
     # published around it, and the latency rows are the server's alone.
     held: dict[str, dict[str, float]] = {}
     with fresh_server() as server:
-        held["before"] = capacity(server, 4)
+        held["before"] = capacity(server, CAPACITY_SECONDS)
 
         def during() -> None:
-            held["during"] = capacity(server, 4)
+            held["during"] = capacity(server, CAPACITY_SECONDS)
 
         run = follow(server, "wait", 0.0, max(counts), args.events, args.interval, 1, during)
-        held["after"] = capacity(server, 4)
+        held["after"] = capacity(server, CAPACITY_SECONDS)
     print(run.row().replace("| wait |", "| wait, wrk on /recent meanwhile |"))
     print()
     print(
