@@ -655,6 +655,55 @@ def test_follow_long_polls_a_server_that_honours_prefer_wait(
     assert 1 <= len(quiet) <= 3  # about one request per 2 s wait, not a busy loop
 
 
+def test_follow_keeps_long_polling_when_a_publish_lands_between_two_polls(
+    live: LiveServer, tmp_path: Path
+) -> None:
+    """The app's own long-poll: an entry published while the consumer handles the previous
+    one makes its next long-poll's copy stale, answered at once; that answer says the
+    preference was applied, so the consumer asks again at once rather than polling at its
+    30 s interval, and the entry after arrives as soon as it is published."""
+    live.publish(1)
+    got: list[tuple[int, float]] = []
+    done = threading.Event()
+
+    def handle(entry: Any) -> None:
+        if entry.seq == 2:
+            live.publish(1)  # seq 3: the copy the next long-poll names is stale
+        got.append((entry.seq, time.monotonic()))
+
+    def follow() -> None:
+        with Consumer(
+            live.recent,
+            tmp_path / "state.sqlite3",
+            poll=PollPolicy(min_interval=30, max_interval=60),  # polling alone: 30 s
+            wait=5,
+        ) as consumer:
+            consumer.run(handle, follow=True, stop=done.is_set)
+
+    def until(count: int) -> None:
+        deadline = time.monotonic() + 10
+        while len(got) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        until(1)
+        time.sleep(0.5)  # long-polling
+        live.publish(1)  # seq 2, whose handling publishes seq 3
+        until(3)
+        time.sleep(0.5)  # long-polling again, or polling at its interval
+        published = time.monotonic()
+        live.publish(1)  # seq 4
+        until(4)
+    finally:
+        done.set()
+        follower.join(timeout=15)
+    assert not follower.is_alive()
+    assert [seq for seq, _ in got] == [1, 2, 3, 4]
+    assert got[3][1] - published < 3.0  # not the 30 s interval
+
+
 @pytest.mark.parametrize(
     "claims,delay,max_age",
     [(False, 0.0, 1), (True, 0.0, 1), (False, 1.2, 3)],
