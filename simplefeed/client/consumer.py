@@ -416,6 +416,7 @@ class Consumer:
     ) -> Generator[FeedEntry, None, None]:
         interval = self.poll.initial
         wait: float | None = None  # the first pass answers at once
+        holds = False  # the server has held one of our long polls
         try:
             while True:
                 found = 0
@@ -433,11 +434,15 @@ class Consumer:
                     return
                 pages = self._pages
                 held = pages.head_waited and (found > 0 or pages.head_seconds >= HELD)
-                if self.wait and (wait is None or held):
+                holds = holds or held
+                if self.wait and (wait is None or held or (holds and found > 0)):
                     # The first long poll goes out at once, and so does the next after one
-                    # the server held until the feed changed or the wait was over. A server
-                    # that does not hold them (or claims to and answers at once) gets the
-                    # ordinary interval, never shorter than max-age.
+                    # the server held until the feed changed or the wait was over, or after
+                    # new entries from a server that held one before (a copy made stale
+                    # between two polls is answered at once, by some servers without
+                    # Preference-Applied). A server that does not hold them (or claims to
+                    # and answers at once with nothing new) gets the ordinary interval, never
+                    # shorter than max-age.
                     pause = 0.0
                 else:
                     interval = next_interval(self.poll, interval, found, pages.head_max_age)
