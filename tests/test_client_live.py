@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from socketserver import ThreadingMixIn
@@ -607,6 +607,30 @@ def _long_polling(app: Any, log: list[tuple[str, str | None, float]]) -> Any:
     return front
 
 
+def following(
+    live: LiveServer,
+    tmp_path: Path,
+    handle: Callable[[Any], None],
+    wait: float,
+    done: threading.Event,
+) -> threading.Thread:
+    """A consumer following ``live`` on a thread (started) with ``handle``, asking the server
+    to hold its polls ``wait`` s (polling alone: every 30 s), until ``done`` is set."""
+
+    def follow() -> None:
+        with Consumer(
+            live.recent,
+            tmp_path / "state.sqlite3",
+            poll=PollPolicy(min_interval=30, max_interval=60),
+            wait=wait,
+        ) as consumer:
+            consumer.run(handle, follow=True, stop=done.is_set)
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    return thread
+
+
 def test_follow_long_polls_a_server_that_honours_prefer_wait(
     live: LiveServer, tmp_path: Path
 ) -> None:
@@ -619,19 +643,7 @@ def test_follow_long_polls_a_server_that_honours_prefer_wait(
     got: list[tuple[int, float]] = []
     done = threading.Event()
 
-    def follow() -> None:
-        with Consumer(
-            live.recent,
-            tmp_path / "state.sqlite3",
-            poll=PollPolicy(min_interval=30, max_interval=60),  # polling alone: 30 s
-            wait=2,
-        ) as consumer:
-            consumer.run(
-                lambda e: got.append((e.seq, time.monotonic())), follow=True, stop=done.is_set
-            )
-
-    follower = threading.Thread(target=follow)
-    follower.start()
+    follower = following(live, tmp_path, lambda e: got.append((e.seq, time.monotonic())), 2, done)
     try:
         deadline = time.monotonic() + 10
         while len(got) < 3 and time.monotonic() < deadline:
@@ -693,22 +705,12 @@ def test_follow_keeps_long_polling_when_a_publish_lands_between_two_polls(
             live.publish(1)  # seq 3: the copy the next long-poll names is stale
         got.append((entry.seq, time.monotonic()))
 
-    def follow() -> None:
-        with Consumer(
-            live.recent,
-            tmp_path / "state.sqlite3",
-            poll=PollPolicy(min_interval=30, max_interval=60),  # polling alone: 30 s
-            wait=5,
-        ) as consumer:
-            consumer.run(handle, follow=True, stop=done.is_set)
-
     def until(count: int) -> None:
         deadline = time.monotonic() + 10
         while len(got) < count and time.monotonic() < deadline:
             time.sleep(0.01)
 
-    follower = threading.Thread(target=follow)
-    follower.start()
+    follower = following(live, tmp_path, handle, 5, done)
     try:
         until(1)
         time.sleep(0.5)  # long-polling

@@ -434,6 +434,23 @@ def test_the_node_bell_is_kept_only_where_the_watcher_polls(settings: Settings) 
         core.close()
 
 
+def waiting_for_a_change(core: Simplefeed) -> tuple[threading.Thread, Feed, list[Feed]]:
+    """A thread waiting (20 s at most) for ``core``'s feed "events" to change, already waiting
+    and its process's watcher started: the thread, the feed before, and the feed it saw when
+    woken (in the list, once it is)."""
+    before = core.changes.seen("events")
+    woken: list[Feed] = []
+
+    def unchanged() -> bool:
+        woken[:] = [core.changes.seen("events")]
+        return woken[0] == before
+
+    waiter = threading.Thread(target=lambda: core.changes.wait(unchanged, 20))
+    waiter.start()
+    time.sleep(0.5)
+    return waiter, before, woken
+
+
 def _sqlite_core(template: Path, path: Path, bell: Bell | None) -> Simplefeed:
     if not path.exists():
         shutil.copyfile(template, path)
@@ -462,16 +479,7 @@ def test_a_publish_wakes_the_waiters_of_the_other_processes_of_the_node_at_once(
     try:
         one.create_feed("events")
         publish(one)
-        before = two.changes.seen("events")
-        woken: list[Feed] = []
-
-        def unchanged() -> bool:
-            woken[:] = [two.changes.seen("events")]
-            return woken[0] == before
-
-        waiter = threading.Thread(target=lambda: two.changes.wait(unchanged, 20))
-        waiter.start()
-        time.sleep(0.5)  # waiting, its watcher started
+        waiter, before, woken = waiting_for_a_change(two)
         publish(one)
         waiter.join(timeout=5 if bells == "node" else 2)
         if bells == "node":
@@ -529,16 +537,7 @@ def test_a_commit_the_node_does_not_announce_is_still_seen(
     command = _sqlite_core(sqlite_template, path, None)
     try:
         worker.create_feed("events")
-        before = worker.changes.seen("events")
-        woken: list[Feed] = []
-
-        def unchanged() -> bool:
-            woken[:] = [worker.changes.seen("events")]
-            return woken[0] == before
-
-        waiter = threading.Thread(target=lambda: worker.changes.wait(unchanged, 20))
-        waiter.start()
-        time.sleep(0.5)  # waiting, its watcher started
+        waiter, before, woken = waiting_for_a_change(worker)
         publish(command)
         waiter.join(timeout=10)
         assert not waiter.is_alive()
