@@ -151,8 +151,8 @@ RING_GAP_S = 0.001
 #: (a ``simplefeed`` command's, another server's on the same SQLite file), seen this much later
 #: at most. Each look woken by a timer cost this machine about 160 us of CPU (a thread woken,
 #: SQLite's locks taken), so looking every 10 ms kept a node of 4 processes with waiting
-#: consumers at 64 ms of CPU a second doing nothing (docs/benchmarks.md, "Long-poll",
-#: session 13).
+#: consumers at 44-54 ms of CPU a second doing nothing; 5-7 ms looking so (docs/benchmarks.md,
+#: "Long-poll", session 13).
 UNANNOUNCED_LOOK_S = 0.1
 
 
