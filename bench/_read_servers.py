@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -301,8 +302,17 @@ def wrk(
     threads: int = 1,
     headers: Mapping[str, str] | None = None,
     pgids: tuple[int, ...] = (),
+    script: Path | None = None,
 ) -> Load:
-    """wrk against url; ``pgids``: the servers' process groups, whose CPU time is measured."""
+    """wrk against url; ``pgids``: the servers' process groups, whose CPU time is measured;
+    ``script``: Lua run before the report's (request and response functions)."""
+    report = REPORT_LUA
+    if script is not None:
+        with tempfile.NamedTemporaryFile(
+            "w", suffix=".lua", prefix="wrk-", delete=False
+        ) as combined:
+            combined.write(script.read_text() + "\n" + REPORT_LUA.read_text())
+        report = Path(combined.name)
     argv = [
         "wrk",
         f"-t{threads}",
@@ -311,15 +321,19 @@ def wrk(
         "--timeout",
         "2s",
         "-s",
-        str(REPORT_LUA),
+        str(report),
     ]
     for name, value in (headers or {}).items():
         argv += ["-H", f"{name}: {value}"]
     argv.append(url)
     cpu_before = group_cpu(*pgids)
-    out = subprocess.run(
-        argv, capture_output=True, text=True, check=True, timeout=duration + 30
-    ).stdout
+    try:
+        out = subprocess.run(
+            argv, capture_output=True, text=True, check=True, timeout=duration + 30
+        ).stdout
+    finally:
+        if report != REPORT_LUA:
+            report.unlink()
     cpu = group_cpu(*pgids) - cpu_before
     data: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return Load(

@@ -42,7 +42,8 @@ commit among it: what a node pays for its long-polls while its feeds are quiet).
 
 Capacity, in a run of its own after those: with 500 consumers waiting and the producer
 publishing (from the middle event on, until wrk is done), wrk asks for /recent, 304 and 200 in
-turn, three times 2 s each on 64 connections (the median of each); the same just before the
+turn, three times 2 s each on 64 connections (the median of each; the 304 requests name the
+ETag of the last 200 wrk had, as a polling consumer does); the same just before the
 consumers started and just after they stopped is the baseline (their mean), in the same run.
 The latencies of that run are shown too, on a line of their own. The figures are in
 docs/benchmarks.md ("Long-poll").
@@ -365,6 +366,7 @@ def print_head() -> None:
 #: accepted it, so 16 over 4 processes could land mostly on one, and one server gave
 #: 2,871-7,760 /recent 304s a second in six runs of 3 s; 64 gave 5,570-6,819 in four.
 CAPACITY_CONNECTIONS = 64
+FOLLOW_ETAG_LUA = Path(__file__).resolve().parent / "_follow_etag.lua"
 CAPACITY_ROUNDS = 3
 CAPACITY_SECONDS = 2.0
 
@@ -375,14 +377,19 @@ def capacity(server: UwsgiServer, seconds: float) -> dict[str, float]:
     rates: dict[str, list[float]] = {"304": [], "200": []}
     pgid = server.process.pid if server.process else 0
     for _ in range(CAPACITY_ROUNDS):
-        etag = httpx.get(server.url("/recent")).headers["etag"]  # the producer publishes
-        for status, headers in (("304", {"If-None-Match": etag}), ("200", {})):
+        etag = httpx.get(server.url("/recent")).headers["etag"]
+        for status, headers, script in (
+            # The producer publishes meanwhile: each request names the last ETag seen.
+            ("304", {"If-None-Match": etag}, FOLLOW_ETAG_LUA),
+            ("200", {}, None),
+        ):
             r = wrk(
                 server.url("/recent"),
                 duration=seconds,
                 connections=CAPACITY_CONNECTIONS,
                 headers=headers,
                 pgids=(pgid,),
+                script=script,
             )
             rates[status].append(r.requests / r.seconds)
     return {status: statistics.median(values) for status, values in rates.items()}
