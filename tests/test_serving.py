@@ -21,10 +21,9 @@ import pytest
 
 from bench.servers import HOST, UwsgiServer
 from tests.conftest import shipped_with_entries
+from tests.test_listen import ALLOWED_DELAY_S, worst_recent_latency
 
 pytestmark = pytest.mark.e2e
-
-ALLOWED_DELAY_S = 1.0  # issue #11: reads "answered promptly"; the slow-client bound
 
 
 @pytest.fixture(scope="module")
@@ -212,14 +211,17 @@ def test_a_client_that_says_connection_close_has_its_connection_closed(
 def test_reads_are_answered_while_producers_wait_for_a_held_write_lock(
     tmp_path: Path,
 ) -> None:
-    """Another process holds SQLite's write lock for 6 s while 24 producers publish to a
-    uWSGI of 2 workers with 8 threads each: /recent is answered promptly throughout, because
-    publishes take at most half of a worker's threads (the others get 503 + Retry-After at
-    once); once the lock is released the waiting ones are stored. (Without the bound, the
-    producers took all 16 threads and /recent waited for the lock.)"""
+    """Another process holds SQLite's write lock for a few seconds while 24 producers publish
+    to a uWSGI of 2 workers with 8 threads each: /recent is answered within a second of what it
+    took before, because publishes take at most half of a worker's threads (the others get 503
+    + Retry-After at once); once the lock is released the waiting ones are stored. (Without the
+    bound, the producers took all 16 threads and /recent waited for the lock.) Against the
+    reads before, not a fixed time: with the rest of the suite running beside it, a read took
+    up to 0.6 s before the lock was held (and once 1.2 s during)."""
     db = tmp_path / "simplefeed.sqlite3"
     with small_node(tmp_path) as srv:
         auth = {"Authorization": f"Bearer {srv.token}"}
+        before = worst_recent_latency(srv.base_url)
         holder = sqlite3.connect(db, isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")
         released = False
@@ -236,12 +238,7 @@ def test_reads_are_answered_while_producers_wait_for_a_held_write_lock(
                     for i in range(24)
                 ]
                 time.sleep(1.0)  # the producers are in
-                worst = 0.0
-                for _ in range(8):
-                    start = time.monotonic()
-                    assert httpx.get(srv.url("/recent"), timeout=30).status_code == 200
-                    worst = max(worst, time.monotonic() - start)
-                    time.sleep(0.5)
+                during = worst_recent_latency(srv.base_url)
                 holder.execute("ROLLBACK")
                 released = True
                 replies = [a.result() for a in answers]
@@ -249,7 +246,9 @@ def test_reads_are_answered_while_producers_wait_for_a_held_write_lock(
             if not released:
                 holder.execute("ROLLBACK")
             holder.close()
-        assert worst <= ALLOWED_DELAY_S, f"/recent took {worst:.2f} s while the lock was held"
+        assert during <= before + ALLOWED_DELAY_S, (
+            f"{during:.2f} s with the lock held, {before:.2f} s before"
+        )
         statuses = sorted(r.status_code for r in replies)
         assert set(statuses) <= {201, 503}, statuses
         assert all(r.headers.get("retry-after") for r in replies if r.status_code == 503)
