@@ -52,6 +52,12 @@ PG_ENV = "SIMPLEFEED_TEST_POSTGRES_URL"
         ("wait", 30, None),
         ("respond-async", 30, None),
         ("wait=3, wait=9", 30, 3),
+        # delta-seconds past what a recipient represents count as 2^31 (RFC 9111 1.2.2), so
+        # as the cap; leading zeros are still the number they write.
+        ("wait=99999999999999999999", 30, 30),
+        pytest.param("wait=" + "9" * 5000, 30, 30, id="wait=9...9 (5,000 digits)"),
+        ("wait=0000000000000000007", 30, 7),
+        ("wait=00000000000000000000", 30, None),
     ],
 )
 def test_the_wait_preference(header: str, cap: int, expected: int | None) -> None:

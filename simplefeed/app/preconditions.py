@@ -136,8 +136,11 @@ def evaluate(
     return None
 
 
-# A delta-seconds value (RFC 9110 1.2 / RFC 7240 4.3), bare or quoted.
-_SECONDS = re.compile(r'"?([0-9]{1,9})"?')
+# A delta-seconds value (RFC 9111 1.2.2 / RFC 7240 4.3), bare or quoted.
+_SECONDS = re.compile(r'"?([0-9]+)"?')
+#: Digits past which a delta-seconds is more than any wait (RFC 9111 1.2.2: a value too large
+#: to represent counts as 2^31, which any cap is below).
+_MAX_DIGITS = 9
 
 
 def preferred_wait(header: str, cap: int) -> int | None:
@@ -151,6 +154,7 @@ def preferred_wait(header: str, cap: int) -> int | None:
         match = _SECONDS.fullmatch(value.strip())
         if match is None:
             return None
-        seconds = min(int(match[1]), cap)
+        digits = match[1].lstrip("0")
+        seconds = cap if len(digits) > _MAX_DIGITS else min(int(digits or "0"), cap)
         return seconds or None
     return None
