@@ -581,3 +581,21 @@ def test_a_namespace_name_the_w3c_validator_flags_is_refused(
 def test_iris_the_validator_takes_are_accepted(client: Client) -> None:
     for iri in VALID_IRIS:
         accepted(client, {"title": iri, "links": [{"href": iri, "rel": "related"}]})
+
+
+@pytest.mark.parametrize("length", ["+13", "\uff11\uff13"], ids=["plus", "fullwidth"])
+def test_a_content_length_of_anything_but_ascii_digits_is_refused(
+    client: Client, core: Simplefeed, length: str
+) -> None:
+    """RFC 9110 8.6: ``Content-Length = 1*DIGIT``. Python's ``int`` also reads a sign and
+    other scripts' digits, so behind a WSGI server that passes the header on as it came the
+    publish was stored (uWSGI reads no body for "+13": a 400 saying the body was short)."""
+    before = state(client, core)
+    r = client.simulate_post(
+        "/entries",
+        body=b'{"title":"x"}',
+        headers={"Content-Type": "application/json", "Content-Length": length},
+    )
+    assert r.status_code == 400, r.text
+    assert r.json["error"] == "bad_request" and "Content-Length" in r.json["message"], r.json
+    assert state(client, core) == before

@@ -516,6 +516,11 @@ class Entries(_FeedResource):
             raise UnsupportedMediaType(
                 f"Content-Type must be application/json (UTF-8), got {req.content_type!r}"
             )
+        length = (req.get_header("Content-Length") or "").strip(" \t")  # empty: absent (WSGI)
+        if length and not (length.isascii() and length.isdigit()):
+            # RFC 9110 8.6: 1*DIGIT. int() also takes a sign and other scripts' digits, which
+            # uWSGI does not (it reads no body for "+5").
+            raise MalformedRequest(f"Content-Length must be decimal digits, got {length[:40]!r}")
         limit = self.settings.limits.max_body_bytes
         if req.content_length is None and req.get_header("Transfer-Encoding"):
             # uWSGI's http-socket does not decode chunked request bodies.
