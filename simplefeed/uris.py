@@ -34,10 +34,12 @@ _HOST = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
 # RFC 2141 (the W3C validator's grammar for URNs), the namespace id in lower case.
 _URN = re.compile(r"^urn:([a-z0-9][a-z0-9-]{1,31}):(?:[A-Za-z0-9()+,\-.:=@;$_!*']|%[0-9A-F]{2})+$")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-# RFC 4151: tag:authorityName,date:specific[#fragment]; the validator's characters.
+# RFC 4151: tag:authorityName,date:specific[#fragment]; the validator's characters, its date in
+# ASCII digits (the validator's \d also takes other scripts' digits).
 _TAG = re.compile(
     rf"^tag:(?:([a-z0-9\-._]+)@)?({_LABEL}(?:\.{_LABEL})*),(\d{{4}})(?:-(\d{{2}})(?:-(\d{{2}}))?)?:"
-    r"[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*(?:#[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*)?$"
+    r"[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*(?:#[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*)?$",
+    re.ASCII,
 )
 # RFC 5322 addr-spec, dot-atom forms only (no quoted local parts, no domain literals: the
 # W3C validator refuses those), and a host name with at least two labels.
@@ -202,7 +204,8 @@ _ANY_UUID = re.compile(
 )
 _ANY_TAG = re.compile(
     r"^tag:([a-z0-9\-._]+?@)?[a-z0-9.\-]+?,\d{4}(-\d{2}(-\d{2})?)?:"
-    r"[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*(#[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*)?$"
+    r"[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*(#[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*)?$",
+    re.ASCII,
 )
 _RFC2396 = re.compile(
     r"([a-zA-Z][0-9a-zA-Z+\-.]*:)?/{0,2}(\[[0-9A-Fa-f:]+\])?[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,#]*$"

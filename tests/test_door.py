@@ -578,6 +578,18 @@ def test_a_namespace_name_the_w3c_validator_flags_is_refused(
     refused(client, core, event, "content", words=("namespace name",))
 
 
+def test_a_tag_uri_dated_in_other_scripts_digits_is_refused(
+    client: Client, core: Simplefeed
+) -> None:
+    """RFC 4151's date is DIGITs, ASCII (RFC 5234); the validator's pattern (``\\d`` on a str)
+    also takes other scripts' digits, so it would pass what a reader going by the RFC refuses."""
+    iri = "tag:example.com,\uff12\uff10\uff12\uff17:x"
+    refused(
+        client, core, {"title": "x", "links": [{"href": iri, "rel": "related"}]}, "links[0].href"
+    )
+    refused(client, core, {"title": "x", "id": iri}, "id")
+
+
 def test_iris_the_validator_takes_are_accepted(client: Client) -> None:
     for iri in VALID_IRIS:
         accepted(client, {"title": iri, "links": [{"href": iri, "rel": "related"}]})

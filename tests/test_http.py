@@ -37,6 +37,9 @@ NOW_S = calendar.timegm((2027, 1, 15, 8, 0, 0))  # tests.conftest.START_US
         ("yesterday", None),
         ("", None),
         ("1994-11-06T08:49:37Z", None),
+        # DIGIT is ASCII (RFC 5234): other scripts' digits are no date.
+        ("Sun, \u0660\u0666 Nov 1994 08:49:37 GMT", None),
+        ("Sun Nov  \uff16 08:49:37 1994", None),
     ],
 )
 def test_http_dates(value: str, expected: int | None) -> None:

@@ -24,9 +24,10 @@ _LONG_DAY = r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)"
 _MONTH = r"(?P<month>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 _TIME = r"(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)"
 # IMF-fixdate, RFC 850 and asctime (RFC 9110 5.6.7), each the whole value.
-_IMF = re.compile(rf"{_DAY}, (?P<day>\d\d) {_MONTH} (?P<year>\d{{4}}) {_TIME} GMT")
-_RFC850 = re.compile(rf"{_LONG_DAY}, (?P<day>\d\d)-{_MONTH}-(?P<yy>\d\d) {_TIME} GMT")
-_ASCTIME = re.compile(rf"{_DAY} {_MONTH} (?P<day>[ \d]\d) {_TIME} (?P<year>\d{{4}})")
+# re.ASCII: DIGIT is 0-9 (RFC 5234), not every script's digits as \d is for str patterns.
+_IMF = re.compile(rf"{_DAY}, (?P<day>\d\d) {_MONTH} (?P<year>\d{{4}}) {_TIME} GMT", re.ASCII)
+_RFC850 = re.compile(rf"{_LONG_DAY}, (?P<day>\d\d)-{_MONTH}-(?P<yy>\d\d) {_TIME} GMT", re.ASCII)
+_ASCTIME = re.compile(rf"{_DAY} {_MONTH} (?P<day>[ \d]\d) {_TIME} (?P<year>\d{{4}})", re.ASCII)
 
 # An entity tag (RFC 9110 8.8.3): optional W/ and a quoted opaque part without '"'.
 _ETAG = re.compile(r'\s*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*(?:,|$)')
