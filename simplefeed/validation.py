@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
@@ -24,6 +25,7 @@ from pydantic import (
     StrictStr,
     ValidationError,
 )
+from pydantic_core import PydanticCustomError
 
 from simplefeed import atom, markup, uris
 from simplefeed.errors import InvalidEvent, MalformedRequest, PayloadTooLarge
@@ -44,6 +46,12 @@ _MEDIA_TYPE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
 )
 _LANG = re.compile(r"^[A-Za-z]{1,8}(-[A-Za-z0-9]{1,8})*$")
+#: RFC 3339 date-time (section 5.6, and its note allowing a space for the T): seconds and an
+#: offset required, ASCII digits only.
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?"
+    r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
 
 #: Allowed future skew of a producer's ``updated``: later entries are never dated before earlier
 #: ones, so a far-future date would drag every later entry's ``updated`` with it.
@@ -79,6 +87,17 @@ class LinkIn(_Strict):
     length: Annotated[StrictInt, Field(ge=0)] | None = None
 
 
+def _rfc3339_text(value: Any) -> Any:
+    """``updated`` as RFC 3339 text only: the datetime parser it then goes to also reads
+    numbers and digit strings as Unix times ("20261231" as 1970-08-23) and ISO 8601 forms
+    RFC 3339 does not have (no seconds, "+0000")."""
+    if not isinstance(value, str) or _RFC3339.fullmatch(value) is None:
+        raise PydanticCustomError(
+            "rfc3339", "must be RFC 3339 text with seconds and an offset, e.g. 2026-11-21T10:00:00Z"
+        )
+    return value
+
+
 class EventIn(_Strict):
     title: StrictStr
     content: JsonValue = None
@@ -88,8 +107,11 @@ class EventIn(_Strict):
     categories: list[StrictStr | CategoryIn] = Field(default_factory=list)
     links: list[LinkIn] = Field(default_factory=list)
     id: StrictStr | None = None
-    # RFC 3339 text; strict mode would refuse strings, so this one field is lax.
-    updated: Annotated[AwareDatetime, Field(strict=False)] | None = None
+    # RFC 3339 text; strict mode would refuse strings, so this one field is lax once its text
+    # is checked.
+    updated: (
+        Annotated[AwareDatetime, BeforeValidator(_rfc3339_text), Field(strict=False)] | None
+    ) = None
 
 
 def read_body(body: bytes) -> Any:

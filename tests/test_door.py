@@ -186,6 +186,44 @@ def test_updated_that_utc_cannot_hold_is_refused(
     refused(client, core, [{"title": "x"}, {"title": "y", "updated": updated}], "updated", index=1)
 
 
+@pytest.mark.parametrize(
+    "updated",
+    [
+        "20261231",  # read as Unix seconds: 1970-08-23
+        20261231,
+        "2026",  # 1970-01-01T00:33:46Z
+        1767225600,
+        1767225600.5,
+        "2026-11-21T10:00+00:00",  # ISO 8601 without seconds
+        "2026-11-21T10:00:00+0000",  # an offset without its colon
+        "2026-11-21T10:00:00,5Z",  # a decimal comma
+    ],
+)
+def test_updated_that_is_not_rfc_3339_text_is_refused(
+    client: Client, core: Simplefeed, updated: Any
+) -> None:
+    """The datetime parser behind the field also read numbers and digit strings as Unix times,
+    so a producer's compact date was stored as a day of 1970, and took ISO 8601 forms RFC 3339
+    does not have."""
+    refused(client, core, {"title": "x", "updated": updated}, "updated", words=("RFC 3339",))
+
+
+@pytest.mark.parametrize(
+    "updated,expected",
+    [
+        ("2026-11-21t10:00:00z", "2026-11-21T10:00:00+00:00"),
+        ("2026-11-21 11:00:00+01:00", "2026-11-21T10:00:00+00:00"),  # RFC 3339 5.6's note
+        ("2026-11-21T10:00:00.25-00:00", "2026-11-21T10:00:00.250000+00:00"),
+    ],
+)
+def test_updated_in_any_rfc_3339_form_is_accepted(
+    client: Client, updated: str, expected: str
+) -> None:
+    r = client.simulate_post("/entries", json={"title": "x", "updated": updated})
+    assert r.status_code == 201, r.text
+    assert f"<updated>{expected}</updated>" in client.simulate_get("/recent").text
+
+
 # -- 5. ids, e-mail addresses, tokens ---------------------------------------------------------
 
 NON_CANONICAL_IDS = {
