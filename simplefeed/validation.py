@@ -59,6 +59,10 @@ MAX_FUTURE_SKEW_US = 5 * 60 * 1_000_000
 
 ATOM_MEDIA_TYPE = "application/atom+xml"
 
+#: The largest link ``length``: a signed 64-bit integer's, which readers parsing into int64
+#: hold (the Simplefeed consumer reads at most 19 digits).
+MAX_LINK_LENGTH = 2**63 - 1
+
 LinkRel = Literal["alternate", "enclosure", "related", "self", "via"]
 
 
@@ -84,7 +88,7 @@ class LinkIn(_Strict):
     type: StrictStr | None = None
     hreflang: StrictStr | None = None
     title: StrictStr | None = None
-    length: Annotated[StrictInt, Field(ge=0)] | None = None
+    length: Annotated[StrictInt, Field(ge=0, le=MAX_LINK_LENGTH)] | None = None
 
 
 def _rfc3339_text(value: Any) -> Any:

@@ -14,6 +14,7 @@ import feedparser.mixin
 import pytest
 
 from simplefeed import auth, uris
+from simplefeed.client.parse import parse_page
 from simplefeed.core import Simplefeed
 from simplefeed.errors import Unauthorized
 from simplefeed.feed_namespaces import FEED_NAMESPACES
@@ -573,6 +574,23 @@ def test_a_self_link_names_an_atom_document(
     refused(client, core, {"title": "x", "links": [link]}, "links[0].type", words=("self",))
     accepted(client, {"title": "x", "links": [{**link, "type": "application/atom+xml"}]})
     accepted(client, {"title": "y", "links": [{"href": "https://example.com/e", "rel": "self"}]})
+
+
+def test_a_link_length_past_a_signed_64_bit_integer_is_refused(
+    client: Client, core: Simplefeed
+) -> None:
+    """A length of 20 digits or more was stored and rendered, and then every Simplefeed
+    consumer refused the page holding it (a length it cannot hold in 64 bits is no number to
+    it, nor to readers that parse into int64): the feed stopped there for good."""
+    link = {"href": "https://example.com/f", "rel": "enclosure", "type": "a/b"}
+    for length in (2**63, 10**20):
+        refused(
+            client, core, {"title": "x", "links": [{**link, "length": length}]}, "links[0].length"
+        )
+    accepted(client, {"title": "x", "links": [{**link, "length": 2**63 - 1}]})
+    recent = client.simulate_get("/recent")
+    (entry,) = parse_page("http://feeds.example.test/recent", recent.content).entries
+    assert entry.links[0].length == 2**63 - 1
 
 
 BAD_IRIS = [
