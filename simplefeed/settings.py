@@ -37,6 +37,10 @@ class Limits:
     max_id_bytes: int = 1024
 
 
+#: The most SIMPLEFEED_MAX_JSON_DEPTH may be. Readers decode JSON content recursively: Python's
+#: json (the Simplefeed consumer's) stops near 1,000 levels less the caller's own stack, so
+#: content accepted deeper than that would stop every such reader at its page for good.
+MAX_JSON_DEPTH_LIMIT = 256
 #: The most SIMPLEFEED_MAX_WAIT may be: a waiting request ends well within uwsgi.ini's harakiri.
 MAX_WAIT_LIMIT = 50
 
@@ -124,7 +128,9 @@ class Settings:
                 max_content_chars=integer(
                     "SIMPLEFEED_MAX_CONTENT_CHARS", Limits.max_content_chars, 1
                 ),
-                max_json_depth=integer("SIMPLEFEED_MAX_JSON_DEPTH", Limits.max_json_depth, 1),
+                max_json_depth=integer(
+                    "SIMPLEFEED_MAX_JSON_DEPTH", Limits.max_json_depth, 1, MAX_JSON_DEPTH_LIMIT
+                ),
                 max_categories=integer("SIMPLEFEED_MAX_CATEGORIES", Limits.max_categories, 0),
                 max_links=integer("SIMPLEFEED_MAX_LINKS", Limits.max_links, 0),
                 max_id_bytes=integer("SIMPLEFEED_MAX_ID_BYTES", Limits.max_id_bytes, 16, 1024),

@@ -194,3 +194,6 @@ def test_a_bad_limit_setting_is_a_clear_error() -> None:
         Settings.from_env({"SIMPLEFEED_MAX_ID_BYTES": "5000"})
     with pytest.raises(ConfigError, match="integer"):
         Settings.from_env({"SIMPLEFEED_MAX_BATCH": "many"})
+    # Content nested 1,000 deep would be refused by every reader decoding it with Python's json.
+    with pytest.raises(ConfigError, match="at most 256"):
+        Settings.from_env({"SIMPLEFEED_MAX_JSON_DEPTH": "1000"})
