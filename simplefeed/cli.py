@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import click
 
 from simplefeed.errors import SimplefeedError
-from simplefeed.settings import FEED_NAME_RE, Settings
+from simplefeed.settings import FEED_NAME_RE, Settings, base_url_problem
 
 #: The checkout this package runs from: uwsgi.ini lives there.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -358,15 +358,11 @@ def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
     changed page gets new bytes and a new ETag: consumers and caches fetch them again.
     """
     from simplefeed.core import Simplefeed
-    from simplefeed.errors import ConfigError
     from simplefeed.store import check_ready
 
-    try:
-        Settings.from_env({"SIMPLEFEED_BASE_URL": new_base_url})
-    except ConfigError:
-        raise click.BadParameter(
-            f"{new_base_url!r} is not an absolute http(s) URL", param_hint="NEW_BASE_URL"
-        ) from None
+    problem = base_url_problem(new_base_url)
+    if problem is not None:
+        raise click.BadParameter(f"{new_base_url!r} {problem}", param_hint="NEW_BASE_URL")
     settings = Settings.from_env({**os.environ, "SIMPLEFEED_BASE_URL": new_base_url})
     check_ready(settings.database_url)
     core = Simplefeed(settings)

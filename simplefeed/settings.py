@@ -18,6 +18,21 @@ from simplefeed.errors import ConfigError
 FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
+def base_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be the base URL every document's links are built on (frozen pages
+    keep them for good), or None."""
+    if not re.match(r"^https?://[^/\s]+(/[^\s]*)?$", url):
+        return "is not an absolute http(s) URL"
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        return "holds a user name or password, which every document would show"
+    if "?" in url or "#" in url:
+        return "has a query or a fragment: page URLs are built by appending to it"
+    if re.search(r"%(?![0-9A-Fa-f]{2})", url):
+        return "has a % not followed by two hex digits"
+    return None
+
+
 @dataclass(frozen=True)
 class Limits:
     """Bounds on what one publish request may carry (each answered with a 413 or 422)."""
@@ -91,10 +106,9 @@ class Settings:
             return value
 
         base_url = env.get("SIMPLEFEED_BASE_URL") or cls.base_url
-        if not re.match(r"^https?://[^/\s]+(/[^\s]*)?$", base_url):
-            raise ConfigError(
-                f"SIMPLEFEED_BASE_URL must be an absolute http(s) URL, got {base_url!r}"
-            )
+        problem = base_url_problem(base_url)
+        if problem is not None:
+            raise ConfigError(f"SIMPLEFEED_BASE_URL {base_url!r} {problem}")
         default_feed = env.get("SIMPLEFEED_DEFAULT_FEED") or cls.default_feed
         if not FEED_NAME_RE.match(default_feed):
             raise ConfigError(f"SIMPLEFEED_DEFAULT_FEED {default_feed!r} is not a valid feed name")

@@ -187,6 +187,24 @@ def test_deeply_nested_json_body_is_a_clean_400_or_422(
     assert state(client, core) == before
 
 
+@pytest.mark.parametrize(
+    "base_url,words",
+    [
+        ("http://example.com/feeds?x=1", "query"),  # pages would be .../feeds?x=1/pages/1
+        ("http://example.com/#top", "fragment"),
+        ("https://user:secret@example.com", "password"),  # in every document
+        ("http://example.com/%zz", "two hex digits"),
+        ("ftp://example.com", "absolute http"),
+    ],
+)
+def test_a_base_url_no_frozen_page_should_keep_is_a_clear_error(base_url: str, words: str) -> None:
+    """Every link of a frozen page is built on SIMPLEFEED_BASE_URL and kept for good."""
+    from simplefeed.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=words):
+        Settings.from_env({"SIMPLEFEED_BASE_URL": base_url})
+
+
 def test_a_bad_limit_setting_is_a_clear_error() -> None:
     from simplefeed.errors import ConfigError
 

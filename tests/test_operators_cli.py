@@ -365,6 +365,8 @@ def test_archive_rebase_renders_every_frozen_page_with_the_new_base_url(
     assert "Invalid value for NEW_BASE_URL: 'ftp://feeds.test' is not an absolute http(s) URL" in (
         bad.stderr
     )
+    bad = cli(core, tmp_path, "archive", "rebase", "https://feeds.test/?v=2")
+    assert bad.returncode == 2 and "has a query or a fragment" in bad.stderr, bad.stderr
 
 
 def test_archive_rebase_names_page_files_it_could_not_write(
