@@ -127,9 +127,8 @@ class SQLiteStore(sql.SqlStore):
     running service (a restore, a mistaken ``rm``) would otherwise take writes into the old,
     unlinked file through the open connections, acknowledged and then gone. Every write
     transaction first checks that the path still names the file (device and inode) first seen
-    there, and refuses with :class:`~simplefeed.errors.StoreUnavailable` if not (one ``stat``, 3-4
-    us);
-    :meth:`problems` reports it. A restart opens the file that is there now.
+    there, and refuses with :class:`~simplefeed.errors.StoreUnavailable` if not (one ``stat``,
+    3-4 us); :meth:`problems` reports it. A restart opens the file that is there now.
     """
 
     backend = "sqlite"
