@@ -17,7 +17,7 @@ from simplefeed.errors import Forbidden, Unauthorized
 from simplefeed.model import TokenRecord
 
 PREFIX = "sft"
-_TOKEN = re.compile(r"^sft_([1-9][0-9]{0,9})_([A-Za-z0-9_-]{43})$")
+_TOKEN = re.compile(r"^sft_([1-9][0-9]{0,9})_([A-Za-z0-9_-]{43})\Z")
 #: tokens.id is an INTEGER column: 32 bits on PostgreSQL. A larger id names no token.
 MAX_TOKEN_ID = 2**31 - 1
 

@@ -15,13 +15,13 @@ from urllib.parse import parse_qsl, urlsplit
 from simplefeed.errors import ConfigError
 
 #: Feed names appear in URLs and in archive paths, so they are restricted to a safe alphabet.
-FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}\Z")
 
 
 def base_url_problem(url: str) -> str | None:
     """Why ``url`` cannot be the base URL every document's links are built on (frozen pages
     keep them for good), or None."""
-    if not re.match(r"^https?://[^/\s]+(/[^\s]*)?$", url):
+    if not re.match(r"^https?://[^/\s]+(/[^\s]*)?\Z", url):
         return "is not an absolute http(s) URL"
     parts = urlsplit(url)
     if "@" in parts.netloc:

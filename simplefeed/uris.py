@@ -26,26 +26,26 @@ _RESERVED = ":/?#[]@" + _SUB_DELIMS
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
 # RFC 3986 appendix B, anchored.
 _URI_REFERENCE = re.compile(r"^(([^:/?#]+):)?(//([^/?#]*))?([^?#]*)(\?([^#]*))?(#(.*))?$")
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*$")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*\Z")
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 # RFC 1035 / 1123 host names: letters, digits and inner hyphens, labels of 1-63, dot-separated.
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
-_HOST = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
+_HOST = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*\Z")
 # RFC 2141 (the W3C validator's grammar for URNs), the namespace id in lower case.
-_URN = re.compile(r"^urn:([a-z0-9][a-z0-9-]{1,31}):(?:[A-Za-z0-9()+,\-.:=@;$_!*']|%[0-9A-F]{2})+$")
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_URN = re.compile(r"^urn:([a-z0-9][a-z0-9-]{1,31}):(?:[A-Za-z0-9()+,\-.:=@;$_!*']|%[0-9A-F]{2})+\Z")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 # RFC 4151: tag:authorityName,date:specific[#fragment]; the validator's characters, its date in
 # ASCII digits (the validator's \d also takes other scripts' digits).
 _TAG = re.compile(
     rf"^tag:(?:([a-z0-9\-._]+)@)?({_LABEL}(?:\.{_LABEL})*),(\d{{4}})(?:-(\d{{2}})(?:-(\d{{2}}))?)?:"
-    r"[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*(?:#[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*)?$",
+    r"[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*(?:#[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*)?\Z",
     re.ASCII,
 )
 # RFC 5322 addr-spec, dot-atom forms only (no quoted local parts, no domain literals: the
 # W3C validator refuses those), and a host name with at least two labels.
 _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
 _ANY_CASE_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_ADDR_SPEC = re.compile(rf"^{_ATEXT}+(?:\.{_ATEXT}+)*@{_ANY_CASE_LABEL}(?:\.{_ANY_CASE_LABEL})+$")
+_ADDR_SPEC = re.compile(rf"^{_ATEXT}+(?:\.{_ATEXT}+)*@{_ANY_CASE_LABEL}(?:\.{_ANY_CASE_LABEL})+\Z")
 
 
 class NotAUri(ValueError):
@@ -196,19 +196,19 @@ def id_problem(value: str) -> str | None:
 # The W3C Feed Validator's URI grammar (validators.py, rfc2396 and rfc3987): URNs and UUID and
 # tag URIs by their RFCs in any case, anything else RFC 2396 characters after IDNA encoding.
 _ANY_URN = re.compile(
-    r"^[Uu][Rr][Nn]:[a-zA-Z0-9][a-zA-Z0-9-]{1,31}:([a-zA-Z0-9()+,.:=@;$_!*'\-]|%[0-9A-Fa-f]{2})+$"
+    r"^[Uu][Rr][Nn]:[a-zA-Z0-9][a-zA-Z0-9-]{1,31}:([a-zA-Z0-9()+,.:=@;$_!*'\-]|%[0-9A-Fa-f]{2})+\Z"
 )
 _ANY_UUID = re.compile(
     r"^[Uu][Rr][Nn]:[Uu][Uu][Ii][Dd]:[a-fA-F0-9]{8}-[a-fA-F0-9]{4}-[a-fA-F0-9]{4}-"
-    r"[a-fA-F0-9]{4}-[a-fA-F0-9]{12}$"
+    r"[a-fA-F0-9]{4}-[a-fA-F0-9]{12}\Z"
 )
 _ANY_TAG = re.compile(
     r"^tag:([a-z0-9\-._]+?@)?[a-z0-9.\-]+?,\d{4}(-\d{2}(-\d{2})?)?:"
-    r"[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*(#[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*)?$",
+    r"[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*(#[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*)?\Z",
     re.ASCII,
 )
 _RFC2396 = re.compile(
-    r"([a-zA-Z][0-9a-zA-Z+\-.]*:)?/{0,2}(\[[0-9A-Fa-f:]+\])?[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,#]*$"
+    r"([a-zA-Z][0-9a-zA-Z+\-.]*:)?/{0,2}(\[[0-9A-Fa-f:]+\])?[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,#]*\Z"
 )
 
 

@@ -41,11 +41,11 @@ _NOT_XML_CHAR = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010f
 _DISCOURAGED_CHAR = re.compile("[\u007f-\u009f\ufffd]")
 #: An IRI (RFC 3987), checked loosely: a scheme, then no spaces, controls or delimiters that
 #: are never allowed unescaped.
-_IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"{}|\\^`\x00-\x1f\x7f]*$")
+_IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"{}|\\^`\x00-\x1f\x7f]*\Z")
 _MEDIA_TYPE = re.compile(
-    r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
+    r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\Z"
 )
-_LANG = re.compile(r"^[A-Za-z]{1,8}(-[A-Za-z0-9]{1,8})*$")
+_LANG = re.compile(r"^[A-Za-z]{1,8}(-[A-Za-z0-9]{1,8})*\Z")
 #: RFC 3339 date-time (section 5.6, and its note allowing a space for the T): seconds and an
 #: offset required, ASCII digits only.
 _RFC3339 = re.compile(

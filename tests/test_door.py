@@ -593,6 +593,28 @@ def test_a_link_length_past_a_signed_64_bit_integer_is_refused(
     assert entry.links[0].length == 2**63 - 1
 
 
+@pytest.mark.parametrize(
+    "event,field",
+    [
+        ({"links": [{"href": "https://example.com/a\n"}]}, "links[0].href"),
+        ({"links": [{"href": "https://example.com/a", "hreflang": "en\n"}]}, "links[0].hreflang"),
+        ({"links": [{"href": "https://example.com/a", "type": "text/html\n"}]}, "links[0].type"),
+        ({"author": {"name": "A", "email": "a@example.com\n"}}, "author.email"),
+        ({"author": {"name": "A", "uri": "urn:isbn:0451450523\n"}}, "author.uri"),
+        (
+            {"categories": [{"term": "t", "scheme": "tag:example.com,2027:s\n"}]},
+            "categories[0].scheme",
+        ),
+    ],
+)
+def test_a_value_with_a_newline_after_its_grammar_is_refused(
+    client: Client, core: Simplefeed, event: dict[str, Any], field: str
+) -> None:
+    """A Python pattern's ``$`` also matches before a final newline: each of these passed the
+    door and was rendered, newline and all, into an attribute no grammar allows it in."""
+    refused(client, core, {"title": "x", **event}, field)
+
+
 BAD_IRIS = [
     "urn:x:1",  # a namespace id of one character
     "urn:example:",  # nothing after the namespace id

@@ -195,6 +195,7 @@ def test_deeply_nested_json_body_is_a_clean_400_or_422(
         ("https://user:secret@example.com", "password"),  # in every document
         ("http://example.com/%zz", "two hex digits"),
         ("ftp://example.com", "absolute http"),
+        ("http://example.com\n", "absolute http"),  # $ matched before the newline
     ],
 )
 def test_a_base_url_no_frozen_page_should_keep_is_a_clear_error(base_url: str, words: str) -> None:
@@ -212,6 +213,8 @@ def test_a_bad_limit_setting_is_a_clear_error() -> None:
         Settings.from_env({"SIMPLEFEED_MAX_ID_BYTES": "5000"})
     with pytest.raises(ConfigError, match="integer"):
         Settings.from_env({"SIMPLEFEED_MAX_BATCH": "many"})
+    with pytest.raises(ConfigError, match="not a valid feed name"):
+        Settings.from_env({"SIMPLEFEED_DEFAULT_FEED": "events\n"})
     # Content nested 1,000 deep would be refused by every reader decoding it with Python's json.
     with pytest.raises(ConfigError, match="at most 256"):
         Settings.from_env({"SIMPLEFEED_MAX_JSON_DEPTH": "1000"})

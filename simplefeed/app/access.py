@@ -24,7 +24,7 @@ from simplefeed.model import Appended
 log = logging.getLogger("simplefeed.access")
 
 REQUEST_ID_HEADER = "X-Request-Id"
-_GOOD_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+_GOOD_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}\Z")
 
 #: The environ key of the moment a request came (``time.perf_counter``), when something before
 #: the app saw it first (a long-poll waiting in :class:`~simplefeed.app.waiting.WaitingRoom`):
