@@ -363,6 +363,13 @@ iri = st.builds(
 )
 
 
+#: Values the door takes or refuses for links' and authors' attributes: whatever it takes, every
+#: reader must read back as sent (a newline after the grammar, an underscore, no subtype...).
+MEDIA_TYPES = ["text/html", "application/atom+xml", "image/png", "Text/HTML", "text/html\n", "html"]
+LANGUAGE_TAGS = ["en", "en-US", "x-klingon", "de-CH-1901", "en_US", "en\n", ""]
+EMAILS = ["a@example.com", "first.last+tag@mail.example.org", "a@example.com\n", "a", ""]
+
+
 @st.composite
 def xhtml(draw: st.DrawFn) -> str:
     def element(depth: int) -> str:
@@ -476,27 +483,46 @@ def event(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         raw["id"] = draw(iri)
     author = draw(
-        st.one_of(st.none(), text, st.builds(lambda n, u: {"name": n, "uri": u}, text, iri))
+        st.one_of(
+            st.none(),
+            text,
+            st.builds(lambda n, u: {"name": n, "uri": u}, text, iri),
+            st.builds(lambda n, e: {"name": n, "email": e}, text, st.sampled_from(EMAILS)),
+        )
     )
     if author is not None:
         raw["author"] = author
     raw["categories"] = draw(
         st.lists(
-            st.one_of(text, st.builds(lambda t, lab: {"term": t, "label": lab}, text, maybe_empty)),
+            st.one_of(
+                text,
+                st.builds(lambda t, lab: {"term": t, "label": lab}, text, maybe_empty),
+                st.builds(lambda t, sch: {"term": t, "scheme": sch}, text, iri),
+            ),
             max_size=2,
         )
     )
     raw["links"] = draw(
         st.lists(
             st.builds(
-                lambda href, rel, title: {
+                lambda href, rel, title, extra: {
                     "href": href,
                     "rel": rel,
                     **({"title": title} if title is not None else {}),
+                    **extra,
                 },
                 iri,
                 st.sampled_from(["alternate", "enclosure", "related", "self", "via"]),
                 st.none() | maybe_empty,
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "type": st.sampled_from(MEDIA_TYPES),
+                        "hreflang": st.sampled_from(LANGUAGE_TAGS),
+                        # Past 2^63 - 1 too: what the door takes, every reader must read.
+                        "length": st.integers(min_value=-1, max_value=2**64),
+                    },
+                ),
             ),
             max_size=3,
             unique_by=lambda link: (link["rel"], link["href"]),
@@ -615,6 +641,12 @@ def reader(core: Simplefeed, clock: FakeClock, tmp_path: Path) -> Iterator[Reade
         {"title": "e", "summary": ""},
         {"title": "e", "categories": [{"term": "t", "label": ""}]},
         {"title": "e", "links": [{"href": "https://example.com/", "title": ""}]},
+    ]
+)
+@example(  # the longest link length the door takes; 20 digits, which no Simplefeed consumer read
+    raws=[
+        {"title": "e", "links": [{"href": "https://example.com/", "length": 2**63 - 1}]},
+        {"title": "f", "links": [{"href": "https://example.com/", "length": 10**19}]},
     ]
 )
 def test_what_a_producer_publishes_every_reader_receives(
