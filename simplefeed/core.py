@@ -16,12 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from simplefeed import appending, archive, atom, auth, metrics, paging
+from simplefeed import appending, archive, atom, auth, metrics, paging, validation
 from simplefeed.changes import Bell, Changes
 from simplefeed.errors import (
     BaseUrlMismatch,
     EntryNotFound,
     FeedRetired,
+    InvalidFeed,
     PageNotFound,
     StorageLow,
     StoreError,
@@ -40,7 +41,7 @@ from simplefeed.model import (
     TokenRecord,
     rfc3339,
 )
-from simplefeed.settings import Settings, sqlite_path
+from simplefeed.settings import FEED_NAME_RE, Settings, sqlite_path
 from simplefeed.store import Appending, Store, TokenCheck, open_store
 
 log = logging.getLogger(__name__)
@@ -267,9 +268,19 @@ class Simplefeed:
     def create_feed(
         self, name: str, *, title: str | None = None, page_size: int | None = None
     ) -> Feed:
+        """A new feed. Its name is in every URL of its documents and its title in each of them,
+        frozen pages included: both are checked as a producer's text is."""
+        if not FEED_NAME_RE.match(name):
+            raise InvalidFeed(
+                f"feed name {name!r:.80}: use 1-64 of a-z 0-9 - _, starting with a letter or digit"
+            )
+        title = title or name
+        problem = validation.text_problem(title, self.settings.limits.max_title_chars)
+        if problem is not None:
+            raise InvalidFeed(f"feed title {title!r:.80} {problem}")
         return self.store.create_feed(
             name=name,
-            title=title or name,
+            title=title,
             page_size=page_size or self.settings.page_size,
             uuid=self.new_uuid(),
             now_us=self.clock(),

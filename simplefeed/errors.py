@@ -98,6 +98,10 @@ class EntryConflict(Conflict):
         self.index = index
 
 
+class InvalidFeed(SimplefeedError):
+    """A feed's name or title its documents could not carry."""
+
+
 class FeedExists(Conflict):
     def __init__(self, feed: str) -> None:
         super().__init__(f"feed {feed!r} already exists")

@@ -201,6 +201,25 @@ def parse_events(payload: Any, limits: Limits, now_us: int) -> tuple[list[Event]
     raise InvalidEvent("body must be a JSON object (one event) or an array of them (a batch)")
 
 
+def text_problem(value: str, max_chars: int | None = None) -> str | None:
+    """Why ``value`` cannot be a text the documents carry (an entry's title or a feed's), or
+    None: characters XML cannot carry or feed validators flag, more than ``max_chars``."""
+    bad = _NOT_XML_CHAR.search(value)
+    if bad:
+        return f"contains U+{ord(bad.group()):04X}, which XML cannot carry"
+    bad = _DISCOURAGED_CHAR.search(value)
+    if bad:
+        code = ord(bad.group())
+        what = "the replacement character" if code == 0xFFFD else "a control character"
+        return (
+            f"contains U+{code:04X}, {what}, which XML discourages and feed validators flag "
+            "(text decoded with the wrong charset?); JSON content may hold it"
+        )
+    if max_chars is not None and len(value) > max_chars:
+        return f"is longer than {max_chars} characters"
+    return None
+
+
 def _where(index: int | None, field: str) -> str:
     return field if index is None else f"[{index}].{field}"
 
@@ -230,23 +249,12 @@ class _Checker:
         )
 
     def text(self, field: str, value: str | None, max_chars: int | None = None) -> str | None:
-        """A text field: characters XML carries without complaint, at most ``max_chars``."""
+        """A text field (:func:`text_problem`)."""
         if value is None:
             return None
-        bad = _NOT_XML_CHAR.search(value)
-        if bad:
-            raise self.fail(field, f"contains U+{ord(bad.group()):04X}, which XML cannot carry")
-        bad = _DISCOURAGED_CHAR.search(value)
-        if bad:
-            code = ord(bad.group())
-            what = "the replacement character" if code == 0xFFFD else "a control character"
-            raise self.fail(
-                field,
-                f"contains U+{code:04X}, {what}, which XML discourages and feed validators flag "
-                "(text decoded with the wrong charset?); JSON content may hold it",
-            )
-        if max_chars is not None and len(value) > max_chars:
-            raise self.fail(field, f"is longer than {max_chars} characters")
+        problem = text_problem(value, max_chars)
+        if problem is not None:
+            raise self.fail(field, problem)
         return value
 
     def optional(self, field: str, value: str | None, max_chars: int) -> str | None:

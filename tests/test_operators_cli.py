@@ -96,6 +96,29 @@ def test_feed_show_gives_the_stats_and_entry_points(core: Simplefeed, tmp_path: 
     assert missing.stderr.strip() == "Error: no feed named 'nope'"
 
 
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["orders", "--title", "Orders\x01"], "U+0001, which XML cannot carry"),
+        (["orders", "--title", "Orders\ufffe"], "U+FFFE, which XML cannot carry"),
+        (["orders", "--title", "Orders\x85"], "U+0085, a control character"),
+        (["orders", "--title", "o" * 1025], "longer than 1024 characters"),
+        (["Orders"], "use 1-64 of a-z 0-9 - _"),
+        (["orders\n"], "use 1-64 of a-z 0-9 - _"),
+    ],
+)
+def test_a_feed_its_documents_could_not_carry_is_not_created(
+    core: Simplefeed, tmp_path: Path, args: list[str], words: str
+) -> None:
+    """The title is in every document of the feed, frozen pages included: one character XML
+    cannot carry made every one of them ill-formed (lxml, feedparser and the Simplefeed consumer
+    refused /recent), for good."""
+    done = cli(core, tmp_path, "feed", "create", *args)
+    assert done.returncode == 1 and words in done.stderr, (done.returncode, done.stderr)
+    assert [f.name for f in core.feeds()] == ["events"]
+    ok(cli(core, tmp_path, "feed", "create", "orders", "--title", "Orders ✓"))
+
+
 def test_token_rotate_gives_a_new_secret_and_the_old_one_stops_at_once(
     core: Simplefeed, tmp_path: Path
 ) -> None:
