@@ -162,7 +162,8 @@ def id_problem(value: str) -> str | None:
     except NotAUri as exc:
         return f"is not a URI: {exc}"
     if canonical != value:
-        return (
+        # Only a canonical form the door takes is worth sending; else what is wrong with it.
+        return id_problem(canonical) or (
             f"is not in canonical form (RFC 3986 6.2, case, percent-encoding, default port); "
             f"send {canonical!r}"
         )

@@ -656,6 +656,21 @@ def test_a_namespace_name_the_w3c_validator_flags_is_refused(
     refused(client, core, event, "content", words=("namespace name",))
 
 
+@pytest.mark.parametrize(
+    "entry_id,words",
+    [
+        ("tag:example.com,\uff12\uff10\uff12\uff17:a", "is not a tag URI"),
+        ("HTTP://Exa_mple.com/a", "by a DNS name"),
+    ],
+)
+def test_an_id_whose_canonical_form_is_refused_too_is_told_why(
+    client: Client, core: Simplefeed, entry_id: str, words: str
+) -> None:
+    """Not "send <its canonical form>", which the door would refuse in turn."""
+    reply = refused(client, core, {"title": "x", "id": entry_id}, "id", words=(words,))
+    assert "send" not in reply["message"], reply
+
+
 def test_a_tag_uri_dated_in_other_scripts_digits_is_refused(
     client: Client, core: Simplefeed
 ) -> None:
