@@ -22,6 +22,26 @@ _TOKEN = re.compile(r"^sft_([1-9][0-9]{0,9})_([A-Za-z0-9_-]{43})\Z")
 MAX_TOKEN_ID = 2**31 - 1
 
 
+#: A token's label: a note to recognise it by, one field of a line of ``token list``.
+MAX_LABEL_CHARS = 200
+#: What a label may not hold: C0 and C1 controls (tab and line breaks among them), DEL, the
+#: Unicode line and paragraph separators and the replacement character (text decoded with the
+#: wrong charset).
+_NOT_IN_LABEL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ufffd]")
+
+
+def label_problem(label: str) -> str | None:
+    """Why ``label`` cannot be a token's label, or None."""
+    if not label.strip():
+        return "is blank"
+    bad = _NOT_IN_LABEL.search(label)
+    if bad:
+        return f"contains U+{ord(bad.group()):04X}: a label is one line of text"
+    if len(label) > MAX_LABEL_CHARS:
+        return f"is longer than {MAX_LABEL_CHARS} characters"
+    return None
+
+
 def new_secret() -> str:
     return secrets.token_urlsafe(32)  # 43 characters
 

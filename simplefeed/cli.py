@@ -204,6 +204,8 @@ def feed_create(name: str, page_size: int | None, title: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="A JSON array of every feed's stats.")
 def feed_list(as_json: bool) -> None:
     """List feeds: name, head sequence number, pages, last publish, title."""
+    from simplefeed.lines import escape_field
+
     core = _core()
     stats = [core.stats(f) for f in core.feeds()]
     if as_json:
@@ -222,7 +224,7 @@ def feed_list(as_json: bool) -> None:
                 str(s.pages),
                 str(s.feed.page_size),
                 str(shown["last_publish"] or "never"),
-                s.feed.title,
+                escape_field(s.feed.title),
             )
         )
     _table(rows)
@@ -242,6 +244,8 @@ def _table(rows: list[tuple[str, ...]]) -> None:
 def feed_show(name: str, as_json: bool) -> None:
     """Show a feed's stats: head, pages (frozen and working), last publish, base URL and the
     URLs to read it from."""
+    from simplefeed.lines import escape_field
+
     core = _core()
     shown = core.stats(core.feed(name)).describe()
     if as_json:
@@ -250,7 +254,7 @@ def feed_show(name: str, as_json: bool) -> None:
     entry_points = shown.pop("entry_points")
     assert isinstance(entry_points, dict)
     absent = {"last_publish": "never", "retired": "no", "frozen_pages_base_url": "none recorded"}
-    lines = {k: absent.get(k, "") if v is None else str(v) for k, v in shown.items()}
+    lines = {k: absent.get(k, "") if v is None else escape_field(str(v)) for k, v in shown.items()}
     lines.update({f"url {k}": v for k, v in entry_points.items()})
     width = max(map(len, lines))
     for key, value in lines.items():
@@ -286,7 +290,9 @@ def token() -> None:
 
 @token.command("create")
 @click.option("--feed", "feed_name", help="Limit the token to this feed (default: every feed).")
-@click.option("--label", help="A note to recognise the token by in `token list`.")
+@click.option(
+    "--label", help="A note to recognise the token by in `token list` (one line, 200 characters)."
+)
 def token_create(feed_name: str | None, label: str | None) -> None:
     """Mint a token and print it once; only its hash is stored."""
     value = _core().create_token(feed=feed_name, label=label)
@@ -297,12 +303,14 @@ def token_create(feed_name: str | None, label: str | None) -> None:
 @token.command("list")
 def token_list() -> None:
     """List tokens: id, feed, state, label (never the secrets)."""
+    from simplefeed.lines import escape_field
     from simplefeed.model import rfc3339
 
     for t in _core().tokens():
         state = "revoked " + rfc3339(t.revoked_us) if t.revoked_us is not None else "active"
         click.echo(
-            f"{t.id}\t{t.feed or '*'}\t{state}\tcreated {rfc3339(t.created_us)}\t{t.label or ''}"
+            f"{t.id}\t{t.feed or '*'}\t{state}\tcreated {rfc3339(t.created_us)}"
+            f"\t{escape_field(t.label or '')}"
         )
 
 

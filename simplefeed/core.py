@@ -23,6 +23,7 @@ from simplefeed.errors import (
     EntryNotFound,
     FeedRetired,
     InvalidFeed,
+    InvalidLabel,
     PageNotFound,
     StorageLow,
     StoreError,
@@ -344,7 +345,13 @@ class Simplefeed:
     # -- producer tokens -----------------------------------------------------------------
 
     def create_token(self, *, feed: str | None = None, label: str | None = None) -> str:
-        """Mint a token (optionally limited to one feed); returns it. Only its hash is kept."""
+        """Mint a token (optionally limited to one feed); returns it. Only its hash is kept.
+        Its label is shown in a line of ``token list``: text of at most
+        :data:`auth.MAX_LABEL_CHARS <simplefeed.auth.MAX_LABEL_CHARS>` characters, on one line."""
+        if label is not None:
+            problem = auth.label_problem(label)
+            if problem is not None:
+                raise InvalidLabel(f"token label {label!r:.80} {problem}")
         secret = auth.new_secret()
         token_id = self.store.create_token(
             secret_hash=auth.hash_secret(secret), feed=feed, label=label, now_us=self.clock()

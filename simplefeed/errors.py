@@ -102,6 +102,10 @@ class InvalidFeed(SimplefeedError):
     """A feed's name or title its documents could not carry."""
 
 
+class InvalidLabel(SimplefeedError):
+    """A token's label that ``token list`` could not show as it was given."""
+
+
 class FeedExists(Conflict):
     def __init__(self, feed: str) -> None:
         super().__init__(f"feed {feed!r} already exists")

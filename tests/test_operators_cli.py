@@ -119,6 +119,47 @@ def test_a_feed_its_documents_could_not_carry_is_not_created(
     ok(cli(core, tmp_path, "feed", "create", "orders", "--title", "Orders ✓"))
 
 
+@pytest.mark.parametrize(
+    ("label", "words"),
+    [
+        ("shop\tline", "contains U+0009: a label is one line of text"),
+        ("shop\n2\t*\tactive", "contains U+000A"),
+        ("shop\x1b[2J", "contains U+001B"),
+        ("shop\u2028", "contains U+2028"),
+        ("", "is blank"),
+        ("   ", "is blank"),
+        ("l" * 201, "is longer than 200 characters"),
+    ],
+)
+def test_a_token_label_token_list_could_not_show_on_its_line_is_refused(
+    core: Simplefeed, tmp_path: Path, label: str, words: str
+) -> None:
+    """A label is a field of one line of `token list`: a tab or a line break in it made a
+    listing line that said something else (another token, active)."""
+    done = cli(core, tmp_path, "token", "create", "--label", label)
+    assert done.returncode == 1 and words in done.stderr, (done.returncode, done.stderr)
+    assert "sft_" not in done.stdout
+    assert core.tokens() == []
+    ok(cli(core, tmp_path, "token", "create", "--label", "l" * 200)).startswith("sft_1_")
+
+
+def test_listings_escape_what_could_break_their_lines(core: Simplefeed, tmp_path: Path) -> None:
+    """A label stored before labels were checked, and a feed title (text that may hold line
+    breaks and tabs), are shown escaped: one token or feed is one line."""
+    core.store.create_token(secret_hash="0" * 64, feed=None, label="a\tb\nc\\", now_us=1)
+    listed = ok(cli(core, tmp_path, "token", "list")).splitlines()
+    assert len(listed) == 1 and listed[0].endswith("\ta\\tb\\nc\\\\"), listed
+    core.create_feed("orders", title="Orders\n\tand more")
+    rows = ok(cli(core, tmp_path, "feed", "list")).splitlines()
+    assert (
+        len(rows) == 3 and rows[2].startswith("orders") and rows[2].endswith("Orders\\n\\tand more")
+    ), rows
+    shown = ok(cli(core, tmp_path, "feed", "show", "orders")).splitlines()
+    assert [line.split(None, 1) for line in shown if line.startswith("title ")] == [
+        ["title", "Orders\\n\\tand more"]
+    ], shown
+
+
 def test_token_rotate_gives_a_new_secret_and_the_old_one_stops_at_once(
     core: Simplefeed, tmp_path: Path
 ) -> None:

@@ -81,6 +81,7 @@ from simplefeed.client.parse import PARSERS, FeedEntry, Parser
 from simplefeed.client.poll import PollPolicy
 from simplefeed.client.state import StateFile
 from simplefeed.client.walk import Progress
+from simplefeed.lines import escape_field
 
 __all__ = ["EXIT_CODES", "consume", "consumer_group"]
 
@@ -114,22 +115,6 @@ class ExecFailed(Exception):
 
 def _print_line(entry: FeedEntry) -> None:
     click.echo(f"{entry.seq}\t{escape_field(entry.id)}\t{escape_field(entry.title)}")
-
-
-#: Backslash-escapes for what would break a tab-separated line, or a terminal.
-_ESCAPES = {ord("\\"): "\\\\", ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"}
-_CONTROLS = {
-    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-    for code in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, 0x85]
-    if code not in _ESCAPES
-}
-_FIELD = str.maketrans({**_CONTROLS, **_ESCAPES})
-
-
-def escape_field(text: str) -> str:
-    """``text`` with backslash, tab, line breaks and other control characters backslash-escaped,
-    so one entry is one line of tab-separated fields whatever its id and title hold."""
-    return text.translate(_FIELD)
 
 
 def _print_json(entry: FeedEntry) -> None:
