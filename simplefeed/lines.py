@@ -7,15 +7,19 @@ from __future__ import annotations
 
 #: Backslash-escapes for what would break a tab-separated line, or a terminal.
 _ESCAPES = {ord("\\"): "\\\\", ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"}
+#: Unicode's bidirectional formatting characters: in a terminal they reorder what follows them
+#: on the line, so that a field could show the text of another ("Trojan Source", CVE-2021-42574).
+_BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 _CONTROLS = {
     code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-    for code in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, 0x85]
+    for code in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, *_BIDI]
     if code not in _ESCAPES
 }
 _FIELD = str.maketrans({**_CONTROLS, **_ESCAPES})
 
 
 def escape_field(text: str) -> str:
-    """``text`` with backslash, tab, line breaks and other control characters backslash-escaped,
-    so that it is one field of one tab-separated line whatever it holds."""
+    """``text`` with backslash, tab, line breaks, other control characters and bidirectional
+    formatting characters backslash-escaped, so that it is one field of one tab-separated line,
+    shown as it is, whatever it holds."""
     return text.translate(_FIELD)

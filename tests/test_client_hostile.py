@@ -360,19 +360,19 @@ def test_a_title_cannot_forge_a_line_of_the_default_output(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
     server = hostile({})
-    forged = "real&#10;2\turn:forged\tforged&#13;&#x85;&#x2028;\\"
+    forged = "real&#10;2\turn:forged\tforged&#13;&#x85;&#x2028;&#x202E;lmth.exe\\"
     server.routes["/recent"] = answer(atom(server.base, [(1, forged), (2, "two")]))
     run = consume(f"{server.base}/recent", tmp_path / "s.sqlite3")
     assert run.code == 0, run.stderr
     lines = run.stdout.split("\n")
     assert lines == [
-        "1\turn:h:1\treal\\n2\\turn:forged\\tforged\\r\\x85\\u2028\\\\",
+        "1\turn:h:1\treal\\n2\\turn:forged\\tforged\\r\\x85\\u2028\\u202elmth.exe\\\\",
         "2\turn:h:2\ttwo",
         "",
     ]
     run = consume(f"{server.base}/recent", tmp_path / "j.sqlite3", "--jsonl")
     title = json.loads(run.stdout.split("\n")[0])["title"]
-    assert title == "real\n2\turn:forged\tforged\r\x85\u2028\\"
+    assert title == "real\n2\turn:forged\tforged\r\x85\u2028\u202elmth.exe\\"
 
 
 # -- follow mode: nothing grows --------------------------------------------------------------
