@@ -20,14 +20,17 @@ from typing import Any, ClassVar
 import click
 
 from simplefeed.errors import SimplefeedError
-from simplefeed.settings import Settings, base_url_problem
+from simplefeed.settings import Settings, base_url_problem, misspelt_variables
 
 #: The checkout this package runs from: uwsgi.ini lives there.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _settings() -> Settings:
-    return Settings.from_env()
+    settings = Settings.from_env()
+    for warning in misspelt_variables():
+        click.echo(f"simplefeed: warning: {warning}", err=True)
+    return settings
 
 
 def _core() -> Any:

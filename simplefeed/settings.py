@@ -5,6 +5,7 @@ Everything else receives a :class:`Settings` object; nothing else looks at ``os.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -181,6 +182,46 @@ class Settings:
             "SIMPLEFEED_MAX_LINKS": str(limits.max_links),
             "SIMPLEFEED_MAX_ID_BYTES": str(limits.max_id_bytes),
         }
+
+
+#: Variables uwsgi.ini reads besides the settings (``simplefeed serve`` sets them from its
+#: options).
+UWSGI_VARIABLES = (
+    "SIMPLEFEED_HTTP_SOCKET",
+    "SIMPLEFEED_UWSGI_SOCKET",
+    "SIMPLEFEED_PROCESSES",
+    "SIMPLEFEED_THREADS",
+)
+_PREFIX = "SIMPLEFEED_"
+#: How alike (difflib's ratio, the names without their prefix) a variable must be to a
+#: setting's name to be taken for a misspelling of it: ``PAGESIZE`` is 0.94 of ``PAGE_SIZE``,
+#: ``MAX_TITLE_LENGTH`` 0.71 of ``MAX_TITLE_CHARS``, while the other ``SIMPLEFEED_*`` variables
+#: of this project (the tests', the benchmarks', the deploy recipes', the consumer's handler's)
+#: are at most 0.53 of any.
+_MISSPELT = 0.7
+
+
+def misspelt_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """A warning for each variable set that is not a setting but looks like one's name: a
+    misspelt setting is otherwise ignored without a word, and the service runs on the
+    default (``SIMPLEFEED_PAGESIZE=10`` and every new feed gets pages of 100)."""
+    env = os.environ if environ is None else environ
+    known = {
+        name.removeprefix(_PREFIX): name for name in (*Settings().describe(), *UWSGI_VARIABLES)
+    }
+    warnings = []
+    for name in sorted(env):
+        if name.removeprefix(_PREFIX) in known or not name.upper().startswith(_PREFIX):
+            continue
+        close = difflib.get_close_matches(
+            name[len(_PREFIX) :].upper(), list(known), n=1, cutoff=_MISSPELT
+        )
+        if close:
+            warnings.append(
+                f"{name} is set but is not a setting, so it is ignored: did you mean"
+                f" {known[close[0]]}?"
+            )
+    return warnings
 
 
 #: Query parameters of a database URL whose values are secrets.

@@ -24,7 +24,7 @@ from simplefeed.app import StartResponse, WsgiApp, create_app, requests_only
 from simplefeed.changes import Bell, NodeBell
 from simplefeed.core import Simplefeed
 from simplefeed.errors import BaseUrlMismatch, StoreError
-from simplefeed.settings import Settings
+from simplefeed.settings import Settings, misspelt_variables
 
 try:
     import uwsgi  # type: ignore[import-untyped]
@@ -43,6 +43,8 @@ def refuse_to_start(reason: object) -> NoReturn:
 
 settings = Settings.from_env()
 logs.configure(settings.log_level)
+for warning in misspelt_variables():
+    logging.getLogger("simplefeed").warning(warning)
 if uwsgi is not None and not hasattr(uwsgi, "sharedarea_memoryview"):
     refuse_to_start(
         "uWSGI has no shared area, where the node counts its waiting long-polls: add"

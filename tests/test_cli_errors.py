@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.servers import PROJECT_ROOT, clean_environ, free_port, simplefeed_command
+from simplefeed.settings import misspelt_variables
 
 #: Every command that needs the database, with arguments that would otherwise succeed.
 DATABASE_COMMANDS = [
@@ -115,3 +116,59 @@ def test_config_shows_effective_settings_with_secrets_masked(tmp_path: Path) -> 
 def test_bad_setting_is_one_line(tmp_path: Path) -> None:
     line = one_line_error(run(tmp_path, "feed", "list", SIMPLEFEED_LOG_LEVEL="chatty"))
     assert "SIMPLEFEED_LOG_LEVEL" in line
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("SIMPLEFEED_PAGESIZE", "SIMPLEFEED_PAGE_SIZE"),
+        ("SIMPLEFEED_BASEURL", "SIMPLEFEED_BASE_URL"),
+        ("SIMPLEFEED_BASE_URI", "SIMPLEFEED_BASE_URL"),
+        ("SIMPLEFEED_DATABASE", "SIMPLEFEED_DATABASE_URL"),
+        ("SIMPLEFEED_MAX_TITLE_LENGTH", "SIMPLEFEED_MAX_TITLE_CHARS"),
+        ("SIMPLEFEED_MAX_CONTENT_BYTES", "SIMPLEFEED_MAX_CONTENT_CHARS"),
+        ("SIMPLEFEED_ARCHIVE_DIRECTORY", "SIMPLEFEED_ARCHIVE_DIR"),
+        ("SIMPLEFEED_THREAD", "SIMPLEFEED_THREADS"),
+        ("SIMPLEFEED_log_level", "SIMPLEFEED_LOG_LEVEL"),
+    ],
+)
+def test_a_misspelt_setting_is_named_with_the_one_meant(name: str, meant: str) -> None:
+    assert misspelt_variables({name: "1", meant: "2", "HOME": "/root"}) == [
+        f"{name} is set but is not a setting, so it is ignored: did you mean {meant}?"
+    ]
+
+
+def test_the_projects_other_variables_are_not_taken_for_misspellings() -> None:
+    """Variables of the tests, benchmarks, deploy recipes and the consumer's handlers, which may
+    be in a server's environment, draw no warning; nor do the settings themselves."""
+    others = [
+        "SIMPLEFEED_TEST_POSTGRES_URL",
+        "SIMPLEFEED_BENCH_POSTGRES_URL",
+        "SIMPLEFEED_BENCH_BODY",
+        "SIMPLEFEED_ENTRY_ID",
+        "SIMPLEFEED_ENTRY_SEQ",
+        "SIMPLEFEED_TOKEN",
+        "SIMPLEFEED_UPSTREAM",
+        "SIMPLEFEED_SERVER_NAME",
+        "SIMPLEFEED_BACKEND_HOST",
+        "SIMPLEFEED_BACKEND_PORT",
+        "SIMPLEFEED_SCREENSHOT_DIR",
+        "SIMPLEFEED_REGEN_GOLDEN",
+        "SIMPLEFEED_PROCESSES",
+        "SIMPLEFEED_HTTP_SOCKET",
+        "SIMPLEFEED_PAGE_SIZE",
+        "SIMPLEFEED_MAX_ID_BYTES",
+    ]
+    assert misspelt_variables(dict.fromkeys(others, "1")) == []
+
+
+def test_commands_warn_of_a_misspelt_setting_and_run_on_the_default(tmp_path: Path) -> None:
+    """`SIMPLEFEED_PAGESIZE=10` was ignored without a word: every new feed got pages of 100."""
+    done = run(tmp_path, "config", "--json", SIMPLEFEED_PAGESIZE="10")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        "simplefeed: warning: SIMPLEFEED_PAGESIZE is set but is not a setting, so it is ignored:"
+        " did you mean SIMPLEFEED_PAGE_SIZE?"
+    ]
+    assert json.loads(done.stdout)["SIMPLEFEED_PAGE_SIZE"] == "100"
+    assert run(tmp_path, "config", SIMPLEFEED_PAGE_SIZE="10").stderr == ""

@@ -47,6 +47,26 @@ def test_serve_port_without_base_url_links_to_that_port(tmp_path: Path) -> None:
         assert f"links say {expected}" in s.log()
 
 
+def test_every_worker_logs_a_misspelt_setting(tmp_path: Path) -> None:
+    """A deployment's typo is in the log the operator reads, not only in a command's output:
+    uWSGI started from its ini file gets the warning too."""
+    with server(tmp_path, extra_env={"SIMPLEFEED_MAXWAIT": "5"}) as s:
+        assert httpx.get(s.url("/recent")).status_code == 200
+        log = s.log()
+    warnings = [
+        json.loads(line)
+        for line in log.splitlines()
+        if line.startswith("{") and "SIMPLEFEED_MAXWAIT" in line
+    ]
+    message = (
+        "SIMPLEFEED_MAXWAIT is set but is not a setting, so it is ignored: did you mean"
+        " SIMPLEFEED_MAX_WAIT?"
+    )
+    assert f"simplefeed: warning: {message}" in log  # `simplefeed serve`, before uWSGI
+    assert len({w["pid"] for w in warnings}) == s.processes == 2
+    assert {(w["level"], w["message"]) for w in warnings} == {("WARNING", message)}
+
+
 def uwsgi_until_it_stops(ini: Path, env: dict[str, str]) -> tuple[int, str]:
     """uWSGI started without `serve`, from the checkout, until it exits (60 s at most): its exit
     status and its standard error."""
