@@ -57,6 +57,10 @@ class Limits:
 #: json (the Simplefeed consumer's) stops near 1,000 levels less the caller's own stack, so
 #: content accepted deeper than that would stop every such reader at its page for good.
 MAX_JSON_DEPTH_LIMIT = 256
+#: The most SIMPLEFEED_RECENT_MAX_AGE may be: a day. Caches (CDNs among them) keep the live
+#: documents that long and consumers poll no sooner, so a value past it (a few zeros too many)
+#: hides every new event from readers for as long.
+MAX_RECENT_MAX_AGE = 86400
 #: The most SIMPLEFEED_MAX_WAIT may be: a waiting request ends well within uwsgi.ini's harakiri.
 MAX_WAIT_LIMIT = 50
 
@@ -127,7 +131,9 @@ class Settings:
             base_url=base_url.rstrip("/"),
             base_url_given=bool(env.get("SIMPLEFEED_BASE_URL")),
             page_size=integer("SIMPLEFEED_PAGE_SIZE", cls.page_size, 1),
-            recent_max_age=integer("SIMPLEFEED_RECENT_MAX_AGE", cls.recent_max_age, 0),
+            recent_max_age=integer(
+                "SIMPLEFEED_RECENT_MAX_AGE", cls.recent_max_age, 0, MAX_RECENT_MAX_AGE
+            ),
             max_wait=integer("SIMPLEFEED_MAX_WAIT", cls.max_wait, 0, MAX_WAIT_LIMIT),
             default_feed=default_feed,
             log_level=log_level,

@@ -118,6 +118,15 @@ def test_bad_setting_is_one_line(tmp_path: Path) -> None:
     assert "SIMPLEFEED_LOG_LEVEL" in line
 
 
+def test_a_live_document_is_not_cached_for_longer_than_a_day(tmp_path: Path) -> None:
+    """`SIMPLEFEED_RECENT_MAX_AGE=1000000` (a few zeros too many) had every cache keep /recent,
+    and every consumer wait, 11 days before seeing a new event."""
+    line = one_line_error(run(tmp_path, "config", SIMPLEFEED_RECENT_MAX_AGE="86401"))
+    assert line == "Error: SIMPLEFEED_RECENT_MAX_AGE must be at most 86400, got 86401"
+    done = run(tmp_path, "config", "--json", SIMPLEFEED_RECENT_MAX_AGE="86400")
+    assert json.loads(done.stdout)["SIMPLEFEED_RECENT_MAX_AGE"] == "86400"
+
+
 @pytest.mark.parametrize(
     ("name", "meant"),
     [
