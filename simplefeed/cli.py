@@ -94,9 +94,17 @@ def config_command(as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--port", type=int, default=8080, show_default=True, help="TCP port to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=8080,
+    show_default=True,
+    help="TCP port to listen on.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--processes", type=int, default=4, show_default=True, help="uWSGI workers.")
+@click.option(
+    "--processes", type=click.IntRange(min=1), default=4, show_default=True, help="uWSGI workers."
+)
 @click.option(
     "--ini",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -122,6 +130,7 @@ def serve(port: int, host: str, processes: int, ini: Path, user: str | None) -> 
     core = Simplefeed(dataclasses.replace(settings, base_url=base_url))
     try:
         core.check_base_url()
+        core.check_default_feed()
     finally:
         core.store.close()
     env = dict(os.environ)

@@ -20,7 +20,9 @@ from simplefeed import appending, archive, atom, auth, metrics, paging, validati
 from simplefeed.changes import Bell, Changes
 from simplefeed.errors import (
     BaseUrlMismatch,
+    DefaultFeedMissing,
     EntryNotFound,
+    FeedNotFound,
     FeedRetired,
     InvalidFeed,
     InvalidLabel,
@@ -305,6 +307,21 @@ class Simplefeed:
         found = self.base_url_problems()
         if found:
             raise BaseUrlMismatch(found)
+
+    def check_default_feed(self) -> None:
+        """Raise :class:`DefaultFeedMissing` if SIMPLEFEED_DEFAULT_FEED names no feed: checked
+        when the service starts, for /recent and ``POST /entries`` would answer 404 while
+        ``/healthz`` said all was well (the variable changed, the feed not created)."""
+        name = self.settings.default_feed
+        try:
+            self.store.feed(name)
+        except FeedNotFound:
+            others = ", ".join(f.name for f in self.store.feeds()) or "none"
+            raise DefaultFeedMissing(
+                f"SIMPLEFEED_DEFAULT_FEED names feed {name!r}, which does not exist, so /recent"
+                f" and POST /entries would answer 404: create it (`simplefeed feed create"
+                f" {name}`) or name one of the feeds there are ({others})"
+            ) from None
 
     def base_url_problems(self) -> list[str]:
         """One sentence per feed whose frozen pages link to another base URL than the

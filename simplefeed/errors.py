@@ -53,6 +53,10 @@ class BaseUrlMismatch(ConfigError):
         self.problems = problems
 
 
+class DefaultFeedMissing(ConfigError):
+    """SIMPLEFEED_DEFAULT_FEED names no feed: /recent and ``POST /entries`` would answer 404."""
+
+
 class NotFound(SimplefeedError):
     pass
 

@@ -4,9 +4,10 @@ With ``lazy-apps`` each worker imports this after the fork, so each builds its o
 and sets up its own logging (JSON lines on standard error: uWSGI's log) and metrics files.
 
 A worker refuses to load the app (and uWSGI, with ``need-app``, to run) when uWSGI has no
-shared area (``sharedarea = 1``: :class:`NodeWaitingSlots`), and when a feed's frozen
-pages link to another base URL than the configured one (:meth:`Simplefeed.check_base_url`);
-``simplefeed serve`` checks the same before it starts uWSGI. A database that does not answer is
+shared area (``sharedarea = 1``: :class:`NodeWaitingSlots`), when a feed's frozen pages link
+to another base URL than the configured one (:meth:`Simplefeed.check_base_url`), and when the
+default feed does not exist (:meth:`Simplefeed.check_default_feed`); ``simplefeed serve``
+checks the same before it starts uWSGI. A database that does not answer is
 not checked here: the service starts and answers 503 until it does (each freeze checks again).
 """
 
@@ -23,7 +24,7 @@ from simplefeed import logs, metrics
 from simplefeed.app import StartResponse, WsgiApp, create_app, requests_only
 from simplefeed.changes import Bell, NodeBell
 from simplefeed.core import Simplefeed
-from simplefeed.errors import BaseUrlMismatch, StoreError
+from simplefeed.errors import ConfigError, StoreError
 from simplefeed.settings import Settings, misspelt_variables
 
 try:
@@ -71,10 +72,13 @@ def node_bell() -> Bell | None:
 core = Simplefeed(settings, bell=node_bell())
 try:
     core.check_base_url()
-except BaseUrlMismatch as exc:
+    core.check_default_feed()
+except ConfigError as exc:
     refuse_to_start(exc)
 except StoreError as exc:
-    logging.getLogger("simplefeed").warning("base URL not checked (database: %s)", exc)
+    logging.getLogger("simplefeed").warning(
+        "base URL and default feed not checked (database: %s)", exc
+    )
 
 
 class NodeWaitingSlots:

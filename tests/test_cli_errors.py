@@ -181,3 +181,21 @@ def test_commands_warn_of_a_misspelt_setting_and_run_on_the_default(tmp_path: Pa
     ]
     assert json.loads(done.stdout)["SIMPLEFEED_PAGE_SIZE"] == "100"
     assert run(tmp_path, "config", SIMPLEFEED_PAGE_SIZE="10").stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--processes", "0"], "'--processes': 0 is not in the range x>=1"),
+        (["--port", "70000"], "'--port': 70000 is not in the range 1<=x<=65535"),
+        (["--port", "0"], "'--port': 0 is not in the range 1<=x<=65535"),
+    ],
+)
+def test_serve_refuses_a_port_or_process_count_uwsgi_cannot_have(
+    tmp_path: Path, args: list[str], words: str
+) -> None:
+    """`serve --port 70000` said "serving on http://127.0.0.1:70000" and handed uWSGI a socket
+    it could not bind; `--port 0` gave links to port 0."""
+    done = run(tmp_path, "serve", *args)
+    assert done.returncode == 2 and words in done.stderr, (done.returncode, done.stderr)
+    assert "serving on" not in done.stderr

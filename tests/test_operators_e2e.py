@@ -142,6 +142,34 @@ def test_start_refuses_a_base_url_other_than_the_frozen_pages(tmp_path: Path) ->
         assert httpx.get(fixed.url("/pages/1")).content == page
 
 
+def test_start_refuses_a_default_feed_that_does_not_exist(tmp_path: Path) -> None:
+    """SIMPLEFEED_DEFAULT_FEED changed and the feed not created: /recent and POST /entries
+    answered 404 while /healthz said ok. `serve` and uWSGI alone now refuse, naming the fix."""
+    with server(tmp_path):  # the database migrated, 'events' created
+        pass
+    refusal = (
+        "SIMPLEFEED_DEFAULT_FEED names feed 'orders', which does not exist, so /recent and POST"
+        " /entries would answer 404: create it (`simplefeed feed create orders`) or name one of"
+        " the feeds there are (events)"
+    )
+    orders = {"SIMPLEFEED_DEFAULT_FEED": "orders"}
+    serve = server(tmp_path, extra_env=orders).cli("serve", "--port", "1", check=False)
+    assert serve.returncode == 1
+    assert serve.stderr.splitlines() == [f"Error: {refusal}"]
+
+    env = server(tmp_path, extra_env=orders).env()
+    env["SIMPLEFEED_HTTP_SOCKET"] = f"127.0.0.1:{free_port()}"
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
+    returncode, stderr = uwsgi_until_it_stops(PROJECT_ROOT / "uwsgi.ini", env)
+    assert returncode != 0
+    critical = [json.loads(line) for line in stderr.splitlines() if '"CRITICAL"' in line]
+    assert critical and critical[0]["message"] == f"not starting: {refusal}", stderr[-3000:]
+
+    server(tmp_path, extra_env=orders).cli("feed", "create", "orders")
+    with server(tmp_path, extra_env=orders) as fixed:
+        assert httpx.get(fixed.url("/recent")).status_code == 200
+
+
 def test_uwsgi_without_a_shared_area_refuses_to_start_saying_what_to_add(tmp_path: Path) -> None:
     """An operator's own uWSGI configuration without `sharedarea` (where the node counts its
     waiting long-polls): the first worker to load the app refuses in one CRITICAL line naming
