@@ -375,6 +375,22 @@ def test_a_title_cannot_forge_a_line_of_the_default_output(
     assert title == "real\n2\turn:forged\tforged\r\x85\u2028\u202elmth.exe\\"
 
 
+@pytest.mark.parametrize(
+    "option", ["--timeout", "--max-time", "--wait", "--min-interval", "--max-interval"]
+)
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_seconds_that_are_not_finite_are_a_usage_error(
+    option: str, value: str, tmp_path: Path
+) -> None:
+    """`--timeout nan` ended with an internal error (exit 70), `--max-time nan` lifted the
+    bound on a response's time: every comparison with NaN is false."""
+    run = consume("http://127.0.0.1:9/recent", tmp_path / "s.sqlite3", f"{option}={value}")
+    assert run.code == 2, (run.code, run.stderr)
+    assert f"Invalid value for '{option}'" in run.stderr
+    assert "finite number of seconds" in run.stderr or "not in the range" in run.stderr
+    assert not (tmp_path / "s.sqlite3").exists()
+
+
 # -- follow mode: nothing grows --------------------------------------------------------------
 
 

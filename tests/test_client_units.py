@@ -11,13 +11,16 @@ import pytest
 
 from simplefeed import atom, paging
 from simplefeed.client import (
+    Bounds,
     Checkpoint,
+    Consumer,
     LastEntryVanished,
     LinkLoop,
     MalformedPage,
     NotAtom,
     PollPolicy,
     RepeatedEntry,
+    RetryPolicy,
     SequenceGap,
     StateError,
     StateFile,
@@ -55,11 +58,34 @@ def test_interval_stays_within_bounds_and_never_below_max_age() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"min_interval": 0}, {"min_interval": 5, "max_interval": 1}, {"factor": 0.5}],
+    [
+        {"min_interval": 0},
+        {"min_interval": 5, "max_interval": 1},
+        {"factor": 0.5},
+        {"min_interval": float("nan")},
+        {"max_interval": float("inf")},
+        {"factor": float("nan")},
+    ],
 )
 def test_poll_policy_rejects_nonsense(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         PollPolicy(**kwargs)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0])
+def test_seconds_that_are_not_finite_are_refused_by_the_library(
+    value: float, tmp_path: Path
+) -> None:
+    """NaN makes every comparison with a deadline false (a response's time unbounded), and an
+    infinite wait never ends: the library refuses both, as the command does."""
+    with pytest.raises(ValueError, match="finite"):
+        Bounds(max_seconds=value)
+    with pytest.raises(ValueError, match="finite"):
+        RetryPolicy(initial=value)
+    with pytest.raises(ValueError, match="finite"):
+        Consumer("http://feeds.example.test/recent", tmp_path / "s.sqlite3", timeout=value)
+    with pytest.raises(ValueError, match="finite"):
+        Consumer("http://feeds.example.test/recent", tmp_path / "s.sqlite3", wait=value)
 
 
 # -- documents rendered by the real renderer -----------------------------------------------

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shlex
 import subprocess
@@ -111,6 +112,20 @@ EXIT_CODES = {
 class ExecFailed(Exception):
     def __init__(self, command: str, detail: str) -> None:
         super().__init__(f"{command!r} {detail}")
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds from ``min`` on, finite: ``float()`` reads "nan" and "inf", and
+    ``--timeout nan`` ended the consumer with an internal error, ``--max-time nan`` lifted the
+    bound on a response's time (every comparison with NaN is false)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
 
 
 def _print_line(entry: FeedEntry) -> None:
@@ -221,7 +236,7 @@ class _ProgressBars:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1),
     default=10.0,
     show_default=True,
     help="Seconds per HTTP request.",
@@ -256,7 +271,7 @@ class _ProgressBars:
 )
 @click.option(
     "--max-time",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1),
     default=Bounds.max_seconds,
     show_default=True,
     help="Seconds for a whole response, headers and body (each read waits only for what is "
@@ -272,14 +287,14 @@ class _ProgressBars:
 )
 @click.option(
     "--min-interval",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1),
     default=1.0,
     show_default=True,
     help="Shortest polling interval with --follow, in seconds (never below max-age).",
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(min=0),
+    type=Seconds(min=0),
     default=30.0,
     show_default=True,
     help="With --follow: ask the server to hold each poll up to this many seconds until the "
@@ -293,7 +308,7 @@ class _ProgressBars:
 )
 @click.option(
     "--max-interval",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1),
     default=300.0,
     show_default=True,
     help="Longest polling interval with --follow, in seconds.",

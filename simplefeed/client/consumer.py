@@ -46,6 +46,7 @@ the entry point's max-age. The clock and the sleep are injected.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import weakref
@@ -244,8 +245,8 @@ class Consumer:
             )
         if parser not in PARSERS:
             raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
-        if wait < 0:
-            raise ValueError("wait must not be negative")
+        if not (math.isfinite(wait) and wait >= 0):
+            raise ValueError("wait must be finite and not negative")
         self.url = url
         self.wait = wait
         self.on_error = on_error

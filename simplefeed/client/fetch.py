@@ -103,6 +103,8 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ValueError("attempts must be at least 1")
+        if not all(_seconds(s) for s in (self.initial, self.max_wait, self.jitter)):
+            raise ValueError("initial, max_wait and jitter must be finite and not negative")
 
 
 @dataclass(frozen=True)
@@ -114,8 +116,15 @@ class Bounds:
     max_seconds: float = 120.0
 
     def __post_init__(self) -> None:
-        if self.max_bytes < 1 or self.max_seconds <= 0:
-            raise ValueError("bounds must be positive")
+        if self.max_bytes < 1 or not (_seconds(self.max_seconds) and self.max_seconds > 0):
+            raise ValueError("bounds must be positive and finite")
+
+
+def _seconds(value: float) -> bool:
+    """Whether ``value`` is a number of seconds: finite and not negative (NaN and infinity,
+    which ``float()`` reads from text, would make every comparison with a deadline false, or
+    the deadline never come)."""
+    return math.isfinite(value) and value >= 0
 
 
 def origin(url: str | httpx.URL) -> str:
@@ -216,6 +225,8 @@ class Fetcher:
         self.clock = clock
         self.sleep = sleep
         self.stats = FetchStats()
+        if not (_seconds(timeout) and timeout > 0):
+            raise ValueError("timeout must be positive and finite")
         self.timeout = timeout
         self._deadlines = _Deadlines()
         self._transport = transport if transport is not None else _transport(self._deadlines)

@@ -13,6 +13,7 @@ interval back down by one ``factor`` per poll that finds something.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 __all__ = ["PollPolicy", "next_interval"]
@@ -27,6 +28,8 @@ class PollPolicy:
     factor: float = 2.0
 
     def __post_init__(self) -> None:
+        if not all(map(math.isfinite, (self.min_interval, self.max_interval, self.factor))):
+            raise ValueError("min_interval, max_interval and factor must be finite")
         if self.min_interval <= 0:
             raise ValueError("min_interval must be positive")
         if self.max_interval < self.min_interval:
