@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import socket
 import socketserver
 import subprocess
@@ -389,6 +390,36 @@ def test_seconds_that_are_not_finite_are_a_usage_error(
     assert f"Invalid value for '{option}'" in run.stderr
     assert "finite number of seconds" in run.stderr or "not in the range" in run.stderr
     assert not (tmp_path / "s.sqlite3").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("notaurl", "is not an http:// or https:// URL"),
+        ("ftp://127.0.0.1/recent", "is not an http:// or https:// URL"),
+        ("http:///recent", "has no host"),
+        ("http://[::1/recent", "is not a URL (Invalid port: ':1')"),
+        ("http://127.0.0.1:99999/recent", "has port 99999, outside 1-65535"),
+        ("http://reader:s3cret@127.0.0.1:9/recent", "holds a user name or password"),
+    ],
+)
+def test_an_entry_point_that_is_no_http_url_is_a_usage_error(
+    url: str, words: str, tmp_path: Path
+) -> None:
+    """`http://[::1/recent` ended with an internal error (exit 70); `ftp://` and `notaurl`
+    were network errors (exit 5) after a state file was made; a password in the URL was not
+    sent, but printed in every message."""
+    run = consume(url, tmp_path / "s.sqlite3")
+    assert run.code == 2, (run.code, run.stderr)
+    assert f"Invalid value for 'URL': {words}" in run.stderr
+    assert "s3cret" not in run.stderr
+    assert not (tmp_path / "s.sqlite3").exists()
+    with pytest.raises(ValueError, match=re.escape(f"the entry point {words}")):
+        Consumer(url, tmp_path / "s.sqlite3")
+    run = consume(
+        "http://127.0.0.1:9/recent", tmp_path / "s.sqlite3", "--allow-redirect-origin", url
+    )
+    assert run.code == 2 and words in run.stderr, (run.code, run.stderr)
 
 
 # -- follow mode: nothing grows --------------------------------------------------------------

@@ -77,7 +77,7 @@ from simplefeed.client.errors import (
     HandlerError,
     StateError,
 )
-from simplefeed.client.fetch import Bounds, RetryPolicy
+from simplefeed.client.fetch import Bounds, RetryPolicy, url_problem
 from simplefeed.client.parse import PARSERS, FeedEntry, Parser
 from simplefeed.client.poll import PollPolicy
 from simplefeed.client.state import StateFile
@@ -126,6 +126,16 @@ class Seconds(click.FloatRange):
         if not math.isfinite(seconds):
             self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
         return seconds
+
+
+def _http_urls(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """The URL argument (or each of an option's URLs), checked: a usage error (exit 2) saying
+    what is wrong, never the URL itself (it may hold a password)."""
+    for url in value if isinstance(value, tuple) else (value,):
+        problem = url_problem(url)
+        if problem is not None:
+            raise click.BadParameter(problem)
+    return value
 
 
 def _print_line(entry: FeedEntry) -> None:
@@ -194,7 +204,7 @@ class _ProgressBars:
             self.phase = None
 
 
-@click.argument("url")
+@click.argument("url", callback=_http_urls)
 @click.option(
     "--state",
     "state_path",
@@ -281,6 +291,7 @@ class _ProgressBars:
     "--allow-redirect-origin",
     "redirect_origins",
     multiple=True,
+    callback=_http_urls,
     metavar="ORIGIN",
     help="Follow redirects to this origin (scheme://host[:port]) too; by default only within "
     "URL's origin. Repeatable.",

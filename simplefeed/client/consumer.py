@@ -60,7 +60,7 @@ from typing import Literal
 
 from simplefeed.client.entry import FeedEntry
 from simplefeed.client.errors import DigestMismatch, FeedError, HandlerError, TooManyParked
-from simplefeed.client.fetch import Bounds, Fetcher, RetryPolicy, Transport
+from simplefeed.client.fetch import Bounds, Fetcher, RetryPolicy, Transport, url_problem
 from simplefeed.client.parse import (
     PARSERS,
     Outline,
@@ -247,6 +247,9 @@ class Consumer:
             raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
         if not (math.isfinite(wait) and wait >= 0):
             raise ValueError("wait must be finite and not negative")
+        problem = url_problem(url)
+        if problem is not None:
+            raise ValueError(f"the entry point {problem}")
         self.url = url
         self.wait = wait
         self.on_error = on_error

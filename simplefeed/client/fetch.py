@@ -127,6 +127,28 @@ def _seconds(value: float) -> bool:
     return math.isfinite(value) and value >= 0
 
 
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a consumer's entry point or an origin it follows redirects to, or
+    None: an absolute http(s) URL with a host and a port that can be, and no user name or
+    password (the consumer sends none from a URL, and prints its URL in every message)."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        return f"is not a URL ({exc})"
+    if parsed.scheme not in ("http", "https"):
+        return "is not an http:// or https:// URL"
+    if not parsed.host:
+        return "has no host"
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        return f"has port {parsed.port}, outside 1-65535"
+    if parsed.userinfo:
+        return (
+            "holds a user name or password, which the consumer would not send and would show"
+            " in every message"
+        )
+    return None
+
+
 def origin(url: str | httpx.URL) -> str:
     """``scheme://host:port`` of a URL (the default port written out)."""
     if isinstance(url, str):
@@ -221,7 +243,12 @@ class Fetcher:
         self.cache = cache
         self.retry = retry if retry is not None else RetryPolicy()
         self.bounds = bounds if bounds is not None else Bounds()
-        self.allow_redirect_origins = frozenset(origin(o) for o in allow_redirect_origins)
+        allowed = tuple(allow_redirect_origins)
+        for other in allowed:
+            problem = url_problem(other)
+            if problem is not None:
+                raise ValueError(f"a redirect origin {problem}")
+        self.allow_redirect_origins = frozenset(origin(o) for o in allowed)
         self.clock = clock
         self.sleep = sleep
         self.stats = FetchStats()
