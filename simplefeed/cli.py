@@ -455,11 +455,20 @@ def publish(
     """Publish an event over HTTP, as a producer would."""
     import httpx
 
+    from simplefeed.settings import FEED_NAME_RE
+
+    if url is not None and base_url_problem(url) is not None:
+        raise click.BadParameter(f"{url!r} {base_url_problem(url)}", param_hint="--url")
+    if feed_name is not None and not FEED_NAME_RE.match(feed_name):
+        raise click.BadParameter(f"{feed_name!r} is not a feed name", param_hint="--feed")
     base = (url or _settings().base_url).rstrip("/")
     target = f"{base}/feeds/{feed_name}/entries" if feed_name else f"{base}/entries"
     payload: Any
     if title is None:
-        payload = json.load(sys.stdin)
+        try:
+            payload = json.loads(sys.stdin.buffer.read())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise click.ClickException(f"standard input is not JSON: {exc}") from None
     else:
         payload = {"title": title}
         for key, value in (("content", content), ("content_type", content_type), ("id", entry_id)):

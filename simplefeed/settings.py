@@ -24,7 +24,13 @@ def base_url_problem(url: str) -> str | None:
     keep them for good), or None."""
     if not re.match(r"^https?://[^/\s]+(/[^\s]*)?\Z", url):
         return "is not an absolute http(s) URL"
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535"...
+        return f"is not a URL ({exc})"
+    if port == 0:
+        return "has port 0"
     if "@" in parts.netloc:
         return "holds a user name or password, which every document would show"
     if "?" in url or "#" in url:

@@ -199,3 +199,34 @@ def test_serve_refuses_a_port_or_process_count_uwsgi_cannot_have(
     done = run(tmp_path, "serve", *args)
     assert done.returncode == 2 and words in done.stderr, (done.returncode, done.stderr)
     assert "serving on" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "words"),
+    [
+        (["--url", "http://[::1", "--title", "t"], "", "'http://[::1' is not a URL"),
+        (["--url", "ftp://x", "--title", "t"], "", "is not an absolute http(s) URL"),
+        (["--feed", "../x", "--title", "t"], "", "'../x' is not a feed name"),
+        ([], "{bad", "standard input is not JSON: Expecting property name"),
+        ([], "\udcff", "standard input is not JSON"),
+    ],
+)
+def test_publish_says_what_is_wrong_with_its_input_in_one_line(
+    tmp_path: Path, args: list[str], stdin: str, words: str
+) -> None:
+    """`--url http://[::1` and JSON that does not parse ended in a traceback; `--feed ../x`
+    posted to another path of the service."""
+    environ = clean_environ()
+    environ.update(PYTHONPATH=str(PROJECT_ROOT), SIMPLEFEED_TOKEN="sft_1_x")
+    done = subprocess.run(
+        [*simplefeed_command(), "publish", "--url", "http://127.0.0.1:9", *args],
+        cwd=tmp_path,
+        env=environ,
+        input=stdin.encode("utf-8", "surrogateescape"),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    stderr = done.stderr.decode()
+    assert done.returncode in (1, 2) and "Traceback" not in stderr, stderr
+    assert words in stderr, stderr

@@ -196,6 +196,9 @@ def test_deeply_nested_json_body_is_a_clean_400_or_422(
         ("http://example.com/%zz", "two hex digits"),
         ("ftp://example.com", "absolute http"),
         ("http://example.com\n", "absolute http"),  # $ matched before the newline
+        ("http://[::1/feeds", "Invalid IPv6 URL"),  # was a traceback (urlsplit's ValueError)
+        ("http://example.com:99999", "Port out of range"),
+        ("http://example.com:0", "port 0"),
     ],
 )
 def test_a_base_url_no_frozen_page_should_keep_is_a_clear_error(base_url: str, words: str) -> None:
