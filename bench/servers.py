@@ -147,7 +147,7 @@ class UwsgiServer:
                 "SIMPLEFEED_PAGE_SIZE": str(self.page_size),
             }
         )
-        if self.base_url_env:
+        if self.base_url_env and self.port:  # (none before the port is chosen)
             env["SIMPLEFEED_BASE_URL"] = self.base_url
         env.update(self.extra_env)
         return env
@@ -197,9 +197,7 @@ class UwsgiServer:
             check_ready(self.database_url)
         except DatabaseNotReady:
             self.migrate()
-        # Not the base URL: the port is not chosen yet, and a token does not need it.
-        env = {k: v for k, v in self.env().items() if k != "SIMPLEFEED_BASE_URL"}
-        core = Simplefeed(Settings.from_env(env))
+        core = Simplefeed(Settings.from_env(self.env()))
         try:
             self.token = core.create_token(label="tests")
         finally:
