@@ -31,6 +31,10 @@ PATHS = [
     "/feeds/orders/pages/1",
     "/healthz",
     "/openapi.json",
+    "/metrics",
+    "/",  # the pages for people
+    "/feeds/orders",
+    "/feeds/events?page=1",
     "/pages/99",  # a 404
     "/pages/01",  # a 308 to /pages/1
     f"/entries/{quote(LOCATED_ID, safe='')}",  # the entry locator: a 303 to an archived page

@@ -102,7 +102,9 @@ class _Html:
 
     def send(self, resp: falcon.Response, template: str, **values: object) -> None:
         resp.content_type = falcon.MEDIA_HTML
-        resp.cache_control = ["no-cache"]
+        # Rendered per request, without a validator: nothing to revalidate a stored copy with
+        # (REDbot warned of "no-cache" without one), so no copy is kept.
+        resp.cache_control = ["no-store"]
         resp.set_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         resp.set_header("X-Content-Type-Options", "nosniff")
         resp.text = _TEMPLATES.get_template(template).render(**values)
