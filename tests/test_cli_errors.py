@@ -230,3 +230,23 @@ def test_publish_says_what_is_wrong_with_its_input_in_one_line(
     stderr = done.stderr.decode()
     assert done.returncode in (1, 2) and "Traceback" not in stderr, stderr
     assert words in stderr, stderr
+
+
+def test_the_consumer_refuses_the_services_database_as_its_state_file(tmp_path: Path) -> None:
+    """`simplefeed consume --state var/simplefeed.sqlite3` wrote the consumer's tables into
+    the service's database: now exit 6, the database as it was."""
+    assert run(tmp_path, "db", "upgrade").returncode == 0
+    database = tmp_path / "var" / "simplefeed.sqlite3"
+    with sqlite3.connect(database) as db:
+        tables = sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master"))
+    db.close()
+    for args in (
+        ["consume", "http://127.0.0.1:9/recent", "--retries", "0"],
+        ["consumer", "status"],
+    ):
+        done = run(tmp_path, *args, "--state", str(database))
+        assert done.returncode == 6, (args, done.returncode, done.stderr)
+        assert "not a consumer's state file but another application's database" in done.stderr
+    with sqlite3.connect(database) as db:
+        assert sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master")) == tables
+    db.close()

@@ -418,3 +418,55 @@ def test_a_file_that_is_not_a_state_file_is_a_state_error(tmp_path: Path) -> Non
     path.write_bytes(b"not a database at all" * 100)
     with pytest.raises(StateError):
         StateFile(path)
+
+
+def file_state(path: Path) -> tuple[list[str], int, int, str]:
+    with sqlite3.connect(path) as db:
+        found = (
+            sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")),
+            db.execute("PRAGMA user_version").fetchone()[0],
+            db.execute("PRAGMA application_id").fetchone()[0],
+            db.execute("PRAGMA journal_mode").fetchone()[0],
+        )
+    db.close()
+    return found
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        "CREATE TABLE feeds (id INTEGER PRIMARY KEY); CREATE TABLE checkpoints (x);",
+        "PRAGMA application_id=1234;",
+    ],
+    ids=["another application's tables", "another application's id"],
+)
+def test_another_applications_database_is_refused_untouched(tmp_path: Path, setup: str) -> None:
+    """`--state` given the service's own database put the consumer's tables, WAL mode and
+    schema version in it (and so into what alembic checks)."""
+    path = tmp_path / "other.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.executescript(setup)
+    db.close()
+    before = file_state(path)
+    with pytest.raises(StateError, match="not a consumer's state file"):
+        StateFile(path)
+    assert file_state(path) == before
+
+
+def test_a_state_file_is_marked_as_one(tmp_path: Path) -> None:
+    """New files, and files of before the mark, carry the consumer's application id."""
+    path = tmp_path / "state.sqlite3"
+    with StateFile(path):
+        pass
+    assert file_state(path)[2] == 0x53466373
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA application_id=0")
+    db.close()
+    with StateFile(path) as state:
+        assert state.load_checkpoint(f"{BASE}/recent") is None
+    assert file_state(path) == (
+        ["checkpoints", "documents", "heads", "parked"],
+        3,
+        0x53466373,
+        "wal",
+    )

@@ -63,6 +63,12 @@ __all__ = [
 #: by the versions before it, and opening a file adds it.
 SCHEMA_VERSION = 3
 
+#: SQLite's ``PRAGMA application_id`` of a state file ("SFcs"): what it is, for ``file(1)``
+#: and for :class:`StateFile`, which opens no file another application marked.
+APPLICATION_ID = 0x53466373
+#: The tables of a state file: a file holding any other is not one.
+_TABLES = frozenset({"checkpoints", "parked", "heads", "documents"})
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (
     feed_url    TEXT PRIMARY KEY,
@@ -192,6 +198,7 @@ class StateFile:
         except (OSError, sqlite3.Error) as exc:
             raise StateError(str(self.path), f"cannot open the state file: {exc}") from exc
         try:
+            self._check_own()
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._durable = True
@@ -209,12 +216,31 @@ class StateFile:
                     "ALTER TABLE documents ADD COLUMN coding TEXT NOT NULL DEFAULT 'identity'"
                 )
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._db.execute(f"PRAGMA application_id={APPLICATION_ID}")
         except sqlite3.Error as exc:
             self._db.close()
             raise StateError(str(self.path), f"not a usable state file: {exc}") from exc
         except BaseException:
             self._db.close()
             raise
+
+    def _check_own(self) -> None:
+        """Raise :class:`StateError` unless the file is empty or a consumer's state file, before
+        anything is written to it: ``--state`` given the service's own database (or another
+        application's) put the consumer's tables, journal mode and schema version in it."""
+        application_id = self._db.execute("PRAGMA application_id").fetchone()[0]
+        tables = {
+            row[0]
+            for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        foreign = sorted(tables - _TABLES)
+        if application_id not in (0, APPLICATION_ID) or foreign:
+            held = f" (it holds {', '.join(foreign[:5])})" if foreign else ""
+            raise StateError(
+                str(self.path),
+                f"not a consumer's state file but another application's database{held}:"
+                " give the consumer a file of its own",
+            )
 
     # -- checkpoints ---------------------------------------------------------------------
 
