@@ -156,6 +156,10 @@ class UnsupportedMediaType(RequestError):
     status = 415
 
 
+class UnsupportedContentCoding(UnsupportedMediaType):
+    """A request body in a content coding the door does not decode (it reads identity only)."""
+
+
 class InvalidEvent(RequestError):
     status = 422
 

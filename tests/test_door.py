@@ -5,6 +5,7 @@ one case of each rule through a real uWSGI."""
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -703,4 +704,40 @@ def test_a_content_length_of_anything_but_ascii_digits_is_refused(
     )
     assert r.status_code == 400, r.text
     assert r.json["error"] == "bad_request" and "Content-Length" in r.json["message"], r.json
+    assert state(client, core) == before
+
+
+@pytest.mark.parametrize("coding", ["gzip", "br", "zstd", "gzip, identity", "x-custom"])
+def test_a_body_in_a_content_coding_is_refused_with_415(
+    client: Client, core: Simplefeed, coding: str
+) -> None:
+    """The door reads a publish's body as it came: a gzipped one was "not valid UTF-8" (400),
+    and a plain one labelled gzip was stored. RFC 9110 15.5.16 and 12.5.3: 415, with
+    Accept-Encoding saying what would be taken."""
+    before = state(client, core)
+    body = gzip.compress(b'{"title":"x"}') if coding == "gzip" else b'{"title":"x"}'
+    r = client.simulate_post(
+        "/entries",
+        body=body,
+        headers={"Content-Type": "application/json", "Content-Encoding": coding},
+    )
+    assert r.status_code == 415, r.text
+    assert r.headers["accept-encoding"] == "identity"
+    assert "Content-Encoding" in r.json["message"], r.json
+    assert state(client, core) == before
+    r = client.simulate_post(
+        "/entries",
+        body=b'{"title":"x"}',
+        headers={"Content-Type": "application/json", "Content-Encoding": "Identity"},
+    )
+    assert r.status_code == 201, r.text
+
+
+@pytest.mark.parametrize("path", ["/entries?feed=orders", "/feeds/events/entries?dry_run=1"])
+def test_a_publish_with_a_query_is_refused(client: Client, core: Simplefeed, path: str) -> None:
+    """`POST /entries?feed=orders` published to the default feed, for good."""
+    before = state(client, core)
+    r = client.simulate_post(path, json={"title": "x"})
+    assert r.status_code == 400, r.text
+    assert "POST /feeds/NAME/entries" in r.json["message"], r.json
     assert state(client, core) == before

@@ -22,6 +22,7 @@ from simplefeed.errors import (
     StorageLow,
     StoreUnavailable,
     Unauthorized,
+    UnsupportedContentCoding,
 )
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,9 @@ def handle_domain(req: falcon.Request, resp: falcon.Response, ex: Exception, par
         _reply(resp, 409, str(ex))
     elif isinstance(ex, InvalidEvent):
         _reply(resp, ex.status, ex.message, index=ex.index, field=ex.field)
+    elif isinstance(ex, UnsupportedContentCoding):
+        _reply(resp, ex.status, ex.message)
+        resp.set_header("Accept-Encoding", "identity")  # RFC 9110 12.5.3: what it would take
     elif isinstance(ex, RequestError):
         _reply(resp, ex.status, ex.message)
     elif isinstance(ex, BaseUrlMismatch):

@@ -98,7 +98,7 @@ def _publish(feed: bool) -> dict[str, Any]:
                 "description": "Every event was a replay of an entry already held",
                 "content": {"application/json": {"schema": reply}},
             },
-            "400": _error("Malformed JSON or not UTF-8"),
+            "400": _error("Malformed JSON or not UTF-8, or a query string"),
             "401": _error("Missing or invalid token"),
             "403": _error("Token limited to another feed"),
             "404": _error("No such feed"),
@@ -106,7 +106,7 @@ def _publish(feed: bool) -> dict[str, Any]:
             "410": _error("The feed is retired: it is read as ever, takes no more events"),
             "411": _error("No Content-Length (chunked bodies are refused)"),
             "413": _error("Body or batch too large"),
-            "415": _error("Not application/json"),
+            "415": _error("Not application/json, or a body in a content coding (send identity)"),
             "422": _error("An event breaks the schema or a limit"),
         },
     }

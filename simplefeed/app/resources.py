@@ -23,6 +23,7 @@ from simplefeed.errors import (
     PageNotFound,
     PayloadTooLarge,
     StoreUnavailable,
+    UnsupportedContentCoding,
     UnsupportedMediaType,
 )
 from simplefeed.model import (
@@ -515,6 +516,20 @@ class Entries(_FeedResource):
         if not _json_media_type(req.content_type):
             raise UnsupportedMediaType(
                 f"Content-Type must be application/json (UTF-8), got {req.content_type!r}"
+            )
+        coding = (req.get_header("Content-Encoding") or "").strip(" \t").lower()
+        if coding not in ("", IDENTITY):
+            # Read as it came, a gzipped body was "not valid UTF-8"; a plain one mislabelled
+            # was taken as plain.
+            raise UnsupportedContentCoding(
+                f"Content-Encoding {coding[:40]!r} is not accepted on a publish: send the body"
+                " as it is, without Content-Encoding"
+            )
+        if req.query_string:
+            # `POST /entries?feed=orders` published to the default feed, for good.
+            raise MalformedRequest(
+                "a publish takes no query parameters (got"
+                f" {req.query_string[:40]!r}): a feed's events go to POST /feeds/NAME/entries"
             )
         length = (req.get_header("Content-Length") or "").strip(" \t")  # empty: absent (WSGI)
         if length and not (length.isascii() and length.isdigit()):
