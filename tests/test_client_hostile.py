@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from bench.servers import HOST, clean_environ, simplefeed_command
-from simplefeed.client import Consumer, RetryPolicy
+from simplefeed.client import Checkpoint, Consumer, RetryPolicy
 from simplefeed.client.state import StateFile
 
 RSS_LIMIT_KIB = 300 * 1024
@@ -500,3 +500,27 @@ def test_cookies_a_server_sets_are_neither_kept_nor_sent_back(
             assert [e.seq for e in c.entries()] in ([1], [])
     assert len(server.requests) == 3
     assert not [r for r in server.requests if b"\r\ncookie:" in r.lower()], server.requests
+
+
+def test_a_state_file_with_an_entry_point_of_before_the_check_is_a_usage_error(
+    tmp_path: Path,
+) -> None:
+    """An entry point with a password, recorded before entry points were checked: the consumer
+    commands say so (exit 2), without printing it, instead of an internal error."""
+    path = tmp_path / "s.sqlite3"
+    with StateFile(path) as state:
+        state.save_checkpoint(
+            "http://reader:s3cret@127.0.0.1:9/recent",
+            Checkpoint("urn:x:1", 1, "http://127.0.0.1:9/pages/1"),
+            now=1.0,
+        )
+    done = subprocess.run(
+        [*simplefeed_command(), "consumer", "status", "--state", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "an entry point of the state file holds a user name or password" in done.stderr
+    assert "s3cret" not in done.stderr + done.stdout

@@ -531,6 +531,12 @@ def _entry_points(state: StateFile, url: str | None) -> list[str]:
     known = sorted(
         set(state.checkpoints()) | set(state.heads()) | {p.feed_url for p in state.parked()}
     )
+    for entry_point in known:  # recorded before entry points were checked
+        problem = url_problem(entry_point)
+        if problem is not None:
+            raise click.UsageError(
+                f"an entry point of the state file {problem}, which the consumer no longer takes"
+            )
     if url is not None:
         if url not in known:
             raise click.UsageError(f"{url} is not in the state file (it has: {', '.join(known)})")
