@@ -524,3 +524,38 @@ def test_a_state_file_with_an_entry_point_of_before_the_check_is_a_usage_error(
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert "an entry point of the state file holds a user name or password" in done.stderr
     assert "s3cret" not in done.stderr + done.stdout
+
+
+def test_json_content_with_an_escaped_lone_surrogate_is_printed_as_json_that_reads_back(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """RFC 8259 lets JSON escape a lone surrogate (I-JSON does not, and a Simplefeed server
+    refuses it from producers); another server may serve one. Printed as decoded, UTF-8 could
+    not carry it: `--jsonl` and `--exec` stopped at the entry as a failed handler (exit 3), and
+    parking it failed the same way. Now the JSON text escapes it again."""
+    server = hostile({})
+    value = {"a": "\ud800", "b": "\x00", "c": "é😀"}
+    content = '{"a": "\\ud800", "b": "\\u0000", "c": "é😀"}'
+    body = atom(server.base, [(1, "t")]).replace(
+        b"<sf:seq>1</sf:seq>",
+        b'<sf:seq>1</sf:seq><content type="text" sf:type="application/json">'
+        + content.encode()
+        + b"</content>",
+    )
+    server.routes["/recent"] = answer(body)
+    for args in (["--jsonl"], ["--parser", "lxml", "--jsonl"], ["--exec", "cat"]):
+        run = consume(f"{server.base}/recent", tmp_path / f"{len(args)}.sqlite3", *args)
+        assert run.code == 0, (args, run.code, run.stderr)
+        assert json.loads(run.stdout)["content"] == value, (args, run.stdout)
+    state = tmp_path / "park.sqlite3"
+    run = consume(f"{server.base}/recent", state, "--exec", "false", "--on-error", "park")
+    assert run.code == 0, run.stderr
+    parked = subprocess.run(
+        [*simplefeed_command(), "consumer", "parked", "--state", str(state), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert parked.returncode == 0, parked.stderr
+    assert json.loads(parked.stdout)["entry"]["content"] == value

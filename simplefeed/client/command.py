@@ -55,7 +55,6 @@ standard error is a terminal. The lead wires this command into ``simplefeed.cli`
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -71,6 +70,7 @@ from typing import Any, ClassVar
 import click
 
 from simplefeed.client.consumer import CheckpointEvery, Consumer, OnError, Start, Status
+from simplefeed.client.entry import json_text
 from simplefeed.client.errors import (
     FeedError,
     FetchError,
@@ -143,7 +143,7 @@ def _print_line(entry: FeedEntry) -> None:
 
 
 def _print_json(entry: FeedEntry) -> None:
-    click.echo(json.dumps(entry.to_json(), ensure_ascii=False, separators=(",", ":")))
+    click.echo(json_text(entry.to_json()))
 
 
 def _exec_handler(command: str) -> Callable[[FeedEntry], None]:
@@ -152,7 +152,7 @@ def _exec_handler(command: str) -> Callable[[FeedEntry], None]:
         raise click.BadParameter("empty command", param_hint="--exec")
 
     def run(entry: FeedEntry) -> None:
-        data = json.dumps(entry.to_json(), ensure_ascii=False).encode("utf-8") + b"\n"
+        data = json_text(entry.to_json()).encode("utf-8") + b"\n"
         env = dict(os.environ)
         env["SIMPLEFEED_ENTRY_ID"] = entry.id
         env["SIMPLEFEED_ENTRY_SEQ"] = str(entry.seq)
@@ -578,7 +578,7 @@ def _parked(state_path: Path, url: str | None, as_json: bool) -> None:
                         "parked_at": parked.parked_at,
                         "attempts": parked.attempts,
                     }
-                    click.echo(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+                    click.echo(json_text(record))
                 else:
                     fields = (str(parked.seq), parked.entry_id, str(parked.attempts), parked.error)
                     click.echo("\t".join(escape_field(f) for f in fields))
@@ -645,7 +645,7 @@ def _status_json(status: Status) -> str:
         "lag": status.lag,
         "parked": status.parked,
     }
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    return json_text(record)
 
 
 def _status_text(status: Status) -> str:

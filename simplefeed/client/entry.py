@@ -6,10 +6,26 @@ and what ``--exec`` commands read.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EntryAuthor", "EntryCategory", "EntryLink", "FeedEntry"]
+__all__ = ["EntryAuthor", "EntryCategory", "EntryLink", "FeedEntry", "json_text"]
+
+#: A surrogate code point on its own: JSON content may write one as an escape (``"\ud800"``,
+#: which RFC 8259 allows and I-JSON does not), Python's decoder keeps it, and UTF-8 cannot
+#: carry it.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(value: Any) -> str:
+    """``value`` as compact JSON text that UTF-8 can carry: characters as they are, but a lone
+    surrogate escaped again, so that the text reads back as the same value. Printed as it
+    was, such a value stopped ``consume --jsonl`` and ``--exec`` at its entry ("surrogates
+    not allowed"), as a failed handler, for good."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
+from simplefeed.client.entry import json_text
 from simplefeed.client.errors import StateError
 from simplefeed.codings import IDENTITY
 
@@ -281,7 +282,7 @@ class StateFile:
             "INSERT INTO parked (feed_url, entry_id, seq, entry_json, error, parked_at) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (feed_url, entry_id) DO UPDATE SET "
             "error = excluded.error, attempts = parked.attempts + 1",
-            (feed_url, entry_id, seq, json.dumps(entry, ensure_ascii=False), error, now),
+            (feed_url, entry_id, seq, json_text(entry), error, now),
         )
 
     def parked(self, feed_url: str | None = None) -> list[Parked]:
