@@ -424,20 +424,40 @@ def _entry_id(c: _Checker, value: str | None, max_bytes: int) -> str | None:
     return value
 
 
-def _depth(value: Any, limit: int) -> int:
-    """Nesting depth of a JSON value, stopping as soon as it exceeds ``limit``."""
+#: The largest integer a double holds exactly (RFC 7493 2.2, I-JSON): readers that read JSON
+#: numbers as doubles (JavaScript's ``JSON.parse`` among them) read a larger one as another
+#: number, without a word.
+MAX_EXACT_INTEGER = 2**53 - 1
+
+
+def _json_value_problem(value: Any, max_depth: int) -> str | None:
+    """What a JSON content value holds that some reader would not read as it was sent, or
+    None: nesting deeper than ``max_depth``, a string escaping a lone surrogate (RFC 8259 8.2
+    leaves it unpredictable; strict parsers refuse it), an integer past
+    :data:`MAX_EXACT_INTEGER`. One walk, stopping at the first."""
     stack = [(value, 1)]
-    deepest = 0
     while stack:
         item, depth = stack.pop()
-        if depth > limit:
-            return depth
-        deepest = max(deepest, depth)
+        if depth > max_depth:
+            return f"is nested deeper than {max_depth} levels"
         if isinstance(item, dict):
+            stack.extend((name, depth) for name in item)
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
-    return deepest
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "escapes a lone surrogate, which strict JSON refuses"
+        elif type(item) is int and abs(item) > MAX_EXACT_INTEGER:
+            shown = str(item) if len(str(item)) <= 40 else f"{str(item)[:40]}..."
+            return (
+                f"holds the integer {shown}, past 2^53 - 1: readers that read numbers as"
+                " doubles (JavaScript's JSON.parse among them) would read another number"
+                " (RFC 7493 2.2); send it as a string"
+            )
+    return None
 
 
 def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) -> str | None:
@@ -453,8 +473,9 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
     if not isinstance(raw, str):
         if mode != "json":
             raise c.fail("content", "a JSON value (not a string) needs a JSON content_type")
-        if _depth(raw, limits.max_json_depth) > limits.max_json_depth:
-            raise c.fail("content", f"is nested deeper than {limits.max_json_depth} levels")
+        problem = _json_value_problem(raw, limits.max_json_depth)
+        if problem is not None:
+            raise c.fail("content", problem)
         try:
             text = json.dumps(raw, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except ValueError:
@@ -471,10 +492,9 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
                     raise c.fail("content", f"is not valid JSON for {content_type}") from None
                 except NotStrictJson as exc:
                     raise c.fail("content", f"is not strict JSON ({content_type}): {exc}") from None
-                if _depth(parsed, limits.max_json_depth) > limits.max_json_depth:
-                    raise c.fail("content", f"is nested deeper than {limits.max_json_depth} levels")
-                if _has_lone_surrogate(parsed):
-                    raise c.fail("content", "escapes a lone surrogate, which strict JSON refuses")
+                problem = _json_value_problem(parsed, limits.max_json_depth)
+                if problem is not None:
+                    raise c.fail("content", problem)
         else:
             c.text("content", text)
     if len(text) > limits.max_content_chars:
@@ -488,25 +508,6 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
         if problem:
             raise c.fail("content", f"is not allowed as HTML: {problem}")
     return text
-
-
-def _has_lone_surrogate(value: Any) -> bool:
-    """Whether a decoded JSON value holds a string with a lone surrogate (an escaped one:
-    ``"\\ud800"``), which RFC 8259 section 8.2 leaves unpredictable and strict parsers refuse."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
 
 
 def _check_encodable(c: _Checker, text: str) -> None:

@@ -49,7 +49,7 @@ from simplefeed.core import Simplefeed
 from simplefeed.errors import InvalidEvent
 from simplefeed.model import ATOM_NS, Document, DocumentKind, Entry, Event, Feed
 from simplefeed.settings import Limits
-from simplefeed.validation import parse_event
+from simplefeed.validation import MAX_EXACT_INTEGER, parse_event
 from tests.conftest import START_US, FakeClock
 
 BASE = "http://feeds.example.test"
@@ -442,7 +442,7 @@ def content() -> st.SearchStrategy[dict[str, Any]]:
     json_value = st.recursive(
         st.none()
         | st.booleans()
-        | st.integers()
+        | st.integers(-MAX_EXACT_INTEGER, MAX_EXACT_INTEGER)
         | st.floats(allow_nan=False, allow_infinity=False)
         | any_text,
         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(any_text, inner, max_size=3),

@@ -741,3 +741,26 @@ def test_a_publish_with_a_query_is_refused(client: Client, core: Simplefeed, pat
     assert r.status_code == 400, r.text
     assert "POST /feeds/NAME/entries" in r.json["message"], r.json
     assert state(client, core) == before
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        {"order": 2**53},
+        [-(2**53)],
+        {"ids": [1, {"big": 123456789012345678901234567890}]},
+        '{"order": 9007199254740993}',
+    ],
+)
+def test_an_integer_a_double_cannot_hold_exactly_is_refused(
+    client: Client, core: Simplefeed, content: Any
+) -> None:
+    """JSON content is read by JavaScript's JSON.parse as often as by anything: 9007199254740993
+    reads there as 9007199254740992, in every reader of the feed, for good. RFC 7493 2.2."""
+    body = {"title": "x", "content": content, "content_type": "application/json"}
+    refused(client, core, body, "content", words=("past 2^53 - 1", "send it as a string"))
+
+
+def test_integers_a_double_holds_exactly_are_accepted(client: Client) -> None:
+    accepted(client, {"title": "x", "content": {"max": 2**53 - 1, "min": -(2**53 - 1)}})
+    accepted(client, {"title": "x", "content": {"big": 1e300, "id": "9007199254740993"}})
