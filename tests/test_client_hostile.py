@@ -559,3 +559,22 @@ def test_json_content_with_an_escaped_lone_surrogate_is_printed_as_json_that_rea
     )
     assert parked.returncode == 0, parked.stderr
     assert json.loads(parked.stdout)["entry"]["content"] == value
+
+
+@pytest.mark.parametrize("parser", ["feedparser", "lxml"])
+def test_json_content_with_a_number_past_a_double_is_a_protocol_error(
+    hostile: Callable[..., Hostile], tmp_path: Path, parser: str
+) -> None:
+    """`1e400` read as infinity, and `--jsonl` printed `"a":Infinity`: a line no strict JSON
+    reader takes. A Simplefeed server refuses such content at its door; from another server it
+    is the feed's fault (exit 4), the checkpoint untouched."""
+    server = hostile({})
+    body = atom(server.base, [(1, "t")]).replace(
+        b"<sf:seq>1</sf:seq>",
+        b'<sf:seq>1</sf:seq><content type="text" sf:type="application/json">{"a": 1e400}</content>',
+    )
+    server.routes["/recent"] = answer(body)
+    run = consume(f"{server.base}/recent", tmp_path / "s.sqlite3", "--jsonl", "--parser", parser)
+    assert run.code == 4, (run.code, run.stdout, run.stderr)
+    assert "the number 1e400 overflows a double" in run.stderr
+    assert run.stdout == ""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import binascii
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 from xml.etree import ElementTree
@@ -299,8 +300,18 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite(text: str) -> float:
+    """A JSON number with a fraction or an exponent, as a double: one past a double's range
+    (``1e400``) would read as infinity, which JSON cannot write back (``--jsonl`` printed
+    ``Infinity``, a line no strict JSON reader takes)."""
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} overflows a double")
+    return value
+
+
 #: One decoder for every entry (``json.loads`` with an argument makes a new one each call).
-_JSON = json.JSONDecoder(parse_constant=_no_constant)
+_JSON = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
 def _json(url: str, text: str) -> Any:
