@@ -50,21 +50,28 @@ def test_serve_port_without_base_url_links_to_that_port(tmp_path: Path) -> None:
 def test_every_worker_logs_a_misspelt_setting(tmp_path: Path) -> None:
     """A deployment's typo is in the log the operator reads, not only in a command's output:
     uWSGI started from its ini file gets the warning too."""
+
+    def warnings() -> list[dict[str, Any]]:
+        return [
+            json.loads(line)
+            for line in s.log().splitlines()
+            if line.startswith("{") and "SIMPLEFEED_MAXWAIT" in line
+        ]
+
     with server(tmp_path, extra_env={"SIMPLEFEED_MAXWAIT": "5"}) as s:
         assert httpx.get(s.url("/recent")).status_code == 200
-        log = s.log()
-    warnings = [
-        json.loads(line)
-        for line in log.splitlines()
-        if line.startswith("{") and "SIMPLEFEED_MAXWAIT" in line
-    ]
+        # Healthy once one worker answers: the other may still be loading the app (lazy-apps).
+        deadline = time.monotonic() + 30
+        while len({w["pid"] for w in warnings()}) < s.processes and time.monotonic() < deadline:
+            time.sleep(0.1)
+        log, found = s.log(), warnings()
     message = (
         "SIMPLEFEED_MAXWAIT is set but is not a setting, so it is ignored: did you mean"
         " SIMPLEFEED_MAX_WAIT?"
     )
     assert f"simplefeed: warning: {message}" in log  # `simplefeed serve`, before uWSGI
-    assert len({w["pid"] for w in warnings}) == s.processes == 2
-    assert {(w["level"], w["message"]) for w in warnings} == {("WARNING", message)}
+    assert len({w["pid"] for w in found}) == s.processes == 2
+    assert {(w["level"], w["message"]) for w in found} == {("WARNING", message)}
 
 
 def uwsgi_until_it_stops(ini: Path, env: dict[str, str]) -> tuple[int, str]:
