@@ -91,7 +91,7 @@ class UwsgiServer:
         workdir: Path,
         *,
         page_size: int = 100,
-        processes: int = 2,
+        processes: int | None = 2,  # None: `serve` without --processes (its default)
         extra_env: Mapping[str, str] | None = None,
         startup_timeout: float = 20.0,
         stop_timeout: float = 10.0,
@@ -233,8 +233,7 @@ class UwsgiServer:
                     HOST,
                     "--port",
                     str(self.port),
-                    "--processes",
-                    str(self.processes),
+                    *(["--processes", str(self.processes)] if self.processes else []),
                     *(["--ini", str(self.ini)] if self.ini is not None else []),
                 ],
                 env=self.env(),

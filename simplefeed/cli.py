@@ -103,7 +103,10 @@ def config_command(as_json: bool) -> None:
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
-    "--processes", type=click.IntRange(min=1), default=4, show_default=True, help="uWSGI workers."
+    "--processes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="uWSGI workers  [default: SIMPLEFEED_PROCESSES, else 4]",
 )
 @click.option(
     "--ini",
@@ -116,7 +119,7 @@ def config_command(as_json: bool) -> None:
     help="Started as root: run uWSGI as this user (it must be able to write the database and "
     "the archive directory).",
 )
-def serve(port: int, host: str, processes: int, ini: Path, user: str | None) -> None:
+def serve(port: int, host: str, processes: int | None, ini: Path, user: str | None) -> None:
     """Run the service under uWSGI (migrate first with `simplefeed db upgrade`).
 
     Links in the documents use SIMPLEFEED_BASE_URL, or http://localhost:PORT when it is unset.
@@ -136,7 +139,9 @@ def serve(port: int, host: str, processes: int, ini: Path, user: str | None) -> 
     env = dict(os.environ)
     env["SIMPLEFEED_BASE_URL"] = base_url
     env["SIMPLEFEED_HTTP_SOCKET"] = f"{host}:{port}"
+    processes = processes or settings.processes
     env["SIMPLEFEED_PROCESSES"] = str(processes)
+    env["SIMPLEFEED_THREADS"] = str(settings.threads)
     env["SIMPLEFEED_ARCHIVE_DIR"] = str(settings.archive_dir.resolve())
     settings.archive_dir.mkdir(parents=True, exist_ok=True)
     # Prometheus counters of this run's workers (simplefeed.metrics), removed when uWSGI exits.
@@ -153,7 +158,11 @@ def serve(port: int, host: str, processes: int, ini: Path, user: str | None) -> 
             "to run it as NAME (README: Operating it)",
             err=True,
         )
-    click.echo(f"simplefeed: serving on http://{host}:{port}, links say {base_url}", err=True)
+    click.echo(
+        f"simplefeed: serving on http://{host}:{port} ({processes} processes of"
+        f" {settings.threads} threads), links say {base_url}",
+        err=True,
+    )
     os.execvpe(argv[0], argv, env)
 
 

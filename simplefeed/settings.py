@@ -96,6 +96,10 @@ class Settings:
     #: or the archive directory has less free space than this: a full disk is met before a
     #: write fails halfway.
     min_free_bytes: int = 64 * 1024 * 1024
+    #: uWSGI's worker processes and threads per worker (uwsgi.ini reads the variables;
+    #: checked here, for uWSGI reads "abc" or "0" threads as none: one request at a time).
+    processes: int = 4
+    threads: int = 200
     limits: Limits = field(default_factory=Limits)
 
     @classmethod
@@ -145,6 +149,8 @@ class Settings:
             log_level=log_level,
             metrics=metrics == "on",
             min_free_bytes=integer("SIMPLEFEED_MIN_FREE_BYTES", cls.min_free_bytes, 0),
+            processes=integer("SIMPLEFEED_PROCESSES", cls.processes, 1),
+            threads=integer("SIMPLEFEED_THREADS", cls.threads, 1),
             limits=Limits(
                 max_body_bytes=integer("SIMPLEFEED_MAX_BODY_BYTES", Limits.max_body_bytes, 1),
                 max_batch=integer("SIMPLEFEED_MAX_BATCH", Limits.max_batch, 1),
@@ -184,6 +190,8 @@ class Settings:
             "SIMPLEFEED_LOG_LEVEL": self.log_level,
             "SIMPLEFEED_METRICS": "on" if self.metrics else "off",
             "SIMPLEFEED_MIN_FREE_BYTES": str(self.min_free_bytes),
+            "SIMPLEFEED_PROCESSES": str(self.processes),
+            "SIMPLEFEED_THREADS": str(self.threads),
             "SIMPLEFEED_MAX_BODY_BYTES": str(limits.max_body_bytes),
             "SIMPLEFEED_MAX_BATCH": str(limits.max_batch),
             "SIMPLEFEED_MAX_TITLE_CHARS": str(limits.max_title_chars),
@@ -196,14 +204,9 @@ class Settings:
         }
 
 
-#: Variables uwsgi.ini reads besides the settings (``simplefeed serve`` sets them from its
+#: Variables uwsgi.ini reads besides the settings (``simplefeed serve`` sets the first from its
 #: options).
-UWSGI_VARIABLES = (
-    "SIMPLEFEED_HTTP_SOCKET",
-    "SIMPLEFEED_UWSGI_SOCKET",
-    "SIMPLEFEED_PROCESSES",
-    "SIMPLEFEED_THREADS",
-)
+UWSGI_VARIABLES = ("SIMPLEFEED_HTTP_SOCKET", "SIMPLEFEED_UWSGI_SOCKET")
 _PREFIX = "SIMPLEFEED_"
 #: How alike (difflib's ratio, the names without their prefix) a variable must be to a
 #: setting's name to be taken for a misspelling of it: ``PAGESIZE`` is 0.94 of ``PAGE_SIZE``,

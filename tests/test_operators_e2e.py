@@ -47,6 +47,24 @@ def test_serve_port_without_base_url_links_to_that_port(tmp_path: Path) -> None:
         assert f"links say {expected}" in s.log()
 
 
+def test_serve_takes_its_processes_and_threads_from_the_settings(tmp_path: Path) -> None:
+    """`SIMPLEFEED_PROCESSES=8` was overridden by `serve`'s own default (4), and uWSGI read
+    `SIMPLEFEED_THREADS=abc` (or 0) as no threads: one request at a time per worker, a
+    waiting long-poll holding all of it. Now the settings decide, checked."""
+    env = {"SIMPLEFEED_PROCESSES": "3", "SIMPLEFEED_THREADS": "7"}
+    with server(tmp_path, processes=None, extra_env=env) as s:
+        assert httpx.get(s.url("/recent")).status_code == 200
+        log = s.log()
+    assert "(3 processes of 7 threads)" in log
+    assert "spawned uWSGI worker 3 " in log and "spawned uWSGI worker 4 " not in log, log[-3000:]
+    for threads in ("abc", "0"):
+        refused = server(tmp_path, extra_env={"SIMPLEFEED_THREADS": threads}).cli(
+            "serve", "--port", "1", check=False
+        )
+        assert refused.returncode == 1
+        assert refused.stderr.startswith("Error: SIMPLEFEED_THREADS must be"), refused.stderr
+
+
 def test_every_worker_logs_a_misspelt_setting(tmp_path: Path) -> None:
     """A deployment's typo is in the log the operator reads, not only in a command's output:
     uWSGI started from its ini file gets the warning too."""
