@@ -466,8 +466,9 @@ def publish(
 
     from simplefeed.settings import FEED_NAME_RE
 
-    if url is not None and base_url_problem(url) is not None:
-        raise click.BadParameter(f"{url!r} {base_url_problem(url)}", param_hint="--url")
+    problem = None if url is None else base_url_problem(url)
+    if problem is not None:
+        raise click.BadParameter(f"{url!r} {problem}", param_hint="--url")
     if feed_name is not None and not FEED_NAME_RE.match(feed_name):
         raise click.BadParameter(f"{feed_name!r} is not a feed name", param_hint="--feed")
     base = (url or _settings().base_url).rstrip("/")

@@ -46,7 +46,6 @@ the entry point's max-age. The clock and the sleep are injected.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 import weakref
@@ -60,7 +59,14 @@ from typing import Literal
 
 from simplefeed.client.entry import FeedEntry
 from simplefeed.client.errors import DigestMismatch, FeedError, HandlerError, TooManyParked
-from simplefeed.client.fetch import Bounds, Fetcher, RetryPolicy, Transport, url_problem
+from simplefeed.client.fetch import (
+    Bounds,
+    Fetcher,
+    RetryPolicy,
+    Transport,
+    finite_seconds,
+    url_problem,
+)
 from simplefeed.client.parse import (
     PARSERS,
     Outline,
@@ -245,7 +251,7 @@ class Consumer:
             )
         if parser not in PARSERS:
             raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
-        if not (math.isfinite(wait) and wait >= 0):
+        if not finite_seconds(wait):
             raise ValueError("wait must be finite and not negative")
         problem = url_problem(url)
         if problem is not None:

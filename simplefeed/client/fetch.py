@@ -103,7 +103,7 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ValueError("attempts must be at least 1")
-        if not all(_seconds(s) for s in (self.initial, self.max_wait, self.jitter)):
+        if not all(finite_seconds(s) for s in (self.initial, self.max_wait, self.jitter)):
             raise ValueError("initial, max_wait and jitter must be finite and not negative")
 
 
@@ -116,11 +116,11 @@ class Bounds:
     max_seconds: float = 120.0
 
     def __post_init__(self) -> None:
-        if self.max_bytes < 1 or not (_seconds(self.max_seconds) and self.max_seconds > 0):
+        if self.max_bytes < 1 or not (finite_seconds(self.max_seconds) and self.max_seconds > 0):
             raise ValueError("bounds must be positive and finite")
 
 
-def _seconds(value: float) -> bool:
+def finite_seconds(value: float) -> bool:
     """Whether ``value`` is a number of seconds: finite and not negative (NaN and infinity,
     which ``float()`` reads from text, would make every comparison with a deadline false, or
     the deadline never come)."""
@@ -252,7 +252,7 @@ class Fetcher:
         self.clock = clock
         self.sleep = sleep
         self.stats = FetchStats()
-        if not (_seconds(timeout) and timeout > 0):
+        if not (finite_seconds(timeout) and timeout > 0):
             raise ValueError("timeout must be positive and finite")
         self.timeout = timeout
         self._deadlines = _Deadlines()
