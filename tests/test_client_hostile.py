@@ -578,3 +578,26 @@ def test_json_content_with_a_number_past_a_double_is_a_protocol_error(
     assert run.code == 4, (run.code, run.stdout, run.stderr)
     assert "the number 1e400 overflows a double" in run.stderr
     assert run.stdout == ""
+
+
+def test_a_second_consumer_on_the_same_state_file_is_refused_while_the_first_runs(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """Two consumers on one state file (a cron job's run overlapping the next) each handled
+    every new entry, at the same time. The second now stops at once (exit 6), touching
+    nothing; once the first is done, it runs."""
+    server = hostile({})
+    server.routes["/recent"] = answer(atom(server.base, [(1, "one"), (2, "two")]))
+    path = tmp_path / "s.sqlite3"
+    with Consumer(f"{server.base}/recent", path) as first:
+        entries = first.entries()
+        assert next(entries).seq == 1  # the first is in the middle of its run
+        run = consume(f"{server.base}/recent", path)
+        assert run.code == 6, (run.code, run.stdout, run.stderr)
+        assert "another consumer is processing from this state file" in run.stderr
+        assert run.stdout == ""
+        assert [e.seq for e in entries] == [2]
+    run = consume(f"{server.base}/recent", path)
+    assert run.code == 0, run.stderr
+    assert run.stdout == ""  # the first handled both; the lock is gone with it
+    assert (tmp_path / "s.sqlite3.lock").exists()

@@ -427,43 +427,44 @@ class Consumer:
         interval = self.poll.initial
         wait: float | None = None  # the first pass answers at once
         holds = False  # the server has held one of our long polls
-        try:
-            while True:
-                found = 0
-                for entry in self._one_pass(wait):
-                    if self._writing is not None or (
-                        self._pending is not None and self._pending.page_url != entry.page_url
-                    ):
-                        self._flush()  # every entry of the previous page is processed
-                    yield entry
-                    # The caller came back for more: the entry is processed.
-                    self._processed(entry)
-                    found += 1
-                self._flush()
-                if not follow or (stop is not None and stop()):
-                    return
-                pages = self._pages
-                held = pages.head_waited and (found > 0 or pages.head_seconds >= HELD)
-                holds = holds or held
-                if self.wait and (wait is None or held or (holds and found > 0)):
-                    # The first long poll goes out at once, and so does the next after one
-                    # the server held until the feed changed or the wait was over, or after
-                    # new entries from a server that held one before (a copy made stale
-                    # between two polls is answered at once, by some servers without
-                    # Preference-Applied). A server that does not hold them (or claims to
-                    # and answers at once with nothing new) gets the ordinary interval, never
-                    # shorter than max-age.
-                    pause = 0.0
-                else:
-                    interval = next_interval(self.poll, interval, found, pages.head_max_age)
-                    pause = interval
-                log.debug("%s: %d new entries; next poll in %.1f s", self.url, found, pause)
-                wait = self.wait or None
-                if pause > 0:
-                    self.sleep(pause)
-        finally:
-            if not self._closed:
-                self._flush()
+        with self.state.processing():  # no other consumer on this state file
+            try:
+                while True:
+                    found = 0
+                    for entry in self._one_pass(wait):
+                        if self._writing is not None or (
+                            self._pending is not None and self._pending.page_url != entry.page_url
+                        ):
+                            self._flush()  # every entry of the previous page is processed
+                        yield entry
+                        # The caller came back for more: the entry is processed.
+                        self._processed(entry)
+                        found += 1
+                    self._flush()
+                    if not follow or (stop is not None and stop()):
+                        return
+                    pages = self._pages
+                    held = pages.head_waited and (found > 0 or pages.head_seconds >= HELD)
+                    holds = holds or held
+                    if self.wait and (wait is None or held or (holds and found > 0)):
+                        # The first long poll goes out at once, and so does the next after one
+                        # the server held until the feed changed or the wait was over, or after
+                        # new entries from a server that held one before (a copy made stale
+                        # between two polls is answered at once, by some servers without
+                        # Preference-Applied). A server that does not hold them (or claims to
+                        # and answers at once with nothing new) gets the ordinary interval, never
+                        # shorter than max-age.
+                        pause = 0.0
+                    else:
+                        interval = next_interval(self.poll, interval, found, pages.head_max_age)
+                        pause = interval
+                    log.debug("%s: %d new entries; next poll in %.1f s", self.url, found, pause)
+                    wait = self.wait or None
+                    if pause > 0:
+                        self.sleep(pause)
+            finally:
+                if not self._closed:
+                    self._flush()
 
     def _one_pass(self, wait: float | None) -> Iterator[FeedEntry]:
         head = self._pages.head(self.url, wait)

@@ -36,9 +36,13 @@ The consumer only needs the two small protocols :class:`CheckpointStore` and :cl
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import sqlite3
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
@@ -402,6 +406,32 @@ class StateFile:
                 return self._db.execute(sql, params).rowcount > 0  # autocommit: one transaction
         except sqlite3.Error as exc:
             raise StateError(str(self.path), f"write failed: {exc}") from exc
+
+    @contextlib.contextmanager
+    def processing(self) -> Iterator[None]:
+        """Hold the right to process entries from this state file, or raise
+        :class:`StateError` at once if another consumer holds it: two consumers on one file
+        (a cron job's run overlapping the next) each handled every new entry, at the same
+        time. An exclusive ``flock`` on ``<state file>.lock``, released when the block ends
+        or the process does, however it ends. Reading the file (``simplefeed consumer
+        status``) needs no such right."""
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StateError(str(self.path), f"cannot open its lock file: {exc}") from exc
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StateError(
+                    str(self.path),
+                    "another consumer is processing from this state file; each consumer that"
+                    " runs at the same time needs a state file of its own",
+                ) from None
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def close(self) -> None:
         with self._lock:
