@@ -259,9 +259,12 @@ def wait_for_lines(path: Path, n: int, timeout: float = 20.0) -> list[str]:
     raise AssertionError(f"{path} has {len(path.read_text().splitlines())} lines, not {n}")
 
 
-def test_follow_prints_entries_as_they_come_and_exits_130_on_ctrl_c(
-    live: LiveServer, tmp_path: Path
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_follow_prints_entries_as_they_come_and_exits_130_when_stopped(
+    live: LiveServer, tmp_path: Path, stop: signal.Signals
 ) -> None:
+    """Ctrl-C, or SIGTERM as a service manager sends it (SIGTERM ended the process at once:
+    with checkpoints per page, the next run handled up to a page again)."""
     live.publish(3)
     out = tmp_path / "out.jsonl"
     with out.open("wb") as stdout:
@@ -275,6 +278,8 @@ def test_follow_prints_entries_as_they_come_and_exits_130_on_ctrl_c(
                 str(tmp_path / "state.sqlite3"),
                 "--jsonl",
                 "--follow",
+                "--checkpoint",
+                "page",
                 "--min-interval",
                 "0.1",
                 "--max-interval",
@@ -291,7 +296,7 @@ def test_follow_prints_entries_as_they_come_and_exits_130_on_ctrl_c(
             wait_for_lines(out, 3)
             live.publish(2)
             lines = wait_for_lines(out, 5)
-            process.send_signal(signal.SIGINT)
+            process.send_signal(stop)
             _, stderr = process.communicate(timeout=20)
         finally:
             if process.poll() is None:
@@ -300,6 +305,9 @@ def test_follow_prints_entries_as_they_come_and_exits_130_on_ctrl_c(
     assert process.returncode == 130, stderr
     assert b"interrupted" in stderr
     assert [json.loads(line)["seq"] for line in lines] == [1, 2, 3, 4, 5]
+    with StateFile(tmp_path / "state.sqlite3") as state:
+        checkpoint = state.load_checkpoint(live.recent)
+    assert checkpoint is not None and checkpoint.seq == 5
 
 
 # -- a real uWSGI server, a consumer process killed mid-walk --------------------------------

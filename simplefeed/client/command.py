@@ -33,10 +33,11 @@ Exit codes:
 5    HTTP: gave up after the retries (network errors, timeouts, 5xx, a response over
      ``--max-time``), an unexpected status, a response over ``--max-size``, a redirect to
      another origin
-6    the state file cannot be used
+6    the state file cannot be used, or another consumer is processing from it
 70   internal error: a bug in simplefeed (one line on standard error, the traceback too with
      ``--debug``); the checkpoint is on the last entry handled
-130  interrupted (Ctrl-C)
+130  interrupted (Ctrl-C, or SIGTERM: a service manager stopping it), the checkpoint on the
+     last entry handled
 ===  ===========================================================================================
 
 Entries are always read strictly by namespace with lxml, values exactly as published;
@@ -59,6 +60,7 @@ import logging
 import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import traceback
@@ -361,9 +363,9 @@ def _consume(
            checkpoint untouched
       5    HTTP gave up after the retries (or --max-time), an unexpected
            status, a body over --max-size, a redirect to another origin
-      6    state file unusable
+      6    state file unusable, or in use by another consumer
       70   internal error (a bug; --debug shows the traceback)
-      130  interrupted
+      130  interrupted (SIGINT or SIGTERM)
     """
     if jsonl and exec_command is not None:
         raise click.UsageError("--jsonl and --exec are mutually exclusive")
@@ -427,6 +429,10 @@ def _run(
     elif logger.level == logging.NOTSET:
         logger.setLevel(logging.WARNING)
     bars = _ProgressBars()
+    # SIGTERM (systemd, Kubernetes, `kill`) stops it as Ctrl-C does: the checkpoint stored on
+    # the last entry handled, the state file's lock let go, exit 130. It ended the process at
+    # once, and with checkpoints per page the next run handled up to a page again.
+    terminate = signal.signal(signal.SIGTERM, _interrupt)
     try:
         with Consumer(
             url,
@@ -460,8 +466,13 @@ def _run(
         bars.close()
         return internal_error("simplefeed consume", exc, debug=debug)
     finally:
+        signal.signal(signal.SIGTERM, terminate)
         bars.close()
         logger.removeHandler(log_handler)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _fail(code: int, message: str, bars: _ProgressBars) -> int:
