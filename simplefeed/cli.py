@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import click
 
 from simplefeed.errors import SimplefeedError
-from simplefeed.settings import Settings, base_url_problem, misspelt_variables
+from simplefeed.settings import MAX_PAGE_SIZE, Settings, base_url_problem, misspelt_variables
 
 #: The checkout this package runs from: uwsgi.ini lives there.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -213,7 +213,7 @@ def feed() -> None:
 
 @feed.command("create")
 @click.argument("name")
-@click.option("--page-size", type=click.IntRange(1, 10_000), help="Entries per page.")
+@click.option("--page-size", type=click.IntRange(1, MAX_PAGE_SIZE), help="Entries per page.")
 @click.option("--title", help="Feed title (default: the name).")
 def feed_create(name: str, page_size: int | None, title: str | None) -> None:
     """Create a feed named NAME (lowercase letters, digits, - and _)."""

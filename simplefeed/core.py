@@ -44,7 +44,7 @@ from simplefeed.model import (
     TokenRecord,
     rfc3339,
 )
-from simplefeed.settings import FEED_NAME_RE, Settings, sqlite_path
+from simplefeed.settings import FEED_NAME_RE, MAX_PAGE_SIZE, Settings, sqlite_path
 from simplefeed.store import Appending, Store, TokenCheck, open_store
 
 log = logging.getLogger(__name__)
@@ -281,6 +281,8 @@ class Simplefeed:
         problem = validation.text_problem(title, self.settings.limits.max_title_chars)
         if problem is not None:
             raise InvalidFeed(f"feed title {title!r:.80} {problem}")
+        if page_size is not None and not 1 <= page_size <= MAX_PAGE_SIZE:
+            raise InvalidFeed(f"page size {page_size}: use 1-{MAX_PAGE_SIZE} entries")
         return self.store.create_feed(
             name=name,
             title=title,

@@ -63,6 +63,9 @@ class Limits:
 #: json (the Simplefeed consumer's) stops near 1,000 levels less the caller's own stack, so
 #: content accepted deeper than that would stop every such reader at its page for good.
 MAX_JSON_DEPTH_LIMIT = 256
+#: The most entries a page may hold (SIMPLEFEED_PAGE_SIZE, ``feed create --page-size``): a
+#: live document holds up to a page and is rendered whole; 10,000 entries are megabytes.
+MAX_PAGE_SIZE = 10_000
 #: The most SIMPLEFEED_RECENT_MAX_AGE may be: a day. Caches (CDNs among them) keep the live
 #: documents that long and consumers poll no sooner, so a value past it (a few zeros too many)
 #: hides every new event from readers for as long.
@@ -140,7 +143,7 @@ class Settings:
             archive_dir=Path(env.get("SIMPLEFEED_ARCHIVE_DIR") or "archive"),
             base_url=base_url.rstrip("/"),
             base_url_given=bool(env.get("SIMPLEFEED_BASE_URL")),
-            page_size=integer("SIMPLEFEED_PAGE_SIZE", cls.page_size, 1),
+            page_size=integer("SIMPLEFEED_PAGE_SIZE", cls.page_size, 1, MAX_PAGE_SIZE),
             recent_max_age=integer(
                 "SIMPLEFEED_RECENT_MAX_AGE", cls.recent_max_age, 0, MAX_RECENT_MAX_AGE
             ),

@@ -250,3 +250,13 @@ def test_the_consumer_refuses_the_services_database_as_its_state_file(tmp_path: 
     with sqlite3.connect(database) as db:
         assert sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master")) == tables
     db.close()
+
+
+def test_a_page_size_past_what_feed_create_takes_is_refused_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    """`feed create --page-size` stopped at 10,000, but SIMPLEFEED_PAGE_SIZE (which `db upgrade`
+    and `feed create` without the option use) took any size: a default feed of pages of a
+    million entries, a /recent rendered whole from all of them."""
+    line = one_line_error(run(tmp_path, "config", SIMPLEFEED_PAGE_SIZE="10001"))
+    assert line == "Error: SIMPLEFEED_PAGE_SIZE must be at most 10000, got 10001"

@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 from bench.servers import scratch_postgres_database
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed, base_url_problem
-from simplefeed.errors import BaseUrlMismatch
+from simplefeed.errors import BaseUrlMismatch, InvalidFeed
 from simplefeed.model import Event, Feed
 from simplefeed.store.schema import alembic_config
 from tests.conftest import FakeClock, query
@@ -117,6 +117,15 @@ def test_a_feed_its_documents_could_not_carry_is_not_created(
     assert done.returncode == 1 and words in done.stderr, (done.returncode, done.stderr)
     assert [f.name for f in core.feeds()] == ["events"]
     ok(cli(core, tmp_path, "feed", "create", "orders", "--title", "Orders ✓"))
+
+
+@pytest.mark.parametrize("page_size", [0, -1, 10_001])
+def test_a_page_size_out_of_range_is_refused_by_the_core(core: Simplefeed, page_size: int) -> None:
+    """Every way of creating a feed keeps the command's range, the library's included."""
+    with pytest.raises(InvalidFeed, match="use 1-10000 entries"):
+        core.create_feed("orders", page_size=page_size)
+    assert [f.name for f in core.feeds()] == ["events"]
+    assert core.create_feed("orders", page_size=10_000).page_size == 10_000
 
 
 @pytest.mark.parametrize(
