@@ -176,3 +176,13 @@ def test_the_commands_park_list_retry_drop_and_report(live: LiveServer, tmp_path
         checkpoint = file.load_checkpoint(live.recent)
     assert checkpoint is not None and checkpoint.seq == 6
     assert cli("consumer", "status", "--state", str(tmp_path / "none.sqlite3")).exit_code == 2
+
+
+def test_status_of_a_state_file_no_consumer_has_run_on_says_so(tmp_path: Path) -> None:
+    """It printed nothing and exited 0, which reads as a command that did nothing."""
+    state = tmp_path / "state.sqlite3"
+    StateFile(state).close()
+    done = cli("consumer", "status", "--state", str(state))
+    assert done.exit_code == 0
+    assert done.output == "no entry point yet: no consumer has run on this state file\n"
+    assert cli("consumer", "status", "--state", str(state), "--json").output == ""

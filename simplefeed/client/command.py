@@ -639,7 +639,10 @@ def _status(state_path: Path, url: str | None, as_json: bool) -> None:
     """Where each consumer of the state file stands: checkpoint, head as last seen, lag (from
     sequence numbers), parked entries."""
     with _open(state_path) as state:
-        for feed_url in _entry_points(state, url):
+        known = _entry_points(state, url)
+        if not known and not as_json:
+            click.echo("no entry point yet: no consumer has run on this state file")
+        for feed_url in known:
             with Consumer(feed_url, state) as consumer:
                 status = consumer.status()
             click.echo(_status_json(status) if as_json else _status_text(status))
