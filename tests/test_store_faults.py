@@ -199,14 +199,14 @@ def test_a_forked_child_never_uses_its_parents_connection(core: Simplefeed) -> N
     handle). The store's direct connections are opened anew in a forked child."""
     assert core.feed_head("events").name == "events"
     with core.store.connections.use() as mine:  # type: ignore[attr-defined]
-        parent = mine.conn
+        parent = mine
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
             ok = core.feed_head("events").name == "events"
             with core.store.connections.use() as mine:  # type: ignore[attr-defined]
-                ok = ok and mine.conn is not parent
+                ok = ok and mine is not parent
             os.write(write, b"1" if ok else b"0")
         finally:
             os._exit(0)
@@ -215,4 +215,4 @@ def test_a_forked_child_never_uses_its_parents_connection(core: Simplefeed) -> N
     assert os.read(read, 1) == b"1" and status == 0
     os.close(read)
     with core.store.connections.use() as mine:  # type: ignore[attr-defined]
-        assert mine.conn is parent
+        assert mine is parent

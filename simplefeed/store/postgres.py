@@ -400,7 +400,7 @@ class PostgresStore(sql.SqlStore):
         open between calls: every use is whole implicit transactions.
         """
         with sql.translated, self.connections.use() as mine:
-            yield mine.conn
+            yield mine
 
     @contextmanager
     def append(self, feed: str, look_up: Iterable[str]) -> Iterator[Appending]:
@@ -493,7 +493,7 @@ class PostgresStore(sql.SqlStore):
         while not stop.is_set():
             conn = None
             try:
-                conn = self.connections.open_one().conn
+                conn = self.connections.open_one()
                 conn.execute(_LISTEN)
                 changed()  # whatever happened before we listened
                 while not stop.is_set():

@@ -281,18 +281,6 @@ DIRECT_CONNECTIONS = 4
 DIRECT_WAIT_S = 10.0
 
 
-class DirectConnection:
-    """A DB-API connection outside SQLAlchemy's pool, and what the backend keeps with it
-    (the SQLite backend: the feeds it last read, and the ``data_version`` they were read at)."""
-
-    __slots__ = ("conn", "data_version", "feeds")
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.data_version: int | None = None
-        self.feeds: dict[str, Feed] = {}
-
-
 class DirectConnections:
     """A small pool of DB-API connections with the engine's connect-time settings, outside
     SQLAlchemy's pool, for single statements with nothing around them: at most ``size`` per
@@ -312,19 +300,19 @@ class DirectConnections:
     def _reset(self) -> None:
         self.pid = os.getpid()
         self.available = threading.Condition()
-        self.idle: list[DirectConnection] = []
+        self.idle: list[Any] = []
         self.open: list[Any] = []
 
-    def open_one(self) -> DirectConnection:
+    def open_one(self) -> Any:
         """A connection of the same kind, outside this pool: the caller's alone (to close)."""
         fairy = self.engine.raw_connection()  # connect-time settings applied
         conn = fairy.driver_connection
         fairy.detach()
         if self.autocommit:
             conn.autocommit = True  # type: ignore[union-attr]
-        return DirectConnection(conn)
+        return conn
 
-    def _take(self) -> DirectConnection | None:
+    def _take(self) -> Any:
         """An idle connection, or None if one may be opened; waits while all are busy."""
         with self.available:
             if self.pid != os.getpid():
@@ -343,7 +331,7 @@ class DirectConnections:
             return None
 
     @contextmanager
-    def use(self) -> Iterator[DirectConnection]:
+    def use(self) -> Iterator[Any]:
         """A connection for this block. An error in the block closes it (the next use opens
         another): nothing is left open on a connection between uses."""
         mine = self._take()
@@ -354,13 +342,13 @@ class DirectConnections:
                 self._forget(None)
                 raise
             with self.available:
-                self.open[self.open.index(None)] = mine.conn
+                self.open[self.open.index(None)] = mine
         try:
             yield mine
         except BaseException:
-            self._forget(mine.conn)
+            self._forget(mine)
             with contextlib.suppress(Exception):
-                mine.conn.close()
+                mine.close()
             raise
         with self.available:
             self.idle.append(mine)
@@ -443,7 +431,7 @@ class SqlStore(Store):
         bound: Any = tuple(params[name] for name in order) if order is not None else params
         try:
             with self.connections.use() as mine:
-                cursor = mine.conn.cursor()
+                cursor = mine.cursor()
                 try:
                     cursor.execute(sql, bound)
                     row = cursor.fetchone()

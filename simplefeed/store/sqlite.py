@@ -15,6 +15,7 @@ SQLAlchemy's tens), since every writer waits for whoever holds that lock.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import random
 import sqlite3
@@ -120,6 +121,69 @@ class _SQLiteAppending(sql.SqlAppending):
             _run(self.conn, _INSERT_PAGE, sql.page_row(page, feed.page_size)).close()
 
 
+class WalIndex:
+    """Whether anything was committed to the database since a moment, known without a system
+    call: the header of its WAL index, read from memory shared with SQLite.
+
+    Every connection to a database in WAL mode maps its ``-shm`` file, whose first 96 bytes
+    are two copies of the WAL index header (https://sqlite.org/walformat.html, "The WAL-Index
+    Header"); every commit, by any connection of any process, rewrites them (a change counter,
+    the last frame, checksums), the second copy first. SQLite's own readers compare the header
+    with the one they last saw to know whether the database changed, which is what moves
+    ``PRAGMA data_version``; :meth:`header` is the same comparison's input, read the way they
+    read it (the first copy, then the second, trusted only when they are equal and the header
+    says it is initialised). Copying 96 bytes from a mapping keeps the interpreter, where a
+    statement releases it (:meth:`SQLiteStore.feed_head`).
+
+    The mapping is trusted only while the file is the one SQLite uses: SQLite deletes it (the
+    last connection to close) or re-initialises it (the first to open) only when no other
+    connection has it open, so this holds a connection of its own open until :meth:`close`, on
+    which it has read once (a read opens the WAL index).
+    """
+
+    SIZE = 96  # the two copies of the header
+    COPY = 48
+    IS_INIT = 12  # the header's isInit byte: 1 once a connection has built it
+
+    def __init__(self, anchor: sqlite3.Connection, mapped: mmap.mmap) -> None:
+        self._anchor = anchor
+        self._map = mapped
+
+    @classmethod
+    def open(cls, anchor: sqlite3.Connection, database: Path) -> WalIndex:
+        """The WAL index of ``database``, held open by ``anchor`` (a new connection to it,
+        closed here if there is no WAL index: a database not in WAL mode)."""
+        try:
+            anchor.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            ((mode,),) = anchor.execute("PRAGMA journal_mode").fetchall()
+            if mode != "wal":
+                raise ValueError(f"journal_mode is {mode}")
+            fd = os.open(f"{database}-shm", os.O_RDONLY)
+            try:
+                if os.fstat(fd).st_size < cls.SIZE:
+                    raise ValueError("the WAL index is shorter than its header")
+                mapped = mmap.mmap(fd, cls.SIZE, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
+        except Exception:
+            anchor.close()
+            raise
+        return cls(anchor, mapped)
+
+    def header(self) -> bytes | None:
+        """The header now, or None when its two copies differ (a commit is rewriting them)
+        or it is not initialised: then only the database can say."""
+        both = self._map[: self.SIZE]
+        first = both[: self.COPY]
+        if first != both[self.COPY :] or first[self.IS_INIT] != 1:
+            return None
+        return first
+
+    def close(self) -> None:
+        self._map.close()
+        self._anchor.close()
+
+
 class SQLiteStore(sql.SqlStore):
     """:class:`~simplefeed.store.interface.Store` on a SQLite file.
 
@@ -140,6 +204,10 @@ class SQLiteStore(sql.SqlStore):
         self.path = Path(database) if database and database != ":memory:" else None
         self._identity: tuple[int, int] | None = None
         self._file_problem()  # the file's identity, if it exists already
+        #: The process (pid) whose WAL index this is (:meth:`_wal_index`).
+        self._wal: tuple[int, WalIndex | None] = (0, None)
+        #: The WAL index header the feeds were read at, and the feeds by name.
+        self._heads: tuple[bytes, dict[str, Feed]] = (b"", {})
 
     def _file_problem(self) -> str | None:
         """Why the path no longer names the database file first seen there, or None."""
@@ -167,6 +235,13 @@ class SQLiteStore(sql.SqlStore):
             yield conn
         if self._identity is None:
             self._file_problem()  # created by this transaction's connection
+
+    def close(self) -> None:
+        pid, wal = self._wal
+        self._wal, self._heads = (0, None), (b"", {})
+        if wal is not None and pid == os.getpid():
+            wal.close()
+        super().close()
 
     def problems(self) -> list[str]:
         found = []
@@ -211,38 +286,51 @@ class SQLiteStore(sql.SqlStore):
         return engine
 
     def feed_head(self, name: str) -> Feed:
-        """Less than a lookup, mostly: ``PRAGMA data_version`` changes whenever another
-        connection commits to the database, so while it stays the same, the feed this
-        connection read last is still the feed. Otherwise one indexed SELECT and the
-        :class:`~simplefeed.model.Feed` built from its row (through the pool and a transaction
-        the same lookup costs about 130 us of Python). From Python, on this machine (2026-11-23,
-        ``timeit``): the pragma 6-7 us, the SELECT alone 7-11 us. Any error
-        closes that direct connection and the lookup goes the ordinary way."""
-        try:
-            with self.connections.use() as mine:
-                conn = mine.conn
-                # fetchall, not fetchone: the statement runs to its end, so no read transaction
-                # (no WAL snapshot) stays open on this connection between requests.
-                ((version,),) = conn.execute("PRAGMA data_version").fetchall()
-                if version == mine.data_version:
-                    known = mine.feeds.get(name)
-                    if known is not None:
-                        return known
-                else:
-                    mine.data_version = version
-                    mine.feeds.clear()
-                cursor = conn.execute(_FEED_BY_NAME, (name,))
-                rows = cursor.fetchall()
-                names = [d[0] for d in cursor.description]
-                if rows:
-                    feed = mine.feeds[name] = sql.feed_from(dict(zip(names, rows[0], strict=True)))
-                    return feed
-        except StoreUnavailable:
-            raise
-        except Exception:
-            sql.log.warning("fast feed lookup failed; using the pool", exc_info=True)
-            return self.feed(name)
-        raise FeedNotFound(name)
+        """The feed as last read by this process while no commit was made since (the header of
+        the WAL index, :class:`WalIndex`, unchanged), else one indexed SELECT on a direct
+        connection. Nothing on the way back from the cache releases the interpreter: under
+        uWSGI's threads each statement did, and cost its thread a hand-over of the GIL to the
+        others and back (``PRAGMA data_version`` on every request was 150 of a /recent 304's
+        330 us of CPU: docs/benchmarks.md, "Reading", session 16)."""
+        wal = self._wal_index()
+        header = wal.header() if wal is not None else None
+        if header is not None:
+            seen, feeds = self._heads
+            if header == seen:
+                known = feeds.get(name)
+                if known is not None:
+                    return known
+        row = self.lookup(sql.FEED_BY_NAME, {"name": name})
+        if row is None:
+            raise FeedNotFound(name)
+        feed = sql.feed_from(row)
+        if header is not None:
+            # Read before the SELECT: a commit between the two changes the header, so the next
+            # request reads again. Threads racing here only cost each other a lookup.
+            seen, feeds = self._heads
+            if seen != header:
+                feeds = {}
+                self._heads = (header, feeds)
+            feeds[name] = feed
+        return feed
+
+    def _wal_index(self) -> WalIndex | None:
+        """This process's :class:`WalIndex` (opened by its first call; None where there is
+        none: a database in memory, or not in WAL mode)."""
+        pid = os.getpid()
+        if self._wal[0] != pid:
+            self._heads = (b"", {})
+            self._wal = (pid, None)  # a parent's is the parent's (never closed here)
+            if self.path is not None:
+                try:
+                    self._wal = (pid, WalIndex.open(self.connections.open_one(), self.path))
+                except Exception:
+                    sql.log.warning(
+                        "the database's WAL index cannot be read: every feed head is read"
+                        " from the database (slower, as correct)",
+                        exc_info=True,
+                    )
+        return self._wal[1]
 
     def watch(self, changed: Callable[[], None], stop: Pause) -> None:
         """``PRAGMA data_version`` on a connection of its own, when ``stop``'s wait ends: after
@@ -255,7 +343,7 @@ class SQLiteStore(sql.SqlStore):
         while not stop.is_set():
             conn = None
             try:
-                conn = self.connections.open_one().conn
+                conn = self.connections.open_one()
                 ((seen,),) = conn.execute("PRAGMA data_version").fetchall()
                 changed()  # whatever happened before we looked
                 while not stop.wait(WATCH_EVERY_S):

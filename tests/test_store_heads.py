@@ -1,0 +1,195 @@
+"""The SQLite store's feed heads (what every /recent 304 asks): kept per process while the WAL
+index header says nothing was committed, read again after any commit by any process.
+
+Real SQLite files; the commits that must be seen are made by other processes (``simplefeed``
+publishing through its own core in a child Python), which is what uWSGI's workers and the
+operators' commands are to each other.
+"""
+
+from __future__ import annotations
+
+import mmap
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from simplefeed.core import Simplefeed
+from simplefeed.model import Event
+from simplefeed.settings import Settings
+from simplefeed.store.sqlite import SQLiteStore, WalIndex
+
+PUBLISHER = """
+import sys
+from pathlib import Path
+from simplefeed.core import Simplefeed
+from simplefeed.model import Event
+from simplefeed.settings import Settings
+
+settings = Settings(database_url=sys.argv[1], archive_dir=Path(sys.argv[2]),
+                    base_url="http://feeds.example.test", page_size=5, default_feed="events")
+core = Simplefeed(settings)
+for line in sys.stdin:
+    core.publish("events", [Event(title=line.strip())])
+    print(core.feed_head("events").head_seq, flush=True)
+core.close()
+"""
+
+
+@pytest.fixture
+def sqlite_settings(tmp_path: Path, sqlite_template: Path) -> Settings:
+    path = tmp_path / "simplefeed.sqlite3"
+    shutil.copyfile(sqlite_template, path)
+    return Settings(
+        database_url=f"sqlite:///{path}",
+        archive_dir=tmp_path / "archive",
+        base_url="http://feeds.example.test",
+        page_size=5,
+        default_feed="events",
+    )
+
+
+@pytest.fixture
+def reader(sqlite_settings: Settings) -> Iterator[Simplefeed]:
+    core = Simplefeed(sqlite_settings)
+    core.create_feed("events")
+    yield core
+    core.close()
+
+
+class Publisher:
+    """A child process publishing to the same database, one event per :meth:`publish`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", PUBLISHER, settings.database_url, str(settings.archive_dir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def publish(self, title: str) -> int:
+        """The feed's head sequence once the child's publish has committed."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(title + "\n")
+        self.process.stdin.flush()
+        return int(self.process.stdout.readline())
+
+    def close(self) -> None:
+        self.process.communicate(timeout=30)
+        assert self.process.returncode == 0
+
+
+def test_a_commit_by_another_process_is_read_at_once(
+    reader: Simplefeed, sqlite_settings: Settings
+) -> None:
+    """Every commit another process makes is in the next head read here, however often the head
+    was read in between (each read after the first is the process's own, from the cache)."""
+    assert reader.feed_head("events").head_seq == 0
+    publisher = Publisher(sqlite_settings)
+    try:
+        for i in range(1, 13):  # across page boundaries (pages of 5)
+            for _ in range(3):
+                assert reader.feed_head("events").head_seq == i - 1
+            assert publisher.publish(f"e{i}") == i
+            assert reader.feed_head("events").head_seq == i
+    finally:
+        publisher.close()
+    # The publisher closed its connections: the reader's WAL index is still the database's.
+    publisher = Publisher(sqlite_settings)
+    try:
+        assert publisher.publish("after") == 13
+    finally:
+        publisher.close()
+    assert reader.feed_head("events").head_seq == 13
+
+
+def test_threads_reading_while_another_process_commits_never_go_back(
+    reader: Simplefeed, sqlite_settings: Settings
+) -> None:
+    """Threads racing to fill the cache, a commit landing between them: no read after a commit
+    returns the head before it."""
+    committed = 0
+    stop = threading.Event()
+    stale: list[tuple[int, int]] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            floor = committed
+            seen = reader.feed_head("events").head_seq
+            if seen < floor:
+                stale.append((seen, floor))
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    publisher = Publisher(sqlite_settings)
+    try:
+        for i in range(1, 31):
+            committed = publisher.publish(f"e{i}")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        publisher.close()
+    assert committed == 30
+    assert stale == []
+
+
+def test_while_nothing_is_committed_the_head_is_not_read_from_the_database(
+    reader: Simplefeed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The point of the WAL index: a head unchanged since this process read it costs no
+    statement (each released the interpreter under uWSGI's threads)."""
+    store = reader.store
+    assert isinstance(store, SQLiteStore)
+    first = reader.feed_head("events")
+
+    def no_lookup(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the head was read from the database")
+
+    monkeypatch.setattr(store, "lookup", no_lookup)
+    assert reader.feed_head("events") is first
+    monkeypatch.undo()
+    reader.publish("events", [Event(title="own commit")])  # this process's own commit too
+    monkeypatch.setattr(store, "lookup", no_lookup)
+    with pytest.raises(AssertionError, match="read from the database"):
+        reader.feed_head("events")
+
+
+def crafted_index(path: Path, first: bytes, second: bytes) -> WalIndex:
+    path.write_bytes(first + second + bytes(40))
+    with path.open("rb") as f:
+        mapped = mmap.mmap(f.fileno(), WalIndex.SIZE, access=mmap.ACCESS_READ)
+    return WalIndex(sqlite3.connect(":memory:"), mapped)
+
+
+def test_a_header_being_rewritten_or_not_built_says_nothing(tmp_path: Path) -> None:
+    header = bytearray(48)
+    header[0:4] = (3007000).to_bytes(4, sys.byteorder)
+    header[WalIndex.IS_INIT] = 1
+    whole = bytes(header)
+    assert crafted_index(tmp_path / "same", whole, whole).header() == whole
+    changed = bytearray(header)
+    changed[8] = 1  # iChange: a commit halfway through rewriting the copies
+    assert crafted_index(tmp_path / "torn", whole, bytes(changed)).header() is None
+    unbuilt = bytearray(header)
+    unbuilt[WalIndex.IS_INIT] = 0
+    assert crafted_index(tmp_path / "new", bytes(unbuilt), bytes(unbuilt)).header() is None
+
+
+def test_a_database_not_in_wal_mode_has_no_index_and_is_read_every_time(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rollback.sqlite3"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE t (x)")
+    with pytest.raises(ValueError, match="journal_mode is delete"):
+        WalIndex.open(conn, path)
+    with pytest.raises(sqlite3.ProgrammingError):  # closed: it held nothing open
+        conn.execute("SELECT 1")
