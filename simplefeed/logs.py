@@ -17,12 +17,16 @@ id, never its secret.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import contextvars
 import json
 import logging
 import os
 import select
+import threading
 import time
+import weakref
 from typing import Any
 
 MAX_FIELD_CHARS = 256
@@ -118,16 +122,52 @@ def _fit(line: dict[str, Any], text: str) -> str:
     return _ENCODER.encode({**kept, "message": clip(line["message"]), "clipped": True})
 
 
+#: How long an INFO line (an access line) may wait to be written with the others. Each write
+#: is a system call, which lets another thread take the interpreter, and under uWSGI's threads
+#: every such hand-over costs both threads CPU: one write per access line was 70 of a /recent
+#: 304's 170 us (docs/benchmarks.md, "Reading", session 16). Warnings and errors are written at
+#: once, after the lines waiting.
+BATCH_S = 0.1
+#: Lines waiting beyond this many are written by the thread that adds one (a log that does not
+#: take them holds requests up, as one write per line did; no memory grows).
+MAX_WAITING_LINES = 10_000
+
+
 class LineHandler(logging.Handler):
     """Each record one line (at most MAX_LINE_BYTES: :class:`JsonFormatter`), written to a file
-    descriptor with one ``os.write`` and no lock: a write that small is atomic on a pipe, and on
-    a file opened for appending, such as uWSGI's log, so lines of threads and processes writing
-    at once never interleave, and no thread waits for another's write (``StreamHandler`` held
-    its lock across the write and the flush: docs/benchmarks.md, "Long-poll", session 8)."""
+    descriptor in writes of whole lines of at most PIPE_BUF bytes together: a write that small
+    is atomic on a pipe, and on a file opened for appending, such as uWSGI's log, so lines of
+    threads and processes writing at once never interleave.
 
-    def __init__(self, fd: int) -> None:
+    INFO lines wait, at most ``batch_s`` (:data:`BATCH_S`), to be written together by a thread
+    of the handler's; a WARNING or above is written at once by its own thread, after the lines
+    waiting, so the order of a process's lines is the order they were logged in. The threads
+    adding lines take no lock (``StreamHandler`` held its lock across the write and the flush:
+    docs/benchmarks.md, "Long-poll", session 8). :meth:`flush` writes what waits (the logging
+    module calls it at exit; a uWSGI worker at its end: simplefeed/wsgi.py); a process killed
+    outright loses at most ``batch_s`` of INFO lines."""
+
+    def __init__(self, fd: int, batch_s: float = BATCH_S) -> None:
         super().__init__()
         self.fd = fd
+        self.batch_s = batch_s
+        self._waiting: collections.deque[bytes] = collections.deque()
+        self._forked()
+        forked = weakref.WeakMethod(self._forked)
+
+        def in_child() -> None:
+            method = forked()
+            if method is not None:
+                method()
+
+        os.register_at_fork(after_in_child=in_child)
+
+    def _forked(self) -> None:
+        """A new process: its own lock, no writer yet; the lines waiting are the parent's."""
+        self._waiting.clear()
+        self._writing = threading.Lock()
+        self._due = threading.Event()
+        self._writer: threading.Thread | None = None
 
     def handle(self, record: logging.LogRecord) -> bool:
         if not self.filter(record):
@@ -138,11 +178,59 @@ class LineHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             line = _bytes(self.format(record) + "\n")
-            view = memoryview(line)
-            while view:  # one write, unless a signal or a full disk cut it short
-                view = view[os.write(self.fd, view) :]
         except Exception:
             self.handleError(record)
+            return
+        if record.levelno >= logging.WARNING or self.batch_s <= 0:
+            with self._writing:
+                self._write([*self._take(), line])
+            return
+        self._waiting.append(line)
+        if len(self._waiting) > MAX_WAITING_LINES:
+            self.flush()
+        elif not self._due.is_set():
+            self._due.set()
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write_later, name="simplefeed-log-writer", daemon=True
+                )
+                self._writer.start()
+
+    def flush(self) -> None:
+        with self._writing:
+            self._write(self._take())
+
+    def _write_later(self) -> None:
+        due = self._due
+        while True:
+            due.wait()
+            time.sleep(self.batch_s)
+            due.clear()  # before taking the lines: one added from now on sets it again
+            self.flush()
+
+    def _take(self) -> list[bytes]:
+        lines = []
+        with contextlib.suppress(IndexError):
+            while True:
+                lines.append(self._waiting.popleft())
+        return lines
+
+    def _write(self, lines: list[bytes]) -> None:
+        chunk = b""
+        for line in lines:
+            if len(chunk) + len(line) > MAX_LINE_BYTES:
+                self._write_chunk(chunk)
+                chunk = b""
+            chunk += line
+        if chunk:
+            self._write_chunk(chunk)
+
+    def _write_chunk(self, chunk: bytes) -> None:
+        # A log that cannot be written (a closed pipe, a full disk) has nowhere to say so.
+        with contextlib.suppress(OSError):
+            view = memoryview(chunk)
+            while view:  # one write, unless a signal or a full disk cut it short
+                view = view[os.write(self.fd, view) :]
 
 
 def configure(level: str) -> None:

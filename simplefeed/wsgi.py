@@ -198,4 +198,9 @@ if uwsgi is not None and "http11-socket" in uwsgi.opt:
 
 if uwsgi is not None:
     _pid = os.getpid()
-    uwsgi.atexit = lambda: metrics.worker_exited(_pid)
+
+    def _worker_exits() -> None:
+        metrics.worker_exited(_pid)
+        logging.shutdown()  # the access lines waiting to be written (simplefeed.logs)
+
+    uwsgi.atexit = _worker_exits

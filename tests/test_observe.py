@@ -7,9 +7,11 @@ import logging
 import os
 import select
 import threading
+import time
 from dataclasses import replace
 
 import falcon.testing
+import pytest
 
 from simplefeed import logs
 from simplefeed.app import create_app
@@ -57,9 +59,9 @@ def test_log_line_is_one_bounded_json_object() -> None:
 
 
 def test_lines_written_at_once_by_many_threads_never_interleave() -> None:
-    """LineHandler writes each line with one write and no lock, so every line fits in PIPE_BUF
-    (a write that size is atomic on a pipe): 16 threads writing at once into one pipe, short
-    lines and lines with long tracebacks or many long fields, leave every line whole."""
+    """LineHandler writes whole lines in writes of at most PIPE_BUF bytes (atomic on a pipe),
+    so every line fits in PIPE_BUF: 16 threads writing at once into one pipe, short lines and
+    lines with long tracebacks or many long fields, leave every line whole."""
     read_end, write_end = os.pipe()
     handler = logs.LineHandler(write_end)
     handler.setFormatter(logs.JsonFormatter())
@@ -89,6 +91,7 @@ def test_lines_written_at_once_by_many_threads_never_interleave() -> None:
         t.start()
     for t in threads:
         t.join()
+    handler.flush()
     os.close(write_end)
     reader.join()
     os.close(read_end)
@@ -101,3 +104,84 @@ def test_lines_written_at_once_by_many_threads_never_interleave() -> None:
     assert all(p["exception"].endswith("…") and "ValueError" in p["exception"] for p in failed)
     clipped = [p for p in parsed if p["message"].startswith("many")]
     assert len(clipped) == 16 * 5 and all(p["clipped"] is True for p in clipped)
+
+
+def pipe_handler(batch_s: float) -> tuple[logging.Logger, logs.LineHandler, int]:
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    handler = logs.LineHandler(write_end, batch_s=batch_s)
+    handler.setFormatter(logs.JsonFormatter())
+    logger = logging.Logger("simplefeed.test-batch")
+    logger.addHandler(handler)
+    return logger, handler, read_end
+
+
+def read_now(fd: int) -> list[str]:
+    try:
+        return [json.loads(line)["message"] for line in os.read(fd, 1 << 20).splitlines()]
+    except BlockingIOError:
+        return []
+
+
+def test_access_lines_are_written_together_soon_and_warnings_at_once_in_order() -> None:
+    """INFO lines (the access lines) wait a moment to be written with each other: one system
+    call for many (each call lets another thread take the interpreter). A warning is written at
+    once, after the lines waiting, so a process's lines stay in the order they were logged."""
+    logger, handler, fd = pipe_handler(batch_s=0.3)
+    try:
+        logger.info("first")
+        logger.info("second")
+        assert read_now(fd) == []  # waiting
+        logger.warning("trouble")
+        assert read_now(fd) == ["first", "second", "trouble"]
+        logger.info("third")
+        deadline = time.monotonic() + 5
+        seen: list[str] = []
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+            seen = read_now(fd)
+        assert seen == ["third"]  # written by the handler's thread, no other line needed
+        logger.info("fourth")
+        handler.flush()  # as at exit
+        assert read_now(fd) == ["fourth"]
+    finally:
+        handler.close()
+        os.close(handler.fd)
+        os.close(fd)
+
+
+def test_a_log_that_takes_nothing_holds_the_lines_it_waits_for_to_a_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Lines do not pile up in memory: past MAX_WAITING_LINES the thread adding one writes
+    them all itself."""
+    monkeypatch.setattr(logs, "MAX_WAITING_LINES", 10)
+    logger, handler, fd = pipe_handler(batch_s=60)
+    try:
+        for i in range(11):
+            logger.info("line %d", i)
+        assert read_now(fd) == [f"line {i}" for i in range(11)]
+    finally:
+        handler.close()
+        os.close(handler.fd)
+        os.close(fd)
+
+
+def test_a_forked_child_writes_its_own_lines_not_its_parents() -> None:
+    logger, handler, fd = pipe_handler(batch_s=0.05)
+    try:
+        logger.info("parent's")
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's lines are read by the parent
+            try:
+                logger.info("child's")
+                time.sleep(0.3)  # its own writer thread writes it
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        handler.flush()
+        assert sorted(read_now(fd)) == ["child's", "parent's"]
+    finally:
+        handler.close()
+        os.close(handler.fd)
+        os.close(fd)
