@@ -45,8 +45,12 @@ publishing (from the middle event on, until wrk is done), wrk asks for /recent, 
 turn, three times 2 s each on 64 connections (the median of each; the 304 requests name the
 ETag of the last 200 wrk had, as a polling consumer does); the same just before the
 consumers started and just after they stopped is the baseline (their mean), in the same run.
-The latencies of that run are shown too, on a line of their own. The figures are in
-docs/benchmarks.md ("Long-poll").
+Each wrk run on Simplefeed alternates with one on the read benchmark's baseline (the minimal
+falcon app of bench/read.py, under the same uWSGI options, answering with the bytes of
+Simplefeed's /recent when the run began), so that the read benchmark's ratios (Simplefeed's
+rate over the minimal app's) are shown before, during and after too: the issue's measure, with
+what the machine's other load takes from both taken out. The latencies of that run are shown
+too, on a line of their own. The figures are in docs/benchmarks.md ("Long-poll").
 """
 
 from __future__ import annotations
@@ -73,8 +77,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._read_servers import group_cpu, machine, process_cpu, wrk
-from bench.servers import HOST, UwsgiServer
+from bench._read_servers import Child, derive_ini, group_cpu, machine, process_cpu, uwsgi, wrk
+from bench.servers import HOST, UwsgiServer, free_port
 
 TITLE = re.compile(rb"<title>ev-(\d+)</title>")
 ETAG = "etag"
@@ -371,28 +375,58 @@ CAPACITY_ROUNDS = 3
 CAPACITY_SECONDS = 2.0
 
 
-def capacity(server: UwsgiServer, seconds: float) -> dict[str, float]:
-    """/recent 304 and 200 rates now: the median of :data:`CAPACITY_ROUNDS` runs of wrk
-    (``seconds`` each, :data:`CAPACITY_CONNECTIONS` connections) for each, alternating."""
-    rates: dict[str, list[float]] = {"304": [], "200": []}
-    pgid = server.process.pid if server.process else 0
+def capacity(server: UwsgiServer, minimal: tuple[Child, str], seconds: float) -> dict[str, float]:
+    """/recent 304 and 200 rates now, of Simplefeed and of the read benchmark's baseline (the
+    minimal falcon app under the same uWSGI options, bench/minimal_falcon.py): the median of
+    :data:`CAPACITY_ROUNDS` runs of wrk (``seconds`` each, :data:`CAPACITY_CONNECTIONS`
+    connections) for each, alternating. Keys: "304", "200", "minimal 304", "minimal 200"."""
+    rates: dict[str, list[float]] = {}
+    ours = server.process.pid if server.process else 0
+    minimal_pgid = minimal[0].process.pid
+    minimal_url = minimal[1] + "/recent"
+    minimal_etag = httpx.get(minimal_url).headers["etag"]
     for _ in range(CAPACITY_ROUNDS):
         etag = httpx.get(server.url("/recent")).headers["etag"]
-        for status, headers, script in (
+        for status, url, headers, script, pgid in (
             # The producer publishes meanwhile: each request names the last ETag seen.
-            ("304", {"If-None-Match": etag}, FOLLOW_ETAG_LUA),
-            ("200", {}, None),
+            ("304", server.url("/recent"), {"If-None-Match": etag}, FOLLOW_ETAG_LUA, ours),
+            ("minimal 304", minimal_url, {"If-None-Match": minimal_etag}, None, minimal_pgid),
+            ("200", server.url("/recent"), {}, None, ours),
+            ("minimal 200", minimal_url, {}, None, minimal_pgid),
         ):
             r = wrk(
-                server.url("/recent"),
+                url,
                 duration=seconds,
                 connections=CAPACITY_CONNECTIONS,
                 headers=headers,
                 pgids=(pgid,),
                 script=script,
             )
-            rates[status].append(r.requests / r.seconds)
+            rates.setdefault(status, []).append(r.requests / r.seconds)
     return {status: statistics.median(values) for status, values in rates.items()}
+
+
+@contextlib.contextmanager
+def minimal_server(server: UwsgiServer) -> Iterator[tuple[Child, str]]:
+    """The read benchmark's baseline beside ``server``: bench/minimal_falcon.py under the same
+    uWSGI options and process count, answering /recent with the bytes ``server``'s /recent has
+    now (the identity document; it grows by an entry an event on ``server``, not here)."""
+    body = server.workdir / "minimal-recent.xml"
+    body.write_bytes(httpx.get(server.url("/recent")).content)
+    port = free_port()
+    ini = derive_ini(server.workdir / "minimal.ini", module=MINIMAL)
+    child = uwsgi(
+        "minimal",
+        ini,
+        port=port,
+        processes=SERVER_PROCESSES,
+        workdir=server.workdir,
+        env={"SIMPLEFEED_BENCH_BODY": str(body)},
+    )
+    try:
+        yield child, f"http://{HOST}:{port}"
+    finally:
+        child.stop()
 
 
 #: Entries /recent holds before a row's first event: half the shipped page size
@@ -400,6 +434,9 @@ def capacity(server: UwsgiServer, seconds: float) -> dict[str, float]:
 #: :data:`PAGE_SIZE` here, so that no page freezes under consumers that read /recent only.
 PREFILL = 50
 PAGE_SIZE = 1000
+#: As shipped (uwsgi.ini).
+SERVER_PROCESSES = 4
+MINIMAL = "bench.minimal_falcon:application"
 
 
 @contextlib.contextmanager
@@ -410,7 +447,7 @@ def fresh_server() -> Iterator[UwsgiServer]:
         work = Path(tmp)
         server = UwsgiServer.scratch(
             work,
-            processes=4,
+            processes=SERVER_PROCESSES,
             page_size=PAGE_SIZE,
         )
         with server:
@@ -461,27 +498,54 @@ def main() -> None:
             print(f"| {count} | {cost * 1000:,.1f} |", flush=True)
     # Capacity, apart: wrk at full speed in the middle of a latency run would delay the events
     # published around it, and the latency rows are the server's alone.
-    held: dict[str, dict[str, float]] = {}
-    with fresh_server() as server:
-        held["before"] = capacity(server, CAPACITY_SECONDS)
-
-        def during() -> None:
-            held["during"] = capacity(server, CAPACITY_SECONDS)
-
-        run = follow(server, "wait", 0.0, max(counts), args.events, args.interval, 1, during)
-        held["after"] = capacity(server, CAPACITY_SECONDS)
+    run, held = capacity_run(max(counts), args.events, args.interval)
     print(run.row().replace("| wait |", "| wait, wrk on /recent meanwhile |"))
     print()
-    print(
+    print(capacity_report(held))
+
+
+def capacity_run(
+    consumers: int, events: int, interval: float
+) -> tuple[Run, dict[str, dict[str, float]]]:
+    """:func:`capacity` before ``consumers`` wait on a fresh server, while they wait and the
+    producer publishes, and after they stopped; the latencies of that run."""
+    held: dict[str, dict[str, float]] = {}
+    with fresh_server() as server, minimal_server(server) as minimal:
+        held["before"] = capacity(server, minimal, CAPACITY_SECONDS)
+
+        def during() -> None:
+            held["during"] = capacity(server, minimal, CAPACITY_SECONDS)
+
+        run = follow(server, "wait", 0.0, consumers, events, interval, 1, during)
+        held["after"] = capacity(server, minimal, CAPACITY_SECONDS)
+    return run, held
+
+
+def capacity_report(held: dict[str, dict[str, float]]) -> str:
+    """Two tables: Simplefeed's /recent rates, then the read benchmark's ratios (Simplefeed's
+    rate over the minimal app's, measured alternately), before, during and after."""
+    lines = [
         "| /recent | req/s before | req/s with the consumers waiting | req/s after"
-        " | ratio to before and after |"
-    )
-    print("|---|---|---|---|---|")
+        " | ratio to before and after |",
+        "|---|---|---|---|---|",
+    ]
     for status in ("304", "200"):
-        before, during_, after = (held[k][status] for k in ("before", "during", "after"))
-        ratio = during_ / ((before + after) / 2)
-        cells = [status, f"{before:,.0f}", f"{during_:,.0f}", f"{after:,.0f}"]
-        print("| " + " | ".join(cells) + f" | {ratio:.0%} |")
+        before, during, after = (held[k][status] for k in ("before", "during", "after"))
+        cells = [status, f"{before:,.0f}", f"{during:,.0f}", f"{after:,.0f}"]
+        lines.append("| " + " | ".join(cells) + f" | {during / ((before + after) / 2):.0%} |")
+    lines += [
+        "",
+        "| /recent, the read benchmark's ratio (Simplefeed / minimal falcon) | before"
+        " | with the consumers waiting | after | ratio to before and after |",
+        "|---|---|---|---|---|",
+    ]
+    for status in ("304", "200"):
+        before, during, after = (
+            held[k][status] / held[k][f"minimal {status}"] for k in ("before", "during", "after")
+        )
+        cells = [status, f"{before:.0%}", f"{during:.0%}", f"{after:.0%}"]
+        lines.append("| " + " | ".join(cells) + f" | {during / ((before + after) / 2):.0%} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
