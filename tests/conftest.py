@@ -29,7 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from bench.servers import UwsgiServer
-from simplefeed.app import create_app
+from simplefeed.app import caching, create_app
 from simplefeed.core import Simplefeed
 from simplefeed.settings import Settings
 from simplefeed.store.schema import alembic_config
@@ -329,3 +329,10 @@ def shipped_with_entries(workdir: Path, processes: int) -> Iterator[UwsgiServer]
         )
         assert r.status_code == 201, r.text
         yield s
+
+
+def page_files_reopened() -> None:
+    """A server's processes keep an archived page's file open for ``OPEN_FOR_S`` once they have
+    sent it (:mod:`simplefeed.app.caching`): wait that long after changing one on disk, so that
+    the next request sees the change."""
+    time.sleep(caching.OPEN_FOR_S + 0.2)

@@ -36,7 +36,7 @@ from simplefeed.client.command import consume
 from simplefeed.core import Simplefeed
 from simplefeed.model import Event
 from simplefeed.settings import Settings
-from tests.conftest import SequentialIds
+from tests.conftest import SequentialIds, page_files_reopened
 
 
 @pytest.fixture
@@ -496,6 +496,7 @@ def test_against_uwsgi_digests_chain_the_archive_and_a_damaged_page_stops_the_co
         # The page file and its precompressed copies (which the consumer is sent), alike.
         mtime_us = page_3.stat().st_mtime_ns // 1000
         archive.write_page(page_3, bytes(damaged), mtime_us)
+        page_files_reopened()
         stopped = consume("--parser", "lxml")
         assert stopped.returncode == 4, stopped.stderr
         assert "SHA-256 mismatch" in stopped.stderr
@@ -509,6 +510,7 @@ def test_against_uwsgi_digests_chain_the_archive_and_a_damaged_page_stops_the_co
 
         repaired = bytes(damaged).replace(b"event XX", b"event 13")
         archive.write_page(page_3, repaired, mtime_us)
+        page_files_reopened()
         resumed = consume()
         assert resumed.returncode == 0, resumed.stderr
         seen = [json.loads(line) for line in out.read_text().splitlines()]

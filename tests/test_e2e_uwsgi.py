@@ -34,6 +34,7 @@ from lxml import etree
 from sqlalchemy import Engine, create_engine, text
 
 from bench.servers import HOST, UwsgiServer, scratch_postgres_database
+from tests.conftest import page_files_reopened
 
 pytestmark = pytest.mark.e2e
 
@@ -368,6 +369,7 @@ class MovedAway:
 
     def __enter__(self) -> MovedAway:
         self.path.rename(self.aside)
+        page_files_reopened()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -905,6 +907,7 @@ def test_archive_rebuild_restores_missing_and_damaged_files(
             assert path.read_bytes() == original, f"{path} not restored byte-identically"
             assert path.stat().st_mtime_ns // 10**9 == mtime_ns // 10**9
             assert path.read_bytes() == stored_page(db, DEFAULT_FEED, int(path.name)).body
+        page_files_reopened()
         for url in urls:
             assert http.get(url).content == originals[archive_file(uwsgi_server, url)][0]
 

@@ -15,13 +15,14 @@ no query at all after the first.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from email.utils import formatdate
 from pathlib import Path
-from typing import BinaryIO
 
 from simplefeed import archive, codings
 from simplefeed.codings import CODINGS, IDENTITY, tagged
@@ -158,7 +159,7 @@ class ArchivedPage:
     #: The size of each coding's file ("identity" is the page file), for the codings offered.
     sizes: Mapping[str, int]
 
-    def open(self, coding: str) -> BinaryIO | None:
+    def open_file(self, coding: str) -> PageFile | None:
         """The file of the page in ``coding``, if it is there with the length it had when the
         page was read; None otherwise.
 
@@ -167,14 +168,71 @@ class ArchivedPage:
         """
         path = self.path if coding == IDENTITY else archive.encoded_path(self.path, coding)
         try:
-            f = path.open("rb")
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
-        if os.fstat(f.fileno()).st_size != self.sizes[coding]:
-            f.close()
+        opened = PageFile(fd, self.sizes[coding], time.monotonic())
+        if os.fstat(fd).st_size != opened.size:
             log.warning("archive file %s does not have the length it had", path)
             return None
-        return f
+        return opened
+
+
+#: How long a process keeps a page file open for its requests before opening it again: a file
+#: rebuilt (``archive rebuild``), removed (written back from the database) or cut short on
+#: disk is seen within this long. A page asked for all the time costs one open, fstat and
+#: close a second per process instead of one per request.
+OPEN_FOR_S = 1.0
+#: Page files a process keeps open at most (the oldest opened is let go first).
+OPEN_FILES = 64
+
+
+class PageFile:
+    """A page's file in one coding, open for every request of the process that sends it: each
+    reads it through a :class:`PageStream` of its own, so a request costs no ``open``,
+    ``fstat`` or ``close``. Each is a system call, which lets another thread take the
+    interpreter, and under uWSGI's threads such hand-overs made an archived page cost 318 us of
+    CPU against /recent's 170 (docs/benchmarks.md, "Reading", session 16). Closed when no
+    request and no cache holds it any more."""
+
+    __slots__ = ("fd", "opened", "size")
+
+    def __init__(self, fd: int, size: int, opened: float) -> None:
+        self.fd = fd
+        self.size = size
+        self.opened = opened
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+class PageStream:
+    """One response's reading of a :class:`PageFile`, what ``wsgi.file_wrapper`` is given.
+
+    Nobody moves the shared descriptor's offset: uWSGI sends the file with ``sendfile`` at
+    offsets of its own (from 0; ``uwsgi_proto_base_sendfile``), :meth:`read` reads at this
+    stream's own offset (``pread``), and a server that asks the descriptor where to start
+    (``lseek``, as gunicorn does) is told 0. Closing it leaves the file open."""
+
+    __slots__ = ("_file", "_offset")
+
+    def __init__(self, file: PageFile) -> None:
+        self._file = file
+        self._offset = 0
+
+    def fileno(self) -> int:
+        return self._file.fd
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        left = self._file.size - self._offset
+        wanted = left if size is None or size < 0 else min(size, left)
+        data = os.pread(self._file.fd, wanted, self._offset)
+        self._offset += len(data)
+        return data
+
+    def close(self) -> None:
+        """The file stays open for the next request."""
 
 
 class ArchivedPages:
@@ -187,9 +245,28 @@ class ArchivedPages:
         self._path_of = path_of
         self._limit = limit
         self._known: dict[tuple[str, int], ArchivedPage] = {}
+        self._files: dict[tuple[Path, str], PageFile] = {}
 
     def get(self, feed: str, number: int) -> ArchivedPage | None:
         return self._known.get((feed, number))
+
+    def file(self, page: ArchivedPage, coding: str) -> PageFile | None:
+        """The page's file in ``coding``, open (:class:`PageFile`): as opened by an earlier
+        request of the process less than :data:`OPEN_FOR_S` ago, else opened now; None if it
+        is not there as it was (:meth:`ArchivedPage.open_file`)."""
+        key = (page.path, coding)
+        kept = self._files.get(key)
+        if kept is not None and time.monotonic() - kept.opened < OPEN_FOR_S:
+            return kept
+        opened = page.open_file(coding)
+        if opened is None:
+            self._files.pop(key, None)
+            return None
+        if key not in self._files and len(self._files) >= OPEN_FILES:
+            with contextlib.suppress(StopIteration, RuntimeError):
+                self._files.pop(next(iter(self._files)), None)  # another thread may race
+        self._files[key] = opened
+        return opened
 
     def load(self, feed: str, number: int) -> ArchivedPage | None:
         """The page from its file, remembered; None if there is no file. Its precompressed

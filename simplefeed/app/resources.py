@@ -410,22 +410,16 @@ class Page(_FeedResource):
         coding = compression.negotiate(req)
         if coding not in page.sizes:
             coding = IDENTITY  # its copy could not be written (a read-only archive)
-        stream = page.open(coding)
-        if stream is None:
+        opened = self.archived.file(page, coding)
+        if opened is None:
             return False
         if self.send_validators(req, resp, page, coding):  # a 304 or 412
-            stream.close()
             return True
         resp.content_type = ATOM_MEDIA_TYPE
         resp.content_length = page.sizes[coding]
-        if req.method != "HEAD" and "wsgi.file_wrapper" in req.env:
-            resp.stream = stream  # falcon hands it to wsgi.file_wrapper (sendfile under uWSGI)
-            return True
-        # Without a file wrapper the stream would stay open until the server closes the
-        # response's iterable, which test clients do not always do: send the bytes.
-        with stream:
-            if req.method != "HEAD":
-                resp.data = stream.read()
+        if req.method != "HEAD":
+            # falcon hands it to wsgi.file_wrapper (sendfile under uWSGI), or reads it.
+            resp.stream = caching.PageStream(opened)
         return True
 
     def send_unfiled(self, req: falcon.Request, resp: falcon.Response, page: FrozenPage) -> None:

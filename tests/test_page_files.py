@@ -1,0 +1,147 @@
+"""Archived pages' files, kept open per process and shared by the requests that send them
+(simplefeed.app.caching.PageFile): each request reads at its own offsets, the files stay
+bounded in number, and a file changed on disk is seen within OPEN_FOR_S.
+
+In process (falcon's test client reads the stream) and under uWSGI (its file_wrapper sends the
+shared descriptor with sendfile), with real files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import falcon.testing
+import httpx
+import pytest
+
+from simplefeed import codings
+from simplefeed.app import caching
+from simplefeed.core import Simplefeed
+from tests.conftest import shipped_with_entries
+from tests.test_integrity import post
+
+PAGE_SIZE = 5  # the `settings` fixture's
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_two_streams_of_one_file_read_at_their_own_offsets(tmp_path: Path) -> None:
+    path = tmp_path / "page"
+    body = bytes(range(256)) * 40
+    path.write_bytes(body)
+    fd = os.open(path, os.O_RDONLY)
+    shared = caching.PageFile(fd, len(body), 0.0)
+    first, second = caching.PageStream(shared), caching.PageStream(shared)
+    got = {id(first): b"", id(second): b""}
+    for _ in range(len(body) // 1000 + 1):
+        for stream in (first, second):
+            got[id(stream)] += stream.read(1000)
+    assert got[id(first)] == got[id(second)] == body
+    assert first.read() == b""
+    assert os.lseek(fd, 0, os.SEEK_CUR) == 0  # what a server asking the descriptor is told
+    first.close()
+    os.fstat(fd)  # closing a stream leaves the file open
+    del first, second, stream, shared
+    with pytest.raises(OSError):  # closed with the last holder
+        os.fstat(fd)
+
+
+def test_an_archived_page_is_opened_once_per_process_not_per_request(
+    core: Simplefeed, client: falcon.testing.TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The point: a request for a page already sent makes no open, fstat or close of its own
+    (each a system call, each letting another thread take the interpreter)."""
+    post(client, 2 * PAGE_SIZE + 1, "batch")
+    expected = core.page_path("events", 1).read_bytes()
+    assert client.simulate_get("/pages/1").content == expected
+    calls: list[str] = []
+    for module, name in ((os, "open"), (io, "open"), (os, "fstat")):
+        real = getattr(module, name)
+
+        def counted(*args: Any, __name: str = name, __real: Any = real, **kwargs: Any) -> Any:
+            calls.append(__name)
+            return __real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    for _ in range(5):
+        assert client.simulate_get("/pages/1").content == expected
+        etag = client.simulate_get("/pages/1").headers["ETag"]
+        assert client.simulate_get("/pages/1", headers={"If-None-Match": etag}).status_code == 304
+        assert client.simulate_head("/pages/1").status_code == 200
+    assert calls == []
+
+
+def test_a_page_file_changed_on_disk_is_seen_once_it_is_opened_again(
+    core: Simplefeed, client: falcon.testing.TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Removed: the open file still holds the page's bytes; once OPEN_FOR_S has passed the
+    file is opened again, found missing, and written back from the database. A precompressed
+    copy cut short is found so when opened again, and written again."""
+    post(client, 2 * PAGE_SIZE + 1, "batch")
+    path = core.page_path("events", 1)
+    expected = path.read_bytes()
+    assert client.simulate_get("/pages/1").content == expected
+    path.unlink()
+    assert client.simulate_get("/pages/1").content == expected  # from the open file
+    assert not path.exists()
+    monkeypatch.setattr(caching, "OPEN_FOR_S", 0.0)
+    assert client.simulate_get("/pages/1").content == expected
+    assert path.read_bytes() == expected  # written back
+    copy = path.with_name(path.name + ".gz")
+    gzip = {"Accept-Encoding": "gzip"}
+    assert codings.decode(client.simulate_get("/pages/1", headers=gzip).content, "gzip") == expected
+    with copy.open("r+b") as f:
+        f.truncate(100)
+    served = client.simulate_get("/pages/1", headers=gzip)  # the copy is written again
+    assert served.status_code == 200 and codings.decode(served.content, "gzip") == expected
+    assert codings.decode(copy.read_bytes(), "gzip") == expected
+
+
+def test_the_files_kept_open_are_bounded(
+    core: Simplefeed, client: falcon.testing.TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(caching, "OPEN_FILES", 4)
+    post(client, 8 * PAGE_SIZE + 1, "batch")  # 8 archived pages
+    assert client.simulate_get("/pages/1").status_code == 200  # the database's connections
+    before = open_fds()
+    for n in range(2, 9):
+        for coding in codings.CODINGS:
+            result = client.simulate_get(f"/pages/{n}", headers={"Accept-Encoding": coding})
+            assert result.status_code == 200
+    assert open_fds() <= before + 4
+
+
+def test_concurrent_requests_under_uwsgi_each_get_the_whole_page(tmp_path: Path) -> None:
+    """uWSGI's threads send one shared descriptor with sendfile at once, in every coding."""
+    with shipped_with_entries(tmp_path, processes=2) as s:
+        want = {}
+        for n in (1, 2):
+            path = s.archive_dir / "pages" / str(n)
+            for coding in ("identity", *codings.CODINGS):
+                suffix = "" if coding == "identity" else codings.SUFFIXES[coding]
+                data = path.with_name(path.name + suffix).read_bytes()
+                want[(n, coding)] = hashlib.sha256(data).hexdigest()
+
+        def fetch(i: int) -> tuple[tuple[int, str], str]:
+            n, coding = list(want)[i % len(want)]
+            headers = {"Accept-Encoding": coding}
+            with (
+                httpx.Client(timeout=30) as client,
+                client.stream("GET", s.url(f"/pages/{n}"), headers=headers) as r,
+            ):
+                assert r.status_code == 200
+                assert r.headers.get("Content-Encoding", "identity") == coding
+                raw = b"".join(r.iter_raw())  # as sent, not decoded
+                return (n, coding), hashlib.sha256(raw).hexdigest()
+
+        with ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(fetch, range(400)))
+        assert all(digest == want[key] for key, digest in results)
+        assert not s.problems()
