@@ -9,6 +9,7 @@ operators' commands are to each other.
 from __future__ import annotations
 
 import mmap
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -193,3 +194,46 @@ def test_a_database_not_in_wal_mode_has_no_index_and_is_read_every_time(
         WalIndex.open(conn, path)
     with pytest.raises(sqlite3.ProgrammingError):  # closed: it held nothing open
         conn.execute("SELECT 1")
+
+
+def test_the_process_keeps_sqlites_locks_on_the_wal_index(
+    reader: Simplefeed, sqlite_settings: Settings
+) -> None:
+    """SQLite's connections coordinate through POSIX locks on the -shm file, which the kernel
+    drops, all of the process's, when it closes any descriptor of that file. The WAL index
+    closed the one it mapped through: the process lost the lock that says the file is in use
+    (its byte 128), another process rebuilt the file, and a uWSGI worker reading the mapping
+    died of SIGBUS. The lock stays held after the index is opened, and after other stores'
+    connections come and go."""
+    reader.feed_head("events")  # opens the WAL index
+    database = Path(sqlite_settings.database_url.removeprefix("sqlite:///"))
+    inode = Path(f"{database}-shm").stat().st_ino
+
+    def dms_held() -> bool:
+        mine = ["POSIX", "ADVISORY", "READ", str(os.getpid())]
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()  # "1: POSIX  ADVISORY  READ 1234 08:01:5678 128 128"
+            if (
+                fields[1:5] == mine
+                and fields[5].endswith(f":{inode}")
+                and fields[6:8]
+                == [
+                    "128",
+                    "128",
+                ]
+            ):
+                return True
+        return False
+
+    assert dms_held()
+    other = Simplefeed(sqlite_settings)
+    other.feed_head("events")
+    other.close()
+    assert dms_held()
+    publisher = Publisher(sqlite_settings)
+    try:
+        assert publisher.publish("e") == 1
+    finally:
+        publisher.close()
+    assert dms_held()
+    assert reader.feed_head("events").head_seq == 1

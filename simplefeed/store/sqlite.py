@@ -19,6 +19,7 @@ import mmap
 import os
 import random
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -135,10 +136,14 @@ class WalIndex:
     says it is initialised). Copying 96 bytes from a mapping keeps the interpreter, where a
     statement releases it (:meth:`SQLiteStore.feed_head`).
 
-    The mapping is trusted only while the file is the one SQLite uses: SQLite deletes it (the
-    last connection to close) or re-initialises it (the first to open) only when no other
-    connection has it open, so this holds a connection of its own open until :meth:`close`, on
-    which it has read once (a read opens the WAL index).
+    One per process and database file (:meth:`of`), kept until the process ends, with the
+    descriptors it opened. The locks SQLite's connections coordinate through are POSIX record
+    locks on the ``-shm`` file, which the kernel drops, all of the process's at once, when the
+    process closes *any* descriptor of that file (fcntl(2)): closing the mapping's would let
+    another process take the database for unused and rebuild the file under this one's
+    connections (it did: a worker killed by SIGBUS reading the mapping of a file cut short).
+    The mapping also holds a connection of its own open (``anchor``), on which it has read once:
+    SQLite deletes or rebuilds the ``-shm`` file only when no connection has it open.
     """
 
     SIZE = 96  # the two copies of the header
@@ -150,25 +155,40 @@ class WalIndex:
         self._map = mapped
 
     @classmethod
+    def of(cls, database: Path, connect: Callable[[], sqlite3.Connection]) -> WalIndex:
+        """This process's WAL index of ``database`` (opened with a new connection from
+        ``connect`` the first time); raises if it has none (not in WAL mode), every time."""
+        key = (os.getpid(), str(database))
+        with _WAL_INDEXES_LOCK:
+            found = _WAL_INDEXES.get(key)
+            if found is None:
+                try:
+                    found = cls.open(connect(), database)
+                except Exception as exc:
+                    found = exc
+                _WAL_INDEXES[key] = found
+        if isinstance(found, Exception):
+            raise RuntimeError(f"no WAL index: {found}")
+        return found
+
+    @classmethod
     def open(cls, anchor: sqlite3.Connection, database: Path) -> WalIndex:
         """The WAL index of ``database``, held open by ``anchor`` (a new connection to it,
-        closed here if there is no WAL index: a database not in WAL mode)."""
+        closed here if there is no WAL index). Its descriptors are never closed (above)."""
+        shm = Path(f"{database}-shm")
         try:
             anchor.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
             ((mode,),) = anchor.execute("PRAGMA journal_mode").fetchall()
             if mode != "wal":
                 raise ValueError(f"journal_mode is {mode}")
-            fd = os.open(f"{database}-shm", os.O_RDONLY)
-            try:
-                if os.fstat(fd).st_size < cls.SIZE:
-                    raise ValueError("the WAL index is shorter than its header")
-                mapped = mmap.mmap(fd, cls.SIZE, access=mmap.ACCESS_READ)
-            finally:
-                os.close(fd)
+            if shm.stat().st_size < cls.SIZE:
+                raise ValueError("the WAL index is shorter than its header")
         except Exception:
             anchor.close()
             raise
-        return cls(anchor, mapped)
+        fd = os.open(shm, os.O_RDONLY | os.O_CLOEXEC)
+        _NEVER_CLOSED.append(fd)  # not even if mapping it fails
+        return cls(anchor, mmap.mmap(fd, cls.SIZE, access=mmap.ACCESS_READ))
 
     def header(self) -> bytes | None:
         """The header now, or None when its two copies differ (a commit is rewriting them)
@@ -179,9 +199,20 @@ class WalIndex:
             return None
         return first
 
-    def close(self) -> None:
-        self._map.close()
-        self._anchor.close()
+
+#: Each process's WAL indexes by (pid, database path), or why there is none: never closed.
+_WAL_INDEXES: dict[tuple[int, str], WalIndex | Exception] = {}
+_WAL_INDEXES_LOCK = threading.Lock()
+#: Descriptors of ``-shm`` files opened here (each also held by a mapping): never closed.
+_NEVER_CLOSED: list[int] = []
+
+
+def _forked() -> None:
+    global _WAL_INDEXES_LOCK
+    _WAL_INDEXES_LOCK = threading.Lock()  # another thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class SQLiteStore(sql.SqlStore):
@@ -235,13 +266,6 @@ class SQLiteStore(sql.SqlStore):
             yield conn
         if self._identity is None:
             self._file_problem()  # created by this transaction's connection
-
-    def close(self) -> None:
-        pid, wal = self._wal
-        self._wal, self._heads = (0, None), (b"", {})
-        if wal is not None and pid == os.getpid():
-            wal.close()
-        super().close()
 
     def problems(self) -> list[str]:
         found = []
@@ -315,15 +339,15 @@ class SQLiteStore(sql.SqlStore):
         return feed
 
     def _wal_index(self) -> WalIndex | None:
-        """This process's :class:`WalIndex` (opened by its first call; None where there is
-        none: a database in memory, or not in WAL mode)."""
+        """This process's :class:`WalIndex` of the database; None where there is none (a
+        database in memory, or not in WAL mode: a warning says so once per process)."""
         pid = os.getpid()
         if self._wal[0] != pid:
             self._heads = (b"", {})
-            self._wal = (pid, None)  # a parent's is the parent's (never closed here)
+            self._wal = (pid, None)
             if self.path is not None:
                 try:
-                    self._wal = (pid, WalIndex.open(self.connections.open_one(), self.path))
+                    self._wal = (pid, WalIndex.of(self.path, self.connections.open_one))
                 except Exception:
                     sql.log.warning(
                         "the database's WAL index cannot be read: every feed head is read"
