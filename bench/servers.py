@@ -303,14 +303,16 @@ class UwsgiServer:
             return "(no uWSGI log)"
 
     def problems(self) -> list[str]:
-        """Server errors in the log: each 5xx request line, and a Python traceback, up to the
-        moment the server was told to stop. (What follows is shutdown: a worker that is still
-        importing the app under `lazy-apps` on a busy machine is interrupted with a traceback,
-        which says nothing about any request.)"""
+        """Server errors in the log: each 5xx request line, a Python traceback, and a worker
+        that died (uWSGI respawns it: a signal such as SIGBUS or SIGSEGV, or an exit), up to
+        the moment the server was told to stop. (What follows is shutdown: a worker that is
+        still importing the app under `lazy-apps` on a busy machine is interrupted with a
+        traceback, which says nothing about any request.)"""
         log = self.log().split(SHUTDOWN_MARK, 1)[0]
         found = [line for line in log.splitlines() if re.search(r'"status":5\d\d\b', line)]
         if "Traceback" in log:
             found.append("a Python traceback in the uWSGI log")
+        found += re.findall(r"(?m)^DAMN ! worker \d+ .*$", log)
         return found
 
     def __enter__(self) -> UwsgiServer:
