@@ -165,9 +165,9 @@ def test_while_nothing_is_committed_the_head_is_not_read_from_the_database(
 
 def crafted_index(path: Path, first: bytes, second: bytes) -> WalIndex:
     path.write_bytes(first + second + bytes(40))
-    with path.open("rb") as f:
-        mapped = mmap.mmap(f.fileno(), WalIndex.SIZE, access=mmap.ACCESS_READ)
-    return WalIndex(sqlite3.connect(":memory:"), mapped)
+    fd = os.open(path, os.O_RDONLY)
+    mapped = mmap.mmap(fd, WalIndex.SIZE, access=mmap.ACCESS_READ)
+    return WalIndex(sqlite3.connect(":memory:"), fd, mapped)
 
 
 def test_a_header_being_rewritten_or_not_built_says_nothing(tmp_path: Path) -> None:
@@ -237,3 +237,27 @@ def test_the_process_keeps_sqlites_locks_on_the_wal_index(
         publisher.close()
     assert dms_held()
     assert reader.feed_head("events").head_seq == 1
+
+
+def test_the_last_store_of_a_database_to_close_closes_its_index(
+    sqlite_settings: Settings,
+) -> None:
+    """The index is shared by the process's stores of a database and closed with the last, so
+    a process that opens many databases in turn (the tests, commands) keeps no descriptors."""
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    first = Simplefeed(sqlite_settings)
+    first.create_feed("events")
+    first.close()
+    before = open_fds()
+    for _ in range(3):
+        first, second = Simplefeed(sqlite_settings), Simplefeed(sqlite_settings)
+        first.feed_head("events")
+        second.feed_head("events")
+        assert first.store._wal[1] is second.store._wal[1] is not None  # type: ignore[attr-defined]
+        first.close()
+        assert second.feed_head("events").name == "events"  # still read through it
+        second.close()
+    assert open_fds() == before

@@ -136,45 +136,59 @@ class WalIndex:
     says it is initialised). Copying 96 bytes from a mapping keeps the interpreter, where a
     statement releases it (:meth:`SQLiteStore.feed_head`).
 
-    One per process and database file (:meth:`of`), kept until the process ends, with the
-    descriptors it opened. The locks SQLite's connections coordinate through are POSIX record
-    locks on the ``-shm`` file, which the kernel drops, all of the process's at once, when the
-    process closes *any* descriptor of that file (fcntl(2)): closing the mapping's would let
-    another process take the database for unused and rebuild the file under this one's
-    connections (it did: a worker killed by SIGBUS reading the mapping of a file cut short).
-    The mapping also holds a connection of its own open (``anchor``), on which it has read once:
-    SQLite deletes or rebuilds the ``-shm`` file only when no connection has it open.
+    One per process and database file, shared by the process's stores of it (:meth:`acquire`,
+    :meth:`release`) and closed with the last of them. The locks SQLite's connections
+    coordinate through are POSIX record locks on the ``-shm`` file, which the kernel drops, all
+    of the process's at once, when the process closes *any* descriptor of that file
+    (fcntl(2)): closing the mapping's while the process's connections used the database let
+    another process take the file for unused and rebuild it under them (a uWSGI worker died of
+    SIGBUS reading the mapping of a file cut short). So the mapping is closed only after every
+    connection of the stores, its own last (``anchor``: a connection on which it has read once,
+    holding the file open, since SQLite deletes or rebuilds it only when no connection has it
+    open).
     """
 
     SIZE = 96  # the two copies of the header
     COPY = 48
     IS_INIT = 12  # the header's isInit byte: 1 once a connection has built it
 
-    def __init__(self, anchor: sqlite3.Connection, mapped: mmap.mmap) -> None:
+    def __init__(self, anchor: sqlite3.Connection, fd: int, mapped: mmap.mmap) -> None:
         self._anchor = anchor
+        self._fd = fd
         self._map = mapped
+        self._key: tuple[int, str] | None = None
+        self._users = 0
 
     @classmethod
-    def of(cls, database: Path, connect: Callable[[], sqlite3.Connection]) -> WalIndex:
+    def acquire(cls, database: Path, connect: Callable[[], sqlite3.Connection]) -> WalIndex:
         """This process's WAL index of ``database`` (opened with a new connection from
-        ``connect`` the first time); raises if it has none (not in WAL mode), every time."""
+        ``connect`` if no store of the process holds it), for a store to :meth:`release`;
+        raises if there is none (not in WAL mode)."""
         key = (os.getpid(), str(database))
         with _WAL_INDEXES_LOCK:
             found = _WAL_INDEXES.get(key)
             if found is None:
-                try:
-                    found = cls.open(connect(), database)
-                except Exception as exc:
-                    found = exc
-                _WAL_INDEXES[key] = found
-        if isinstance(found, Exception):
-            raise RuntimeError(f"no WAL index: {found}")
-        return found
+                found = _WAL_INDEXES[key] = cls.open(connect(), database)
+                found._key = key
+            found._users += 1
+            return found
+
+    def release(self) -> None:
+        """A store of the process is done with it (its connections closed): the last one closes
+        it, its connection first."""
+        with _WAL_INDEXES_LOCK:
+            self._users -= 1
+            if self._users > 0 or self._key is None:
+                return
+            _WAL_INDEXES.pop(self._key, None)
+        self._anchor.close()
+        self._map.close()
+        os.close(self._fd)
 
     @classmethod
     def open(cls, anchor: sqlite3.Connection, database: Path) -> WalIndex:
         """The WAL index of ``database``, held open by ``anchor`` (a new connection to it,
-        closed here if there is no WAL index). Its descriptors are never closed (above)."""
+        closed here if there is no WAL index)."""
         shm = Path(f"{database}-shm")
         try:
             anchor.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
@@ -183,12 +197,12 @@ class WalIndex:
                 raise ValueError(f"journal_mode is {mode}")
             if shm.stat().st_size < cls.SIZE:
                 raise ValueError("the WAL index is shorter than its header")
+            fd = os.open(shm, os.O_RDONLY | os.O_CLOEXEC)
         except Exception:
             anchor.close()
             raise
-        fd = os.open(shm, os.O_RDONLY | os.O_CLOEXEC)
-        _NEVER_CLOSED.append(fd)  # not even if mapping it fails
-        return cls(anchor, mmap.mmap(fd, cls.SIZE, access=mmap.ACCESS_READ))
+        # Not closed if mapping fails either: closing it would drop the process's locks.
+        return cls(anchor, fd, mmap.mmap(fd, cls.SIZE, access=mmap.ACCESS_READ))
 
     def header(self) -> bytes | None:
         """The header now, or None when its two copies differ (a commit is rewriting them)
@@ -200,11 +214,9 @@ class WalIndex:
         return first
 
 
-#: Each process's WAL indexes by (pid, database path), or why there is none: never closed.
-_WAL_INDEXES: dict[tuple[int, str], WalIndex | Exception] = {}
+#: The WAL indexes the process's stores hold, by (pid, database path).
+_WAL_INDEXES: dict[tuple[int, str], WalIndex] = {}
 _WAL_INDEXES_LOCK = threading.Lock()
-#: Descriptors of ``-shm`` files opened here (each also held by a mapping): never closed.
-_NEVER_CLOSED: list[int] = []
 
 
 def _forked() -> None:
@@ -266,6 +278,13 @@ class SQLiteStore(sql.SqlStore):
             yield conn
         if self._identity is None:
             self._file_problem()  # created by this transaction's connection
+
+    def close(self) -> None:
+        super().close()
+        pid, wal = self._wal
+        self._wal, self._heads = (0, None), (b"", {})
+        if wal is not None and pid == os.getpid():
+            wal.release()  # after the store's own connections (WalIndex)
 
     def problems(self) -> list[str]:
         found = []
@@ -340,14 +359,14 @@ class SQLiteStore(sql.SqlStore):
 
     def _wal_index(self) -> WalIndex | None:
         """This process's :class:`WalIndex` of the database; None where there is none (a
-        database in memory, or not in WAL mode: a warning says so once per process)."""
+        database in memory, or not in WAL mode: a warning says so, once per store)."""
         pid = os.getpid()
         if self._wal[0] != pid:
             self._heads = (b"", {})
             self._wal = (pid, None)
             if self.path is not None:
                 try:
-                    self._wal = (pid, WalIndex.of(self.path, self.connections.open_one))
+                    self._wal = (pid, WalIndex.acquire(self.path, self.connections.open_one))
                 except Exception:
                     sql.log.warning(
                         "the database's WAL index cannot be read: every feed head is read"
