@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from bench.servers import HOST, PROJECT_ROOT, clean_environ
+from bench.servers import HOST, PROJECT_ROOT, clean_environ, free_port
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPORT_LUA = BENCH_DIR / "_read_report.lua"
@@ -160,6 +160,28 @@ def uwsgi(
         cwd=workdir,
         ready_url=f"http://{HOST}:{port}/",
     )
+
+
+#: The read benchmark's baseline: a minimal falcon app answering like Simplefeed's /recent.
+MINIMAL = "bench.minimal_falcon:application"
+
+
+def minimal_falcon(
+    name: str, workdir: Path, body: Path, *, processes: int, **derive: Any
+) -> tuple[Child, str]:
+    """bench/minimal_falcon.py under the shipped uWSGI options (``derive``: as for
+    :func:`derive_ini`), answering with the bytes of ``body``; and its base URL."""
+    port = free_port()
+    ini = derive_ini(workdir / f"{name}.ini", module=MINIMAL, **derive)
+    child = uwsgi(
+        name,
+        ini,
+        port=port,
+        processes=processes,
+        workdir=workdir,
+        env={"SIMPLEFEED_BENCH_BODY": str(body)},
+    )
+    return child, f"http://{HOST}:{port}"
 
 
 def render_template(template: str, values: Mapping[str, str]) -> str:

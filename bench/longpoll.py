@@ -77,8 +77,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._read_servers import Child, derive_ini, group_cpu, machine, process_cpu, uwsgi, wrk
-from bench.servers import HOST, UwsgiServer, free_port
+from bench._read_servers import Child, group_cpu, machine, minimal_falcon, process_cpu, wrk
+from bench.servers import HOST, UwsgiServer
 
 TITLE = re.compile(rb"<title>ev-(\d+)</title>")
 ETAG = "etag"
@@ -413,18 +413,9 @@ def minimal_server(server: UwsgiServer) -> Iterator[tuple[Child, str]]:
     now (the identity document; it grows by an entry an event on ``server``, not here)."""
     body = server.workdir / "minimal-recent.xml"
     body.write_bytes(httpx.get(server.url("/recent")).content)
-    port = free_port()
-    ini = derive_ini(server.workdir / "minimal.ini", module=MINIMAL)
-    child = uwsgi(
-        "minimal",
-        ini,
-        port=port,
-        processes=SERVER_PROCESSES,
-        workdir=server.workdir,
-        env={"SIMPLEFEED_BENCH_BODY": str(body)},
-    )
+    child, url = minimal_falcon("minimal", server.workdir, body, processes=SERVER_PROCESSES)
     try:
-        yield child, f"http://{HOST}:{port}"
+        yield child, url
     finally:
         child.stop()
 
@@ -436,7 +427,6 @@ PREFILL = 50
 PAGE_SIZE = 1000
 #: As shipped (uwsgi.ini).
 SERVER_PROCESSES = 4
-MINIMAL = "bench.minimal_falcon:application"
 
 
 @contextlib.contextmanager

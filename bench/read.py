@@ -47,13 +47,11 @@ from bench._read_servers import (
     Load,
     derive_ini,
     machine,
+    minimal_falcon,
     nginx,
-    uwsgi,
     wrk,
 )
 from bench.servers import HOST, UwsgiServer, free_port
-
-MINIMAL = "bench.minimal_falcon:application"
 
 
 def get(url: str, headers: Mapping[str, str] | None = None) -> httpx.Response:
@@ -136,18 +134,11 @@ class Bench:
         return self.stack.enter_context(server)
 
     def baseline(self, name: str, processes: int, **derive: object) -> tuple[Child, str]:
-        port = free_port()
-        ini = derive_ini(self.workdir / f"{name}.ini", module=MINIMAL, **derive)  # type: ignore[arg-type]
-        child = uwsgi(
-            name,
-            ini,
-            port=port,
-            processes=processes,
-            workdir=self.workdir,
-            env={"SIMPLEFEED_BENCH_BODY": str(self.body_file)},
+        child, url = minimal_falcon(
+            name, self.workdir, self.body_file, processes=processes, **derive
         )
         self.stack.callback(child.stop)
-        return child, f"http://{HOST}:{port}"
+        return child, url
 
     def seed(self, server: UwsgiServer) -> None:
         headers = {"Authorization": f"Bearer {server.token}"}
