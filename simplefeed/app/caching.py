@@ -171,11 +171,11 @@ class ArchivedPage:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
-        opened = PageFile(fd, self.sizes[coding], time.monotonic())
-        if os.fstat(fd).st_size != opened.size:
+        if os.fstat(fd).st_size != self.sizes[coding]:
+            os.close(fd)
             log.warning("archive file %s does not have the length it had", path)
             return None
-        return opened
+        return PageFile(fd, self.sizes[coding], time.monotonic())
 
 
 #: How long a process keeps a page file open for its requests before opening it again: a file
