@@ -336,3 +336,8 @@ def page_files_reopened() -> None:
     sent it (:mod:`simplefeed.app.caching`): wait that long after changing one on disk, so that
     the next request sees the change."""
     time.sleep(caching.OPEN_FOR_S + 0.2)
+
+
+def open_fds() -> int:
+    """The file descriptors this process has open now."""
+    return len(os.listdir("/proc/self/fd"))

@@ -22,14 +22,10 @@ import pytest
 from simplefeed import codings
 from simplefeed.app import caching
 from simplefeed.core import Simplefeed
-from tests.conftest import shipped_with_entries
+from tests.conftest import open_fds, shipped_with_entries
 from tests.test_integrity import post
 
 PAGE_SIZE = 5  # the `settings` fixture's
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 def test_two_streams_of_one_file_read_at_their_own_offsets(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from simplefeed.core import Simplefeed
 from simplefeed.model import Event
 from simplefeed.settings import Settings
 from simplefeed.store.sqlite import SQLiteStore, WalIndex
+from tests.conftest import open_fds
 
 PUBLISHER = """
 import sys
@@ -244,9 +245,6 @@ def test_the_last_store_of_a_database_to_close_closes_its_index(
 ) -> None:
     """The index is shared by the process's stores of a database and closed with the last, so
     a process that opens many databases in turn (the tests, commands) keeps no descriptors."""
-
-    def open_fds() -> int:
-        return len(os.listdir("/proc/self/fd"))
 
     first = Simplefeed(sqlite_settings)
     first.create_feed("events")
