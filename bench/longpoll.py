@@ -3,7 +3,7 @@ entry, with ``Prefer: wait`` against polling, and what 500 waiting consumers cos
 
 One command, from the checkout (needs wrk: ``apt-get install -y wrk``)::
 
-    .venv/bin/python bench/longpoll.py             # about 6 minutes
+    .venv/bin/python bench/longpoll.py             # about 7 minutes
     .venv/bin/python bench/longpoll.py --quick     # fewer events, to try it out
 
 For 1, 100 and 500 consumers at once, it runs each way of following the feed, each row on a
@@ -42,15 +42,18 @@ commit among it: what a node pays for its long-polls while its feeds are quiet).
 
 Capacity, in a run of its own after those: with 500 consumers waiting and the producer
 publishing (from the middle event on, until wrk is done), wrk asks for /recent, 304 and 200 in
-turn, three times 2 s each on 64 connections (the median of each; the 304 requests name the
+turn, five times 2 s each on 64 connections (the median of each; the 304 requests name the
 ETag of the last 200 wrk had, as a polling consumer does); the same just before the
 consumers started and just after they stopped is the baseline (their mean), in the same run.
-Each wrk run on Simplefeed alternates with one on the read benchmark's baseline (the minimal
+Each wrk run on Simplefeed is paired with one on the read benchmark's baseline (the minimal
 falcon app of bench/read.py, under the same uWSGI options, answering with the bytes of
-Simplefeed's /recent when the run began), so that the read benchmark's ratios (Simplefeed's
-rate over the minimal app's) are shown before, during and after too: the issue's measure, with
-what the machine's other load takes from both taken out. The latencies of that run are shown
-too, on a line of their own. The figures are in docs/benchmarks.md ("Long-poll").
+Simplefeed's /recent when the run began), right before or after it (alternately), and the
+read benchmark's ratio (Simplefeed's rate over the minimal app's) is the median of the five
+pairs' ratios, before, during and after: the issue's measure, with what the machine's other
+load takes from both taken out, and a machine whose speed changes from one pair to the next
+(seen: the minimal app at 37,000 and 48,000 304s a second ten seconds apart) moving both rates
+of a pair alike. The latencies of that run are shown too, on a line of their own. The figures
+are in docs/benchmarks.md ("Long-poll").
 """
 
 from __future__ import annotations
@@ -371,7 +374,7 @@ def print_head() -> None:
 #: 2,871-7,760 /recent 304s a second in six runs of 3 s; 64 gave 5,570-6,819 in four.
 CAPACITY_CONNECTIONS = 64
 FOLLOW_ETAG_LUA = Path(__file__).resolve().parent / "_follow_etag.lua"
-CAPACITY_ROUNDS = 3
+CAPACITY_ROUNDS = 5
 CAPACITY_SECONDS = 2.0
 
 
@@ -379,31 +382,37 @@ def capacity(server: UwsgiServer, minimal: tuple[Child, str], seconds: float) ->
     """/recent 304 and 200 rates now, of Simplefeed and of the read benchmark's baseline (the
     minimal falcon app under the same uWSGI options, bench/minimal_falcon.py): the median of
     :data:`CAPACITY_ROUNDS` runs of wrk (``seconds`` each, :data:`CAPACITY_CONNECTIONS`
-    connections) for each, alternating. Keys: "304", "200", "minimal 304", "minimal 200"."""
+    connections) for each; and the read benchmark's ratio, the median of each round's
+    Simplefeed rate over the minimal app's run right beside it (which of the two goes first
+    alternates by round), so that a change in the machine's speed between rounds cancels out.
+    Keys: "304", "200", "minimal 304", "minimal 200", "ratio 304", "ratio 200"."""
     rates: dict[str, list[float]] = {}
     ours = server.process.pid if server.process else 0
     minimal_pgid = minimal[0].process.pid
     minimal_url = minimal[1] + "/recent"
     minimal_etag = httpx.get(minimal_url).headers["etag"]
-    for _ in range(CAPACITY_ROUNDS):
+    for round_ in range(CAPACITY_ROUNDS):
         etag = httpx.get(server.url("/recent")).headers["etag"]
-        for status, url, headers, script, pgid in (
-            # The producer publishes meanwhile: each request names the last ETag seen.
-            ("304", server.url("/recent"), {"If-None-Match": etag}, FOLLOW_ETAG_LUA, ours),
-            ("minimal 304", minimal_url, {"If-None-Match": minimal_etag}, None, minimal_pgid),
-            ("200", server.url("/recent"), {}, None, ours),
-            ("minimal 200", minimal_url, {}, None, minimal_pgid),
-        ):
-            r = wrk(
-                url,
-                duration=seconds,
-                connections=CAPACITY_CONNECTIONS,
-                headers=headers,
-                pgids=(pgid,),
-                script=script,
+        for status in ("304", "200"):
+            runs = [
+                # The producer publishes meanwhile: each request names the last ETag seen.
+                (status, server.url("/recent"), etag, FOLLOW_ETAG_LUA, ours),
+                (f"minimal {status}", minimal_url, minimal_etag, None, minimal_pgid),
+            ]
+            for key, url, tag, script, pgid in runs if round_ % 2 == 0 else runs[::-1]:
+                r = wrk(
+                    url,
+                    duration=seconds,
+                    connections=CAPACITY_CONNECTIONS,
+                    headers={"If-None-Match": tag} if status == "304" else {},
+                    pgids=(pgid,),
+                    script=script if status == "304" else None,
+                )
+                rates.setdefault(key, []).append(r.requests / r.seconds)
+            rates.setdefault(f"ratio {status}", []).append(
+                rates[status][-1] / rates[f"minimal {status}"][-1]
             )
-            rates.setdefault(status, []).append(r.requests / r.seconds)
-    return {status: statistics.median(values) for status, values in rates.items()}
+    return {key: statistics.median(values) for key, values in rates.items()}
 
 
 @contextlib.contextmanager
@@ -530,9 +539,7 @@ def capacity_report(held: dict[str, dict[str, float]]) -> str:
         "|---|---|---|---|---|",
     ]
     for status in ("304", "200"):
-        before, during, after = (
-            held[k][status] / held[k][f"minimal {status}"] for k in ("before", "during", "after")
-        )
+        before, during, after = (held[k][f"ratio {status}"] for k in ("before", "during", "after"))
         cells = [status, f"{before:.0%}", f"{during:.0%}", f"{after:.0%}"]
         lines.append("| " + " | ".join(cells) + f" | {during / ((before + after) / 2):.0%} |")
     return "\n".join(lines)
