@@ -15,6 +15,7 @@ Modules, each owning one thing:
 ``fetch``      HTTP (the only httpx user): one pool, conditional GET, cache, retries
 ``entry``      :class:`FeedEntry`: what the consumer hands over, every field published
 ``parse``      bytes -> :class:`Page` (the only feedparser user), and the parser switch
+``checker``    feedparser's checks in a helper process while a catch-up reads ahead
 ``tree``       the strict reading by namespace, exact values (the only lxml user)
 ``state``      the SQLite state file: checkpoints and the HTTP cache
 ``poll``       the adaptive polling interval (pure)

@@ -41,9 +41,10 @@ Exit codes:
 ===  ===========================================================================================
 
 Entries are always read strictly by namespace with lxml, values exactly as published;
-``--parser feedparser`` (the default) has feedparser check every document too, ``--parser lxml``
-skips that check, several times faster (see :mod:`simplefeed.client.parse`): worth it when
-catching up on a long history.
+``--parser feedparser`` (the default) has feedparser check every document too (in a helper
+process during a long catch-up where a CPU is to spare: :mod:`simplefeed.client.checker`),
+``--parser lxml`` skips that check, several times faster (see :mod:`simplefeed.client.parse`):
+worth it when catching up on a long history.
 
 ``simplefeed consumer parked|retry|drop|status --state FILE`` work on the state file: the
 entries parked with ``--on-error park`` (listed, handled again, forgotten) and where each

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from simplefeed.client.entry import FeedEntry
 from simplefeed.client.errors import DigestMismatch, FeedError, HandlerError, TooManyParked
@@ -78,6 +78,9 @@ from simplefeed.client.parse import (
 from simplefeed.client.poll import PollPolicy, next_interval
 from simplefeed.client.state import Checkpoint, Head, Parked, StateFile
 from simplefeed.client.walk import Progress, new_entries, starting_point
+
+if TYPE_CHECKING:
+    from simplefeed.client.checker import Checker
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +135,10 @@ class _HttpPages:
         # handled. One page at most: memory stays flat.
         self._ahead: ThreadPoolExecutor | None = None
         self._next: tuple[str, Future[Page]] | None = None
+        # feedparser's checks in a helper process (:mod:`simplefeed.client.checker`), from the
+        # pass's HELPER_AFTER_PAGES-th page walked back or read ahead to the pass's end.
+        self._checker: Checker | None = None
+        self._pages_read = {"back": 0, "ahead": 0}
 
     def prefetch(self, url: str) -> None:
         """Start reading the page at ``url``, which :meth:`page` will be asked for next."""
@@ -139,7 +146,33 @@ class _HttpPages:
             return
         if self._ahead is None:
             self._ahead = ThreadPoolExecutor(1, thread_name_prefix="simplefeed-read-ahead")
+        self._counted("ahead")
         self._next = (url, self._ahead.submit(self._read, url))
+
+    def _counted(self, way: Literal["back", "ahead"]) -> None:
+        """One more page read by the pass, walking back or ahead: from the
+        HELPER_AFTER_PAGES-th either way on, feedparser's checks are made in a helper process
+        when feedparser checks pages and a CPU is to spare (it starts now, while the walk goes
+        on, until the pass ends)."""
+        self._pages_read[way] += 1
+        if self._pages_read[way] != HELPER_AFTER_PAGES:
+            return
+        # Imported here, not with the package: the helper runs this module as its main.
+        from simplefeed.client.checker import Checker, helps
+
+        if self._checker is None and self.parser == "feedparser" and helps():
+            self._checker = Checker()
+            self._checker.start()
+
+    def end_pass(self) -> None:
+        """A pass is over: a page read ahead is let finish, the helper process stops."""
+        pending = self._take()
+        if pending is not None:
+            _settle(pending[1])
+        self._pages_read = {"back": 0, "ahead": 0}
+        checker, self._checker = self._checker, None
+        if checker is not None:
+            checker.close()
 
     def page(self, url: str) -> Page:
         pending = self._take()
@@ -154,18 +187,21 @@ class _HttpPages:
         return pending
 
     def close(self) -> None:
-        """Let a page being read ahead finish (its result is not needed), stop the thread."""
-        pending = self._take()
-        if pending is not None:
-            _settle(pending[1])
+        """Let a page being read ahead finish (its result is not needed), stop the thread and
+        the helper process."""
+        self.end_pass()
         if self._ahead is not None:
             self._ahead.shutdown(wait=True)
             self._ahead = None
 
     def _read(self, url: str) -> Page:
         fetched = self.fetcher.get(url, entry_point=self.entry_point)
+        checker = self._checker
         try:
-            page = parse_page(url, fetched.body, parser=self.parser)
+            if checker is not None:
+                page = checker.parse(url, fetched.body)
+            else:
+                page = parse_page(url, fetched.body, parser=self.parser)
         except FeedError:
             if fetched.document.immutable:
                 self.fetcher.forget(url)
@@ -180,6 +216,7 @@ class _HttpPages:
         pending = self._take()
         if pending is not None:
             _settle(pending[1])
+        self._counted("back")
         fetched = self.fetcher.get(url, entry_point=self.entry_point)
         outline = outline_page(url, fetched.body)
         self.fetcher.remember(fetched, immutable=outline.is_archive)
@@ -200,6 +237,11 @@ class _HttpPages:
         self.head_max_age = fetched.max_age
         return page
 
+
+#: A helper process for feedparser's checks starts in about 0.17 s, the time feedparser takes
+#: over 9 pages of 100 entries (docs/benchmarks.md, "Consuming", session 17): a pass that
+#: walks back or reads ahead fewer pages than this has its pages checked in this process.
+HELPER_AFTER_PAGES = 8
 
 #: A long poll the server says it held but that came back sooner than this, with nothing new,
 #: was not held: the next poll waits as an ordinary one would (a server cannot make us spin).
@@ -481,6 +523,8 @@ class Consumer:
         except DigestMismatch as exc:
             self.fetcher.forget(exc.url)  # a damaged cached copy: the next run asks again
             raise
+        finally:
+            self._pages.end_pass()
 
     # -- checkpoints ---------------------------------------------------------------------
 

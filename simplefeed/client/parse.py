@@ -51,6 +51,9 @@ __all__ = [
     "Outline",
     "Page",
     "Parser",
+    "Verdict",
+    "checked",
+    "feedparser_verdict",
     "outline_page",
     "parse_page",
 ]
@@ -148,7 +151,7 @@ class Outline(_Linked):
 def parse_page(url: str, body: bytes, *, parser: Parser = "feedparser") -> Page:
     """Parse one document. Raises :class:`NotAtom` or :class:`MalformedPage`."""
     if parser == "feedparser":
-        warnings = _feedparser_check(url, body)
+        warnings = checked(url, feedparser_verdict(body))
     elif parser == "lxml":
         warnings = ()
     else:
@@ -215,18 +218,34 @@ def outline_page(url: str, body: bytes) -> Outline:
     return Outline(url, feed.links, feed.is_archive, oldest, newest, digest, feed.prev_sha256)
 
 
-def _feedparser_check(url: str, body: bytes) -> tuple[str, ...]:
-    """feedparser reads the document: it must take it for Atom 1.0. Its warnings."""
+#: What feedparser makes of a document: why it is not Atom 1.0 (None: it is), and its other
+#: bozo conditions (:func:`feedparser_verdict`).
+Verdict = tuple[str | None, tuple[str, ...]]
+
+
+def feedparser_verdict(body: bytes) -> Verdict:
+    """feedparser reads the document (no I/O, nothing logged: :mod:`simplefeed.client.checker`
+    runs this in a process of its own)."""
     d = feedparser.parse(io.BytesIO(body), sanitize_html=False, resolve_relative_uris=False)
     warnings: list[str] = []
     if d.get("bozo"):
         exc = d.get("bozo_exception")
         if isinstance(exc, xml.sax.SAXException | feedparser.CharacterEncodingUnknown):
-            raise NotAtom(url, f"{type(exc).__name__}: {exc}")
+            return f"{type(exc).__name__}: {exc}", ()
         warnings.append(f"{type(exc).__name__}: {exc}")
-        log.warning("%s: feedparser: %s", url, warnings[-1])
     version = d.get("version")
     if version != "atom10":
         what = f"a {version} document" if version else "no Atom feed element at the root"
-        raise NotAtom(url, what)
-    return tuple(warnings)
+        return what, tuple(warnings)
+    return None, tuple(warnings)
+
+
+def checked(url: str, verdict: Verdict) -> tuple[str, ...]:
+    """feedparser must take the document for Atom 1.0 (else :class:`NotAtom`); its warnings,
+    logged."""
+    reason, warnings = verdict
+    for warning in warnings:
+        log.warning("%s: feedparser: %s", url, warning)
+    if reason is not None:
+        raise NotAtom(url, reason)
+    return warnings

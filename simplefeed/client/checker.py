@@ -1,0 +1,194 @@
+"""feedparser's check of the pages a catch-up reads, in a process of its own.
+
+With ``parser="feedparser"`` every document is read twice: strictly, where the entries come
+from (:mod:`simplefeed.client.tree`), and by feedparser, which must take it for Atom 1.0
+(:func:`~simplefeed.client.parse.feedparser_verdict`). feedparser's reading is pure Python, about
+13 times the strict one's time, and its answer is small (a reason to refuse the document, and
+warnings). So when the walk reads pages ahead going forward, a :class:`Checker` has a child
+process (``python -m simplefeed.client.checker``) give feedparser's verdict on the next page
+while this process reads it strictly and hands the entries of the page before over: on two
+cores the catch-up goes at about feedparser's own rate (docs/benchmarks.md, "Consuming",
+session 17). Nothing changes in what is accepted: a page's entries are handed over only after
+the verdict on it, the same verdict, and a page both readings refuse fails with feedparser's
+error, as :func:`~simplefeed.client.parse.parse_page` raises it.
+
+The child is a plain subprocess of the same interpreter, not :mod:`multiprocessing` (whose
+``spawn`` imports the caller's main module again in the child, and whose ``fork`` would copy a
+process with threads running). Protocol, on its standard input and output: the parent writes
+an 8-byte big-endian length and the document's bytes; the child answers with a 4-byte length
+and a JSON object ``{"reason": str | null, "warnings": [str, ...]}``; end of input ends it (so
+does the parent's end, which closes the pipe). It runs in a session of its own: a Ctrl-C at the
+terminal is the parent's to handle. If the child cannot be started, or stops,
+or answers anything else, the check is made in this process for the rest of the checker's life,
+and a warning says so once: a slower catch-up, never a different one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import struct
+import subprocess
+import sys
+import threading
+from typing import IO
+
+from simplefeed.client.parse import Page, Verdict, checked, feedparser_verdict, parse_page
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Checker", "helps"]
+
+_LENGTH = struct.Struct(">Q")
+_ANSWER = struct.Struct(">I")
+
+
+def helps() -> bool:
+    """Whether a child process would run beside this one: this process may use more than one
+    CPU."""
+    try:
+        return len(os.sched_getaffinity(0)) > 1
+    except (AttributeError, OSError):  # not on Linux
+        return (os.cpu_count() or 1) > 1
+
+
+class Checker:
+    """Pages parsed as ``parse_page(url, body, parser="feedparser")`` parses them, feedparser's
+    part in a child process (see the module's docstring). One document at a time; the caller
+    serialises (a lock guards it anyway). :meth:`close` stops the child."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen[bytes] | None = None
+        self._failed = False
+
+    def parse(self, url: str, body: bytes) -> Page:
+        with self._lock:
+            asked = self._ask(body)
+            if not asked:
+                return parse_page(url, body, parser="feedparser")
+            try:
+                page = parse_page(url, body, parser="lxml")
+            except Exception:
+                checked(url, self._answer(body))  # feedparser's refusal first, as parse_page
+                raise
+            warnings = checked(url, self._answer(body))
+        return Page(
+            page.url,
+            page.links,
+            page.entries,
+            page.is_archive,
+            warnings,
+            page.sha256,
+            page.prev_sha256,
+        )
+
+    def start(self) -> None:
+        """Start the child now (else the first page does): it loads feedparser meanwhile."""
+        with self._lock:
+            self._started()
+
+    def close(self) -> None:
+        with self._lock:
+            child, self._child = self._child, None
+        if child is not None:
+            _stop(child)
+
+    # -- the child --------------------------------------------------------------------------
+
+    def _ask(self, body: bytes) -> bool:
+        """Send ``body`` to the child (started if need be); False if there is none."""
+        child = self._started()
+        if child is None:
+            return False
+        try:
+            stdin = _pipe(child.stdin)
+            stdin.write(_LENGTH.pack(len(body)))
+            stdin.write(body)
+            stdin.flush()
+        except (OSError, ValueError) as exc:
+            self._give_up(f"cannot send it a document: {exc}")
+            return False
+        return True
+
+    def _started(self) -> subprocess.Popen[bytes] | None:
+        if self._child is None and not self._failed:
+            try:
+                self._child = subprocess.Popen(
+                    [sys.executable, "-m", __name__],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            except (OSError, ValueError) as exc:
+                self._give_up(f"cannot start it: {exc}")
+        return self._child
+
+    def _answer(self, body: bytes) -> Verdict:
+        """The child's verdict on the document sent, or this process's own if it gave none."""
+        try:
+            stdout = _pipe(self._child.stdout if self._child is not None else None)
+            head = stdout.read(_ANSWER.size)
+            if len(head) != _ANSWER.size:
+                raise ValueError("it stopped")
+            (size,) = _ANSWER.unpack(head)
+            answer = json.loads(stdout.read(size))
+            reason, warnings = answer["reason"], answer["warnings"]
+            if not (reason is None or isinstance(reason, str)) or not all(
+                isinstance(w, str) for w in warnings
+            ):
+                raise ValueError(f"an answer of the wrong shape: {answer!r}")
+            return reason, tuple(warnings)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._give_up(f"no verdict from it: {exc}")
+            return feedparser_verdict(body)
+
+    def _give_up(self, why: str) -> None:
+        self._failed = True
+        log.warning("feedparser checks pages in this process from now on (helper process: %s)", why)
+        child, self._child = self._child, None
+        if child is not None:
+            _stop(child)
+
+
+def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
+    if stream is None:
+        raise ValueError("no pipe")
+    return stream
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    """End of input ends the child; one that does not end within a second is killed."""
+    for stream in (child.stdin, child.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    try:
+        child.wait(timeout=1.0)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+def main() -> None:
+    """The child: verdicts on the documents of standard input, until its end."""
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        head = stdin.read(_LENGTH.size)
+        if len(head) != _LENGTH.size:
+            return
+        (size,) = _LENGTH.unpack(head)
+        body = stdin.read(size)
+        if len(body) != size:
+            return
+        reason, warnings = feedparser_verdict(body)
+        answer = json.dumps({"reason": reason, "warnings": list(warnings)}).encode()
+        stdout.write(_ANSWER.pack(len(answer)) + answer)
+        stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

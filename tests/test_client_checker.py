@@ -1,0 +1,179 @@
+"""feedparser's checks in a helper process (simplefeed.client.checker): the same pages and the
+same errors as the check in this process, a real child process that ends with its checker or
+its pass, and a helper that dies replaced by the check in this process, never a different
+result."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from simplefeed.app import create_app
+from simplefeed.client import FeedEntry, FeedError
+from simplefeed.client import consumer as consumer_module
+from simplefeed.client.checker import Checker, helps
+from simplefeed.client.parse import parse_page
+from simplefeed.core import Simplefeed
+from tests.conftest import FakeClock
+from tests.test_client import CountingApp, consume, publish
+from tests.test_client_parse import DECL, HEAD, ROOT, b64, doc, entry
+
+URL = "http://x.test/pages/2"
+
+GOOD = doc(
+    entry(1, b'<content type="text">one</content>'),
+    entry(2, b'<content type="application/json">%s</content>' % b64('{"a": 1}')),
+    entry(3),
+)
+REFUSED = [
+    # Refused by feedparser and by the strict reading: feedparser's error, as parse_page has it.
+    DECL + b'<!DOCTYPE feed [<!ENTITY x "y">]>' + ROOT + HEAD + b"</feed>",
+    DECL + b'<feed xmlns="http://purl.org/atom/ns#"/>',
+    b"<not-xml",
+    # Refused by the strict reading only.
+    doc(entry(1, b'<content type="application/json">bm90IGpzb24=</content>')),
+    doc(entry(1, b"<sf:seq>1</sf:seq>")),
+]
+
+
+@pytest.fixture
+def server(core: Simplefeed) -> CountingApp:
+    return CountingApp(create_app(core.settings, core=core))
+
+
+def children_checking() -> list[int]:
+    """This process's children running the helper."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == os.getpid() and b"simplefeed.client.checker" in cmdline:
+            found.append(int(pid))
+    return found
+
+
+def error_of(call: object) -> tuple[type[BaseException], str]:
+    assert callable(call)
+    with pytest.raises(FeedError) as caught:
+        call()
+    return type(caught.value), str(caught.value)
+
+
+def test_the_helper_gives_the_pages_and_errors_the_check_in_this_process_gives() -> None:
+    checker = Checker()
+    try:
+        assert checker.parse(URL, GOOD) == parse_page(URL, GOOD, parser="feedparser")
+        for body in REFUSED:
+            assert error_of(lambda b=body: checker.parse(URL, b)) == error_of(
+                lambda b=body: parse_page(URL, b, parser="feedparser")
+            ), body
+        # Every answer came from the one child, still running: none fell back.
+        child = checker._child
+        assert child is not None and child.pid != os.getpid() and child.poll() is None
+    finally:
+        checker.close()
+    assert child.returncode == 0  # the end of its input ended it
+    assert children_checking() == []
+
+
+def test_a_helper_that_dies_is_replaced_by_the_check_in_this_process(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    checker = Checker()
+    try:
+        checker.start()
+        child = checker._child
+        assert child is not None
+        # In a session of its own: a Ctrl-C at the terminal (the foreground process group's)
+        # is the parent's to handle.
+        assert os.getsid(child.pid) == child.pid != os.getsid(0)
+        assert checker.parse(URL, GOOD) == parse_page(URL, GOOD, parser="feedparser")
+        assert checker._child is child
+        child.kill()
+        child.wait()
+        with caplog.at_level(logging.WARNING, logger="simplefeed.client.checker"):
+            assert checker.parse(URL, GOOD) == parse_page(URL, GOOD, parser="feedparser")
+            for body in REFUSED:
+                assert error_of(lambda b=body: checker.parse(URL, b)) == error_of(
+                    lambda b=body: parse_page(URL, b, parser="feedparser")
+                )
+        said = [r.getMessage() for r in caplog.records if r.name == "simplefeed.client.checker"]
+        assert len(said) == 1 and "in this process from now on" in said[0], said
+        assert checker._child is None and children_checking() == []
+    finally:
+        checker.close()
+
+
+def test_a_helper_that_dies_with_a_document_is_replaced_by_the_check_in_this_process(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ask = Checker._ask
+
+    def ask_then_die(self: Checker, body: bytes) -> bool:
+        sent = ask(self, body)
+        assert sent and self._child is not None
+        self._child.kill()  # it had the document, it gives no verdict
+        self._child.wait()
+        return sent
+
+    monkeypatch.setattr(Checker, "_ask", ask_then_die)
+    checker = Checker()
+    try:
+        with caplog.at_level(logging.WARNING, logger="simplefeed.client.checker"):
+            assert checker.parse(URL, GOOD) == parse_page(URL, GOOD, parser="feedparser")
+        said = [r.getMessage() for r in caplog.records if r.name == "simplefeed.client.checker"]
+        assert len(said) == 1 and "no verdict from it" in said[0], said
+        assert checker._child is None and children_checking() == []
+    finally:
+        checker.close()
+
+
+@pytest.mark.skipif(not helps(), reason="one CPU: the consumer starts no helper process")
+def test_a_long_catch_up_has_feedparser_check_its_pages_in_a_helper_that_ends_with_the_pass(
+    core: Simplefeed,
+    server: CountingApp,
+    clock: FakeClock,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ids = publish(core, 63)  # 12 archived pages of 5, 3 entries on the working page
+    checked: list[str] = []
+    alive: list[list[int]] = []
+    parse = Checker.parse
+
+    def spy(self: Checker, url: str, body: bytes) -> object:
+        checked.append(url)
+        alive.append(children_checking())
+        return parse(self, url, body)
+
+    monkeypatch.setattr(Checker, "parse", spy)
+    got: list[FeedEntry] = consume(server, tmp_path / "a.sqlite3", clock)
+    # The helper started at the eighth page walked back and checked the pages read forward
+    # from then on (the pages it did not are checked in this process, as before).
+    assert consumer_module.HELPER_AFTER_PAGES == 8
+    assert len(checked) >= 9, checked
+    assert all(len(pids) == 1 for pids in alive), alive
+    assert children_checking() == []
+    assert [e.id for e in got] == ids
+    assert got == consume(server, tmp_path / "b.sqlite3", clock, parser="lxml")
+
+
+def test_a_short_catch_up_starts_no_helper(
+    core: Simplefeed,
+    server: CountingApp,
+    clock: FakeClock,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    publish(core, 33)  # 6 archived pages: fewer than HELPER_AFTER_PAGES read
+    started: list[Checker] = []
+    monkeypatch.setattr(Checker, "start", lambda self: started.append(self))
+    assert len(consume(server, tmp_path / "a.sqlite3", clock)) == 33
+    assert started == []
