@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -133,6 +135,34 @@ def test_a_helper_that_dies_with_a_document_is_replaced_by_the_check_in_this_pro
         assert checker._child is None and children_checking() == []
     finally:
         checker.close()
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        # Another program where sys.executable would be (Python embedded): silent, or talkative.
+        ([sys.executable, "-c", "import time; time.sleep(30)"], "did not say it was one (b'')"),
+        ([sys.executable, "-c", "print('ready'); import time; time.sleep(30)"], "b'ready"),
+        (["/nonexistent/python"], "cannot start it"),
+    ],
+)
+def test_a_command_that_is_not_the_helper_leaves_the_check_to_this_process(
+    command: list[str], why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    checker = Checker(command, hello_s=0.5)
+    started = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING, logger="simplefeed.client.checker"):
+            checker.start()
+            assert checker.parse(URL, GOOD) == parse_page(URL, GOOD, parser="feedparser")
+            assert checker.parse(URL, GOOD) == parse_page(URL, GOOD, parser="feedparser")
+        said = [r.getMessage() for r in caplog.records if r.name == "simplefeed.client.checker"]
+        assert len(said) == 1 and why in said[0], said
+        assert checker._child is None and children_checking() == []
+    finally:
+        checker.close()
+    # Half a second to say hello, a second to end once its input closed, then killed.
+    assert time.monotonic() - started < 5
 
 
 @pytest.mark.skipif(not helps(), reason="one CPU: the consumer starts no helper process")

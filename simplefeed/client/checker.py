@@ -14,7 +14,9 @@ error, as :func:`~simplefeed.client.parse.parse_page` raises it.
 
 The child is a plain subprocess of the same interpreter, not :mod:`multiprocessing` (whose
 ``spawn`` imports the caller's main module again in the child, and whose ``fork`` would copy a
-process with threads running). Protocol, on its standard input and output: the parent writes
+process with threads running). Protocol, on its standard input and output: the child says
+:data:`HELLO` first (within :data:`HELLO_S`, or it is not taken for the helper: where Python is
+embedded ``sys.executable`` may be another program); then, for each document, the parent writes
 an 8-byte big-endian length and the document's bytes; the child answers with a 4-byte length
 and a JSON object ``{"reason": str | null, "warnings": [str, ...]}``; end of input ends it (so
 does the parent's end, which closes the pipe). It runs in a session of its own: a Ctrl-C at the
@@ -29,10 +31,13 @@ import contextlib
 import json
 import logging
 import os
+import select
 import struct
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Sequence
 from typing import IO
 
 from simplefeed.client.parse import Page, Verdict, checked, feedparser_verdict, parse_page
@@ -43,6 +48,13 @@ __all__ = ["Checker", "helps"]
 
 _LENGTH = struct.Struct(">Q")
 _ANSWER = struct.Struct(">I")
+#: What the child says first: a command that is not this module (``sys.executable`` may be
+#: another program where Python is embedded) says something else, or nothing.
+HELLO = b"simplefeed.client.checker 1\n"
+#: How long the child may take to say it (it starts in about 0.17 s).
+HELLO_S = 10.0
+#: The child, by default.
+COMMAND = (sys.executable, "-m", __name__)
 
 
 def helps() -> bool:
@@ -59,9 +71,12 @@ class Checker:
     part in a child process (see the module's docstring). One document at a time; the caller
     serialises (a lock guards it anyway). :meth:`close` stops the child."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: Sequence[str] = COMMAND, hello_s: float = HELLO_S) -> None:
+        self.command = list(command)
+        self.hello_s = hello_s
         self._lock = threading.Lock()
         self._child: subprocess.Popen[bytes] | None = None
+        self._greeted = False
         self._failed = False
 
     def parse(self, url: str, body: bytes) -> Page:
@@ -101,7 +116,7 @@ class Checker:
     def _ask(self, body: bytes) -> bool:
         """Send ``body`` to the child (started if need be); False if there is none."""
         child = self._started()
-        if child is None:
+        if child is None or not self._greeting(child):
             return False
         try:
             stdin = _pipe(child.stdin)
@@ -117,7 +132,7 @@ class Checker:
         if self._child is None and not self._failed:
             try:
                 self._child = subprocess.Popen(
-                    [sys.executable, "-m", __name__],
+                    self.command,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
@@ -126,6 +141,30 @@ class Checker:
             except (OSError, ValueError) as exc:
                 self._give_up(f"cannot start it: {exc}")
         return self._child
+
+    def _greeting(self, child: subprocess.Popen[bytes]) -> bool:
+        """The child said :data:`HELLO` within :attr:`hello_s` of its start (read once)."""
+        if self._greeted:
+            return True
+        said = b""
+        try:
+            fd = _pipe(child.stdout).fileno()
+            deadline = time.monotonic() + self.hello_s
+            while len(said) < len(HELLO) and HELLO.startswith(said):
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    break
+                got = os.read(fd, len(HELLO) - len(said))
+                if not got:
+                    break
+                said += got
+        except (OSError, ValueError) as exc:
+            said = repr(exc).encode()
+        if said != HELLO:
+            self._give_up(f"it did not say it was one ({said[:80]!r})")
+            return False
+        self._greeted = True
+        return True
 
     def _answer(self, body: bytes) -> Verdict:
         """The child's verdict on the document sent, or this process's own if it gave none."""
@@ -176,6 +215,8 @@ def _stop(child: subprocess.Popen[bytes]) -> None:
 def main() -> None:
     """The child: verdicts on the documents of standard input, until its end."""
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdout.write(HELLO)
+    stdout.flush()
     while True:
         head = stdin.read(_LENGTH.size)
         if len(head) != _LENGTH.size:
