@@ -133,6 +133,9 @@ class Checker:
             try:
                 self._child = subprocess.Popen(
                     self.command,
+                    # The modules this process imports (a checkout on sys.path, say), not
+                    # another installed copy.
+                    env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, sys.path))},
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
