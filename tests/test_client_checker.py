@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -135,6 +137,38 @@ def test_a_helper_that_dies_with_a_document_is_replaced_by_the_check_in_this_pro
         assert checker._child is None and children_checking() == []
     finally:
         checker.close()
+
+
+def test_the_helper_ends_when_its_parent_is_killed() -> None:
+    code = (
+        "import os, signal\n"
+        "from simplefeed.client.checker import Checker\n"
+        "checker = Checker()\n"
+        "checker.start()\n"
+        "assert checker._child is not None\n"
+        "print(checker._child.pid, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, sys.path))},
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    helper = int(done.stdout)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{helper}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break  # gone (and reaped)
+        if state == "Z":
+            break  # ended; its new parent reaps it
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the helper {helper} outlived its parent")
 
 
 @pytest.mark.parametrize(
