@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import itertools
 import json
@@ -31,7 +32,7 @@ from click.testing import CliRunner, Result
 from bench.servers import UwsgiServer
 from simplefeed import archive
 from simplefeed.app import create_app
-from simplefeed.client import Checkpoint, Consumer, PollPolicy, RetryPolicy, StateFile
+from simplefeed.client import Checkpoint, Consumer, PollPolicy, RetryPolicy, StateFile, command
 from simplefeed.client.command import consume
 from simplefeed.core import Simplefeed
 from simplefeed.model import Event
@@ -175,6 +176,26 @@ def test_jsonl_prints_each_new_entry_once_oldest_first(live: LiveServer, tmp_pat
     result = run(live.recent, "--state", state, "--jsonl")
     assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == more
     assert run(live.recent, "--state", state, "--jsonl").stdout == ""
+
+
+def test_the_command_freezes_what_is_loaded_while_it_runs_and_gives_it_back(
+    live: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live.publish(3)
+    frozen: list[int] = []
+    real = command._run
+
+    def spy(*args: Any, **kwargs: Any) -> int:
+        frozen.append(gc.get_freeze_count())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(command, "_run", spy)
+    assert gc.get_freeze_count() == 0
+    result = run(live.recent, "--state", str(tmp_path / "state.sqlite3"), "--jsonl")
+    assert result.exit_code == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 3
+    assert frozen and frozen[0] > 10_000  # the modules' objects, while the command ran
+    assert gc.get_freeze_count() == 0  # and no more
 
 
 def test_the_fast_parser_prints_the_same(live: LiveServer, tmp_path: Path) -> None:
