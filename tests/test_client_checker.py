@@ -18,7 +18,7 @@ import pytest
 from simplefeed.app import create_app
 from simplefeed.client import FeedEntry, FeedError
 from simplefeed.client import consumer as consumer_module
-from simplefeed.client.checker import Checker, helps
+from simplefeed.client.checker import HELLO, Checker, helps
 from simplefeed.client.parse import parse_page
 from simplefeed.core import Simplefeed
 from tests.conftest import FakeClock
@@ -115,26 +115,47 @@ def test_a_helper_that_dies_is_replaced_by_the_check_in_this_process(
         checker.close()
 
 
-def test_a_helper_that_dies_with_a_document_is_replaced_by_the_check_in_this_process(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+def fake_helper(then: str) -> list[str]:
+    """A child that says hello and reads a document as the helper does, then does ``then``."""
+    code = (
+        "import struct, sys\n"
+        "out, inp = sys.stdout.buffer, sys.stdin.buffer\n"
+        f"out.write({HELLO!r})\n"
+        "out.flush()\n"
+        "(size,) = struct.unpack('>Q', inp.read(8))\n"
+        "inp.read(size)\n"
+        "def answer(text):\n"
+        "    out.write(struct.pack('>I', len(text)) + text)\n"
+        "    out.flush()\n"
+        "    inp.read()\n"
+        f"{then}\n"
+    )
+    return [sys.executable, "-c", code]
+
+
+@pytest.mark.parametrize(
+    ("then", "why"),
+    [
+        ("sys.exit(3)", "no verdict from it: it stopped"),
+        # A length no verdict has: not read, however much memory that would take.
+        ("out.write(struct.pack('>I', 1 << 31))\nout.flush()\ninp.read()", "an answer of 2147"),
+        ("answer(b'[]')", "no verdict from it"),
+        ('answer(b\'{"reason": 1, "warnings": []}\')', "wrong shape"),
+        ('answer(b\'{"reason": null, "warnings": "abc"}\')', "wrong shape"),
+        ("answer(b'not json')", "no verdict from it"),
+    ],
+)
+def test_a_helper_that_gives_no_verdict_is_replaced_by_the_check_in_this_process(
+    then: str, why: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    ask = Checker._ask
-
-    def ask_then_die(self: Checker, body: bytes) -> bool:
-        sent = ask(self, body)
-        assert sent and self._child is not None
-        self._child.kill()  # it had the document, it gives no verdict
-        self._child.wait()
-        return sent
-
-    monkeypatch.setattr(Checker, "_ask", ask_then_die)
-    checker = Checker()
+    checker = Checker(fake_helper(then))
     try:
         with caplog.at_level(logging.WARNING, logger="simplefeed.client.checker"):
             assert checker.parse(URL, GOOD) == parse_page(URL, GOOD, parser="feedparser")
+            assert checker.parse(URL, GOOD) == parse_page(URL, GOOD, parser="feedparser")
         said = [r.getMessage() for r in caplog.records if r.name == "simplefeed.client.checker"]
-        assert len(said) == 1 and "no verdict from it" in said[0], said
-        assert checker._child is None and children_checking() == []
+        assert len(said) == 1 and why in said[0], said
+        assert checker._child is None
     finally:
         checker.close()
 

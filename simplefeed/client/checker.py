@@ -28,6 +28,7 @@ and a warning says so once: a slower catch-up, never a different one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -53,6 +54,8 @@ _ANSWER = struct.Struct(">I")
 HELLO = b"simplefeed.client.checker 1\n"
 #: How long the child may take to say it (it starts in about 0.17 s).
 HELLO_S = 10.0
+#: A verdict is a reason and a few warnings: an answer longer than this is not one.
+MAX_ANSWER_BYTES = 1 << 20
 #: The child, by default.
 COMMAND = (sys.executable, "-m", __name__)
 
@@ -89,16 +92,7 @@ class Checker:
             except Exception:
                 checked(url, self._answer(body))  # feedparser's refusal first, as parse_page
                 raise
-            warnings = checked(url, self._answer(body))
-        return Page(
-            page.url,
-            page.links,
-            page.entries,
-            page.is_archive,
-            warnings,
-            page.sha256,
-            page.prev_sha256,
-        )
+            return dataclasses.replace(page, warnings=checked(url, self._answer(body)))
 
     def start(self) -> None:
         """Start the child now (else the first page does): it loads feedparser meanwhile."""
@@ -177,10 +171,14 @@ class Checker:
             if len(head) != _ANSWER.size:
                 raise ValueError("it stopped")
             (size,) = _ANSWER.unpack(head)
+            if size > MAX_ANSWER_BYTES:
+                raise ValueError(f"an answer of {size} bytes")
             answer = json.loads(stdout.read(size))
             reason, warnings = answer["reason"], answer["warnings"]
-            if not (reason is None or isinstance(reason, str)) or not all(
-                isinstance(w, str) for w in warnings
+            if (
+                not (reason is None or isinstance(reason, str))
+                or not isinstance(warnings, list)
+                or not all(isinstance(w, str) for w in warnings)
             ):
                 raise ValueError(f"an answer of the wrong shape: {answer!r}")
             return reason, tuple(warnings)
