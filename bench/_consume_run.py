@@ -3,7 +3,7 @@
 ::
 
     python bench/_consume_run.py URL STATE --parser lxml --checkpoint page [--tracemalloc]
-        [--checkout DIR]
+        [--freeze-gc] [--checkout DIR]
 
 Reads the feed at URL with a fresh state file, handling each entry with a counter, and prints
 one JSON object: entries, seconds (from opening the state file to closing the consumer), of
@@ -19,6 +19,9 @@ feedparser consumer, ``parse_page`` with lxml for the lxml one. A shared machine
 changes by the minute: a ratio is only worth something with both rates taken in one process,
 one after the other.
 
+``--freeze-gc`` freezes the garbage collector's view of everything loaded before the catch-up
+(``gc.freeze()``), as ``simplefeed consume`` does.
+
 ``--checkout DIR`` imports the consumer from another checkout (``bench/consume_compare.py``
 runs two that way, with this script's measures).
 """
@@ -26,6 +29,7 @@ runs two that way, with this script's measures).
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import json
 import resource
@@ -117,6 +121,7 @@ def main() -> None:
     parser.add_argument("--parser", choices=["feedparser", "lxml"], required=True)
     parser.add_argument("--checkpoint", choices=["entry", "page"], required=True)
     parser.add_argument("--tracemalloc", action="store_true")
+    parser.add_argument("--freeze-gc", action="store_true", help="as simplefeed consume does")
     parser.add_argument("--checkout", type=Path, help="import the consumer from there")
     args = parser.parse_args()
     if args.state.exists():
@@ -131,6 +136,8 @@ def main() -> None:
             first = (time.perf_counter(), time.thread_time())
         count += 1
 
+    if args.freeze_gc:
+        gc.freeze()
     rss_before = rss_kib()
     if args.tracemalloc:
         tracemalloc.start()
