@@ -52,6 +52,7 @@ import logging
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -141,7 +142,7 @@ class _HttpPages:
         # feedparser's checks in a helper process (:mod:`simplefeed.client.checker`), from the
         # pass's HELPER_AFTER_PAGES-th page walked back or read ahead to the pass's end.
         self._checker: Checker | None = None
-        self._pages_read = {"back": 0, "ahead": 0}
+        self._pages_read: Counter[str] = Counter()
 
     def prefetch(self, url: str) -> None:
         """Start reading the page at ``url``, which :meth:`page` will be asked for next."""
@@ -172,7 +173,7 @@ class _HttpPages:
         pending = self._take()
         if pending is not None:
             _settle(pending[1])
-        self._pages_read = {"back": 0, "ahead": 0}
+        self._pages_read.clear()
         checker, self._checker = self._checker, None
         if checker is not None:
             checker.close()
