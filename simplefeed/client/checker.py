@@ -41,7 +41,7 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
-from simplefeed.client.parse import Page, Verdict, checked, feedparser_verdict, parse_page
+from simplefeed.client.parse import Page, Verdict, accepted, feedparser_verdict, parse_page
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +90,9 @@ class Checker:
             try:
                 page = parse_page(url, body, parser="lxml")
             except Exception:
-                checked(url, self._answer(body))  # feedparser's refusal first, as parse_page
+                accepted(url, self._answer(body))  # feedparser's refusal first, as parse_page
                 raise
-            return dataclasses.replace(page, warnings=checked(url, self._answer(body)))
+            return dataclasses.replace(page, warnings=accepted(url, self._answer(body)))
 
     def start(self) -> None:
         """Start the child now (else the first page does): it loads feedparser meanwhile."""

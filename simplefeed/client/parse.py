@@ -52,7 +52,7 @@ __all__ = [
     "Page",
     "Parser",
     "Verdict",
-    "checked",
+    "accepted",
     "feedparser_verdict",
     "outline_page",
     "parse_page",
@@ -151,7 +151,7 @@ class Outline(_Linked):
 def parse_page(url: str, body: bytes, *, parser: Parser = "feedparser") -> Page:
     """Parse one document. Raises :class:`NotAtom` or :class:`MalformedPage`."""
     if parser == "feedparser":
-        warnings = checked(url, feedparser_verdict(body))
+        warnings = accepted(url, feedparser_verdict(body))
     elif parser == "lxml":
         warnings = ()
     else:
@@ -240,7 +240,7 @@ def feedparser_verdict(body: bytes) -> Verdict:
     return None, tuple(warnings)
 
 
-def checked(url: str, verdict: Verdict) -> tuple[str, ...]:
+def accepted(url: str, verdict: Verdict) -> tuple[str, ...]:
     """feedparser must take the document for Atom 1.0 (else :class:`NotAtom`); its warnings,
     logged."""
     reason, warnings = verdict
