@@ -9,8 +9,8 @@ with one process) the values are the process's own.
 Per-feed state (head sequence, head age, frozen pages) is not counted but read from the database
 at scrape time, so every worker answers the same and nothing is lost when a worker restarts.
 
-Archived pages that nginx (deploy/nginx) serves from their files never reach Python and are not
-counted here.
+Every read is counted, archived pages too: the shipped nginx block passes every request to the
+app (deploy/nginx). A cache in front answers some reads itself; those are its to count.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ lxml by calling ``gc.freeze()`` once its modules are loaded, as ``simplefeed con
 Every response is bounded in size and time (``bounds``, :class:`~simplefeed.client.fetch.Bounds`)
 and redirects stay within the entry point's origin unless ``allow_redirect_origins`` names
 others (:mod:`simplefeed.client.fetch`). Memory stays flat across passes of follow mode: a
-pass holds at most two pages and the walk's bounded trail.
+pass holds at most three pages (the current one, the next, the one read ahead) besides the
+entry point's, and the walk's bounded trail.
 
 In follow mode the consumer polls the entry point again after each pass, waiting an interval
 that adapts to how often new entries appear (:mod:`simplefeed.client.poll`), never shorter than

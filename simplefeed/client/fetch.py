@@ -1,4 +1,6 @@
-"""Retrieving documents over HTTP: the only user of httpx (and of tenacity).
+"""Retrieving documents over HTTP: the consumer's only user of httpx, the only user of tenacity.
+
+(``simplefeed publish``, a producer's one POST, sends it with httpx too: ``simplefeed/cli.py``.)
 
 One :class:`Fetcher` holds one transport (httpx's, over one connection pool), so every request
 of a consumer goes through one pool. It sends its requests to the transport itself, not

@@ -19,9 +19,11 @@ One pass (:func:`new_entries`), given the entry point's document (*head*) and th
    forward from it as in 2, everything, oldest first. :func:`starting_point` gives the
    checkpoint for "start from now" instead.
 
-Memory stays flat in the number of pages walked: one page (and *head*) is held at a time, and
-a bounded trail of URLs. Going forward re-reads the pages walked back through; the consumer's
-page source serves archived pages from its cache, without a request. A page source that can
+Memory stays flat in the number of pages walked: walking back, one page (and *head*) is held at
+a time; going forward, the page whose entries are handed over and the next one (read first, to
+check the digest), with a page source that reads ahead one more; and a bounded trail of URLs.
+Going forward re-reads the pages walked back through; the consumer's page source serves
+archived pages from its cache, without a request. A page source that can
 read ahead (:class:`ReadAhead`) is told the page after the next as soon as its link is known,
 and reads it (one page at most) while the entries of the current page are handled.
 
