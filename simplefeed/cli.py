@@ -8,10 +8,12 @@ ends a command with one line on standard error and exit status 1, never a traceb
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib
 import json
 import os
 import pwd
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -136,6 +138,9 @@ def serve(port: int, host: str, processes: int | None, ini: Path, user: str | No
         core.check_default_feed()
     finally:
         core.store.close()
+    problem = _listen_problem(host, port)
+    if problem is not None:
+        raise click.ClickException(problem)
     env = dict(os.environ)
     env["SIMPLEFEED_BASE_URL"] = base_url
     env["SIMPLEFEED_HTTP_SOCKET"] = f"{host}:{port}"
@@ -164,6 +169,36 @@ def serve(port: int, host: str, processes: int | None, ini: Path, user: str | No
         err=True,
     )
     os.execvpe(argv[0], argv, env)
+
+
+def _feed_url_problem(url: str) -> str | None:
+    """Why ``url``, a valid base URL, is more likely one of the service's own URLs pasted in
+    (a feed's /recent, its entries), or None: publish appends ``/entries`` to it."""
+    from urllib.parse import urlsplit
+
+    segments = urlsplit(url).path.rstrip("/").split("/")
+    if segments[-1] in ("recent", "entries") or segments[-2:-1] == ["pages"]:
+        return "is one of the service's URLs, not its base URL (name a feed with --feed)"
+    return None
+
+
+def _listen_problem(host: str, port: int) -> str | None:
+    """Why uWSGI could not listen on ``host:port``, or None. Asked before it starts: uWSGI
+    itself says "bind(): Address already in use" only after this command said it was
+    serving. Bound as uWSGI binds (SO_REUSEADDR), so a port whose last connections are
+    still closing is not taken for one in use."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"cannot listen on {host}:{port}: {host!r} is not an address here ({exc})"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            taken = " (another server runs there?)" if exc.errno == errno.EADDRINUSE else ""
+            return f"cannot listen on {host}:{port}: {exc.strerror}{taken}"
+    return None
 
 
 def _drop_privileges(user: str, metrics_dir: Path) -> list[str]:
@@ -269,6 +304,15 @@ def feed_show(name: str, as_json: bool) -> None:
 
     core = _core()
     shown = core.stats(core.feed(name)).describe()
+    recorded = shown["frozen_pages_base_url"]
+    if recorded is not None and recorded != shown["base_url"]:
+        # `serve --port N` links to port N without SIMPLEFEED_BASE_URL: a command run beside
+        # it, without the variable, builds its URLs on the default.
+        click.echo(
+            f"simplefeed: warning: feed {name!r}'s pages link to {recorded}, but these URLs are"
+            f" built on {shown['base_url']} (SIMPLEFEED_BASE_URL); set it to {recorded}",
+            err=True,
+        )
     if as_json:
         click.echo(json.dumps(shown, indent=2))
         return
@@ -323,7 +367,8 @@ def token_create(feed_name: str | None, label: str | None) -> None:
 
 @token.command("list")
 def token_list() -> None:
-    """List tokens: id, feed, state, label (never the secrets)."""
+    """List tokens, one a line, tab-separated: id, the feed it may publish to (* for any),
+    state, creation time, label (never the secrets)."""
     from simplefeed.lines import escape_field
     from simplefeed.model import rfc3339
 
@@ -434,7 +479,10 @@ def archive_verify(feed_name: str | None) -> None:
         core.store.close()
     for problem in report.problems:
         click.echo(problem, err=True)
-    click.echo(f"checked {report.checked} frozen pages, {len(report.problems)} problems")
+    problems = len(report.problems)
+    click.echo(
+        f"checked {report.checked} frozen pages, {problems} problem{'' if problems == 1 else 's'}"
+    )
     if report.problems:
         sys.exit(1)
 
@@ -449,7 +497,6 @@ def archive_verify(feed_name: str | None) -> None:
 @click.option(
     "--token",
     envvar="SIMPLEFEED_TOKEN",
-    required=True,
     help="Producer token [env SIMPLEFEED_TOKEN].",
 )
 def publish(
@@ -459,18 +506,31 @@ def publish(
     content: str | None,
     content_type: str | None,
     entry_id: str | None,
-    token: str,
+    token: str | None,
 ) -> None:
-    """Publish an event over HTTP, as a producer would."""
+    """Publish an event over HTTP, as a producer would: the one that --title (with --content,
+    --content-type, --id) describes, or the JSON event (or array of events) on standard input."""
     import httpx
 
     from simplefeed.settings import FEED_NAME_RE
 
-    problem = None if url is None else base_url_problem(url)
+    if not token:
+        raise click.UsageError(
+            "a producer token is needed: --token or SIMPLEFEED_TOKEN"
+            " (`simplefeed token create` mints one)"
+        )
+    problem = None if url is None else base_url_problem(url) or _feed_url_problem(url)
     if problem is not None:
         raise click.BadParameter(f"{url!r} {problem}", param_hint="--url")
     if feed_name is not None and not FEED_NAME_RE.match(feed_name):
         raise click.BadParameter(f"{feed_name!r} is not a feed name", param_hint="--feed")
+    if title is None and (content, content_type, entry_id) != (None, None, None):
+        raise click.UsageError(
+            "--content, --content-type and --id go with --title; without --title, publish"
+            " reads the event as JSON from standard input"
+        )
+    if title is None and sys.stdin.isatty():
+        raise click.UsageError("give --title, or the event as JSON on standard input")
     base = (url or _settings().base_url).rstrip("/")
     target = f"{base}/feeds/{feed_name}/entries" if feed_name else f"{base}/entries"
     payload: Any

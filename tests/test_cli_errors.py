@@ -8,6 +8,9 @@ Everything runs the installed ``simplefeed`` command in a subprocess, in a direc
 from __future__ import annotations
 
 import json
+import os
+import pty
+import socket
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -201,6 +204,25 @@ def test_serve_refuses_a_port_or_process_count_uwsgi_cannot_have(
     assert "serving on" not in done.stderr
 
 
+def test_serve_says_the_port_is_taken_before_it_says_it_serves(tmp_path: Path) -> None:
+    """With another server on the port, `serve` printed "serving on http://127.0.0.1:PORT",
+    then uWSGI's "bind(): Address already in use", and stopped."""
+    assert run(tmp_path, "db", "upgrade").returncode == 0
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = one_line_error(run(tmp_path, "serve", "--port", str(port)))
+    assert line == (
+        f"Error: cannot listen on 127.0.0.1:{port}: Address already in use"
+        " (another server runs there?)"
+    )
+    line = one_line_error(run(tmp_path, "serve", "--port", str(port), "--host", "192.0.2.1"))
+    assert line == f"Error: cannot listen on 192.0.2.1:{port}: Cannot assign requested address"
+    line = one_line_error(run(tmp_path, "serve", "--host", "no-such-host.invalid"))
+    assert line.startswith("Error: cannot listen on no-such-host.invalid:8080: ")
+
+
 @pytest.mark.parametrize(
     ("args", "stdin", "words"),
     [
@@ -209,6 +231,13 @@ def test_serve_refuses_a_port_or_process_count_uwsgi_cannot_have(
         (["--feed", "../x", "--title", "t"], "", "'../x' is not a feed name"),
         ([], "{bad", "standard input is not JSON: Expecting property name"),
         ([], "\udcff", "standard input is not JSON"),
+        # Without --title, the event is read from standard input: these waited there.
+        (["--content", "hi"], "", "--content, --content-type and --id go with --title"),
+        (["--id", "urn:x:1"], "", "--content, --content-type and --id go with --title"),
+        # A feed's own URL pasted as the base URL: posted to .../recent/entries, a 404.
+        (["--url", "http://127.0.0.1:9/recent", "--title", "t"], "", "not its base URL"),
+        (["--url", "http://127.0.0.1:9/feeds/o/entries", "--title", "t"], "", "not its base URL"),
+        (["--url", "http://127.0.0.1:9/pages/3", "--title", "t"], "", "not its base URL"),
     ],
 )
 def test_publish_says_what_is_wrong_with_its_input_in_one_line(
@@ -230,6 +259,42 @@ def test_publish_says_what_is_wrong_with_its_input_in_one_line(
     stderr = done.stderr.decode()
     assert done.returncode in (1, 2) and "Traceback" not in stderr, stderr
     assert words in stderr, stderr
+
+
+def test_publish_says_how_to_give_its_token_and_its_event(tmp_path: Path) -> None:
+    """Without a token it said only "Missing option '--token'"; without --title, on a
+    terminal, it waited for a JSON event nobody knew to type."""
+    environ = clean_environ()
+    environ["PYTHONPATH"] = str(PROJECT_ROOT)
+    command = [*simplefeed_command(), "publish", "--url", "http://127.0.0.1:9"]
+    done = subprocess.run(
+        [*command, "--title", "t"],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "a producer token is needed: --token or SIMPLEFEED_TOKEN" in done.stderr
+    terminal, other_end = pty.openpty()
+    try:
+        done = subprocess.run(
+            [*command, "--token", "sft_1_x"],
+            cwd=tmp_path,
+            env=environ,
+            stdin=other_end,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(terminal)
+        os.close(other_end)
+    assert done.returncode == 2, done.stderr
+    assert "give --title, or the event as JSON on standard input" in done.stderr
 
 
 def test_the_consumer_refuses_the_services_database_as_its_state_file(tmp_path: Path) -> None:

@@ -265,6 +265,13 @@ def test_no_other_spelling_serves_a_document(feed: Client, path: str) -> None:
     assert r.json["error"] == "not_found"
 
 
+def test_page_zero_is_refused_for_what_it_is(feed: Client) -> None:
+    """It was "not a page number (decimal digits, no leading zero)": 0 breaks neither rule."""
+    assert feed.simulate_get("/pages/0").json["message"] == (
+        "'0' is not a page number (pages are numbered from 1, in decimal digits)"
+    )
+
+
 def test_publishing_to_the_default_feed_by_name_still_works(feed: Client) -> None:
     r = feed.simulate_post("/feeds/events/entries", json={"title": "by name"})
     assert r.status_code == 201

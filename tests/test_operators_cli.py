@@ -94,6 +94,36 @@ def test_feed_show_gives_the_stats_and_entry_points(core: Simplefeed, tmp_path: 
     missing = cli(core, tmp_path, "feed", "show", "nope")
     assert missing.returncode == 1
     assert missing.stderr.strip() == "Error: no feed named 'nope'"
+    assert "warning" not in ok_with_stderr(cli(core, tmp_path, "feed", "show", "orders"))
+
+
+def ok_with_stderr(done: subprocess.CompletedProcess[str]) -> str:
+    ok(done)
+    return done.stderr
+
+
+def test_feed_show_warns_when_its_urls_are_not_the_ones_the_pages_link_to(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    """`serve --port 18901` links to port 18901 without SIMPLEFEED_BASE_URL; `feed show` in
+    another shell printed URLs on port 8080 beside the pages' own base URL, saying nothing."""
+    core.create_feed("orders", page_size=3)
+    core.publish("orders", [Event(title=f"o{i}") for i in range(4)])  # page 1 freezes
+    s = core.settings
+    for args in (["feed", "show", "orders"], ["feed", "show", "orders", "--json"]):
+        done = run(
+            tmp_path,
+            *args,
+            SIMPLEFEED_DATABASE_URL=s.database_url,
+            SIMPLEFEED_ARCHIVE_DIR=str(s.archive_dir),
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.strip() == (
+            f"simplefeed: warning: feed 'orders''s pages link to {BASE}, but these URLs are"
+            " built on http://localhost:8080 (SIMPLEFEED_BASE_URL); set it to"
+            f" {BASE}"
+        )
+    assert json.loads(done.stdout)["frozen_pages_base_url"] == BASE  # stdout stays JSON
 
 
 @pytest.mark.parametrize(

@@ -304,7 +304,9 @@ class Page(_FeedResource):
         name) redirects to the page's one URL in one step, any other spelling is a 404."""
         padded = _ZERO_PADDED.fullmatch(n)
         if padded is None and not _PAGE_NUMBER.fullmatch(n):
-            raise NotFound(f"{n!r} is not a page number (decimal digits, no leading zero)")
+            raise NotFound(
+                f"{n!r} is not a page number (pages are numbered from 1, in decimal digits)"
+            )
         number = int(n)
         if padded is not None or feed == self.settings.default_feed:
             name = self.settings.default_feed if feed is None else feed
