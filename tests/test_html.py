@@ -70,4 +70,7 @@ def test_pages_for_people_leave_atom_alone(app: falcon.testing.TestClient) -> No
     atom = app.simulate_get("/feeds/orders/recent")
     assert atom.headers["content-type"] == "application/atom+xml; charset=utf-8"
     assert app.simulate_get("/feeds/missing").status_code == 404
-    assert app.simulate_get("/feeds/orders", params={"page": "9"}).status_code == 400
+    past = app.simulate_get("/feeds/orders", params={"page": "9"})
+    assert (past.status_code, past.json["message"]) == (404, "feed 'orders' has pages 1 to 1")
+    for malformed in ("0", "abc"):
+        assert app.simulate_get("/feeds/orders", params={"page": malformed}).status_code == 400

@@ -19,7 +19,7 @@ import jinja2
 
 from simplefeed import paging
 from simplefeed.core import Simplefeed
-from simplefeed.errors import FeedNotFound
+from simplefeed.errors import FeedNotFound, NotFound
 from simplefeed.model import Entry, rfc3339
 from simplefeed.settings import FEED_NAME_RE
 
@@ -128,7 +128,9 @@ class FeedPage(_Html):
         f = self.core.feed(feed)
         stats = self.core.stats(f).describe()
         working = paging.working_page(f.head_seq, f.page_size)
-        number = req.get_param_as_int("page", min_value=1, max_value=working) or working
+        number = req.get_param_as_int("page", min_value=1) or working
+        if number > working:  # a page the feed does not have (yet): not a malformed request
+            raise NotFound(f"feed {f.name!r} has pages 1 to {working}")
         entries = [entry_view(e) for e in self.core.page_entries(f, number)]
         self.send(
             resp,
