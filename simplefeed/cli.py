@@ -85,14 +85,19 @@ def main() -> None:
 @main.command("config")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def config_command(as_json: bool) -> None:
-    """Print the effective settings (environment and defaults), passwords masked."""
-    shown = _settings().describe()
+    """Print the effective settings (environment and defaults), passwords masked; beside
+    them, the file a SQLite database is and whether the base URL is the default (not in the
+    JSON, whose values are the settings' alone)."""
+    settings = _settings()
+    shown = settings.describe()
     if as_json:
         click.echo(json.dumps(shown, indent=2))
         return
+    notes = settings.notes()
     width = max(map(len, shown))
     for name, value in shown.items():
-        click.echo(f"{name:<{width}}  {value}")
+        note = f"  ({notes[name]})" if name in notes else ""
+        click.echo(f"{name:<{width}}  {value}{note}")
 
 
 @main.command()

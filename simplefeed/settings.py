@@ -173,38 +173,44 @@ class Settings:
             ),
         )
 
-    def describe(self) -> dict[str, str]:
-        """The effective settings by variable name, as ``simplefeed config`` prints them:
-        passwords masked, relative paths shown resolved against the working directory."""
-        database = mask_url(self.database_url)
-        path = sqlite_path(self.database_url)
-        if path is not None:
-            database += f"  (file {path})"
-        base_url = self.base_url if self.base_url_given else f"{self.base_url}  (default)"
+    def describe(self) -> dict[str, str | int]:
+        """The effective settings by variable name, as the environment gives them (integers as
+        numbers; passwords masked): ``simplefeed config --json``."""
         limits = self.limits
         return {
-            "SIMPLEFEED_DATABASE_URL": database,
+            "SIMPLEFEED_DATABASE_URL": mask_url(self.database_url),
             "SIMPLEFEED_ARCHIVE_DIR": str(self.archive_dir.absolute()),
-            "SIMPLEFEED_BASE_URL": base_url,
+            "SIMPLEFEED_BASE_URL": self.base_url,
             "SIMPLEFEED_DEFAULT_FEED": self.default_feed,
-            "SIMPLEFEED_PAGE_SIZE": str(self.page_size),
-            "SIMPLEFEED_RECENT_MAX_AGE": str(self.recent_max_age),
-            "SIMPLEFEED_MAX_WAIT": str(self.max_wait),
+            "SIMPLEFEED_PAGE_SIZE": self.page_size,
+            "SIMPLEFEED_RECENT_MAX_AGE": self.recent_max_age,
+            "SIMPLEFEED_MAX_WAIT": self.max_wait,
             "SIMPLEFEED_LOG_LEVEL": self.log_level,
             "SIMPLEFEED_METRICS": "on" if self.metrics else "off",
-            "SIMPLEFEED_MIN_FREE_BYTES": str(self.min_free_bytes),
-            "SIMPLEFEED_PROCESSES": str(self.processes),
-            "SIMPLEFEED_THREADS": str(self.threads),
-            "SIMPLEFEED_MAX_BODY_BYTES": str(limits.max_body_bytes),
-            "SIMPLEFEED_MAX_BATCH": str(limits.max_batch),
-            "SIMPLEFEED_MAX_TITLE_CHARS": str(limits.max_title_chars),
-            "SIMPLEFEED_MAX_SUMMARY_CHARS": str(limits.max_summary_chars),
-            "SIMPLEFEED_MAX_CONTENT_CHARS": str(limits.max_content_chars),
-            "SIMPLEFEED_MAX_JSON_DEPTH": str(limits.max_json_depth),
-            "SIMPLEFEED_MAX_CATEGORIES": str(limits.max_categories),
-            "SIMPLEFEED_MAX_LINKS": str(limits.max_links),
-            "SIMPLEFEED_MAX_ID_BYTES": str(limits.max_id_bytes),
+            "SIMPLEFEED_MIN_FREE_BYTES": self.min_free_bytes,
+            "SIMPLEFEED_PROCESSES": self.processes,
+            "SIMPLEFEED_THREADS": self.threads,
+            "SIMPLEFEED_MAX_BODY_BYTES": limits.max_body_bytes,
+            "SIMPLEFEED_MAX_BATCH": limits.max_batch,
+            "SIMPLEFEED_MAX_TITLE_CHARS": limits.max_title_chars,
+            "SIMPLEFEED_MAX_SUMMARY_CHARS": limits.max_summary_chars,
+            "SIMPLEFEED_MAX_CONTENT_CHARS": limits.max_content_chars,
+            "SIMPLEFEED_MAX_JSON_DEPTH": limits.max_json_depth,
+            "SIMPLEFEED_MAX_CATEGORIES": limits.max_categories,
+            "SIMPLEFEED_MAX_LINKS": limits.max_links,
+            "SIMPLEFEED_MAX_ID_BYTES": limits.max_id_bytes,
         }
+
+    def notes(self) -> dict[str, str]:
+        """What ``simplefeed config`` says beside some values: the file a SQLite URL's
+        relative path resolves to, and a base URL nobody set."""
+        notes = {}
+        path = sqlite_path(self.database_url)
+        if path is not None:
+            notes["SIMPLEFEED_DATABASE_URL"] = f"file {path}"
+        if not self.base_url_given:
+            notes["SIMPLEFEED_BASE_URL"] = "default"
+        return notes
 
 
 #: Variables uwsgi.ini reads besides the settings (``simplefeed serve`` sets the first from its

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import socket
 import sqlite3
 import subprocess
@@ -100,13 +101,24 @@ def test_config_shows_effective_settings_with_secrets_masked(tmp_path: Path) -> 
     done = run(tmp_path, "config", "--json")
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)
-    assert shown["SIMPLEFEED_DATABASE_URL"] == (
-        f"sqlite:///var/simplefeed.sqlite3  (file {tmp_path / 'var' / 'simplefeed.sqlite3'})"
-    )
+    # The values alone, as the environment gives them (they were "http://localhost:8080
+    # (default)" and "100" in the JSON too).
+    assert shown["SIMPLEFEED_DATABASE_URL"] == "sqlite:///var/simplefeed.sqlite3"
     assert shown["SIMPLEFEED_ARCHIVE_DIR"] == str(tmp_path / "archive")
-    assert shown["SIMPLEFEED_BASE_URL"] == "http://localhost:8080  (default)"
+    assert shown["SIMPLEFEED_BASE_URL"] == "http://localhost:8080"
     assert shown["SIMPLEFEED_METRICS"] == "on"
+    assert shown["SIMPLEFEED_PAGE_SIZE"] == 100
     assert not list(tmp_path.iterdir())  # config looks, it creates nothing
+    text = run(tmp_path, "config").stdout
+    database = tmp_path / "var" / "simplefeed.sqlite3"
+    assert re.search(
+        rf"^SIMPLEFEED_DATABASE_URL +sqlite:///var/simplefeed.sqlite3  \(file {database}\)$",
+        text,
+        re.MULTILINE,
+    ), text
+    assert re.search(r"^SIMPLEFEED_BASE_URL +http://localhost:8080  \(default\)$", text, re.M)
+    given = run(tmp_path, "config", SIMPLEFEED_BASE_URL="https://feeds.example").stdout
+    assert re.search(r"^SIMPLEFEED_BASE_URL +https://feeds.example$", given, re.MULTILINE)
 
     url = "postgresql+psycopg://operator:hunter2@db.internal:5432/feeds?password=again"
     text = run(tmp_path, "config", SIMPLEFEED_DATABASE_URL=url, SIMPLEFEED_METRICS="off")
@@ -127,7 +139,7 @@ def test_a_live_document_is_not_cached_for_longer_than_a_day(tmp_path: Path) -> 
     line = one_line_error(run(tmp_path, "config", SIMPLEFEED_RECENT_MAX_AGE="86401"))
     assert line == "Error: SIMPLEFEED_RECENT_MAX_AGE must be at most 86400, got 86401"
     done = run(tmp_path, "config", "--json", SIMPLEFEED_RECENT_MAX_AGE="86400")
-    assert json.loads(done.stdout)["SIMPLEFEED_RECENT_MAX_AGE"] == "86400"
+    assert json.loads(done.stdout)["SIMPLEFEED_RECENT_MAX_AGE"] == 86400
 
 
 @pytest.mark.parametrize(
@@ -182,7 +194,7 @@ def test_commands_warn_of_a_misspelt_setting_and_run_on_the_default(tmp_path: Pa
         "simplefeed: warning: SIMPLEFEED_PAGESIZE is set but is not a setting, so it is ignored:"
         " did you mean SIMPLEFEED_PAGE_SIZE?"
     ]
-    assert json.loads(done.stdout)["SIMPLEFEED_PAGE_SIZE"] == "100"
+    assert json.loads(done.stdout)["SIMPLEFEED_PAGE_SIZE"] == 100
     assert run(tmp_path, "config", SIMPLEFEED_PAGE_SIZE="10").stderr == ""
 
 
