@@ -3,6 +3,7 @@ documents (and bytes that are not Atom), walking over pages held in memory, the 
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
@@ -360,7 +361,7 @@ def test_starting_point_is_the_newest_entry_or_before_the_first() -> None:
 
 
 def test_state_file_keeps_checkpoints_and_documents_across_reopening(tmp_path: Path) -> None:
-    path = tmp_path / "sub" / "state.sqlite3"
+    path = tmp_path / "state.sqlite3"
     cp = Checkpoint("urn:test:7", 7, f"{BASE}/pages/3")
     doc = CachedDocument(f"{BASE}/pages/1", b"<feed/>", '"e1"', None, True, 100.0, None)
     with StateFile(path) as state:
@@ -376,6 +377,23 @@ def test_state_file_keeps_checkpoints_and_documents_across_reopening(tmp_path: P
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     db.close()
+
+
+def test_a_state_file_is_created_but_never_its_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mistyped directory made a new, empty state file there (the directories with it), and
+    the consumer read the whole history again: refused now, naming the directory."""
+    missing = tmp_path / "typo" / "deeper"
+    words = f"no such directory: {missing} (a state file is created only in a directory"
+    with pytest.raises(StateError, match=re.escape(words)):
+        StateFile(missing / "state.sqlite3")
+    with pytest.raises(StateError, match=re.escape(words)):
+        Consumer(f"{BASE}/recent", missing / "state.sqlite3")
+    assert not (tmp_path / "typo").exists()
+    monkeypatch.chdir(tmp_path)  # a bare file name: the working directory's
+    StateFile("state.sqlite3").close()
+    assert (tmp_path / "state.sqlite3").is_file()
 
 
 def test_a_version_2_state_file_is_read_and_upgraded(tmp_path: Path) -> None:

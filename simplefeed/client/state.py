@@ -187,14 +187,22 @@ class PageCache(Protocol):
 
 
 class StateFile:
-    """A SQLite file holding checkpoints and the HTTP cache. Use as a context manager."""
+    """A SQLite file holding checkpoints and the HTTP cache. Use as a context manager.
+
+    The file is created if missing, never its directory: a mistyped directory
+    (``--state /var/lib/consmer/c.sqlite3``) made a new, empty state file there, and the
+    consumer read the whole history again. :class:`StateError` names the missing directory."""
 
     def __init__(self, path: str | PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
         try:
-            if self.path.parent != Path(""):
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.parent.is_dir():
+                raise StateError(
+                    str(self.path),
+                    f"no such directory: {self.path.parent} (a state file is created only in"
+                    " a directory that exists)",
+                )
             # One connection, used from the consumer's thread and its read-ahead thread (the
             # page being read next), one statement at a time (the lock).
             self._db = sqlite3.connect(
