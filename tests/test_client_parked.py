@@ -163,7 +163,8 @@ def test_the_commands_park_list_retry_drop_and_report(live: LiveServer, tmp_path
     assert ok.exit_code == 0 and "1 succeeded, 0 failed" in ok.stderr
     assert cli("consumer", "drop", "--state", state, ids[3]).exit_code == 0
     assert cli("consumer", "drop", "--state", state, ids[3]).exit_code == 2
-    assert cli("consumer", "parked", "--state", state).stdout == ""
+    none_left = cli("consumer", "parked", "--state", state)
+    assert none_left.stdout == "" and none_left.stderr == "no parked entries\n"
     # --max-parked 0: the first failure stops the run (exit 3), the checkpoint before it.
     live.publish(2)
     failing = f"{sys.executable} -c 'import sys; sys.exit(1)'"
@@ -179,10 +180,58 @@ def test_the_commands_park_list_retry_drop_and_report(live: LiveServer, tmp_path
 
 
 def test_status_of_a_state_file_no_consumer_has_run_on_says_so(tmp_path: Path) -> None:
-    """It printed nothing and exited 0, which reads as a command that did nothing."""
+    """It printed nothing and exited 0, which reads as a command that did nothing; with
+    --json it still did: now an entry point's object, nothing known."""
     state = tmp_path / "state.sqlite3"
     StateFile(state).close()
     done = cli("consumer", "status", "--state", str(state))
     assert done.exit_code == 0
     assert done.output == "no entry point yet: no consumer has run on this state file\n"
-    assert cli("consumer", "status", "--state", str(state), "--json").output == ""
+    as_json = cli("consumer", "status", "--state", str(state), "--json")
+    assert as_json.exit_code == 0 and as_json.stderr == ""
+    assert as_json.stdout.count("\n") == 1
+    assert json.loads(as_json.stdout) == {
+        "url": None,
+        "checkpoint": None,
+        "head": None,
+        "lag": None,
+        "parked": 0,
+    }
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_parked_with_nothing_parked_says_so_on_stderr(tmp_path: Path, as_json: list[str]) -> None:
+    """It printed nothing: no entry parked read as a command that did nothing. Standard output
+    stays empty (JSON lines of no entry are no lines: a `[]` would be a line no reader of
+    parked entries takes)."""
+    state = tmp_path / "state.sqlite3"
+    StateFile(state).close()
+    done = cli("consumer", "parked", "--state", str(state), *as_json)
+    assert done.exit_code == 0
+    assert done.stdout == "" and done.stderr == "no parked entries\n"
+
+
+@pytest.mark.parametrize(
+    "command", [["status"], ["parked"], ["retry", "--exec", "true"], ["drop", "urn:x:1"]]
+)
+def test_the_commands_never_create_a_state_file(tmp_path: Path, command: list[str]) -> None:
+    """A state file that does not exist is a usage error naming it, and stays so."""
+    state = tmp_path / "none.sqlite3"
+    name, *rest = command
+    done = cli("consumer", name, "--state", str(state), *rest)
+    assert done.exit_code == 2
+    assert f"Invalid value for '--state': File '{state}' does not exist." in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("on_error", [[], ["--on-error", "stop"]])
+def test_max_parked_without_park_is_a_usage_error(tmp_path: Path, on_error: list[str]) -> None:
+    """It was taken silently, as if it bounded failures that stop at the first."""
+    state = tmp_path / "state.sqlite3"
+    done = cli(
+        *("consume", "http://127.0.0.1:9/recent", "--state", str(state)),
+        *("--max-parked", "3", *on_error),
+    )
+    assert done.exit_code == 2
+    assert "Error: --max-parked applies only with --on-error park" in done.stderr
+    assert not state.exists()

@@ -31,9 +31,10 @@ Exit codes:
      newer page's prev-archive link gives, the last processed entry gone; the checkpoint is
      untouched
 5    HTTP: gave up after the retries (network errors, timeouts, 5xx, a response over
-     ``--max-time``), an unexpected status, a response over ``--max-size``, a redirect to
-     another origin
-6    the state file cannot be used, or another consumer is processing from it
+     ``--max-time``), an unexpected status (with the message of a JSON error body), a
+     response over ``--max-size``, a redirect to another origin
+6    the state file cannot be used (not a state file, its directory missing: the file is
+     created, never its directory), or another consumer is processing from it
 70   internal error: a bug in simplefeed (one line on standard error, the traceback too with
      ``--debug``); the checkpoint is on the last entry handled
 130  interrupted (Ctrl-C, or SIGTERM: a service manager stopping it), the checkpoint on the
@@ -48,7 +49,8 @@ worth it when catching up on a long history.
 
 ``simplefeed consumer parked|retry|drop|status --state FILE`` work on the state file: the
 entries parked with ``--on-error park`` (listed, handled again, forgotten) and where each
-consumer stands (checkpoint, head as last seen, lag, parked count).
+consumer stands (checkpoint, head as last seen, lag, parked count). They never create one: a
+state file that does not exist is a usage error (exit 2).
 
 A progress bar is drawn on standard error while catching up over several pages, only when
 standard error is a terminal. The lead wires this command into ``simplefeed.cli`` with
@@ -214,7 +216,8 @@ class _ProgressBars:
     "state_path",
     required=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="SQLite file for the checkpoint and the page cache (created if missing).",
+    help="SQLite file for the checkpoint and the page cache (created if missing, in a "
+    "directory that exists).",
 )
 @click.option(
     "--from",
@@ -274,7 +277,8 @@ class _ProgressBars:
     "--max-parked",
     type=click.IntRange(min=0),
     default=None,
-    help="With --on-error park: stop (exit 3) rather than park more than this many entries.",
+    help="With --on-error park (a usage error without it): stop (exit 3) rather than park "
+    "more than this many entries.",
 )
 @click.option(
     "--max-size",
@@ -308,6 +312,13 @@ class _ProgressBars:
     help="Shortest polling interval with --follow, in seconds (never below max-age).",
 )
 @click.option(
+    "--max-interval",
+    type=Seconds(min=0.1),
+    default=300.0,
+    show_default=True,
+    help="Longest polling interval with --follow, in seconds.",
+)
+@click.option(
     "--wait",
     type=Seconds(min=0),
     default=30.0,
@@ -320,13 +331,6 @@ class _ProgressBars:
     "--debug",
     is_flag=True,
     help="On an internal error (exit 70), print the traceback too; log at debug level.",
-)
-@click.option(
-    "--max-interval",
-    type=Seconds(min=0.1),
-    default=300.0,
-    show_default=True,
-    help="Longest polling interval with --follow, in seconds.",
 )
 def _consume(
     url: str,
@@ -365,12 +369,16 @@ def _consume(
            checkpoint untouched
       5    HTTP gave up after the retries (or --max-time), an unexpected
            status, a body over --max-size, a redirect to another origin
-      6    state file unusable, or in use by another consumer
+      6    state file unusable (its directory missing...), or in use
+           by another consumer
       70   internal error (a bug; --debug shows the traceback)
       130  interrupted (SIGINT or SIGTERM)
     """
     if jsonl and exec_command is not None:
         raise click.UsageError("--jsonl and --exec are mutually exclusive")
+    if max_parked is not None and on_error != "park":
+        # Taken silently, it read as a bound on failures that --on-error stop never applies.
+        raise click.UsageError("--max-parked applies only with --on-error park")
     if max_interval < min_interval:
         raise click.BadParameter("must be at least --min-interval", param_hint="--max-interval")
     handler: Callable[[FeedEntry], None]
@@ -544,8 +552,8 @@ def consumer_group(debug: bool) -> None:
     """Work on a consumer's state file: parked entries, where it stands.
 
     \b
-    Exit codes: 0 done; 2 usage (an unknown entry id, an ambiguous state file);
-    3 a retried handler failed again; 6 state file unusable; 70 internal error.
+    Exit codes: 0 done; 2 usage (no such state file, an unknown entry id, an ambiguous
+    state file); 3 a retried handler failed again; 6 state file unusable; 70 internal error.
     """
 
 
@@ -588,10 +596,14 @@ def _open(state_path: Path) -> StateFile:
 @_URL
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per parked entry.")
 def _parked(state_path: Path, url: str | None, as_json: bool) -> None:
-    """List parked entries, oldest first: seq, id, attempts, error (or JSON lines)."""
+    """List parked entries, oldest first: seq, id, attempts, error (or JSON lines). With
+    none, a line on standard error says so; standard output stays empty (for --json: no
+    lines, as JSON lines list nothing)."""
+    listed = 0
     with _open(state_path) as state:
         for feed_url in _entry_points(state, url):
             for parked in state.parked(feed_url):
+                listed += 1
                 if as_json:
                     record = {
                         "url": parked.feed_url,
@@ -604,6 +616,8 @@ def _parked(state_path: Path, url: str | None, as_json: bool) -> None:
                 else:
                     fields = (str(parked.seq), parked.entry_id, str(parked.attempts), parked.error)
                     click.echo("\t".join(escape_field(f) for f in fields))
+    if not listed:
+        click.echo("no parked entries", err=True)
 
 
 @consumer_group.command("retry")
@@ -651,8 +665,12 @@ def _status(state_path: Path, url: str | None, as_json: bool) -> None:
     sequence numbers), parked entries."""
     with _open(state_path) as state:
         known = _entry_points(state, url)
-        if not known and not as_json:
-            click.echo("no entry point yet: no consumer has run on this state file")
+        if not known:
+            click.echo(
+                _NO_ENTRY_POINT_JSON
+                if as_json
+                else "no entry point yet: no consumer has run on this state file"
+            )
         for feed_url in known:
             with Consumer(feed_url, state) as consumer:
                 status = consumer.status()
@@ -671,6 +689,13 @@ def _status_json(status: Status) -> str:
         "parked": status.parked,
     }
     return json_text(record)
+
+
+#: ``status --json`` before any consumer ran: an entry point's object, nothing known (printing
+#: nothing read as a command that did nothing).
+_NO_ENTRY_POINT_JSON = json_text(
+    {"url": None, "checkpoint": None, "head": None, "lag": None, "parked": 0}
+)
 
 
 def _status_text(status: Status) -> str:
