@@ -354,6 +354,93 @@ def test_redirects_stay_within_the_origin_unless_another_is_allowed(
     assert run.code == 0 and run.stdout == "1\turn:h:1\telsewhere\n", run.stderr
 
 
+def test_only_a_permanent_redirect_of_the_entry_point_is_warned_of(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """Checkpoints are kept under the URL given: an entry point that moved for good is said
+    once (naming where the permanent redirects led), one that redirects for now is not."""
+    server = hostile({})
+    server.routes["/recent"] = answer(atom(server.base, [(1, "here")]))
+    server.routes["/moved"] = answer(b"", "308 Permanent Redirect", Location="/old")
+    server.routes["/old"] = answer(b"", "301 Moved Permanently", Location="/recent")
+    server.routes["/for-now"] = answer(b"", "307 Temporary Redirect", Location="/recent")
+    server.routes["/then-for-now"] = answer(b"", "301 Moved Permanently", Location="/for-now")
+    run = consume(f"{server.base}/moved", tmp_path / "a.sqlite3")
+    assert run.code == 0 and run.stdout == "1\turn:h:1\there\n", run.stderr
+    assert run.stderr == (
+        f"simplefeed consume: {server.base}/moved redirects permanently to {server.base}/recent;"
+        " checkpoints are kept under the URL given, so another spelling of this feed starts"
+        f" over: give {server.base}/recent to share them"
+    )
+    run = consume(f"{server.base}/then-for-now", tmp_path / "b.sqlite3")
+    assert run.code == 0 and f"permanently to {server.base}/for-now;" in run.stderr
+    run = consume(f"{server.base}/for-now", tmp_path / "c.sqlite3")
+    assert run.code == 0 and run.stderr == ""
+
+
+# -- what a server says --------------------------------------------------------------------
+
+
+def test_an_error_body_s_message_is_quoted_bounded_and_escaped(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """The message of a JSON error body is said (`unexpected HTTP status 404` alone did not
+    tell a mistyped feed name from a page gone), but no server floods the line, reaches the
+    terminal with a control, or ends the consumer with a traceback."""
+    loud = "line 1\nline 2\x1b[31m\u202e" + "y" * 500
+    routes = {
+        "/loud": answer(
+            json.dumps({"error": "not_found", "message": loud}).encode(),
+            "404 Not Found",
+            Content_Type="application/json",
+        ),
+        "/deep": answer(b'{"a":' * 10_000, "403 Forbidden"),
+        "/number": answer(b'{"message": 5}', "410 Gone"),
+        "/html": answer(b"<html><body>Not Found</body></html>", "404 Not Found"),
+    }
+    server = hostile(routes)
+    run = consume(f"{server.base}/loud", tmp_path / "s.sqlite3")
+    assert run.code == 5
+    said = "line 1\\nline 2\\x1b[31m\\u202e" + "y" * 181 + "..."
+    assert run.stderr == (
+        f"simplefeed consume: error: {server.base}/loud: unexpected HTTP status 404; the server"
+        f" says: {said}"
+    )
+    for path, status in (("/deep", 403), ("/number", 410), ("/html", 404)):
+        run = consume(f"{server.base}{path}", tmp_path / "s.sqlite3")
+        assert run.code == 5
+        assert run.stderr.endswith(f"{path}: unexpected HTTP status {status}"), run.stderr
+        assert_no_traceback(run)
+
+
+@pytest.mark.parametrize("parser", ["feedparser", "lxml"])
+def test_a_body_that_is_not_atom_says_a_content_type_that_is_no_xml(
+    hostile: Callable[..., Hostile], tmp_path: Path, parser: str
+) -> None:
+    """`not an Atom feed: SAXParseException: <unknown>:2:0: syntax error` did not tell that
+    the URL was a web page's; the Content-Type does. An XML type says nothing more (the
+    document is what is wrong), and a feed served as another type is read as before."""
+    page = b"<!DOCTYPE html>\n<html><body>Sign in</body></html>"
+    feed = atom("http://x", [(1, "one")])
+    server = hostile(
+        {
+            "/page": answer(page, Content_Type="text/html; charset=utf-8"),
+            "/xml": answer(b"<html/>", Content_Type="application/xml"),
+            "/text": answer(feed, Content_Type="text/plain"),
+        }
+    )
+    run = consume(f"{server.base}/page", tmp_path / "s.sqlite3", "--parser", parser)
+    assert run.code == 4
+    assert run.stderr.startswith(
+        f"simplefeed consume: error: {server.base}/page: not an Atom feed (Content-Type"
+        " text/html; charset=utf-8): "
+    ), run.stderr
+    run = consume(f"{server.base}/xml", tmp_path / "s.sqlite3", "--parser", parser)
+    assert run.code == 4 and f"{server.base}/xml: not an Atom feed: " in run.stderr
+    run = consume(f"{server.base}/text", tmp_path / "s.sqlite3", "--parser", parser)
+    assert run.code == 0 and run.stdout == "1\turn:h:1\tone\n", run.stderr
+
+
 # -- output --------------------------------------------------------------------------------
 
 

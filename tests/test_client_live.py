@@ -9,6 +9,7 @@ import gc
 import hashlib
 import itertools
 import json
+import logging
 import os
 import re
 import shutil
@@ -34,6 +35,7 @@ from simplefeed import archive
 from simplefeed.app import create_app
 from simplefeed.client import Checkpoint, Consumer, PollPolicy, RetryPolicy, StateFile, command
 from simplefeed.client.command import consume
+from simplefeed.client.parse import PARSERS
 from simplefeed.core import Simplefeed
 from simplefeed.model import Event
 from simplefeed.settings import Settings
@@ -268,6 +270,78 @@ def test_exit_codes(live: LiveServer, tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.sqlite3"
     garbage.write_bytes(b"this is not SQLite" * 64)
     assert run(live.recent, "--state", str(garbage)).exit_code == 6
+
+
+def test_a_state_file_in_a_directory_that_does_not_exist_is_refused_before_any_request(
+    live: LiveServer, tmp_path: Path
+) -> None:
+    """A mistyped directory was made, with a new state file in it: the whole history again."""
+    live.publish(2)
+    typo = tmp_path / "consmer" / "state"
+    result = run(live.recent, "--state", str(typo / "c.sqlite3"))
+    assert result.exit_code == 6 and result.stdout == ""
+    assert result.stderr == (
+        f"simplefeed consume: error: {typo}/c.sqlite3: no such directory: {typo} (a state file"
+        " is created only in a directory that exists)\n"
+    )
+    assert not (tmp_path / "consmer").exists()
+    assert live.httpd.connections == 0
+
+
+def test_an_unexpected_status_says_what_the_server_said(live: LiveServer, tmp_path: Path) -> None:
+    """`unexpected HTTP status 404` alone did not tell a mistyped feed name from a page gone;
+    the server's JSON error body said it."""
+    result = run(f"{live.base_url}/feeds/nosuch/recent", "--state", str(tmp_path / "s.sqlite3"))
+    assert result.exit_code == 5
+    assert result.stderr == (
+        f"simplefeed consume: error: {live.base_url}/feeds/nosuch/recent: unexpected HTTP"
+        " status 404; the server says: no feed named 'nosuch'\n"
+    )
+
+
+def test_a_web_page_is_not_an_atom_feed_of_its_content_type(
+    live: LiveServer, tmp_path: Path
+) -> None:
+    """The parser's `SAXParseException: <unknown>:2:0: syntax error` did not tell that the URL
+    was a web page's (the service's own HTML index here)."""
+    for parser in PARSERS:
+        result = run(
+            f"{live.base_url}/", "--state", str(tmp_path / "s.sqlite3"), "--parser", parser
+        )
+        assert result.exit_code == 4, result.stderr
+        assert f"{live.base_url}/: not an Atom feed (Content-Type text/html" in result.stderr
+    json_reply = run(f"{live.base_url}/healthz", "--state", str(tmp_path / "s.sqlite3"))
+    assert "not an Atom feed (Content-Type application/json): " in json_reply.stderr
+
+
+def test_an_entry_point_that_redirects_permanently_is_warned_of_once_per_run(
+    live: LiveServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`/feeds/events/recent` answers 308 to `/recent`: a checkpoint kept under each spelling
+    read the history again, silently. Checkpoints stay under the URL given; the run says so."""
+    ids = live.publish(3)
+    given = f"{live.base_url}/feeds/events/recent"
+    state = tmp_path / "s.sqlite3"
+    result = run(given, "--state", str(state))
+    assert result.exit_code == 0 and len(result.stdout.splitlines()) == 3
+    assert result.stderr == (
+        f"simplefeed consume: {given} redirects permanently to {live.recent}; checkpoints are"
+        " kept under the URL given, so another spelling of this feed starts over: give"
+        f" {live.recent} to share them\n"
+    )
+    with StateFile(state) as file:
+        assert set(file.checkpoints()) == {given}
+    assert run(live.recent, "--state", str(state)).stderr == ""  # no redirect: no warning
+    passes = itertools.count(1)
+    caplog.clear()  # the runs' warnings so far
+    with (
+        caplog.at_level(logging.WARNING, logger="simplefeed.client"),
+        Consumer(given, tmp_path / "f.sqlite3", wait=0, sleep=lambda _: None) as consumer,
+    ):
+        got = [e.id for e in consumer.entries(follow=True, stop=lambda: next(passes) == 3)]
+        assert consumer.fetcher.stats.requests == 3  # each pass asked the entry point
+    assert got == ids
+    assert [r.getMessage() for r in caplog.records].count(result.stderr[20:-1]) == 1
 
 
 def wait_for_lines(path: Path, n: int, timeout: float = 20.0) -> list[str]:

@@ -38,9 +38,11 @@ lxml by calling ``gc.freeze()`` once its modules are loaded, as ``simplefeed con
 
 Every response is bounded in size and time (``bounds``, :class:`~simplefeed.client.fetch.Bounds`)
 and redirects stay within the entry point's origin unless ``allow_redirect_origins`` names
-others (:mod:`simplefeed.client.fetch`). Memory stays flat across passes of follow mode: a
-pass holds at most three pages (the current one, the next, the one read ahead) besides the
-entry point's, and the walk's bounded trail.
+others (:mod:`simplefeed.client.fetch`). Checkpoints are kept under the entry point as given:
+one that redirects permanently is warned of, once per consumer, naming the URL to give instead
+(``_HttpPages.head``). Memory stays flat across passes of follow mode: a pass holds at most
+three pages (the current one, the next, the one read ahead) besides the entry point's, and the
+walk's bounded trail.
 
 In follow mode the consumer polls the entry point again after each pass, waiting an interval
 that adapts to how often new entries appear (:mod:`simplefeed.client.poll`), never shorter than
@@ -49,6 +51,7 @@ the entry point's max-age. The clock and the sleep are injected.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -63,9 +66,16 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
 from simplefeed.client.entry import FeedEntry
-from simplefeed.client.errors import DigestMismatch, FeedError, HandlerError, TooManyParked
+from simplefeed.client.errors import (
+    DigestMismatch,
+    FeedError,
+    HandlerError,
+    NotAtom,
+    TooManyParked,
+)
 from simplefeed.client.fetch import (
     Bounds,
+    Fetched,
     Fetcher,
     RetryPolicy,
     Transport,
@@ -135,6 +145,8 @@ class _HttpPages:
         #: this long.
         self.head_waited = False
         self.head_seconds = 0.0
+        #: The entry point's permanent redirect has been warned of (once per consumer).
+        self.moved_warned = False
         # Read-ahead: the one page the walk will ask for next, fetched (or read from the
         # cache) and parsed on a thread of its own while the current page's entries are
         # handled. One page at most: memory stays flat.
@@ -203,10 +215,11 @@ class _HttpPages:
         fetched = self.fetcher.get(url, entry_point=self.entry_point)
         checker = self._checker
         try:
-            if checker is not None:
-                page = checker.parse(url, fetched.body)
-            else:
-                page = parse_page(url, fetched.body, parser=self.parser)
+            with _typed(fetched):
+                if checker is not None:
+                    page = checker.parse(url, fetched.body)
+                else:
+                    page = parse_page(url, fetched.body, parser=self.parser)
         except FeedError:
             if fetched.document.immutable:
                 self.fetcher.forget(url)
@@ -223,13 +236,21 @@ class _HttpPages:
             _settle(pending[1])
         self._counted("back")
         fetched = self.fetcher.get(url, entry_point=self.entry_point)
-        outline = outline_page(url, fetched.body)
+        with _typed(fetched):
+            outline = outline_page(url, fetched.body)
         self.fetcher.remember(fetched, immutable=outline.is_archive)
         return outline
 
     def head(self, url: str, wait: float | None = None) -> Page:
         """The entry point: never pinned, whatever it claims; its max-age is kept. ``wait``:
-        a long poll (:meth:`Fetcher.get`)."""
+        a long poll (:meth:`Fetcher.get`).
+
+        An entry point that redirects permanently is warned of, once: checkpoints are kept
+        under the URL given, so another spelling of the same feed (``/feeds/events/recent``
+        and the ``/recent`` it redirects to) would have a checkpoint of its own in the same
+        state file, and read the whole history again. Checkpoints stay keyed as given (a
+        redirect a server makes today must not move them); the warning names the URL to give
+        instead."""
         pending = self._take()
         if pending is not None:
             _settle(pending[1])
@@ -237,7 +258,17 @@ class _HttpPages:
         fetched = self.fetcher.get(url, entry_point=self.entry_point, wait=wait)
         self.head_seconds = time.monotonic() - started
         self.head_waited = fetched.waited
-        page = parse_page(url, fetched.body, parser=self.parser)
+        if fetched.moved_to is not None and not self.moved_warned:
+            self.moved_warned = True
+            log.warning(
+                "%s redirects permanently to %s; checkpoints are kept under the URL given, so"
+                " another spelling of this feed starts over: give %s to share them",
+                url,
+                fetched.moved_to,
+                fetched.moved_to,
+            )
+        with _typed(fetched):
+            page = parse_page(url, fetched.body, parser=self.parser)
         self.fetcher.remember(fetched, immutable=False)
         self.head_max_age = fetched.max_age
         return page
@@ -248,9 +279,25 @@ class _HttpPages:
 #: walks back or reads ahead fewer pages than this has its pages checked in this process.
 HELPER_AFTER_PAGES = 8
 
+#: The media types a feed may come as besides ``*/*+xml`` (``application/atom+xml``).
+XML_TYPES = frozenset({"application/xml", "text/xml"})
+
 #: A long poll the server says it held but that came back sooner than this, with nothing new,
 #: was not held: the next poll waits as an ordinary one would (a server cannot make us spin).
 HELD = 1.0
+
+
+@contextlib.contextmanager
+def _typed(fetched: Fetched) -> Iterator[None]:
+    """A body that is not Atom and came with a Content-Type naming no XML type (a web page, a
+    JSON reply) raises :class:`NotAtom` saying that type."""
+    try:
+        yield
+    except NotAtom as exc:
+        media = (fetched.content_type or "").partition(";")[0].strip().lower()
+        if not media or media in XML_TYPES or media.endswith("+xml"):
+            raise
+        raise NotAtom(exc.url, exc.reason, fetched.content_type) from exc
 
 
 def _settle(future: Future[Page]) -> None:

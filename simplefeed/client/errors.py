@@ -6,11 +6,13 @@
     └── ClientError                     anything the consumer raises on purpose
         ├── FetchError                  .url: a document could not be retrieved
         │   ├── RetriesExhausted        .attempts: network errors, timeouts, 5xx until the limit
-        │   ├── UnexpectedStatus        .status: an answer that retrying cannot fix (4xx, 3xx)
+        │   ├── UnexpectedStatus        .status: an answer that retrying cannot fix (4xx, 3xx);
+        │   │                           .server_message: what its JSON error body said, if any
         │   ├── RedirectRefused         .location: a redirect to an origin not allowed
         │   └── ResponseTooLarge        .limit: a body over the size bound (compressed or not)
         ├── FeedError                   .url: the feed broke the protocol; checkpoint untouched
-        │   ├── NotAtom                 .reason: not well-formed XML, or not an Atom feed
+        │   ├── NotAtom                 .reason: not well-formed XML, or not an Atom feed;
+        │   │                           .content_type: the response's, when no XML type
         │   ├── MalformedPage           .reason: Atom, but not a Simplefeed document
         │   ├── LinkLoop                .chain: following links came back to a page seen
         │   ├── SequenceGap             .expected, .found: sequence numbers not contiguous
@@ -33,9 +35,22 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from simplefeed.errors import SimplefeedError
+from simplefeed.lines import escape_field
 
 if TYPE_CHECKING:
     from simplefeed.client.entry import FeedEntry
+
+#: The most characters of a server's own words (its error message, its Content-Type) an error
+#: message quotes.
+QUOTED_CHARS = 200
+
+
+def quoted(text: str) -> str:
+    """Words a server sent, as an error message quotes them: at most :data:`QUOTED_CHARS`
+    characters, control characters backslash-escaped, so that they neither flood the one line
+    of the message nor reach the terminal as controls."""
+    cut = escape_field(text[:QUOTED_CHARS])
+    return f"{cut}..." if len(text) > QUOTED_CHARS else cut
 
 
 class ClientError(SimplefeedError):
@@ -58,11 +73,16 @@ class RetriesExhausted(FetchError):
 
 
 class UnexpectedStatus(FetchError):
-    """An HTTP status that retrying will not fix (a 404, a 403, a redirect loop...)."""
+    """An HTTP status that retrying will not fix (a 404, a 403, a redirect loop...).
+    ``server_message``: the ``message`` of the JSON object the body held (a Simplefeed server's
+    error shape, ``{"error": ..., "message": ...}``), quoted in the error's message: the status
+    alone does not tell a mistyped feed name from a page gone."""
 
-    def __init__(self, url: str, status: int) -> None:
-        super().__init__(url, f"unexpected HTTP status {status}")
+    def __init__(self, url: str, status: int, server_message: str | None = None) -> None:
+        says = "" if server_message is None else f"; the server says: {quoted(server_message)}"
+        super().__init__(url, f"unexpected HTTP status {status}{says}")
         self.status = status
+        self.server_message = server_message
 
 
 class RedirectRefused(FetchError):
@@ -84,11 +104,16 @@ class FeedError(ClientError):
 
 
 class NotAtom(FeedError):
-    """The body is not well-formed XML, or its root is not an Atom 1.0 ``feed``."""
+    """The body is not well-formed XML, or its root is not an Atom 1.0 ``feed``.
+    ``content_type``: the response's Content-Type when it names no XML type (an HTML page, a
+    JSON reply), said first in the message: the parser's complaint about such a body ("syntax
+    error" at line 2) does not tell that the URL is not a feed's."""
 
-    def __init__(self, url: str, reason: str) -> None:
-        super().__init__(url, f"not an Atom feed: {reason}")
+    def __init__(self, url: str, reason: str, content_type: str | None = None) -> None:
+        of_type = "" if content_type is None else f" (Content-Type {quoted(content_type)})"
+        super().__init__(url, f"not an Atom feed{of_type}: {reason}")
         self.reason = reason
+        self.content_type = content_type
 
 
 class MalformedPage(FeedError):

@@ -37,14 +37,17 @@ otherwise), at most :data:`MAX_REDIRECTS` in a row. Header values that overflow
 Network errors, timeouts, ``5xx`` and ``429`` are retried with exponential backoff and jitter
 (honouring ``Retry-After`` up to the maximum wait) until :attr:`RetryPolicy.attempts` attempts
 have failed; then :class:`~simplefeed.client.errors.RetriesExhausted`. Other statuses raise
-:class:`~simplefeed.client.errors.UnexpectedStatus` at once. The sleep between attempts and the
-clock are injected.
+:class:`~simplefeed.client.errors.UnexpectedStatus` at once, quoting the ``message`` of a JSON
+error body (a Simplefeed server's: ``{"error": "not_found", "message": "no feed named 'x'"}``).
+Each :class:`Fetched` says its Content-Type and where permanent redirects led
+(:attr:`Fetched.moved_to`). The sleep between attempts and the clock are injected.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import math
 import ssl
@@ -78,6 +81,8 @@ __all__ = ["MAX_REDIRECTS", "Bounds", "Fetched", "Fetcher", "RetryPolicy", "Tran
 MAX_REDIRECTS = 5
 #: RFC 9111 1.2.2: a delta-seconds value too large to hold is taken as this.
 MAX_DELTA_SECONDS = 2**31
+#: The largest error body whose JSON ``message`` is read (a Simplefeed server's are ~100 bytes).
+ERROR_BODY_READ = 64 * 1024
 
 #: What :class:`Fetcher` accepts as a transport (``httpx.WSGITransport`` in tests).
 Transport = httpx.BaseTransport
@@ -177,6 +182,11 @@ class Fetched:
     document: CachedDocument
     #: The server held the request as a ``Prefer: wait`` asked (``Preference-Applied: wait``).
     waited: bool = False
+    #: The response's Content-Type (None: it gave none, or the body came from the cache).
+    content_type: str | None = None
+    #: Where permanent redirects (301, 308) from ``url`` led, the first temporary one (or the
+    #: answer) ending the way: the URL that document now lives at (None: not redirected so).
+    moved_to: str | None = None
 
     @property
     def max_age(self) -> float | None:
@@ -226,6 +236,8 @@ class _Answer(typing.NamedTuple):
     body: bytes
     raw: bytes = b""
     coding: str = codings.IDENTITY
+    #: :attr:`Fetched.moved_to`.
+    moved_to: str | None = None
 
 
 class Fetcher:
@@ -321,9 +333,11 @@ class Fetcher:
                 fetched_at=now,
                 max_age=max_age,
             )
-            return Fetched(url, cached_body, "revalidated", document, waited)
+            return Fetched(
+                url, cached_body, "revalidated", document, waited, moved_to=response.moved_to
+            )
         if response.status != 200:
-            raise UnexpectedStatus(url, response.status)
+            raise UnexpectedStatus(url, response.status, _server_message(response.body))
         document = CachedDocument(
             url=url,
             body=response.raw,
@@ -334,7 +348,15 @@ class Fetcher:
             max_age=max_age,
             coding=response.coding,
         )
-        return Fetched(url, response.body, "network", document, waited)
+        return Fetched(
+            url,
+            response.body,
+            "network",
+            document,
+            waited,
+            response.headers.get("Content-Type"),
+            response.moved_to,
+        )
 
     def _decoded(self, cached: CachedDocument) -> bytes:
         """The body a cached document holds, decoded (ValueError if it cannot be)."""
@@ -405,20 +427,26 @@ class Fetcher:
         raise AssertionError("unreachable: tenacity either returns, retries or raises")
 
     def _follow(self, url: str, headers: dict[str, str], home: str, extra: float) -> _Answer:
-        """One answer to GET ``url``, following redirects within the allowed origins."""
+        """One answer to GET ``url``, following redirects within the allowed origins; where
+        the permanent ones led (:attr:`Fetched.moved_to`)."""
         allowed = self.allow_redirect_origins | {home}
         target = httpx.URL(url)
+        moved_to: str | None = None
+        permanent = True  # every redirect so far was
         for _ in range(MAX_REDIRECTS + 1):
             answer = self._once(url, target, headers, extra)
             location = answer.headers.get("Location")
             if answer.status not in (301, 302, 303, 307, 308) or location is None:
-                return answer
+                return answer._replace(moved_to=moved_to)
             try:
                 target = target.join(location)
             except httpx.InvalidURL as exc:
                 raise FetchError(url, f"redirect to an invalid URL: {exc}") from exc
             if origin(target) not in allowed:
                 raise RedirectRefused(url, str(target))
+            permanent = permanent and answer.status in (301, 308)
+            if permanent:
+                moved_to = str(target)
             log.info("GET %s: redirected to %s", url, target)
         raise UnexpectedStatus(url, answer.status)
 
@@ -593,6 +621,21 @@ def _describe(exc: BaseException | None) -> str:
         return "no error"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _server_message(body: bytes) -> str | None:
+    """The ``message`` of the JSON object an error body holds (a Simplefeed server's error
+    shape), or None. Read only from a body of at most :data:`ERROR_BODY_READ` bytes (it was
+    received within the bounds; parsing a bigger one is not worth its memory), and given up on
+    when it is not JSON or nested too deep to parse."""
+    if len(body) > ERROR_BODY_READ or not body.lstrip().startswith(b"{"):
+        return None
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    message = value.get("message") if isinstance(value, dict) else None
+    return message if isinstance(message, str) else None
 
 
 def _directives(headers: httpx.Headers) -> dict[str, str]:
