@@ -33,7 +33,11 @@ DATABASE_COMMANDS = [
 ]
 
 
-def run(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def run(
+    cwd: Path, *args: str, stdin: int | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``simplefeed ARGS`` in ``cwd`` with ``env`` added to a clean environment; ``stdin``: a
+    file descriptor for its standard input (default: this process's)."""
     environ = clean_environ()
     environ["PYTHONPATH"] = str(PROJECT_ROOT)
     environ.update(env)
@@ -41,6 +45,7 @@ def run(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         [*simplefeed_command(), *args],
         cwd=cwd,
         env=environ,
+        stdin=stdin,
         capture_output=True,
         text=True,
         timeout=60,
@@ -276,32 +281,13 @@ def test_publish_says_what_is_wrong_with_its_input_in_one_line(
 def test_publish_says_how_to_give_its_token_and_its_event(tmp_path: Path) -> None:
     """Without a token it said only "Missing option '--token'"; without --title, on a
     terminal, it waited for a JSON event nobody knew to type."""
-    environ = clean_environ()
-    environ["PYTHONPATH"] = str(PROJECT_ROOT)
-    command = [*simplefeed_command(), "publish", "--url", "http://127.0.0.1:9"]
-    done = subprocess.run(
-        [*command, "--title", "t"],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    publish = ("publish", "--url", "http://127.0.0.1:9")
+    done = run(tmp_path, *publish, "--title", "t")
     assert done.returncode == 2, done.stderr
     assert "a producer token is needed: --token or SIMPLEFEED_TOKEN" in done.stderr
     terminal, other_end = pty.openpty()
     try:
-        done = subprocess.run(
-            [*command, "--token", "sft_1_x"],
-            cwd=tmp_path,
-            env=environ,
-            stdin=other_end,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = run(tmp_path, *publish, "--token", "sft_1_x", stdin=other_end)
     finally:
         os.close(terminal)
         os.close(other_end)

@@ -1,4 +1,4 @@
-"""Generic readers in a browser: what JavaScript gets from every document a feed serves.
+"""Generic readers in JavaScript (a browser, Node): what they get from every document served.
 
 Our own consumer and feedparser read the documents in Python. Browsers and Node read them as
 often, with their own XML parser and their own ``JSON.parse``, and an archived page is kept by
@@ -7,15 +7,18 @@ driven by Playwright, as in tests/test_html_browser.py) against a real uWSGI wal
 from /recent through every ``prev-archive`` link with ``fetch`` and ``DOMParser``, reading
 each entry as a generic reader would: the title, and the content by its ``type`` (JSON,
 marked by ``sf:type``, through ``JSON.parse``; text and HTML as text; XHTML and XML as
-elements; any other media type through ``atob``). Every event published comes back as sent.
+elements; any other media type through ``atob``). Node's most used feed reader, rss-parser,
+reads the same documents. Every event published comes back as sent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,25 +106,47 @@ READ_FEED = """async (start) => {
 }"""
 
 
-def test_every_document_reads_in_a_browser_as_it_was_published(tmp_path: Path) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    chromium = ensure_debian_binary("chromium", lambda: shutil.which("chromium"))
+@contextlib.contextmanager
+def every_kind_published(tmp_path: Path) -> Iterator[tuple[UwsgiServer, list[dict[str, Any]]]]:
+    """A scratch server whose default feed holds :data:`EVENTS`, each with an id of its own
+    (pages of 4: /recent and pages 1-3 frozen), and those events."""
     events = [{**event, "id": f"urn:example:reader:{i}"} for i, event in enumerate(EVENTS)]
     with UwsgiServer.scratch(tmp_path, page_size=4) as s:
         reply = httpx.post(
             s.url("/entries"), json=events, headers={"Authorization": f"Bearer {s.token}"}
         )
-        assert reply.status_code == 201, reply.text  # 14 entries: pages 1-3 frozen, 4 working
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page()
-                # The feed's own origin (fetch needs no CORS), from a reply without the pages
-                # for people's Content-Security-Policy (which allows no fetch).
-                page.goto(s.url("/healthz"))
-                documents = page.evaluate(READ_FEED, s.url("/recent"))
-            finally:
-                browser.close()
+        assert reply.status_code == 201, reply.text
+        yield s, events
+
+
+def expected(event: dict[str, Any]) -> tuple[str, Any]:
+    """How a generic reader gets the event's content back: ("json", the value), ("text", the
+    string), ("xhtml" or "xml", None: elements), ("bytes", None) or ("none", None)."""
+    content, content_type = event.get("content"), event.get("content_type", "text")
+    if content is None:
+        return "none", None
+    if isinstance(content, dict | list | float) or content_type.endswith("json"):
+        return "json", json.loads(content) if isinstance(content, str) else content
+    if content_type in ("text", "html", "text/csv"):
+        return "text", content
+    if content_type in ("xhtml", "application/xml"):
+        return content_type.rpartition("/")[2], None
+    return "bytes", None
+
+
+def test_every_document_reads_in_a_browser_as_it_was_published(tmp_path: Path) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    chromium = ensure_debian_binary("chromium", lambda: shutil.which("chromium"))
+    with every_kind_published(tmp_path) as (s, events), sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            # The feed's own origin (fetch needs no CORS), from a reply without the pages
+            # for people's Content-Security-Policy (which allows no fetch).
+            page.goto(s.url("/healthz"))
+            documents = page.evaluate(READ_FEED, s.url("/recent"))
+        finally:
+            browser.close()
 
     assert [d["url"] for d in documents] == [s.url(f"/{p}") for p in RECENT_AND_PAGES]
     assert not [d for d in documents if "error" in d]
@@ -130,22 +155,22 @@ def test_every_document_reads_in_a_browser_as_it_was_published(tmp_path: Path) -
     for event in events:
         entry = read[event["id"]]
         assert entry["title"] == event["title"]
-        content, content_type = event.get("content"), event.get("content_type", "text")
-        if content is None:
+        kind, value = expected(event)
+        if kind == "none":
             assert set(entry) == {"id", "title"}
-        elif isinstance(content, dict | list | float) or content_type.endswith("json"):
+        elif kind == "json":
             assert "jsonError" not in entry, entry
-            assert entry["json"] == (json.loads(content) if isinstance(content, str) else content)
-        elif content_type in ("text", "html", "text/csv"):
-            assert entry["text"] == content
-        elif content_type == "xhtml":
+            assert entry["json"] == value
+        elif kind == "text":
+            assert entry["text"] == value
+        elif kind == "xhtml":
             assert entry["element"] == {
                 "ns": "http://www.w3.org/1999/xhtml",
                 "name": "div",
                 "text": "Hi there",
                 "children": ["p", "em"],
             }
-        elif content_type == "application/xml":
+        elif kind == "xml":
             assert entry["element"] == {
                 "ns": "urn:example:orders",
                 "name": "order",
@@ -153,7 +178,7 @@ def test_every_document_reads_in_a_browser_as_it_was_published(tmp_path: Path) -
                 "children": ["id"],
             }
         else:  # Base64: atob gives the UTF-8 bytes, one character each
-            assert entry["bytes"] == content.encode("utf-8").decode("latin-1")
+            assert entry["bytes"] == event["content"].encode("utf-8").decode("latin-1")
 
 
 #: Where the walk goes: /recent, then the frozen pages newest first.
@@ -196,12 +221,7 @@ def test_every_document_reads_in_nodes_rss_parser_as_it_was_published(tmp_path: 
     """JSON content is the JSON text, text and HTML the text sent, every entry its title: what
     a Node application reading the feed with rss-parser shows."""
     home = rss_parser()
-    events = [{**event, "id": f"urn:example:reader:{i}"} for i, event in enumerate(EVENTS)]
-    with UwsgiServer.scratch(tmp_path, page_size=4) as s:
-        reply = httpx.post(
-            s.url("/entries"), json=events, headers={"Authorization": f"Bearer {s.token}"}
-        )
-        assert reply.status_code == 201, reply.text
+    with every_kind_published(tmp_path) as (s, events):
         urls = [s.url(f"/{p}") for p in RECENT_AND_PAGES]
         done = subprocess.run(
             ["node", "-e", READ_WITH_RSS_PARSER, *urls],
@@ -217,11 +237,10 @@ def test_every_document_reads_in_nodes_rss_parser_as_it_was_published(tmp_path: 
     for event in events:
         item = read[event["id"]]
         assert item["title"] == event["title"]
-        content, content_type = event.get("content"), event.get("content_type", "text")
-        if content is None:
+        kind, value = expected(event)
+        if kind == "none":
             assert "content" not in item, item
-        elif isinstance(content, dict | list | float) or content_type.endswith("json"):
-            expected = json.loads(content) if isinstance(content, str) else content
-            assert json.loads(item["content"]) == expected, item
-        elif content_type in ("text", "html", "text/csv"):
-            assert item["content"] == content, item
+        elif kind == "json":
+            assert json.loads(item["content"]) == value, item
+        elif kind == "text":
+            assert item["content"] == value, item
