@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import click
 
@@ -179,8 +180,6 @@ def serve(port: int, host: str, processes: int | None, ini: Path, user: str | No
 def _feed_url_problem(url: str) -> str | None:
     """Why ``url``, a valid base URL, is more likely one of the service's own URLs pasted in
     (a feed's /recent, its entries), or None: publish appends ``/entries`` to it."""
-    from urllib.parse import urlsplit
-
     segments = urlsplit(url).path.rstrip("/").split("/")
     if segments[-1] in ("recent", "entries") or segments[-2:-1] == ["pages"]:
         return "is one of the service's URLs, not its base URL (name a feed with --feed)"
