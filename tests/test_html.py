@@ -74,3 +74,32 @@ def test_pages_for_people_leave_atom_alone(app: falcon.testing.TestClient) -> No
     assert (past.status_code, past.json["message"]) == (404, "feed 'orders' has pages 1 to 1")
     for malformed in ("0", "abc"):
         assert app.simulate_get("/feeds/orders", params={"page": malformed}).status_code == 400
+
+
+BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "status", "message"),
+    [
+        ("/feeds/missing", {}, 404, "no feed named &#39;missing&#39;"),
+        ("/feeds/orders", {"page": "9"}, 404, "feed &#39;orders&#39; has pages 1 to 1"),
+        ("/feeds/orders", {"page": "abc"}, 400, "The value must be an integer."),
+    ],
+)
+def test_a_browser_is_told_what_is_missing_in_a_page_others_in_json(
+    app: falcon.testing.TestClient, path: str, params: dict[str, str], status: int, message: str
+) -> None:
+    """A person following a stale link to a feed's page got a JSON error in the browser."""
+    publish(app, "orders", [{"title": "x"}])
+    page = app.simulate_get(path, params=params, headers={"Accept": BROWSER_ACCEPT})
+    assert page.status_code == status
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert message in page.text and 'href="/"' in page.text
+    assert page.headers["vary"] == "Accept, Accept-Encoding"
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    for accept in ("*/*", "application/json", None):
+        other = app.simulate_get(path, params=params, headers={"Accept": accept} if accept else {})
+        assert other.status_code == status
+        assert other.headers["content-type"] == "application/json"
+        assert other.headers["vary"] == "Accept, Accept-Encoding"

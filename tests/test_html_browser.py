@@ -74,6 +74,13 @@ def test_feed_pages_in_headless_chromium(tmp_path: Path) -> None:
                 assert '"order": 0' in page.locator("pre").last.inner_text()
                 assert page.locator("a[rel=prev]").count() == 0  # page 1 is the oldest
                 page.screenshot(path=str(shots / "feed-page-1.png"), full_page=True)
+
+                # A stale link: a page for people, saying what is missing, a way back.
+                missing = page.goto(s.url("/feeds/events?page=9"))
+                assert missing is not None and missing.status == 404
+                assert page.locator("p").nth(1).inner_text() == "feed 'events' has pages 1 to 3"
+                page.click("text=Every feed")
+                assert page.url == s.url("/")
                 assert dialogs == []  # nothing the producer sent ran
             finally:
                 browser.close()

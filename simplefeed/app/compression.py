@@ -59,7 +59,7 @@ class Compress:
         body = resp.render_body()
         if not body:
             return
-        resp.set_header("Vary", VARY)
+        resp.append_header("Vary", VARY)  # after what the resource varies on (Accept)
         coding = codings.choose(req.get_header("Accept-Encoding")) or IDENTITY
         if coding == IDENTITY or len(body) < MIN_ENCODED:
             return

@@ -120,9 +120,30 @@ class Index(_Html):
 
 class FeedPage(_Html):
     """``GET /feeds/{feed}[?page=N]``: page N of the feed (default: the working page) for
-    people, newest entry first, with links to the older and newer pages."""
+    people, newest entry first, with links to the older and newer pages.
+
+    A feed or page that is not there, or a malformed ``page``, is a page for people too when
+    the request prefers HTML to JSON (a browser's does): the same status and message as the
+    JSON error every other client gets, which the reply then varies on (``Vary: Accept``)."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, feed: str) -> None:
+        try:
+            self.show(req, resp, feed)
+        except (NotFound, falcon.HTTPBadRequest) as exc:
+            resp.vary = ["Accept"]
+            if req.client_prefers((falcon.MEDIA_JSON, falcon.MEDIA_HTML)) != falcon.MEDIA_HTML:
+                raise
+            if isinstance(exc, NotFound):
+                status, message = falcon.HTTP_404, str(exc)
+            else:
+                status, message = (
+                    falcon.code_to_http_status(exc.status),
+                    exc.description or exc.title,
+                )
+            self.send(resp, "error.html", status=status, message=message)
+            resp.status = status
+
+    def show(self, req: falcon.Request, resp: falcon.Response, feed: str) -> None:
         if not FEED_NAME_RE.match(feed):
             raise FeedNotFound(feed)
         f = self.core.feed(feed)
