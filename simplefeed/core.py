@@ -29,6 +29,7 @@ from simplefeed.errors import (
     PageNotFound,
     StorageLow,
     StoreError,
+    StoreUnavailable,
 )
 from simplefeed.locks import Striped
 from simplefeed.model import (
@@ -236,14 +237,22 @@ class Simplefeed:
         """The database's kind (``sqlite``, ``postgresql``) once it has answered a query
         (:class:`~simplefeed.errors.StoreUnavailable` if it does not), and what keeps the service
         from publishing although it answers: a read-only database, a SQLite file replaced or
-        deleted, an archive directory that cannot be written."""
-        self.store.ping()
+        deleted, an archive directory that cannot be written. A database that does not answer
+        but whose store can say why (its SQLite file gone) is reported so, not raised."""
+        try:
+            self.store.ping()
+            answered = True
+        except StoreUnavailable:
+            if not self.store.problems():
+                raise
+            answered = False
         problems = self.store.problems()
         problem = archive.writable_problem(self.settings.archive_dir)
         if problem is not None:
             problems.append(problem)
         problems += self.space_problems()
-        problems += self.base_url_problems()
+        if answered:  # the feeds' base URLs are in the database
+            problems += self.base_url_problems()
         return self.store.backend, problems
 
     def space_problems(self) -> list[str]:

@@ -133,6 +133,44 @@ def test_a_sqlite_file_deleted_or_replaced_under_the_service_is_detected(
         core.store.close()
 
 
+def test_a_sqlite_file_moved_aside_is_never_made_again_and_keeps_what_was_acknowledged(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
+    """The database moved away under a running service (its -wal left behind, holding the
+    last publishes): a worker's new connection made a new, empty file at the path, SQLite took
+    the old -wal for the new file's and emptied it, and the acknowledged events were gone
+    from the moved file too. A connection never makes the file: 503s until it is back, then
+    every event."""
+    core, path, token = _sqlite_core(tmp_path, sqlite_template)
+    client = falcon.testing.TestClient(
+        create_app(core.settings, core=core), headers={"Authorization": f"Bearer {token}"}
+    )
+    other: Simplefeed | None = None
+    try:
+        for title in ("one", "two"):
+            assert client.simulate_post("/entries", json={"title": title}).status_code == 201
+        assert Path(f"{path}-wal").stat().st_size > 0  # the publishes are in the WAL
+        aside = tmp_path / "aside.sqlite3"
+        os.rename(path, aside)
+        # A worker that opens its connections now (a new process, a pool's new connection).
+        other = Simplefeed(core.settings, clock=FakeClock())
+        other_client = falcon.testing.TestClient(create_app(other.settings, core=other))
+        _assert_unavailable(other_client.simulate_get("/recent"))
+        health = other_client.simulate_get("/healthz")
+        assert health.status_code == 503, health.text
+        assert health.json["problems"] == [f"the database file {path} does not exist (moved away?)"]
+        assert not path.exists()  # nothing made at the path
+        os.rename(aside, path)
+        assert "<title>two</title>" in other_client.simulate_get("/recent").text
+    finally:
+        core.store.close()
+        if other is not None:
+            other.store.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM entries").fetchone() == (2,)
+    db.close()
+
+
 def test_an_archive_directory_that_cannot_be_written_makes_healthz_unhealthy(
     tmp_path: Path, sqlite_template: Path
 ) -> None:

@@ -6,6 +6,7 @@ it first (:func:`check_ready`), which never creates one.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from alembic.config import Config
@@ -30,17 +31,23 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade(database_url: str) -> None:
-    """Create the database if need be (a SQLite file and its directory) and migrate it to the
-    newest schema."""
-    path = sqlite_path(database_url)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    """Create the database if need be (a SQLite file and its directory: alembic's environment
+    calls :func:`create_sqlite_file`) and migrate it to the newest schema."""
     try:
         command.upgrade(alembic_config(database_url), "head")
     except DBAPIError as exc:
         raise DatabaseNotReady(
             mask_url(database_url), f"could not be migrated: {_first_line(exc)}", _FIX_URL
         ) from None
+
+
+def create_sqlite_file(database_url: str) -> None:
+    """Make the SQLite file a migration is about to fill, and its directory, if missing: the
+    one place a database file is made (the stores' connections never create one)."""
+    path = sqlite_path(database_url)
+    if path is not None and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sqlite3.connect(path).close()
 
 
 _FIX_URL = "check SIMPLEFEED_DATABASE_URL and that the database server is up"

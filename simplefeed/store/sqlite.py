@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -260,7 +261,7 @@ class SQLiteStore(sql.SqlStore):
             st = os.stat(self.path)
         except FileNotFoundError:
             if self._identity is None:
-                return None  # not created yet: the first connection creates it
+                return None  # not made yet (only migrations make it)
             return f"the database file {self.path} was deleted"
         identity = (st.st_dev, st.st_ino)
         if self._identity is None:
@@ -277,7 +278,7 @@ class SQLiteStore(sql.SqlStore):
         with super().write() as conn:
             yield conn
         if self._identity is None:
-            self._file_problem()  # created by this transaction's connection
+            self._file_problem()  # made (by a migration) after this store was opened
 
     def close(self) -> None:
         super().close()
@@ -289,6 +290,8 @@ class SQLiteStore(sql.SqlStore):
     def problems(self) -> list[str]:
         found = []
         problem = self._file_problem()
+        if problem is None and self.path is not None and not self.path.exists():
+            problem = f"the database file {self.path} does not exist (moved away?)"
         if problem is not None:
             found.append(problem)
         if self.path is not None and self.path.exists():
@@ -300,9 +303,17 @@ class SQLiteStore(sql.SqlStore):
 
     @staticmethod
     def make_engine(url: str) -> Engine:
-        # Creates nothing on disk (a connection to a missing file creates it, so callers check
-        # first: simplefeed.store.schema; only `db upgrade` makes the file and its directory).
+        # Never creates the file: every connection opens it read-write only (an SQLite URI,
+        # mode=rw). A connection to a missing file would make a new, empty one, and with the
+        # old file's -wal still beside it (the database moved away under a running service)
+        # SQLite took that WAL for the new file's and emptied it, acknowledged events with it.
+        # Only migrations make the file (simplefeed.store.schema.create_sqlite_file).
         sa_url = make_url(url)
+        if sa_url.database and sa_url.database != ":memory:":
+            sa_url = sa_url.set(
+                database=f"file:{quote(sa_url.database)}",
+                query={**sa_url.query, "mode": "rw", "uri": "true"},
+            )
         engine = create_engine(
             sa_url,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
