@@ -95,15 +95,15 @@ def write_atomically(path: Path, body: bytes, mtime_us: int, *, durable: bool = 
     # `simplefeed archive rebuild` too); a damaged one would not. One fsync per page saved.
 
 
-def encoded_copy(path: Path, body: bytes, coding: str, mtime_us: int) -> int | None:
-    """The size of the page file ``path``'s copy in ``coding``, once it is checked to decode to
-    ``body`` (the page's bytes), or written now if it is missing or does not; None if it
+def encoded_copy(path: Path, body: bytes, coding: str, mtime_us: int) -> os.stat_result | None:
+    """The page file ``path``'s copy in ``coding`` (its ``stat``), once it is checked to decode
+    to ``body`` (the page's bytes), or written now if it is missing or does not; None if it
     cannot be written (then that coding is not offered for the page)."""
     copy = encoded_path(path, coding)
     try:
         encoded = copy.read_bytes()
         if codings.decode(encoded, coding) == body:
-            return len(encoded)
+            return os.stat(copy)
         log.warning("%s does not decode to its page's bytes; writing it again", copy)
     except FileNotFoundError:
         pass
@@ -112,10 +112,10 @@ def encoded_copy(path: Path, body: bytes, coding: str, mtime_us: int) -> int | N
     encoded = codings.encode(body, coding)
     try:
         write_atomically(copy, encoded, mtime_us, durable=False)
+        return os.stat(copy)
     except OSError as exc:
         log.warning("could not write %s: %s", copy, exc.strerror or exc)
         return None
-    return len(encoded)
 
 
 def writable_problem(directory: Path) -> str | None:

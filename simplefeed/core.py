@@ -689,6 +689,14 @@ class Simplefeed:
         except OSError:
             log.exception("could not write archive file for %s page %d", feed_name, page.number)
 
+    def restore_page_file(self, feed_name: str, page: FrozenPage) -> None:
+        """Write the page's file (and copies) again from the database's bytes: the file was
+        found holding others."""
+        log.warning(
+            "writing the file of %s page %d again from the database", feed_name, page.number
+        )
+        self._write_file(feed_name, page)
+
     def _write_file_if_missing(self, feed_name: str, page: FrozenPage) -> None:
         if not self.page_path(feed_name, page.number).exists():
             self._write_file(feed_name, page)

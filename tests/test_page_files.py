@@ -19,7 +19,7 @@ import falcon.testing
 import httpx
 import pytest
 
-from simplefeed import codings
+from simplefeed import archive, codings
 from simplefeed.app import caching
 from simplefeed.core import Simplefeed
 from tests.conftest import open_fds, shipped_with_entries
@@ -98,6 +98,48 @@ def test_a_page_file_changed_on_disk_is_seen_once_it_is_opened_again(
     served = client.simulate_get("/pages/1", headers=gzip)  # the copy is written again
     assert served.status_code == 200 and codings.decode(served.content, "gzip") == expected
     assert codings.decode(copy.read_bytes(), "gzip") == expected
+
+
+@pytest.mark.parametrize("how", ["replaced", "written in place"])
+def test_a_damaged_page_file_is_never_served_nor_copied_and_is_written_again(
+    core: Simplefeed,
+    client: falcon.testing.TestClient,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    how: str,
+) -> None:
+    """A page file changed on disk without changing its length (`sed -i` on a title) was
+    served with the page's ETag (a year of caching for the wrong bytes), and once opened again
+    made into the page's br and gzip copies. The file is known by its inode and mtime too, a
+    file read again is checked against the database's bytes, and written again from them."""
+    post(client, 2 * PAGE_SIZE + 1, "batch")
+    path = core.page_path("events", 1)
+    expected = path.read_bytes()
+    first = client.simulate_get("/pages/1")
+    assert first.content == expected
+    damaged = expected.replace(b"<title>batch 0</title>", b"<title>batch X</title>")
+    assert damaged != expected and len(damaged) == len(expected)
+    if how == "replaced":
+        replacement = path.with_name("sed-tmp")
+        replacement.write_bytes(damaged)
+        os.replace(replacement, path)
+    else:
+        with path.open("r+b") as f:
+            f.write(damaged)
+    monkeypatch.setattr(caching, "OPEN_FOR_S", 0.0)
+    for coding in (codings.IDENTITY, *codings.CODINGS):
+        served = client.simulate_get("/pages/1", headers={"Accept-Encoding": coding})
+        assert served.status_code == 200 and served.headers["ETag"].startswith(
+            first.headers["ETag"][:-1]
+        )
+        body = (
+            served.content if coding == codings.IDENTITY else codings.decode(served.content, coding)
+        )
+        assert body == expected, coding
+    assert path.read_bytes() == expected  # written again from the database
+    for coding in codings.CODINGS:
+        assert codings.decode(archive.encoded_path(path, coding).read_bytes(), coding) == expected
+    assert "does not hold its page's bytes (the database's)" in caplog.text
 
 
 def test_the_files_kept_open_are_bounded(

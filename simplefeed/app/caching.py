@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from email.utils import formatdate
 from pathlib import Path
+from typing import NamedTuple
 
 from simplefeed import archive, codings
 from simplefeed.codings import CODINGS, IDENTITY, tagged
@@ -143,6 +144,19 @@ class LiveBodies:
 # -- archived pages ---------------------------------------------------------------------------
 
 
+class Stamp(NamedTuple):
+    """A page file as it was when its bytes were checked: one replaced (a new inode), written
+    in place (a new mtime: page files keep their freeze time) or cut short is not that file."""
+
+    size: int
+    inode: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> Stamp:
+        return cls(st.st_size, st.st_ino, st.st_mtime_ns)
+
+
 @dataclasses.dataclass(frozen=True)
 class ArchivedPage:
     """An archived page's validators and where its static files are: fixed once frozen.
@@ -156,26 +170,27 @@ class ArchivedPage:
     etag: str
     last_modified_s: int
     last_modified: str
-    #: The size of each coding's file ("identity" is the page file), for the codings offered.
-    sizes: Mapping[str, int]
+    #: Each coding's file ("identity" is the page file) as it was when checked, for the codings
+    #: offered.
+    files: Mapping[str, Stamp]
 
     def open_file(self, coding: str) -> PageFile | None:
-        """The file of the page in ``coding``, if it is there with the length it had when the
-        page was read; None otherwise.
+        """The file of the page in ``coding``, if it is there as it was when the page was
+        read (:class:`Stamp`); None otherwise.
 
         (Its bytes are the page's: written atomically from them, repaired by ``archive
-        rebuild``; the length check catches a truncated copy without reading it.)
+        rebuild``; the stamp catches a file changed since without reading it.)
         """
         path = self.path if coding == IDENTITY else archive.encoded_path(self.path, coding)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
-        if os.fstat(fd).st_size != self.sizes[coding]:
+        if Stamp.of(os.fstat(fd)) != self.files[coding]:
             os.close(fd)
-            log.warning("archive file %s does not have the length it had", path)
+            log.warning("archive file %s is not the file it was (replaced, written, cut)", path)
             return None
-        return PageFile(fd, self.sizes[coding], time.monotonic())
+        return PageFile(fd, self.files[coding].size, time.monotonic())
 
 
 #: How long a process keeps a page file open for its requests before opening it again: a file
@@ -268,24 +283,30 @@ class ArchivedPages:
         self._files[key] = opened
         return opened
 
-    def load(self, feed: str, number: int) -> ArchivedPage | None:
-        """The page from its file, remembered; None if there is no file. Its precompressed
-        copies are checked (and written where missing or wrong: pages frozen before there were
-        copies get them here)."""
+    def load(self, feed: str, number: int, expected: bytes | None = None) -> ArchivedPage | None:
+        """The page from its file, remembered; None if there is no file, or if it does not
+        hold ``expected`` (the page's bytes in the database, when it answers): a damaged file
+        is neither served nor made into compressed copies. Its precompressed copies are
+        checked (and written where missing or wrong: pages frozen before there were copies get
+        them here)."""
         path = self._path_of(feed, number)
         try:
             with path.open("rb") as f:
                 body = f.read()
-                mtime_us = os.fstat(f.fileno()).st_mtime_ns // 1000
+                stamp = Stamp.of(os.fstat(f.fileno()))
         except FileNotFoundError:
             return None
-        sizes = {IDENTITY: len(body)}
+        if expected is not None and body != expected:
+            log.error("archive file %s does not hold its page's bytes (the database's)", path)
+            return None
+        mtime_us = stamp.mtime_ns // 1000
+        files = {IDENTITY: stamp}
         for coding in CODINGS:
-            size = archive.encoded_copy(path, body, coding, mtime_us)
-            if size is not None:
-                sizes[coding] = size
+            copy = archive.encoded_copy(path, body, coding, mtime_us)
+            if copy is not None:
+                files[coding] = Stamp.of(copy)
         second = mtime_us // 1_000_000
-        known = ArchivedPage(path, archive.strong_etag(body), second, http_date(second), sizes)
+        known = ArchivedPage(path, archive.strong_etag(body), second, http_date(second), files)
         if len(self._known) >= self._limit:
             self._known.clear()
         self._known[(feed, number)] = known

@@ -333,13 +333,16 @@ class Page(_FeedResource):
             return
         if number > working:
             raise PageNotFound(name, number)
-        known = self.archived.load(name, number)
-        if known is None:
-            self.core.page(f, number)  # the database's bytes, written back to the file
-            known = self.archived.load(name, number)
+        # The database's bytes (the file written from them if missing), which the file must
+        # hold: read once per page and process, then the file alone (archived.get).
+        frozen = self.core.page(f, number)
+        known = self.archived.load(name, number, frozen.body)
+        if known is None:  # a damaged file: written again from the database
+            self.core.restore_page_file(name, frozen)
+            known = self.archived.load(name, number, frozen.body)
         if known is None or not self.send_archived(req, resp, known):
             # The archive cannot be written: the database's bytes, encoded here.
-            self.send_unfiled(req, resp, self.core.page(f, number))
+            self.send_unfiled(req, resp, frozen)
 
     on_head = on_get
 
@@ -410,7 +413,7 @@ class Page(_FeedResource):
         """An archived page from its file in the coding the request accepts best; False if
         that file is not there (as it was when the page was read)."""
         coding = compression.negotiate(req)
-        if coding not in page.sizes:
+        if coding not in page.files:
             coding = IDENTITY  # its copy could not be written (a read-only archive)
         opened = self.archived.file(page, coding)
         if opened is None:
@@ -418,7 +421,7 @@ class Page(_FeedResource):
         if self.send_validators(req, resp, page, coding):  # a 304 or 412
             return True
         resp.content_type = ATOM_MEDIA_TYPE
-        resp.content_length = page.sizes[coding]
+        resp.content_length = page.files[coding].size
         if req.method != "HEAD":
             # falcon hands it to wsgi.file_wrapper (sendfile under uWSGI), or reads it.
             resp.stream = caching.PageStream(opened)
