@@ -118,17 +118,27 @@ def encoded_copy(path: Path, body: bytes, coding: str, mtime_us: int) -> os.stat
         return None
 
 
-def writable_problem(directory: Path) -> str | None:
-    """Why no page file can be written into ``directory`` now, or None: a temporary file is
-    created there and removed (permissions alone say nothing for root or a read-only mount)."""
+def writable_problems(archive_dir: Path) -> list[str]:
+    """Why page files cannot be written now: the archive directory (made if missing) and every
+    feed's page directory there is (``pages``, ``feeds/NAME/pages``), each tried with a
+    temporary file created and removed (permissions alone say nothing for root or a read-only
+    mount; a page directory alone can be what is not writable)."""
+    found = []
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".healthz.", suffix=".tmp")
-        os.close(fd)
-        os.unlink(tmp)
+        archive_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        return f"the archive directory {directory} cannot be written: {exc.strerror or exc}"
-    return None
+        return [f"the archive directory {archive_dir} cannot be written: {exc.strerror or exc}"]
+    pages = [archive_dir / "pages", *sorted(archive_dir.glob("feeds/*/pages"))]
+    for directory in (archive_dir, *(p for p in pages if p.exists())):
+        try:
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".healthz.", suffix=".tmp")
+            os.close(fd)
+            os.unlink(tmp)
+        except OSError as exc:
+            found.append(
+                f"the archive directory {directory} cannot be written: {exc.strerror or exc}"
+            )
+    return found
 
 
 def file_matches(path: Path, page: FrozenPage) -> bool:

@@ -247,9 +247,7 @@ class Simplefeed:
                 raise
             answered = False
         problems = self.store.problems()
-        problem = archive.writable_problem(self.settings.archive_dir)
-        if problem is not None:
-            problems.append(problem)
+        problems += archive.writable_problems(self.settings.archive_dir)
         problems += self.space_problems()
         if answered:  # the feeds' base URLs are in the database
             problems += self.base_url_problems()

@@ -189,6 +189,30 @@ def test_an_archive_directory_that_cannot_be_written_makes_healthz_unhealthy(
         core.store.close()
 
 
+@pytest.mark.parametrize("feed", ["events", "orders"])
+def test_a_feed_s_page_directory_that_cannot_be_written_makes_healthz_unhealthy(
+    tmp_path: Path, sqlite_template: Path, feed: str
+) -> None:
+    """Only the archive's root was tried: with its pages/ directory unwritable every freeze
+    logged "could not write archive file" while /healthz said ok."""
+    core, _, _ = _sqlite_core(tmp_path, sqlite_template)
+    core.create_feed("orders")
+    client = falcon.testing.TestClient(create_app(core.settings, core=core))
+    try:
+        core.publish(feed, [Event(title=f"e{i}") for i in range(6)])  # page 1 freezes
+        pages = core.page_path(feed, 1).parent
+        assert client.simulate_get("/healthz").status_code == 200
+        shutil.rmtree(pages)
+        pages.write_bytes(b"a file where the directory was")  # (permissions bind no root)
+        health = client.simulate_get("/healthz")
+        assert health.status_code == 503, health.json
+        assert health.json["problems"] == [
+            f"the archive directory {pages} cannot be written: Not a directory"
+        ]
+    finally:
+        core.store.close()
+
+
 def test_a_read_only_postgresql_is_a_503_not_a_500(
     tmp_path: Path, postgres: PostgresDatabases | None
 ) -> None:
