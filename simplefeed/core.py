@@ -239,17 +239,17 @@ class Simplefeed:
         from publishing although it answers: a read-only database, a SQLite file replaced or
         deleted, an archive directory that cannot be written. A database that does not answer
         but whose store can say why (its SQLite file gone) is reported so, not raised."""
+        unavailable: StoreUnavailable | None = None
         try:
             self.store.ping()
-            answered = True
-        except StoreUnavailable:
-            if not self.store.problems():
-                raise
-            answered = False
+        except StoreUnavailable as exc:
+            unavailable = exc
         problems = self.store.problems()
+        if unavailable is not None and not problems:
+            raise unavailable
         problems += archive.writable_problems(self.settings.archive_dir)
         problems += self.space_problems()
-        if answered:  # the feeds' base URLs are in the database
+        if unavailable is None:  # the feeds' base URLs are in the database
             problems += self.base_url_problems()
         return self.store.backend, problems
 
