@@ -716,10 +716,19 @@ class Simplefeed:
     def verify_archive(self, feed_name: str | None = None) -> archive.VerifyReport:
         """Check every static page file against the database: the same bytes, the ETag those
         bytes give, and each page's prev-archive digest (``sf:sha256``) the bytes of the page
-        before; and no file for a page that is not frozen. Writes nothing."""
+        before; and no file for a page that is not frozen, nor for a feed the database does not
+        have (a restore of an older database leaves them). Writes nothing."""
         checked = 0
         problems: list[str] = []
         feeds = [self.store.feed(feed_name)] if feed_name else self.store.feeds()
+        if feed_name is None:
+            known = {f.name for f in feeds}
+            for directory in sorted((self.settings.archive_dir / "feeds").glob("*")):
+                if directory.name not in known:
+                    problems.append(
+                        f"{directory}: files of a feed the database does not have"
+                        " (remove them, or restore the database that has it)"
+                    )
         for feed in feeds:
             before: FrozenPage | None = None
             for page in self.store.iter_pages(feed.id):

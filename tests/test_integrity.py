@@ -129,6 +129,10 @@ def test_archive_verify_names_what_differs(
     page2.unlink()  # missing
     stray = core.page_path("events", 9)
     stray.write_bytes(b"<feed/>")  # a page that never froze
+    # The files of a feed the database does not have (a restored older database).
+    gone = settings.archive_dir / "feeds" / "gone"
+    (gone / "pages").mkdir(parents=True)
+    (gone / "pages" / "1").write_bytes(b"<feed/>")
     # The database's page 3 altered behind the service's back: its ETag no longer matches
     # its bytes (nor its file), and page 4 does not exist to vouch for it; page 2 vouches
     # for page 1 through its link, unchanged.
@@ -144,15 +148,16 @@ def test_archive_verify_names_what_differs(
     assert any(str(page2) in p and "missing" in p for p in problems), problems
     assert any(str(stray) in p and "no frozen page 9" in p for p in problems), problems
     assert any(p.startswith("page 3: ETag") for p in problems), problems
-    # The four, and page 3's file and its two precompressed copies no longer its bytes.
-    assert len(problems) == 7, problems
+    assert f"{gone}: files of a feed the database does not have" in problems[0], problems
+    # The five, and page 3's file and its two precompressed copies no longer its bytes.
+    assert len(problems) == 8, problems
     page3 = core.page_path("events", 3)
     for suffix in (".gz", ".br"):
         assert f"{page3}{suffix}: does not decode to its page's bytes" in problems, problems
 
     failed = CliRunner(env=env).invoke(main, ["archive", "verify"], catch_exceptions=False)
     assert failed.exit_code == 1
-    assert str(page1) in failed.output and "7 problems" in failed.output
+    assert str(page1) in failed.output and "8 problems" in failed.output
 
 
 def test_archive_verify_follows_the_chain(
