@@ -103,10 +103,18 @@ class Live:
 
 def base_url_problem(feed: Feed, base_url: str) -> str | None:
     """Why ``feed`` cannot be served with documents rendered with ``base_url`` (its frozen
-    pages link to another, or to one never recorded), saying what to do; None if it can."""
-    if feed.base_url == base_url or feed.head_seq < feed.page_size:  # no page frozen yet
+    pages link to another, or to one never recorded; or, before any page froze, another was
+    recorded by ``archive rebase``), saying what to do; None if it can."""
+    frozen = feed.head_seq >= feed.page_size
+    if feed.base_url == base_url or (feed.base_url is None and not frozen):
         return None
     rebase = f"`simplefeed archive rebase {base_url} --feed {feed.name}`"
+    if not frozen:
+        return (
+            f"feed {feed.name!r} has its base URL recorded as {feed.base_url} (archive rebase),"
+            f" but the base URL is now {base_url}: set SIMPLEFEED_BASE_URL={feed.base_url}, or"
+            f" record the new one with {rebase}"
+        )
     if feed.base_url is None:
         return (
             f"feed {feed.name!r} has frozen pages but no recorded base URL: check that their "

@@ -372,6 +372,32 @@ def test_base_url_problem_only_for_frozen_pages_with_another_base() -> None:
     assert f"`simplefeed archive rebase {BASE} --feed orders`" in moved
     unknown = base_url_problem(feed(5, None), BASE)
     assert unknown is not None and "no recorded base URL" in unknown
+    # Recorded by `archive rebase` before any page froze: it binds as well (the next freeze by
+    # a process with the old base URL overwrote it, answering 201).
+    rebased = base_url_problem(feed(4, "http://new.test"), BASE)
+    assert rebased is not None
+    assert rebased.startswith("feed 'orders' has its base URL recorded as http://new.test")
+    assert base_url_problem(feed(4, BASE), BASE) is None
+
+
+def test_a_base_url_recorded_before_any_page_froze_is_not_overwritten_by_a_freeze(
+    core: Simplefeed, clock: FakeClock
+) -> None:
+    """`archive rebase NEW --feed orders` on a feed with no frozen page recorded NEW; a
+    process still running with the old base URL then froze page 1 with its own links,
+    answered 201, and recorded its own URL over NEW."""
+    core.create_feed("orders", page_size=3)
+    core.publish("orders", [Event(title=f"o{i}") for i in range(2)])
+    other = Simplefeed(replace(core.settings, base_url="http://new.test"), clock=clock)
+    try:
+        (rebased,) = other.rebase_archive("orders")
+        assert (rebased.pages, rebased.base_url) == (0, "http://new.test")
+    finally:
+        other.store.close()
+    with pytest.raises(BaseUrlMismatch, match=re.escape("recorded as http://new.test")):
+        core.publish("orders", [Event(title=f"p{i}") for i in range(2)])  # would freeze page 1
+    after = core.feed("orders")
+    assert (after.head_seq, after.base_url) == (2, "http://new.test")  # nothing stored
 
 
 def test_no_page_freezes_with_another_base_url_than_the_pages_before(
