@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -536,9 +537,10 @@ def test_against_uwsgi_digests_chain_the_archive_and_a_damaged_page_stops_the_co
     tmp_path: Path,
 ) -> None:
     """The sf:sha256 chain through a real uWSGI: each archived page's bytes as served are the
-    digest the newer document gives; the command verifies every page it reads; a page file
-    damaged on disk after its consumer last read it stops the walk (exit 4, the digest
-    named), nothing handled, the checkpoint where it was."""
+    digest the newer document gives; the command verifies every page it reads; a page altered
+    behind the service's back after its consumer last read it (the database's bytes and the
+    files alike: the service serves a file only as the database has it) stops the walk (exit
+    4, the digest named), nothing handled, the checkpoint where it was."""
     server = UwsgiServer.scratch(
         tmp_path / "work",
         page_size=5,
@@ -585,12 +587,20 @@ def test_against_uwsgi_digests_chain_the_archive_and_a_damaged_page_stops_the_co
         assert chained == 4
 
         page_3 = server.archive_dir / "pages" / "3"
+        mtime_us = page_3.stat().st_mtime_ns // 1000
+
+        def alter_page_3(body: bytes) -> None:
+            """The database's bytes, the page file and its precompressed copies (which the
+            consumer is sent), alike."""
+            with sqlite3.connect(server.database_url.removeprefix("sqlite:///")) as db:
+                assert db.execute("UPDATE pages SET body = ? WHERE number = 3", (body,)).rowcount
+            db.close()
+            archive.write_page(page_3, body, mtime_us)
+
         damaged = bytearray(page_3.read_bytes())
         at = damaged.index(b"event 13")
         damaged[at : at + 8] = b"event XX"  # same length: only the digest can tell
-        # The page file and its precompressed copies (which the consumer is sent), alike.
-        mtime_us = page_3.stat().st_mtime_ns // 1000
-        archive.write_page(page_3, bytes(damaged), mtime_us)
+        alter_page_3(bytes(damaged))
         page_files_reopened()
         stopped = consume("--parser", "lxml")
         assert stopped.returncode == 4, stopped.stderr
@@ -603,8 +613,7 @@ def test_against_uwsgi_digests_chain_the_archive_and_a_damaged_page_stops_the_co
         assert [e["seq"] for e in seen] == list(range(1, 13))  # nothing from the damaged page
         assert [e["content"] for e in seen] == [{"n": n} for n in range(1, 13)]
 
-        repaired = bytes(damaged).replace(b"event XX", b"event 13")
-        archive.write_page(page_3, repaired, mtime_us)
+        alter_page_3(bytes(damaged).replace(b"event XX", b"event 13"))  # repaired
         page_files_reopened()
         resumed = consume()
         assert resumed.returncode == 0, resumed.stderr

@@ -960,8 +960,9 @@ def test_a_sqlite_writer_waits_for_the_write_lock_then_gets_it(
     from simplefeed.errors import StoreUnavailable
     from simplefeed.store import sqlite as dbmodule
 
-    database = dbmodule.SQLiteStore(f"sqlite:///{tmp_path / 'w.sqlite3'}")
     path = tmp_path / "w.sqlite3"
+    sqlite3.connect(path).close()  # a store never makes its file (migrations do)
+    database = dbmodule.SQLiteStore(f"sqlite:///{path}")
     try:
         with database.write() as conn:
             conn.execute(text("CREATE TABLE t (x INTEGER)"))
