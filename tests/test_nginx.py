@@ -331,6 +331,26 @@ def test_everything_else_goes_to_the_app(deployment: Deployment) -> None:
         assert b"through nginx" in http.get(nginx.url("/recent")).content
 
 
+def test_metrics_is_not_passed_on(deployment: Deployment) -> None:
+    """/metrics (no token) stays off the public side: nginx answers it 404 itself, however it is
+    spelled, and the app never sees the request; the service's own socket still has it."""
+    origin, nginx = deployment.origin, deployment.nginx
+    with httpx.Client(timeout=10) as http:
+        assert http.get(origin.url("/metrics")).status_code == 200
+
+        def reached() -> int:
+            hits = origin_hits(deployment.request_log)
+            return sum(1 for h in hits if h[1].split("?")[0] == "/metrics")
+
+        before = reached()
+        for path in ("/metrics", "/metrics?x=1", "//metrics", "/metrics/"):
+            for method in ("GET", "HEAD"):
+                r = http.request(method, nginx.url(path))
+                assert r.status_code == 404, (method, path, r.status_code)
+                assert b"simplefeed_" not in r.content
+        assert reached() == before
+
+
 def test_a_thousand_slow_clients_delay_no_one(deployment: Deployment) -> None:
     """Issue #11: with the shipped nginx block, 1,000 connections trickling heads or bodies do
     not delay other clients' GET /recent by more than 1 s (nginx holds them; uWSGI never sees

@@ -45,6 +45,7 @@ PAGE_SIZE = 10
 POLLERS = 50
 POLL_SECONDS = 6.0
 VCL = PROJECT_ROOT / "deploy" / "varnish.vcl"
+BASE_URL = "http://feeds.example.com"
 
 #: The origin's request log: one line per request that reached uWSGI (routed static files too).
 LOG_FORMAT = (
@@ -72,15 +73,20 @@ def ensure_varnishd() -> str:
 class Varnish:
     """``varnishd -F`` on a free 127.0.0.1 port with the shipped VCL, until ``stop``."""
 
-    def __init__(self, varnishd: str, workdir: Path, backend_port: int) -> None:
+    def __init__(
+        self, varnishd: str, workdir: Path, backend_port: int, *, probe_interval: str = ""
+    ) -> None:
         self.workdir = workdir
         self.vcl = workdir / "simplefeed.vcl"
-        self.vcl.write_text(
-            render_template(
-                VCL.read_text(),
-                {"SIMPLEFEED_BACKEND_HOST": HOST, "SIMPLEFEED_BACKEND_PORT": str(backend_port)},
-            )
+        text = render_template(
+            VCL.read_text(),
+            {"SIMPLEFEED_BACKEND_HOST": HOST, "SIMPLEFEED_BACKEND_PORT": str(backend_port)},
         )
+        if probe_interval:
+            # Only the probe's pace: the backend turns sick (or healthy) within seconds.
+            text, n = re.subn(r"\.interval = \S+;", f".interval = {probe_interval};", text)
+            assert n == 1
+        self.vcl.write_text(text)
         self.log_path = workdir / "varnishd.log"
         self.port = free_port()
         argv = [
@@ -96,6 +102,9 @@ class Varnish:
             str(workdir / "varnish"),
             "-s",
             "malloc,64m",
+            # As deploy/README.md says to run it: the origin's codings and ETags as they are.
+            "-p",
+            "http_gzip_support=off",
         ]
         if os.geteuid() == 0:
             # As root varnishd would drop to its own users, who cannot read a private
@@ -126,7 +135,8 @@ class Varnish:
                 if self.process.poll() is not None:
                     break
                 with contextlib.suppress(httpx.TransportError):
-                    if client.get(self.url("/healthz")).status_code == 200:
+                    # A read that the tests' documents do not share a cache entry with.
+                    if client.get(self.url("/openapi.json")).status_code == 200:
                         return
                 time.sleep(0.1)
         raise RuntimeError(f"varnishd did not come up\n{self.log()}")
@@ -360,3 +370,100 @@ def test_a_long_poll_passes_through_the_cache_to_the_origin(
         assert "second" in titles(answer.content)
         # Reaching the origin: the held request is in its log as a conditional GET.
         assert any(h.if_none_match == etag for h in origin.hits_for("/recent"))
+
+
+class ReadOnlyOrigin(Origin):
+    """The origin with /healthz unhealthy for a publishing reason (SIMPLEFEED_MIN_FREE_BYTES
+    above any disk's free space, as in the operator trial) while reads work: ready once /recent
+    answers."""
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.extra_env["SIMPLEFEED_MIN_FREE_BYTES"] = str(10**18)
+        self.extra_env["SIMPLEFEED_BASE_URL"] = BASE_URL
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(self.url("/recent"), timeout=2.0).status_code == 200:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"/recent did not answer 200\n{self.log()}")
+
+
+def test_reads_through_the_cache_while_only_publishing_is_unhealthy(tmp_path: Path) -> None:
+    """/healthz is 503 when publishing cannot proceed (here: too little free disk) although
+    every read works; the VCL's probe asks a read (/recent), so the backend stays healthy:
+    archived pages not yet cached are fetched (not "503 Backend fetch failed") and /recent is
+    fresh, not the grace copy."""
+    varnishd = ensure_varnishd()
+    writer = Origin(tmp_path)
+    # One base URL across the two runs (each gets a port of its own).
+    writer.extra_env["SIMPLEFEED_BASE_URL"] = BASE_URL
+    with writer:  # publish first, while the disk check still passes
+        auth = {"Authorization": f"Bearer {writer.token}"}
+        r = httpx.post(
+            writer.url("/entries"), json=[{"title": f"e{i}"} for i in range(25)], headers=auth
+        )
+        assert r.status_code == 201, r.text
+    with ReadOnlyOrigin(tmp_path) as origin:
+        assert httpx.get(origin.url("/healthz")).status_code == 503
+        cache = Varnish(varnishd, tmp_path, origin.port, probe_interval="0.2s")
+        try:
+            cache.wait_ready()
+            time.sleep(3.0)  # probes: 15 at 0.2 s, every one a /healthz 503 had it asked that
+            with httpx.Client(timeout=10.0) as http:
+                assert http.get(cache.url("/healthz")).status_code == 503  # passed on, as is
+                for path in ("/pages/1", "/pages/2", "/recent", "/pages/3"):
+                    r = http.get(cache.url(path))
+                    assert r.status_code == 200, (path, r.status_code, r.text[:200])
+                    assert r.content == http.get(origin.url(path)).content, path
+                    assert r.headers["x-cache"] == "MISS", path
+        finally:
+            cache.stop()
+
+
+def _plain_client() -> httpx.Client:
+    """A client that sends only the Accept-Encoding a request names (none by default)."""
+    client = httpx.Client(timeout=10.0)
+    del client.headers["accept-encoding"]
+    return client
+
+
+@pytest.mark.parametrize(
+    ("accept_encoding", "coding"),
+    [(None, None), ("identity", None), ("gzip", "gzip"), ("br", "br"), ("gzip, deflate, br", "br")],
+)
+def test_the_origins_codings_and_etags_pass_through(
+    stack: tuple[Origin, Varnish], accept_encoding: str | None, coding: str | None
+) -> None:
+    """The origin negotiates br, gzip and identity, each with its strong ETag. Through Varnish
+    (http_gzip_support off, Accept-Encoding normalised in the VCL) each client gets the origin's
+    representation for what it accepts, headers and bytes, and a 304 for If-None-Match with
+    its ETag, from the origin's copy and then from the cache's."""
+    origin, cache = stack
+    auth = {"Authorization": f"Bearer {origin.token}"}
+    r = httpx.post(
+        origin.url("/entries"), json=[{"title": f"e{i}"} for i in range(15)], headers=auth
+    )
+    assert r.status_code == 201, r.text
+    headers = {"Accept-Encoding": accept_encoding} if accept_encoding else {}
+    with _plain_client() as http:
+        for path in ("/pages/1", "/recent"):
+            direct = http.get(origin.url(path), headers=headers)
+            assert direct.headers.get("content-encoding") == coding, path
+            etag = direct.headers["etag"]
+            assert not etag.startswith("W/"), etag
+            for i in range(2):
+                served = http.get(cache.url(path), headers=headers)
+                assert served.status_code == 200
+                if i:
+                    assert served.headers["x-cache"] == "HIT", path
+                assert served.headers.get("content-encoding") == coding, path
+                assert served.headers["etag"] == etag, path
+                assert served.headers["vary"] == "Accept-Encoding", path
+                assert served.content == direct.content, path
+                r = http.get(cache.url(path), headers={**headers, "If-None-Match": etag})
+                assert r.status_code == 304, (path, r.status_code, r.headers)
+                assert r.headers["etag"] == etag
