@@ -40,6 +40,26 @@ def base_url_problem(url: str) -> str | None:
     return None
 
 
+def database_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be the service's database (SQLite with a file, or PostgreSQL), or
+    None: said where the setting is read, so that ``simplefeed config`` refuses what every
+    command using the database would."""
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9]*)(\+[A-Za-z0-9_]+)?://", url)
+    backend = scheme.group(1).lower() if scheme else None
+    if backend == "postgres":
+        return "uses the scheme postgres://, which SQLAlchemy does not know: write postgresql://"
+    if backend == "sqlite":
+        if sqlite_path(url) is None:
+            return (
+                "names no file: an in-memory SQLite database lasts as long as one connection"
+                " (give sqlite:///relative/path or sqlite:////absolute/path)"
+            )
+        return None
+    if backend == "postgresql":
+        return None
+    return "is not a SQLite or PostgreSQL URL (sqlite:///path, postgresql+psycopg://...)"
+
+
 @dataclass(frozen=True)
 class Limits:
     """Bounds on what one publish request may carry (each answered with a 413 or 422)."""
@@ -127,6 +147,10 @@ class Settings:
         problem = base_url_problem(base_url)
         if problem is not None:
             raise ConfigError(f"SIMPLEFEED_BASE_URL {base_url!r} {problem}")
+        database_url = env.get("SIMPLEFEED_DATABASE_URL") or cls.database_url
+        problem = database_url_problem(database_url)
+        if problem is not None:
+            raise ConfigError(f"SIMPLEFEED_DATABASE_URL {mask_url(database_url)!r} {problem}")
         default_feed = env.get("SIMPLEFEED_DEFAULT_FEED") or cls.default_feed
         if not FEED_NAME_RE.match(default_feed):
             raise ConfigError(f"SIMPLEFEED_DEFAULT_FEED {default_feed!r} is not a valid feed name")
@@ -139,7 +163,7 @@ class Settings:
         if metrics not in ("on", "off"):
             raise ConfigError(f"SIMPLEFEED_METRICS must be on or off, got {metrics!r}")
         return cls(
-            database_url=env.get("SIMPLEFEED_DATABASE_URL") or cls.database_url,
+            database_url=database_url,
             archive_dir=Path(env.get("SIMPLEFEED_ARCHIVE_DIR") or "archive"),
             base_url=base_url.rstrip("/"),
             base_url_given=bool(env.get("SIMPLEFEED_BASE_URL")),

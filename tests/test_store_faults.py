@@ -5,8 +5,10 @@ SQLite write lock held by another connection, a PostgreSQL server that is not th
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import falcon.testing
@@ -189,6 +191,45 @@ def test_an_archive_directory_that_cannot_be_written_makes_healthz_unhealthy(
         core.store.close()
 
 
+def test_a_sqlite_directory_that_cannot_be_written_is_named_while_publishes_go_on(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
+    """SQLite makes the database's -wal and -shm files in its directory. With the directory
+    unwritable, publishes go on while those files exist, and /healthz said "the database is
+    read-only", which it was not; once they are gone (a clean stop) the database cannot be
+    opened at all. /healthz says that, naming the directory. (Made unwritable with the
+    immutable attribute: permissions bind no root.)"""
+    directory = tmp_path / "db"
+    directory.mkdir()
+    path = directory / "simplefeed.sqlite3"
+    shutil.copyfile(sqlite_template, path)
+    core = Simplefeed(_settings(tmp_path, f"sqlite:///{path}"), clock=FakeClock())
+    core.create_feed("events")
+    client = falcon.testing.TestClient(
+        create_app(core.settings, core=core),
+        headers={"Authorization": f"Bearer {core.create_token()}"},
+    )
+    try:
+        assert client.simulate_post("/entries", json={"title": "before"}).status_code == 201
+        assert client.simulate_get("/healthz").status_code == 200
+        chattr = subprocess.run(["chattr", "+i", str(directory)], capture_output=True, text=True)
+        if chattr.returncode != 0:
+            pytest.skip(f"the directory cannot be made immutable here: {chattr.stderr.strip()}")
+        try:
+            health = client.simulate_get("/healthz")
+            assert health.status_code == 503
+            assert health.json["problems"] == [
+                f"the database's directory {directory} cannot be written: SQLite makes its -wal"
+                " and -shm files there whenever they are not there (after a clean stop), and"
+                " cannot open the database without them"
+            ]
+            assert client.simulate_post("/entries", json={"title": "after"}).status_code == 201
+        finally:
+            subprocess.run(["chattr", "-i", str(directory)], check=True)
+    finally:
+        core.store.close()
+
+
 @pytest.mark.parametrize("feed", ["events", "orders"])
 def test_a_feed_s_page_directory_that_cannot_be_written_makes_healthz_unhealthy(
     tmp_path: Path, sqlite_template: Path, feed: str
@@ -247,12 +288,25 @@ def test_a_read_only_postgresql_is_a_503_not_a_500(
         postgres.release(url)
 
 
-def test_an_unsupported_database_is_a_configuration_error() -> None:
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("mysql://user@127.0.0.1/db", "is not a SQLite or PostgreSQL URL"),
+        ("postgres://user@127.0.0.1/db", "write postgresql://"),
+        ("sqlite://", "names no file"),
+        ("sqlite:///:memory:", "names no file"),
+    ],
+)
+def test_an_unsupported_database_is_a_configuration_error(url: str, said: str) -> None:
+    """Refused by the store for a library's caller, and by the settings (so by every command,
+    `simplefeed config` and the service's workers alike) with the same words."""
     from simplefeed.errors import ConfigError
     from simplefeed.store import open_store
 
-    with pytest.raises(ConfigError, match="unsupported database 'mysql'"):
-        open_store("mysql://user@127.0.0.1/db")
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        open_store(url)
+    with pytest.raises(ConfigError, match=rf"SIMPLEFEED_DATABASE_URL .*{re.escape(said)}"):
+        Settings.from_env({"SIMPLEFEED_DATABASE_URL": url})
 
 
 def test_a_forked_child_never_uses_its_parents_connection(core: Simplefeed) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from sqlalchemy.engine import Engine, make_url
 
 from simplefeed.errors import ConfigError
+from simplefeed.settings import database_url_problem, mask_url
 from simplefeed.store.interface import Appending, Rebasing, Store, TokenCheck
 from simplefeed.store.schema import check_ready, upgrade
 from simplefeed.store.sql import SqlStore
@@ -35,16 +36,16 @@ def _backend(url: str) -> type[SqlStore]:
     """The backend of ``url``'s database, its module imported only then: psycopg and
     SQLAlchemy's PostgreSQL dialect took a quarter of a second of every command's start and
     every worker's on SQLite (docs/architecture.md, 2026-11-23, session 9)."""
-    name = make_url(url).get_backend_name()
-    if name == "sqlite":
+    problem = database_url_problem(url)
+    if problem is not None:
+        raise ConfigError(f"database URL {mask_url(url)!r} {problem}")
+    if make_url(url).get_backend_name() == "sqlite":
         from simplefeed.store.sqlite import SQLiteStore
 
         return SQLiteStore
-    if name == "postgresql":
-        from simplefeed.store.postgres import PostgresStore
+    from simplefeed.store.postgres import PostgresStore
 
-        return PostgresStore
-    raise ConfigError(f"unsupported database {name!r}: use sqlite or postgresql")
+    return PostgresStore
 
 
 def open_store(url: str) -> Store:

@@ -295,10 +295,15 @@ class SQLiteStore(sql.SqlStore):
         if problem is not None:
             found.append(problem)
         if self.path is not None and self.path.exists():
-            # Also the directory: SQLite creates the -wal and -shm files beside the database.
-            for path in (self.path, self.path.parent):
-                if not os.access(path, os.W_OK):
-                    found.append(f"the database is read-only: {path} cannot be written")
+            if not os.access(self.path, os.W_OK):
+                found.append(f"the database is read-only: {self.path} cannot be written")
+            if not os.access(self.path.parent, os.W_OK):
+                # Publishes go on meanwhile, while those files are there.
+                found.append(
+                    f"the database's directory {self.path.parent} cannot be written: SQLite"
+                    " makes its -wal and -shm files there whenever they are not there (after a"
+                    " clean stop), and cannot open the database without them"
+                )
         return found
 
     @staticmethod
@@ -309,7 +314,7 @@ class SQLiteStore(sql.SqlStore):
         # SQLite took that WAL for the new file's and emptied it, acknowledged events with it.
         # Only migrations make the file (simplefeed.store.schema.create_sqlite_file).
         sa_url = make_url(url)
-        if sa_url.database and sa_url.database != ":memory:":
+        if sa_url.database:
             sa_url = sa_url.set(
                 database=f"file:{quote(sa_url.database)}",
                 query={**sa_url.query, "mode": "rw", "uri": "true"},
