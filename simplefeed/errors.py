@@ -25,7 +25,7 @@
     ├── StoreError                  the database failed a request (a bug or a fault) -> 500
     │   └── StoreUnavailable        -> 503 + Retry-After: unreachable, locked, read-only, ...
     │       └── StorageLow          free space below SIMPLEFEED_MIN_FREE_BYTES
-    ├── DatabaseNotReady            .url (masked): missing, unreachable or not migrated
+    ├── DatabaseNotReady            .url (masked), .answered: missing, unreachable or not migrated
     └── ClientError                 the consumer's branch: see simplefeed.client.errors
 
 Each error carries the attributes that identify what failed; the HTTP layer maps them to a status
@@ -188,6 +188,16 @@ class DatabaseNotReady(SimplefeedError):
     """The database is missing, does not answer, or is not at the newest schema. The message is
     one line naming the database (password masked) and what to do."""
 
-    def __init__(self, url: str, problem: str, fix: str = "run `simplefeed db upgrade`") -> None:
+    def __init__(
+        self,
+        url: str,
+        problem: str,
+        fix: str = "run `simplefeed db upgrade`",
+        *,
+        answered: bool = True,
+    ) -> None:
         super().__init__(f"database {url} {problem}; {fix}")
         self.url = url
+        #: False when the database did not answer (a server that is down may come up), True
+        #: when it answered and is not what Simplefeed needs (missing, empty, an older schema).
+        self.answered = answered

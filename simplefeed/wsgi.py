@@ -4,17 +4,18 @@ With ``lazy-apps`` each worker imports this after the fork, so each builds its o
 and sets up its own logging (JSON lines on standard error: uWSGI's log) and metrics files.
 
 A worker refuses to load the app (and uWSGI, with ``need-app``, to run) when uWSGI has no
-shared area (``sharedarea = 1``: :class:`NodeWaitingSlots`), when a feed's frozen pages link
+shared area (``sharedarea = 1``: :class:`NodeWaitingSlots`), when the database answers but is
+missing, empty or at an older schema (:func:`check_ready`), when a feed's frozen pages link
 to another base URL than the configured one (:meth:`Simplefeed.check_base_url`), and when the
 default feed does not exist (:meth:`Simplefeed.check_default_feed`); ``simplefeed serve``
-checks the same before it starts uWSGI. A database that does not answer is
-not checked here: the service starts and answers 503 until it does (each freeze checks again).
+checks the same before it starts uWSGI, so uWSGI started directly (``uwsgi --ini uwsgi.ini``)
+refuses what the command does. A database that does not answer is not checked here: the
+service starts and answers 503 until it does (each freeze checks the base URL again).
 """
 
 import contextlib
 import logging
 import os
-import signal
 import socket
 import threading
 from collections.abc import Iterable, Iterator
@@ -24,8 +25,9 @@ from simplefeed import logs, metrics
 from simplefeed.app import StartResponse, WsgiApp, create_app, requests_only
 from simplefeed.changes import Bell, NodeBell
 from simplefeed.core import Simplefeed
-from simplefeed.errors import ConfigError, StoreError
+from simplefeed.errors import ConfigError, DatabaseNotReady, StoreError
 from simplefeed.settings import Settings, misspelt_variables
+from simplefeed.store import check_ready
 
 try:
     import uwsgi  # type: ignore[import-untyped]
@@ -33,12 +35,19 @@ except ImportError:  # another WSGI server
     uwsgi = None
 
 
+#: The status with which a uWSGI worker says it could not load its app: with ``need-app``
+#: (uwsgi.ini) the master then stops the other workers and exits with it, where a worker
+#: exiting otherwise is respawned (uWSGI's UWSGI_FAILED_APP_CODE).
+UWSGI_FAILED_APP = 22
+
+
 def refuse_to_start(reason: object) -> NoReturn:
-    """Log why (CRITICAL) and stop: this worker, and uWSGI's master, which would only respawn
-    a worker that exits."""
+    """Log why (CRITICAL) and stop: this worker, and so uWSGI, with the status of a worker that
+    failed to load its app (not a traceback, not a respawn, not status 0)."""
     logging.getLogger("simplefeed").critical("not starting: %s", reason)
     if uwsgi is not None:
-        os.kill(uwsgi.masterpid(), signal.SIGINT)
+        logging.shutdown()  # flushed: os._exit skips what the interpreter's exit would do
+        os._exit(UWSGI_FAILED_APP)
     raise SystemExit(1) from None
 
 
@@ -71,10 +80,17 @@ def node_bell() -> Bell | None:
 
 core = Simplefeed(settings, bell=node_bell())
 try:
+    check_ready(settings.database_url)
     core.check_base_url()
     core.check_default_feed()
 except ConfigError as exc:
     refuse_to_start(exc)
+except DatabaseNotReady as exc:
+    if exc.answered:
+        refuse_to_start(exc)
+    logging.getLogger("simplefeed").warning(
+        "schema, base URL and default feed not checked: %s", exc
+    )
 except StoreError as exc:
     logging.getLogger("simplefeed").warning(
         "base URL and default feed not checked (database: %s)", exc

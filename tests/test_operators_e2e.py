@@ -151,11 +151,9 @@ def test_start_refuses_a_base_url_other_than_the_frozen_pages(tmp_path: Path) ->
     ]
 
     # uWSGI started without `serve`: every worker refuses to load the app, and uWSGI stops.
-    env = server(tmp_path, extra_env={"SIMPLEFEED_BASE_URL": other}).env()
-    env["SIMPLEFEED_HTTP_SOCKET"] = f"127.0.0.1:{free_port()}"
-    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
+    env = uwsgi_alone_env(server(tmp_path, extra_env={"SIMPLEFEED_BASE_URL": other}), tmp_path)
     returncode, stderr = uwsgi_until_it_stops(PROJECT_ROOT / "uwsgi.ini", env)
-    assert returncode != 0
+    assert returncode == 22
     critical = [json.loads(line) for line in stderr.splitlines() if '"CRITICAL"' in line]
     assert critical and critical[0]["message"].startswith(
         f"not starting: feed 'events' has frozen pages linking to {old_base}, but the base URL "
@@ -182,17 +180,91 @@ def test_start_refuses_a_default_feed_that_does_not_exist(tmp_path: Path) -> Non
     assert serve.returncode == 1
     assert serve.stderr.splitlines() == [f"Error: {refusal}"]
 
-    env = server(tmp_path, extra_env=orders).env()
-    env["SIMPLEFEED_HTTP_SOCKET"] = f"127.0.0.1:{free_port()}"
-    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
+    env = uwsgi_alone_env(server(tmp_path, extra_env=orders), tmp_path)
     returncode, stderr = uwsgi_until_it_stops(PROJECT_ROOT / "uwsgi.ini", env)
-    assert returncode != 0
+    assert returncode == 22
     critical = [json.loads(line) for line in stderr.splitlines() if '"CRITICAL"' in line]
     assert critical and critical[0]["message"] == f"not starting: {refusal}", stderr[-3000:]
 
     server(tmp_path, extra_env=orders).cli("feed", "create", "orders")
     with server(tmp_path, extra_env=orders) as fixed:
         assert httpx.get(fixed.url("/recent")).status_code == 200
+
+
+def uwsgi_alone_env(s: UwsgiServer, tmp_path: Path) -> dict[str, str]:
+    """The environment of uWSGI started without `serve` against ``s``'s database."""
+    env = s.env()
+    env["SIMPLEFEED_HTTP_SOCKET"] = f"127.0.0.1:{free_port()}"
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
+    return env
+
+
+@pytest.mark.parametrize("state", ["missing", "empty", "at an older schema"])
+def test_uwsgi_alone_refuses_a_database_that_serve_refuses(tmp_path: Path, state: str) -> None:
+    """`uwsgi --ini uwsgi.ini` (README: possible) against a SQLite file that is not there, has
+    no tables or is at an older schema started and answered every request 503 "the database
+    is unavailable". It now refuses as `serve` does, in one CRITICAL line with serve's words,
+    and stops with the status of a worker that could not load its app (22), not 0."""
+    s = server(tmp_path)
+    database = tmp_path / "simplefeed.sqlite3"
+    if state == "empty":
+        database.touch()
+    elif state == "at an older schema":
+        s.migrate()
+        with contextlib.closing(sqlite3.connect(database)) as db, db:
+            db.execute("UPDATE alembic_version SET version_num = '0003'")
+    serve = s.cli("serve", "--port", str(free_port()), check=False)
+    assert serve.returncode == 1 and serve.stderr.startswith("Error: database "), serve.stderr
+    refusal = serve.stderr.strip().removeprefix("Error: ")
+
+    returncode, stderr = uwsgi_until_it_stops(
+        PROJECT_ROOT / "uwsgi.ini", uwsgi_alone_env(s, tmp_path)
+    )
+    assert returncode == 22, stderr[-3000:]
+    critical = [json.loads(line) for line in stderr.splitlines() if '"CRITICAL"' in line]
+    assert critical and critical[0]["message"] == f"not starting: {refusal}", stderr[-3000:]
+    assert state != "missing" or not database.exists()  # nothing made in its place
+
+
+def test_uwsgi_alone_starts_while_the_database_does_not_answer(tmp_path: Path) -> None:
+    """A database server that is down may come up: uWSGI alone starts, warns that it could not
+    check the schema, and answers 503 with Retry-After until the database answers."""
+    s = UwsgiServer(
+        f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/none",
+        tmp_path / "archive",
+        tmp_path,
+    )
+    env = uwsgi_alone_env(s, tmp_path)
+    uwsgi = subprocess.Popen(
+        [str(Path(sys.executable).with_name("uwsgi")), "--ini", str(PROJECT_ROOT / "uwsgi.ini")],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        url = f"http://{env['SIMPLEFEED_HTTP_SOCKET']}/healthz"
+        deadline = time.monotonic() + 30
+        while True:
+            assert uwsgi.poll() is None, uwsgi.communicate()[1][-3000:]
+            try:
+                health = httpx.get(url)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        assert health.status_code == 503 and health.headers["Retry-After"]
+    finally:
+        os.killpg(uwsgi.pid, signal.SIGTERM)
+        _, stderr = uwsgi.communicate(timeout=30)
+    warnings = [json.loads(line) for line in stderr.splitlines() if '"WARNING"' in line]
+    assert any(
+        w["message"].startswith("schema, base URL and default feed not checked: database ")
+        and "does not answer" in w["message"]
+        for w in warnings
+    ), stderr[-3000:]
 
 
 def test_uwsgi_without_a_shared_area_refuses_to_start_saying_what_to_add(tmp_path: Path) -> None:
@@ -204,11 +276,8 @@ def test_uwsgi_without_a_shared_area_refuses_to_start_saying_what_to_add(tmp_pat
     shipped = (PROJECT_ROOT / "uwsgi.ini").read_text().splitlines(keepends=True)
     ini.write_text("".join(line for line in shipped if not line.startswith("sharedarea")))
     assert ini.read_text() != (PROJECT_ROOT / "uwsgi.ini").read_text()
-    env = server(tmp_path).env()
-    env["SIMPLEFEED_HTTP_SOCKET"] = f"127.0.0.1:{free_port()}"
-    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
-    returncode, stderr = uwsgi_until_it_stops(ini, env)
-    assert returncode != 0
+    returncode, stderr = uwsgi_until_it_stops(ini, uwsgi_alone_env(server(tmp_path), tmp_path))
+    assert returncode == 22
     critical = [json.loads(line) for line in stderr.splitlines() if '"CRITICAL"' in line]
     assert critical, stderr[-3000:]
     assert critical[0]["message"] == (

@@ -73,7 +73,9 @@ def check_ready(database_url: str) -> None:
         with engine.connect() as conn:
             current = MigrationContext.configure(conn).get_current_revision()
     except DBAPIError as exc:
-        raise DatabaseNotReady(shown, f"does not answer ({_first_line(exc)})", _FIX_URL) from None
+        raise DatabaseNotReady(
+            shown, f"does not answer ({_first_line(exc)})", _FIX_URL, answered=False
+        ) from None
     finally:
         engine.dispose()
     if current is None:
