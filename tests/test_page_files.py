@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -140,6 +142,44 @@ def test_a_damaged_page_file_is_never_served_nor_copied_and_is_written_again(
     for coding in codings.CODINGS:
         assert codings.decode(archive.encoded_path(path, coding).read_bytes(), coding) == expected
     assert "does not hold its page's bytes (the database's)" in caplog.text
+
+
+def test_a_page_whose_file_cannot_be_written_back_is_served_and_logged_once_a_minute(
+    core: Simplefeed,
+    client: falcon.testing.TestClient,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A damaged page file in an archive that cannot be written: every request read the file,
+    compared it, tried to write it (a traceback in the log) and read it again, four log lines
+    a request. The database's bytes are served, and the file tried again a minute later (made
+    unwritable with the immutable attribute: permissions bind no root)."""
+    from simplefeed.app import resources
+
+    monkeypatch.setattr(resources, "UNFILED_RETRY_S", 3.0)  # a minute, shortened
+    post(client, 2 * PAGE_SIZE + 1, "batch")
+    path = core.page_path("events", 1)
+    expected = path.read_bytes()
+    with path.open("r+b") as f:
+        f.write(expected.replace(b"<title>batch 0</title>", b"<title>batch X</title>"))
+    chattr = subprocess.run(["chattr", "+i", str(path.parent)], capture_output=True, text=True)
+    if chattr.returncode != 0:
+        pytest.skip(f"the directory cannot be made immutable here: {chattr.stderr.strip()}")
+    try:
+        for coding in (codings.IDENTITY, *codings.CODINGS) * 3:
+            served = client.simulate_get("/pages/1", headers={"Accept-Encoding": coding})
+            assert served.status_code == 200
+            body = served.content
+            assert (
+                body if coding == codings.IDENTITY else codings.decode(body, coding)
+            ) == expected
+        assert caplog.text.count("does not hold its page's bytes") == 2  # one try: before, after
+        assert caplog.text.count("could not write archive file") == 1
+    finally:
+        subprocess.run(["chattr", "-i", str(path.parent)], check=True)
+    time.sleep(3.0)
+    assert client.simulate_get("/pages/1").content == expected
+    assert path.read_bytes() == expected  # written back now that it can be
 
 
 def test_the_files_kept_open_are_bounded(

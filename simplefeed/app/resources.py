@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -251,6 +252,11 @@ def redirect(location: str) -> falcon.HTTPPermanentRedirect:
     return falcon.HTTPPermanentRedirect(location, headers={"Cache-Control": REDIRECT_CACHE_CONTROL})
 
 
+#: How long an archived page whose file could not be written is served from the database's
+#: bytes before its file is tried again, and how many such pages a process remembers.
+UNFILED_RETRY_S = 60.0
+UNFILED_PAGES = 1024
+
 #: Aliases redirect for a day: long enough to spare a cache the round trip, short enough that a
 #: changed SIMPLEFEED_DEFAULT_FEED is not remembered for long.
 REDIRECT_CACHE_CONTROL = "public, max-age=86400"
@@ -298,6 +304,11 @@ class Page(_FeedResource):
     def __init__(self, core: Simplefeed, room: waiting.WaitingRoom | None = None) -> None:
         super().__init__(core, room)
         self.archived = caching.ArchivedPages(core.page_path)
+        #: Pages whose file could not be written back (an archive that cannot be written),
+        #: served from the database's bytes: by page, when to try the file again. Each try
+        #: reads and compares the file and logs why it failed (a traceback): once per
+        #: UNFILED_RETRY_S, not on every request.
+        self.unfiled: dict[tuple[str, int], float] = {}
 
     def locate(self, req: falcon.Request, n: str, feed: str | None) -> tuple[str, int]:
         """The feed and page number a URL names; an alias (leading zeros, the default feed by
@@ -336,13 +347,20 @@ class Page(_FeedResource):
         # The database's bytes (the file written from them if missing), which the file must
         # hold: read once per page and process, then the file alone (archived.get).
         frozen = self.core.page(f, number)
-        known = self.archived.load(name, number, frozen.body)
-        if known is None:  # a damaged file: written again from the database
-            self.core.restore_page_file(name, frozen)
+        key = (name, number)
+        if self.unfiled.get(key, 0.0) <= time.monotonic():
             known = self.archived.load(name, number, frozen.body)
-        if known is None or not self.send_archived(req, resp, known):
-            # The archive cannot be written: the database's bytes, encoded here.
-            self.send_unfiled(req, resp, frozen)
+            if known is None:  # a damaged file: written again from the database
+                self.core.restore_page_file(name, frozen)
+                known = self.archived.load(name, number, frozen.body)
+            if known is not None and self.send_archived(req, resp, known):
+                self.unfiled.pop(key, None)
+                return
+            if len(self.unfiled) >= UNFILED_PAGES:
+                self.unfiled.clear()
+            self.unfiled[key] = time.monotonic() + UNFILED_RETRY_S
+        # The archive cannot be written: the database's bytes, encoded here.
+        self.send_unfiled(req, resp, frozen)
 
     on_head = on_get
 
