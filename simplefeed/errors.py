@@ -24,6 +24,7 @@
     │   └── InvalidEvent            -> 422, .index (in a batch), .field
     ├── StoreError                  the database failed a request (a bug or a fault) -> 500
     │   └── StoreUnavailable        -> 503 + Retry-After: unreachable, locked, read-only, ...
+    │       ├── PublishingBusy      every publishing slot of the process is waiting
     │       └── StorageLow          free space below SIMPLEFEED_MIN_FREE_BYTES
     ├── DatabaseNotReady            .url (masked), .answered: missing, unreachable or not migrated
     └── ClientError                 the consumer's branch: see simplefeed.client.errors
@@ -177,6 +178,11 @@ class StoreError(SimplefeedError):
 class StoreUnavailable(StoreError):
     """The database cannot serve us now (unreachable, shut down, locked for longer than the
     busy timeout, read-only, out of resources): retrying later may succeed."""
+
+
+class PublishingBusy(StoreUnavailable):
+    """Every publishing slot of this process is taken by publishes waiting for the database
+    (a held SQLite write lock, a busy PostgreSQL): back-pressure, answered at once."""
 
 
 class StorageLow(StoreUnavailable):

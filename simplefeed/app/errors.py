@@ -17,6 +17,7 @@ from simplefeed.errors import (
     Forbidden,
     InvalidEvent,
     NotFound,
+    PublishingBusy,
     RequestError,
     SimplefeedError,
     StorageLow,
@@ -98,6 +99,10 @@ def handle_domain(req: falcon.Request, resp: falcon.Response, ex: Exception, par
         log.error("publishing refused on %s %s: %s", req.method, req.path, ex)
         _reply(resp, 503, "the server's base URL differs from its frozen pages'; retry later")
         resp.set_header("Retry-After", str(STORAGE_RETRY_AFTER_S))
+    elif isinstance(ex, PublishingBusy):
+        log.warning("publishing refused on %s %s: %s", req.method, req.path, ex)
+        _reply(resp, 503, "the server is busy with other publishes; retry later")
+        resp.set_header("Retry-After", "1")
     elif isinstance(ex, StorageLow):
         log.warning("publishing refused on %s %s: %s", req.method, req.path, ex)
         _reply(resp, 503, "the server is short of disk space; retry later")

@@ -23,6 +23,7 @@ from simplefeed.errors import (
     NotFound,
     PageNotFound,
     PayloadTooLarge,
+    PublishingBusy,
     StoreUnavailable,
     UnsupportedContentCoding,
     UnsupportedMediaType,
@@ -519,8 +520,9 @@ class Entries(_FeedResource):
         if self.slots is None:
             return self.core.publish(name, events, credentials=credentials)
         if not self.slots.acquire(blocking=False):
-            raise StoreUnavailable(
-                "every publishing slot of this process is waiting for the database; try again"
+            raise PublishingBusy(
+                "every publishing slot of this process is taken by a publish waiting for the"
+                " database"
             )
         try:
             return self.core.publish(name, events, credentials=credentials)
