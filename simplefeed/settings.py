@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 from simplefeed.errors import ConfigError
+from simplefeed.uris import BAD_PERCENT
 
 #: Feed names appear in URLs and in archive paths, so they are restricted to a safe alphabet.
 FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}\Z")
@@ -35,7 +36,7 @@ def base_url_problem(url: str) -> str | None:
         return "holds a user name or password, which every document would show"
     if "?" in url or "#" in url:
         return "has a query or a fragment: page URLs are built by appending to it"
-    if re.search(r"%(?![0-9A-Fa-f]{2})", url):
+    if BAD_PERCENT.search(url):
         return "has a % not followed by two hex digits"
     return None
 

@@ -213,11 +213,18 @@ _RFC2396 = re.compile(
 )
 
 
+#: A ``%`` that does not begin a percent-encoded octet (``%zz``, a ``%`` at the end).
+BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
 def iri_problem(value: str) -> str | None:
     """Why the W3C Feed Validator would flag ``value`` as a link, scheme, author URI or
     namespace name, or None: a ``urn:`` that is not RFC 2141 (or a ``urn:uuid:`` that holds no
     UUID), a ``tag:`` that is not RFC 4151, characters RFC 3987 does not allow, an
-    ``http(s):`` or ``ftp:`` URL without ``//host``. ``value`` is an absolute IRI already."""
+    ``http(s):`` or ``ftp:`` URL without ``//host``, a ``%`` that does not begin a
+    percent-encoded octet. ``value`` is an absolute IRI already."""
+    if BAD_PERCENT.search(value):
+        return "has a % not followed by two hex digits (RFC 3986 2.1: write a % itself as %25)"
     scheme = value.partition(":")[0].lower()
     if scheme == "urn":
         if value.lower().startswith("urn:uuid:"):

@@ -485,6 +485,24 @@ def test_script_urls_in_the_events_urls_are_refused(
     refused(client, core, {"title": "x", **event}, field, words=("URL",))
 
 
+@pytest.mark.parametrize(
+    "event,field",
+    [
+        ({"links": [{"href": "https://a.example/%zz"}]}, "links[0].href"),
+        ({"links": [{"href": "https://a.example/100%"}]}, "links[0].href"),
+        ({"author": {"name": "a", "uri": "https://a.example/%4"}}, "author.uri"),
+        ({"categories": [{"term": "t", "scheme": "urn:example:%g1"}]}, "categories[0].scheme"),
+    ],
+)  # fmt: skip
+def test_a_percent_that_begins_no_octet_is_refused_in_urls(
+    client: Client, core: Simplefeed, event: dict[str, Any], field: str
+) -> None:
+    """RFC 3986 2.1: a % in a URI begins two hex digits. `https://a.example/%zz` was kept, and
+    a reader's URL parser refuses it or reads another URL (a producer's trial)."""
+    refused(client, core, {"title": "x", **event}, field, words=("%25",))
+    accepted(client, {"title": "y", "links": [{"href": "https://a.example/100%25%C3%A9"}]})
+
+
 def test_text_is_text_markup_in_it_is_shown_not_run(client: Client) -> None:
     """Summaries and text content are Atom text (type="text"): readers show markup in them as
     characters, so it is not refused; it reaches the document escaped, never as elements."""
