@@ -85,7 +85,7 @@ def decide(
     last_updated = feed.head_updated_us
     results: list[Appended] = []
     new: list[tuple[Entry, PendingEntry]] = []
-    first_seen: dict[str, tuple[str, Appended]] = {}
+    first_seen: dict[str, tuple[str, Appended, int]] = {}
     replayed = False
     for index, p in enumerate(pending):
         stored = found.get(p.id)
@@ -98,9 +98,9 @@ def decide(
             continue
         seen = first_seen.get(p.id)
         if seen is not None:  # the producer's id twice in one batch
-            fingerprint, first = seen
+            fingerprint, first, earlier = seen
             if fingerprint != p.fingerprint:
-                raise EntryConflict(p.id, index)
+                raise EntryConflict(p.id, index, earlier=earlier)
             results.append(Appended(first.entry_id, first.seq, first.page, created=False))
             continue
         head += 1
@@ -108,7 +108,7 @@ def decide(
         last_updated = updated
         new.append((p.entry(head, updated), p))
         appended = Appended(p.id, head, paging.page_of(head, size), created=True)
-        first_seen[p.id] = (p.fingerprint, appended)
+        first_seen[p.id] = (p.fingerprint, appended, index)
         results.append(appended)
     return Decision(
         results=tuple(results),

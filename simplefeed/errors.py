@@ -97,8 +97,20 @@ class Conflict(SimplefeedError):
 
 
 class EntryConflict(Conflict):
-    def __init__(self, entry_id: str, index: int | None = None) -> None:
-        super().__init__(f"entry id {entry_id!r} is already in the feed with different content")
+    """An entry id the feed holds with other content, or that a batch gives twice with
+    different content (``earlier``: the index of its first)."""
+
+    def __init__(
+        self, entry_id: str, index: int | None = None, *, earlier: int | None = None
+    ) -> None:
+        if earlier is None:
+            said = "is already in the feed with different content"
+        else:
+            said = (
+                "is given twice in this batch with different content"
+                f" (events {earlier} and {index})"
+            )
+        super().__init__(f"entry id {entry_id!r} {said}")
         self.entry_id = entry_id
         self.index = index
 

@@ -79,6 +79,11 @@ def test_an_id_twice_in_a_batch() -> None:
     with pytest.raises(EntryConflict) as info:
         decide(feed(), pending(Event("x", id="urn:a"), Event("z", id="urn:a")), {}, NOW)
     assert info.value.index == 1
+    # Said as it is: nothing of the batch is in the feed (a producer's trial read "already
+    # in the feed").
+    assert str(info.value) == (
+        "entry id 'urn:a' is given twice in this batch with different content (events 0 and 1)"
+    )
 
 
 def test_appended_after_a_head() -> None:
