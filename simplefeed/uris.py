@@ -152,8 +152,9 @@ def canonical_uri(value: str) -> str:
     )
 
 
-def id_problem(value: str) -> str | None:
-    """Why ``value`` cannot be an entry id, or None. See the module's docstring."""
+def id_problem(value: str, max_bytes: int | None = None) -> str | None:
+    """Why ``value`` cannot be an entry id, or None. See the module's docstring. ``max_bytes``:
+    the UTF-8 length the canonical form suggested for a non-canonical id may have."""
     scheme = value.partition(":")[0].lower()
     if scheme not in ID_SCHEMES or ":" not in value:
         return f"must be a URI with one of the schemes {', '.join(ID_SCHEMES)}"
@@ -163,6 +164,12 @@ def id_problem(value: str) -> str | None:
         return f"is not a URI: {exc}"
     if canonical != value:
         # Only a canonical form the door takes is worth sending; else what is wrong with it.
+        size = len(canonical.encode("utf-8"))
+        if max_bytes is not None and size > max_bytes:
+            return (
+                "is not in canonical form (RFC 3986 6.2, percent-encoding), which is"
+                f" {size} bytes of UTF-8; at most {max_bytes} are allowed: use a shorter id"
+            )
         return id_problem(canonical) or (
             f"is not in canonical form (RFC 3986 6.2, case, percent-encoding, default port); "
             f"send {canonical!r}"

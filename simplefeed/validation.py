@@ -418,7 +418,7 @@ def _entry_id(c: _Checker, value: str | None, max_bytes: int) -> str | None:
     size = len(value.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
         raise c.fail("id", f"is {size} bytes of UTF-8; at most {max_bytes} are allowed")
-    problem = uris.id_problem(value)
+    problem = uris.id_problem(value, max_bytes)
     if problem:
         raise c.fail("id", problem)
     return value

@@ -299,6 +299,11 @@ def test_the_id_limit_is_in_utf8_bytes_and_fits_every_backend(
     refused(client, core, {"title": "x", "id": at_limit + "b"}, "id", words=("bytes",))
     wide = "tag:example.com,2027:" + "\U0001f600" * 1000
     refused(client, core, {"title": "x", "id": wide}, "id", words=("bytes",))
+    # Under the limit as sent, over it once percent-encoded: the canonical form is not
+    # suggested (a producer's trial sent the suggestion, and was refused for its length).
+    encoded = "http://example.com/" + "\u00e9" * 400  # 819 bytes; encoded, 2,419
+    reply = refused(client, core, {"title": "x", "id": encoded}, "id", words=("2419 bytes",))
+    assert "send" not in reply["message"] and "shorter" in reply["message"]
 
 
 @pytest.mark.parametrize(
