@@ -12,6 +12,7 @@ import json
 import math
 import re
 from datetime import datetime
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    SkipValidation,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -104,7 +106,9 @@ def _rfc3339_text(value: Any) -> Any:
 
 class EventIn(_Strict):
     title: StrictStr
-    content: JsonValue = None
+    #: As :func:`strict_json` decoded it, not validated again: pydantic's JsonValue would make
+    #: each number a plain ``float``, and the content check must see :class:`InexactNumber`.
+    content: SkipValidation[JsonValue] = None
     content_type: StrictStr | None = None
     summary: StrictStr | None = None
     author: StrictStr | AuthorIn | None = None
@@ -146,10 +150,25 @@ def _no_constant(name: str) -> Any:
     raise NotStrictJson(f"{name} is not a JSON number (RFC 8259 section 6)")
 
 
+class InexactNumber(float):
+    """A JSON number a double does not hold as written (more digits than a double keeps,
+    ``0.1000000000000000055511151231257827``, or under its smallest, ``1e-400``): the nearest
+    double, and the text as sent, for the content check to name (:func:`_json_value_problem`)."""
+
+    __slots__ = ("text",)
+    text: str
+
+
 def _finite_float(text: str) -> float:
     value = float(text)
     if math.isinf(value):
         raise NotStrictJson(f"the number {text[:40]} overflows a double (RFC 7493 2.2)")
+    # Held as written when the double's shortest decimal is the same number: what a reader
+    # that reads numbers as doubles and writes them back (JSON.parse, JSON.stringify) gives.
+    if repr(value) != text and Decimal(repr(value)) != Decimal(text):
+        inexact = InexactNumber(value)
+        inexact.text = text
+        return inexact
     return value
 
 
@@ -434,7 +453,8 @@ def _json_value_problem(value: Any, max_depth: int) -> str | None:
     """What a JSON content value holds that some reader would not read as it was sent, or
     None: nesting deeper than ``max_depth``, a string escaping a lone surrogate (RFC 8259 8.2
     leaves it unpredictable; strict parsers refuse it), an integer past
-    :data:`MAX_EXACT_INTEGER`. One walk, stopping at the first."""
+    :data:`MAX_EXACT_INTEGER`, a number a double does not hold as written
+    (:class:`InexactNumber`). One walk, stopping at the first."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -450,6 +470,13 @@ def _json_value_problem(value: Any, max_depth: int) -> str | None:
                 item.encode("utf-8")
             except UnicodeEncodeError:
                 return "escapes a lone surrogate, which strict JSON refuses"
+        elif type(item) is InexactNumber:
+            shown = item.text if len(item.text) <= 40 else f"{item.text[:40]}..."
+            return (
+                f"holds the number {shown}, which a double does not hold: readers that read"
+                f" numbers as doubles (JavaScript's JSON.parse among them) would read {item!r}"
+                " (RFC 7493 2.2); send it as a string"
+            )
         elif type(item) is int and abs(item) > MAX_EXACT_INTEGER:
             digits = str(item)
             shown = digits if len(digits) <= 40 else f"{digits[:40]}..."

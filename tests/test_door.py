@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
@@ -782,6 +783,39 @@ def test_an_integer_a_double_cannot_hold_exactly_is_refused(
     reads there as 9007199254740992, in every reader of the feed, for good. RFC 7493 2.2."""
     body = {"title": "x", "content": content, "content_type": "application/json"}
     refused(client, core, body, "content", words=("past 2^53 - 1", "send it as a string"))
+
+
+@pytest.mark.parametrize(
+    "number, read",
+    [
+        ("0.1000000000000000055511151231257827", "0.1"),
+        ("123456789.123456789", "123456789.12345679"),
+        ("2.5e-324", "5e-324"),
+        ("1e-400", "0.0"),
+        ("-1e-400", "-0.0"),
+    ],
+)
+@pytest.mark.parametrize("carried", ["a JSON value", "JSON text"])
+def test_a_number_a_double_does_not_hold_as_written_is_refused(
+    client: Client, core: Simplefeed, number: str, read: str, carried: str
+) -> None:
+    """`1e-400` was kept as 0.0 and `123456789.123456789` as 123456789.12345679, with a 201:
+    a producer's value changed without a word, for good (a producer's trial). As with
+    integers past 2^53: refused, naming the number and what a double reader would read."""
+    content = f'{{"price": {number}}}'
+    if carried == "a JSON value":
+        raw = f'{{"title": "x", "content": {content}}}'.encode()
+    else:
+        raw = json.dumps({"title": "x", "content": content, "content_type": "application/json"})
+        raw = raw.encode()
+    refused(client, core, None, "content", raw=raw, words=(number, f"read {read}", "as a string"))
+
+
+def test_numbers_a_double_holds_as_written_are_accepted_in_any_spelling(client: Client) -> None:
+    """The same number, spelt otherwise than a double's shortest decimal: kept as that value."""
+    raw = b'{"title": "x", "content": {"a": 1E5, "b": 0.10, "c": 1.5e-3, "d": -0.0, "e": 5e-324}}'
+    r = client.simulate_post("/entries", body=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 201, r.text
 
 
 def test_integers_a_double_holds_exactly_are_accepted(client: Client) -> None:
