@@ -67,6 +67,19 @@ OLD_DATE = (
 )
 
 
+#: A URL of each scheme the door takes (markup.EVENT_URL_SCHEMES) that VALID_IRIS has not.
+OTHER_SCHEMES = (
+    "http://example.com/",
+    "im:someone@example.com",
+    "news:comp.lang.python",
+    "nntp://news.example.com/comp.lang.python",
+    "openpgp4fpr:0123456789ABCDEF0123456789ABCDEF01234567",
+    "sip:someone@example.com",
+    "tel:+1-201-555-0123",
+    "xmpp:someone@example.com",
+)
+
+
 @dataclass(frozen=True)
 class Case:
     """An event (or a batch) and the validator messages its entries may cause, with why."""
@@ -230,7 +243,7 @@ CORPUS: list[Case] = [
         {
             "title": "IRIs of every scheme the door takes",
             "content": "x",
-            "links": [{"href": href, "rel": "related"} for href in VALID_IRIS],
+            "links": [{"href": href, "rel": "related"} for href in (*VALID_IRIS, *OTHER_SCHEMES)],
             "author": {"name": "A", "uri": "tag:example.com,2025:a"},
             "categories": [{"term": "t", "scheme": "urn:example:scheme"}],
         }
@@ -496,6 +509,14 @@ def test_every_document_passes_the_w3c_validator(
         for prefix in case.allowed
     }
     assert seen == wanted
+
+
+def test_the_corpus_links_to_every_scheme_the_door_takes() -> None:
+    """So that the judge sees a URL of each (test_every_document_passes_the_w3c_validator)."""
+    from simplefeed.markup import EVENT_URL_SCHEMES
+
+    linked = {href.partition(":")[0].lower() for href in (*VALID_IRIS, *OTHER_SCHEMES)}
+    assert linked == EVENT_URL_SCHEMES
 
 
 def test_the_judge_flags_what_it_should(judge_ready: None, tmp_path: Path) -> None:
