@@ -92,6 +92,12 @@ def _publish(feed: bool) -> dict[str, Any]:
         "responses": {
             "201": {
                 "description": "At least one new entry",
+                "headers": {
+                    "Location": {
+                        "description": "The page of the entry (a single event only)",
+                        "schema": {"type": "string", "format": "uri"},
+                    }
+                },
                 "content": {"application/json": {"schema": reply}},
             },
             "200": {
@@ -108,6 +114,14 @@ def _publish(feed: bool) -> dict[str, Any]:
             "413": _error("Body or batch too large"),
             "415": _error("Not application/json, or a body in a content coding (send identity)"),
             "422": _error("An event breaks the schema or a limit"),
+            "503": {
+                **_error(
+                    "Nothing stored; retry after Retry-After: the server is busy with other"
+                    " publishes, the database does not answer or cannot be written, the disk"
+                    " is short of space, or the base URL differs from the frozen pages'"
+                ),
+                "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
+            },
         },
     }
 
