@@ -93,6 +93,10 @@ class LinkIn(_Strict):
     length: Annotated[StrictInt, Field(ge=0, le=MAX_LINK_LENGTH)] | None = None
 
 
+#: The names pydantic puts in an error's location for a union's object branch.
+_MODEL_NAMES = frozenset(model.__name__ for model in (AuthorIn, CategoryIn, LinkIn))
+
+
 def _rfc3339_text(value: Any) -> Any:
     """``updated`` as RFC 3339 text only: the datetime parser it then goes to also reads
     numbers and digit strings as Unix times ("20261231" as 1970-08-23) and ISO 8601 forms
@@ -100,6 +104,12 @@ def _rfc3339_text(value: Any) -> Any:
     if not isinstance(value, str) or _RFC3339.fullmatch(value) is None:
         raise PydanticCustomError(
             "rfc3339", "must be RFC 3339 text with seconds and an offset, e.g. 2026-11-21T10:00:00Z"
+        )
+    if value[17:19] == "60":
+        raise PydanticCustomError(
+            "rfc3339",
+            "is a leap second (:60), which RFC 3339 allows but date parsers of feed readers"
+            " (JavaScript's Date among them) refuse: send :59, or the next second's :00",
         )
     return value
 
@@ -249,8 +259,18 @@ def parse_event(raw: Any, limits: Limits, now_us: int, index: int | None) -> Eve
     try:
         ev = EventIn.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        field = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("str", "function")))
+        # Of a union's branches (a string or an object), the one the input took: the error
+        # that went deepest ("author.name: Field required", not "author: Input should be a
+        # valid string" for an author object without a name).
+        err = max(
+            exc.errors(include_url=False),
+            key=lambda e: (e["type"] != "model_type", len(e["loc"])),
+        )
+        field = ".".join(
+            str(p)
+            for p in err["loc"]
+            if not str(p).startswith(("str", "function")) and p not in _MODEL_NAMES
+        )
         field = re.sub(r"\.(\d+)", r"[\1]", field)
         raise InvalidEvent(
             f"{_where(index, field or 'event')}: {err['msg']}", index=index, field=field or None

@@ -211,6 +211,29 @@ def test_updated_that_is_not_rfc_3339_text_is_refused(
     refused(client, core, {"title": "x", "updated": updated}, "updated", words=("RFC 3339",))
 
 
+def test_a_leap_second_is_refused_saying_so(client: Client, core: Simplefeed) -> None:
+    """RFC 3339 has 23:59:60; JavaScript's Date reads it as NaN, and pydantic's parser said
+    "unexpected extra characters" (a producer's trial)."""
+    event = {"title": "x", "updated": "2016-12-31T23:59:60Z"}
+    refused(client, core, event, "updated", words=("leap second", ":59"))
+
+
+@pytest.mark.parametrize(
+    "event,field,words",
+    [
+        ({"author": {"email": "a@b.example"}}, "author.name", "Field required"),
+        ({"categories": ["a", {"label": "l"}]}, "categories[1].term", "Field required"),
+        ({"author": 5}, "author", "valid string"),
+    ],
+)
+def test_an_error_in_an_object_names_the_member_not_the_string_form(
+    client: Client, core: Simplefeed, event: dict[str, Any], field: str, words: str
+) -> None:
+    """`author` is a string or an object: an object without a name was answered "author: Input
+    should be a valid string", as if objects were not taken (a producer's trial)."""
+    refused(client, core, {"title": "x", **event}, field, words=(words,))
+
+
 @pytest.mark.parametrize(
     "updated,expected",
     [
