@@ -3,10 +3,12 @@ entries already stored under the events' ids, and the events.
 
 The rules, the heart of the product:
 
-- An event whose id the feed holds with the same content (fingerprint) is a *replay*: it gets
-  the stored entry back and stores nothing. The same id with other content is a *conflict*
-  (:class:`~simplefeed.errors.EntryConflict`), and the whole batch is refused. Within a batch,
-  an id repeated with the same content is a replay of its first occurrence.
+- An event whose id the feed holds with the same content (fingerprint; a content type spelt
+  another way that renders alike, ``text`` or none, ``text/html`` or ``html``, is the same) is
+  a *replay*: it gets the stored entry back and stores nothing. The same id with other
+  content is a *conflict* (:class:`~simplefeed.errors.EntryConflict`), and the whole batch is
+  refused. Within a batch, an id repeated with the same content is a replay of its first
+  occurrence.
 - New events get the sequence numbers after the head, in order, with no gap.
 - ``updated`` strictly increases along the sequence: ``u_i = max(p_i, u_(i-1) + 1)``, with
   ``p_i`` the time the event happened and ``u_0`` the head's ``updated``. No two entries of a
@@ -90,7 +92,7 @@ def decide(
     for index, p in enumerate(pending):
         stored = found.get(p.id)
         if stored is not None:
-            if stored.fingerprint != p.fingerprint:
+            if stored.fingerprint != p.fingerprint and not _replays(p, stored.fingerprint):
                 raise EntryConflict(p.id, index)
             created = p.event.id is None  # made for this request: its own earlier append
             results.append(Appended(p.id, stored.seq, paging.page_of(stored.seq, size), created))
@@ -99,7 +101,7 @@ def decide(
         seen = first_seen.get(p.id)
         if seen is not None:  # the producer's id twice in one batch
             fingerprint, first, earlier = seen
-            if fingerprint != p.fingerprint:
+            if fingerprint != p.fingerprint and not _replays(p, fingerprint):
                 raise EntryConflict(p.id, index, earlier=earlier)
             results.append(Appended(first.entry_id, first.seq, first.page, created=False))
             continue
@@ -128,3 +130,9 @@ def appended_after(
         Appended(p.id, seq, paging.page_of(seq, page_size), created=True)
         for seq, p in enumerate(pending, first)
     ]
+
+
+def _replays(p: PendingEntry, fingerprint: str) -> bool:
+    """Whether an entry stored with ``fingerprint`` under ``p``'s id is ``p`` spelt another
+    way (:meth:`Event.replay_fingerprints`): computed only when the fingerprints differ."""
+    return fingerprint in p.event.replay_fingerprints()

@@ -145,6 +145,20 @@ class Event:
         """:meth:`to_json` as the compact JSON text the store keeps."""
         return _STORED_JSON.encode(self.to_json())
 
+    def replay_fingerprints(self) -> frozenset[str]:
+        """The fingerprints under which an entry stored with this event's id is a replay of
+        it: its own, and those of the event with its content type spelt another way that the
+        documents cannot tell from it (text content named ``text``, ``text/plain`` or not at
+        all; HTML as ``html`` or ``text/html``): a producer's retry that names the default or
+        leaves it out is not a conflict."""
+        data = self._plain()
+        found = {_fingerprint(data)}
+        if self.content is not None:
+            for spellings in _SAME_CONTENT_TYPE:
+                if self.content_type in spellings:
+                    found.update(_fingerprint({**data, "content_type": s}) for s in spellings)
+        return frozenset(found)
+
     def canonical(self) -> tuple[str, str]:
         """:meth:`fingerprint` and :meth:`stored_json` together, for the cost of one."""
         data = self._plain()
@@ -194,6 +208,14 @@ class Event:
             id=entry_id,
             updated_us=data.get("updated_us"),
         )
+
+
+#: Spellings of a content type that render alike (atom.content_mode), as the door keeps them
+#: (lower case): the event's fingerprint is of the one it was sent with.
+_SAME_CONTENT_TYPE: tuple[tuple[str | None, ...], ...] = (
+    (None, "text", "text/plain"),
+    ("html", "text/html"),
+)
 
 
 def _fingerprint(data: dict[str, Any]) -> str:

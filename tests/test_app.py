@@ -66,6 +66,25 @@ def test_publish_a_batch_and_replays(client: Client) -> None:
     assert [e["created"] for e in r.json["entries"]] == [False, False, False, True]
 
 
+def test_a_retry_that_names_the_default_content_type_or_drops_it_is_a_replay(
+    client: Client,
+) -> None:
+    """Through the app, on each backend (PostgreSQL's one-round-trip append hands an id it
+    holds to the ordinary way): `content_type: "text"` sent, then left out, was a 409 though
+    both render `<content type="text">` (a producer's trial)."""
+    first = {"title": "t", "content": "hi", "content_type": "text", "id": "urn:test:t"}
+    assert post(client, first).status_code == 201
+    without = {k: v for k, v in first.items() if k != "content_type"}
+    for retry in (without, {**first, "content_type": "text/plain"}, [without, first]):
+        r = post(client, retry)
+        assert r.status_code == 200, r.text
+    html = {"title": "h", "content": "<b>x</b>", "content_type": "text/html", "id": "urn:test:h"}
+    assert post(client, html).status_code == 201
+    assert post(client, {**html, "content_type": "html"}).status_code == 200
+    assert post(client, {**html, "content_type": "text"}).status_code == 409
+    assert client.simulate_get("/recent").text.count("<entry>") == 2
+
+
 def test_recent_document_headers(client: Client, clock: FakeClock) -> None:
     post(client, {"title": "one"})
     r = client.simulate_get("/recent")

@@ -86,6 +86,29 @@ def test_an_id_twice_in_a_batch() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "stored_as, sent_as",
+    [(None, "text"), ("text", None), ("text/plain", "text"), ("html", "text/html")],
+)
+def test_a_content_type_spelt_another_way_that_renders_alike_is_a_replay(
+    stored_as: str | None, sent_as: str | None
+) -> None:
+    """A producer's retry that names the default content type, or leaves it out, rendered the
+    same document and was answered 409 (a producer's trial)."""
+    (first,) = pending(Event("x", content="hi", content_type=stored_as, id="urn:a"))
+    (retry,) = pending(Event("x", content="hi", content_type=sent_as, id="urn:a"))
+    assert first.fingerprint != retry.fingerprint
+    found = {"urn:a": StoredEntry("urn:a", 1, first.fingerprint)}
+    d = decide(feed(head_seq=1), [retry], found, NOW)
+    assert d.results == (Appended("urn:a", 1, 1, created=False),) and not d.new
+    both = decide(feed(), [first, retry], {}, NOW)  # the two in one batch
+    assert [r.created for r in both.results] == [True, False] and len(both.new) == 1
+    for other in ("text/csv", "text" if stored_as == "html" else "html"):  # other documents
+        (changed,) = pending(Event("x", content="hi", content_type=other, id="urn:a"))
+        with pytest.raises(EntryConflict):
+            decide(feed(head_seq=1), [changed], found, NOW)
+
+
 def test_appended_after_a_head() -> None:
     ps = pending(Event("a"), Event("b"))
     assert appended_after(ps, 10, 5) == [
