@@ -128,6 +128,15 @@ def handle_unexpected(
     _reply(resp, 500, "internal error")
 
 
+def reply(req: falcon.Request, resp: falcon.Response, ex: Exception) -> None:
+    """The JSON error reply for ``ex``, as the handlers below write it: for a resource that
+    answers some clients otherwise (a page for people), from the same mapping."""
+    if isinstance(ex, SimplefeedError):
+        handle_domain(req, resp, ex, None)
+    else:
+        handle_unexpected(req, resp, ex, None)
+
+
 def install(app: falcon.App[falcon.Request, falcon.Response]) -> None:
     # Falcon looks handlers up by the exception's MRO, most specific registered class first.
     app.add_error_handler(Exception, handle_unexpected)

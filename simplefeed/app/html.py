@@ -18,6 +18,7 @@ import falcon
 import jinja2
 
 from simplefeed import paging
+from simplefeed.app import errors
 from simplefeed.core import Simplefeed
 from simplefeed.errors import FeedNotFound, NotFound
 from simplefeed.model import Entry, rfc3339
@@ -133,13 +134,9 @@ class FeedPage(_Html):
             resp.vary = ["Accept"]
             if req.client_prefers((falcon.MEDIA_JSON, falcon.MEDIA_HTML)) != falcon.MEDIA_HTML:
                 raise
-            if isinstance(exc, NotFound):
-                status, message = falcon.HTTP_404, str(exc)
-            else:
-                status, message = (
-                    falcon.code_to_http_status(exc.status),
-                    exc.description or exc.title,
-                )
+            errors.reply(req, resp, exc)  # the status and message every client gets
+            status, message = resp.status, resp.media["message"]
+            resp.media = None
             self.send(resp, "error.html", status=status, message=message)
             resp.status = status
 
