@@ -488,3 +488,31 @@ def test_a_state_file_is_marked_as_one(tmp_path: Path) -> None:
         0x53466373,
         "wal",
     )
+
+
+def test_every_type_the_consumer_s_methods_take_or_give_is_exported() -> None:
+    """`Consumer.status()` gave a `Status`, `parked()` `Parked`s with a `Head` beside, and the
+    `progress` callback a `Progress`, none importable from `simplefeed.client`: annotating
+    them needed the modules its docstring says may change (a library user's trial)."""
+    import inspect
+    import typing
+
+    import simplefeed.client as public
+
+    def classes(annotation: object) -> set[type]:
+        found = {annotation} if isinstance(annotation, type) else set()
+        args = annotation if isinstance(annotation, list) else typing.get_args(annotation)
+        for arg in args:  # (a Callable's parameters come as a list)
+            found |= classes(arg)
+        return found
+
+    used: set[type] = set()
+    for name, member in inspect.getmembers(public.Consumer):
+        if name.startswith("_") and name != "__init__":
+            continue
+        if callable(member):
+            used |= {c for a in typing.get_type_hints(member).values() for c in classes(a)}
+    ours = {c for c in used if c.__module__.startswith("simplefeed.client.")}
+    assert {public.Status, public.Parked, public.Progress} <= ours
+    missing = sorted(c.__name__ for c in ours if c.__name__ not in public.__all__)
+    assert missing == []

@@ -24,7 +24,7 @@ Modules, each owning one thing:
 =============  =================================================================================
 """
 
-from simplefeed.client.consumer import Consumer
+from simplefeed.client.consumer import Consumer, Status
 from simplefeed.client.entry import EntryAuthor, EntryCategory, EntryLink, FeedEntry
 from simplefeed.client.errors import (
     ClientError,
@@ -47,9 +47,12 @@ from simplefeed.client.errors import (
 )
 from simplefeed.client.fetch import Bounds, RetryPolicy
 from simplefeed.client.poll import PollPolicy
-from simplefeed.client.state import Checkpoint, StateFile
+from simplefeed.client.state import Checkpoint, Head, Parked, StateFile
+from simplefeed.client.walk import Progress
 
-#: The public surface: the consumer, what it yields, how it is configured, what it raises.
+#: The public surface: the consumer, what it yields, how it is configured, what it raises,
+#: and what its methods return (:class:`Status`, :class:`Head`, :class:`Parked`) or its
+#: ``progress`` callback receives (:class:`Progress`).
 #: Everything else (the walk, the fetcher, the parsers) is reachable through its module and may
 #: change without notice.
 __all__ = [
@@ -65,11 +68,14 @@ __all__ = [
     "FeedError",
     "FetchError",
     "HandlerError",
+    "Head",
     "LastEntryVanished",
     "LinkLoop",
     "MalformedPage",
     "NotAtom",
+    "Parked",
     "PollPolicy",
+    "Progress",
     "RedirectRefused",
     "RepeatedEntry",
     "ResponseTooLarge",
@@ -78,6 +84,7 @@ __all__ = [
     "SequenceGap",
     "StateError",
     "StateFile",
+    "Status",
     "TooManyParked",
     "UnexpectedStatus",
 ]
