@@ -681,7 +681,7 @@ def test_a_second_consumer_on_the_same_state_file_is_refused_while_the_first_run
         assert next(entries).seq == 1  # the first is in the middle of its run
         run = consume(f"{server.base}/recent", path)
         assert run.code == 6, (run.code, run.stdout, run.stderr)
-        assert "another consumer is processing from this state file" in run.stderr
+        assert "is processing from this state file" in run.stderr
         assert run.stdout == ""
         assert [e.seq for e in entries] == [2]
     run = consume(f"{server.base}/recent", path)

@@ -7,8 +7,10 @@ real app on a socket.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +20,7 @@ from click.testing import CliRunner, Result
 
 from simplefeed.app import create_app
 from simplefeed.cli import main
-from simplefeed.client import Checkpoint, FeedEntry, StateFile, TooManyParked
+from simplefeed.client import Checkpoint, FeedEntry, StateError, StateFile, TooManyParked
 from simplefeed.core import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock
@@ -88,6 +90,38 @@ def test_parked_entries_are_kept_with_their_error_and_the_walk_goes_on(
         assert consumer.drop(ids[6]) is True
         assert consumer.drop(ids[6]) is False
         assert consumer.parked() == []
+
+
+def test_a_retry_holds_the_state_file_as_a_consumer_does(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Two retries at once (two `simplefeed consumer retry`, or one beside a running consumer)
+    each handled every parked entry: 267 parked entries, 533 handler runs (a library user's
+    trial). A retry takes the right to process that a consumer takes, and is refused while
+    another holds it."""
+    state = tmp_path / "state.sqlite3"
+    publish(core, 4)
+    _, handler = failing_on(2, 3)
+    with make_consumer(server, state, clock, on_error="park") as consumer:
+        assert consumer.run(handler) == 4
+    with make_consumer(server, state, clock) as first, make_consumer(server, state, clock) as other:
+        handled: list[int] = []
+
+        def handle_and_retry_again(entry: FeedEntry) -> None:
+            handled.append(entry.seq)
+            with pytest.raises(StateError, match="is processing from this state file"):
+                other.retry(handled.append)
+
+        assert first.retry(handle_and_retry_again) == (2, 0)
+        assert handled == [2, 3]
+        publish(core, 1)
+        clock.advance(60)  # past the entry point's max-age
+        stream = other.entries()
+        assert next(stream).seq == 5  # a consumer running: no retry meanwhile
+        with pytest.raises(StateError, match="is processing from this state file"):
+            first.retry(handled.append)
+        stream.close()
+    assert handled == [2, 3]
 
 
 def test_max_parked_stops_before_the_entry_that_would_pass_it(
@@ -177,6 +211,28 @@ def test_the_commands_park_list_retry_drop_and_report(live: LiveServer, tmp_path
         checkpoint = file.load_checkpoint(live.recent)
     assert checkpoint is not None and checkpoint.seq == 6
     assert cli("consumer", "status", "--state", str(tmp_path / "none.sqlite3")).exit_code == 2
+
+
+def test_status_and_parked_read_a_state_file_as_it_is(live: LiveServer, tmp_path: Path) -> None:
+    """`consumer status` upgraded an older release's state file (schema 2) in place, and that
+    release's consumer then refused it ("schema 3 is newer than this version understands"):
+    an operator looking, with the new release, at a consumer not yet upgraded broke it (an
+    upgrade trial). The two reading commands open the file read-only."""
+    state = tmp_path / "state.sqlite3"
+    live.publish(3)
+    assert cli("consume", live.recent, "--state", str(state), "--jsonl").exit_code == 0
+    with sqlite3.connect(state) as db:  # as a schema-2 file is: bodies decoded, no coding
+        db.execute("DELETE FROM documents")
+        db.execute("ALTER TABLE documents DROP COLUMN coding")
+        db.execute("PRAGMA user_version=2")
+    db.close()
+    before = state.read_bytes()
+    status = json.loads(cli("consumer", "status", "--state", str(state), "--json").stdout)
+    assert status["checkpoint"]["seq"] == 3
+    assert cli("consumer", "parked", "--state", str(state)).stderr == "no parked entries\n"
+    assert state.read_bytes() == before
+    with contextlib.closing(sqlite3.connect(state)) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (2,)
 
 
 def test_status_of_a_state_file_no_consumer_has_run_on_says_so(tmp_path: Path) -> None:

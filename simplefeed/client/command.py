@@ -583,9 +583,9 @@ def _one_entry_point(state: StateFile, url: str | None) -> str:
     return known[0]
 
 
-def _open(state_path: Path) -> StateFile:
+def _open(state_path: Path, *, read_only: bool = False) -> StateFile:
     try:
-        return StateFile(state_path)
+        return StateFile(state_path, read_only=read_only)
     except StateError as exc:
         click.echo(f"simplefeed consumer: error: {exc}", err=True)
         sys.exit(EXIT_STATE)
@@ -600,7 +600,7 @@ def _parked(state_path: Path, url: str | None, as_json: bool) -> None:
     none, a line on standard error says so; standard output stays empty (for --json: no
     lines, as JSON lines list nothing)."""
     listed = 0
-    with _open(state_path) as state:
+    with _open(state_path, read_only=True) as state:
         for feed_url in _entry_points(state, url):
             for parked in state.parked(feed_url):
                 listed += 1
@@ -663,7 +663,7 @@ def _drop(state_path: Path, url: str | None, entry_id: str) -> None:
 def _status(state_path: Path, url: str | None, as_json: bool) -> None:
     """Where each consumer of the state file stands: checkpoint, head as last seen, lag (from
     sequence numbers), parked entries."""
-    with _open(state_path) as state:
+    with _open(state_path, read_only=True) as state:
         known = _entry_points(state, url)
         if not known:
             click.echo(

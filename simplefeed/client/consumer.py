@@ -454,23 +454,26 @@ class Consumer:
 
     def retry(self, handler: Handler, entry_ids: Iterable[str] = ()) -> tuple[int, int]:
         """Call ``handler`` on the parked entries (those of ``entry_ids``, or all), oldest
-        first, forgetting each that succeeds; (succeeded, failed)."""
+        first, forgetting each that succeeds; (succeeded, failed). Holds the state file's
+        right to process, as :meth:`entries` does (:class:`StateError` at once if another
+        consumer or retry holds it): two retries at once handled every parked entry twice."""
         wanted = set(entry_ids)
         succeeded = failed = 0
-        for parked in self.parked():
-            if wanted and parked.entry_id not in wanted:
-                continue
-            entry = FeedEntry.from_json(parked.entry)
-            try:
-                handler(entry)
-            except Exception as exc:
-                failed += 1
-                self.state.park(
-                    self.url, entry.id, entry.seq, parked.entry, _describe(exc), self.clock()
-                )
-            else:
-                succeeded += 1
-                self.state.unpark(self.url, entry.id)
+        with self.state.processing():
+            for parked in self.parked():
+                if wanted and parked.entry_id not in wanted:
+                    continue
+                entry = FeedEntry.from_json(parked.entry)
+                try:
+                    handler(entry)
+                except Exception as exc:
+                    failed += 1
+                    self.state.park(
+                        self.url, entry.id, entry.seq, parked.entry, _describe(exc), self.clock()
+                    )
+                else:
+                    succeeded += 1
+                    self.state.unpark(self.url, entry.id)
         return succeeded, failed
 
     def drop(self, entry_id: str) -> bool:

@@ -48,6 +48,7 @@ from os import PathLike
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from simplefeed.client.entry import json_text
 from simplefeed.client.errors import StateError
@@ -193,7 +194,10 @@ class StateFile:
     (``--state /var/lib/consmer/c.sqlite3``) made a new, empty state file there, and the
     consumer read the whole history again. :class:`StateError` names the missing directory."""
 
-    def __init__(self, path: str | PathLike[str]) -> None:
+    def __init__(self, path: str | PathLike[str], *, read_only: bool = False) -> None:
+        """``read_only``: open an existing file only to read it (``simplefeed consumer status``
+        and ``parked``), as it is: no table, column or schema version added, so that a file a
+        consumer of an older release still uses stays readable by it."""
         self.path = Path(path)
         self._lock = threading.Lock()
         try:
@@ -206,22 +210,24 @@ class StateFile:
             # One connection, used from the consumer's thread and its read-ahead thread (the
             # page being read next), one statement at a time (the lock).
             self._db = sqlite3.connect(
-                self.path, isolation_level=None, timeout=30.0, check_same_thread=False
+                f"file:{quote(str(self.path.absolute()))}?mode=ro" if read_only else self.path,
+                isolation_level=None,
+                timeout=30.0,
+                check_same_thread=False,
+                uri=read_only,
             )
         except (OSError, sqlite3.Error) as exc:
             raise StateError(str(self.path), f"cannot open the state file: {exc}") from exc
         try:
             self._check_own()
+            if read_only:
+                self._durable = False
+                self._check_version()
+                return
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._durable = True
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StateError(
-                    str(self.path),
-                    f"state file schema {version} is newer than this version understands "
-                    f"({SCHEMA_VERSION})",
-                )
+            self._check_version()
             self._db.executescript(_SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(documents)")}
             if "coding" not in columns:  # a version 2 file
@@ -236,6 +242,15 @@ class StateFile:
         except BaseException:
             self._db.close()
             raise
+
+    def _check_version(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StateError(
+                str(self.path),
+                f"state file schema {version} is newer than this version understands "
+                f"({SCHEMA_VERSION})",
+            )
 
     def _check_own(self) -> None:
         """Raise :class:`StateError` unless the file is empty or a consumer's state file, before
@@ -434,8 +449,9 @@ class StateFile:
             except BlockingIOError:
                 raise StateError(
                     str(self.path),
-                    "another consumer is processing from this state file; each consumer that"
-                    " runs at the same time needs a state file of its own",
+                    "another consumer (or a retry of its parked entries) is processing from"
+                    " this state file; each consumer that runs at the same time needs a state"
+                    " file of its own",
                 ) from None
             yield
         finally:
