@@ -893,3 +893,43 @@ def test_follow_without_a_held_poll_polls_no_faster_than_max_age(
     assert min(gaps[1:]) >= max_age + delay - 0.05, gaps
     prefers = [prefer for path, prefer, _ in log if path == "/recent"]
     assert prefers[1:] == ["wait=5"] * (len(polls) - 1)
+
+
+@pytest.mark.parametrize(
+    "how", ["stop, from a thread", "close, from a thread", "close, from a signal handler"]
+)
+def test_a_following_consumer_asked_to_stop_ends_within_moments_checkpoint_stored(
+    live: LiveServer, tmp_path: Path, how: str
+) -> None:
+    """A service stopping its consumer (a thread, SIGTERM's handler) while it holds a long
+    poll: `close()` from another thread raised "generator already executing", closed the state
+    file under the loop, which then failed a minute later with StateError and left a socket
+    open; a `stop()` flag was looked at only after the 30 s poll (a library user's trial).
+    Now the iteration ends within moments, its checkpoint stored, and the consumer can
+    iterate again."""
+    live.publish(3)
+    state = tmp_path / "state.sqlite3"
+    previous = signal.getsignal(signal.SIGALRM)
+    with Consumer(live.recent, state, parser="lxml") as consumer:  # long polls of 30 s
+        if how.endswith("signal handler"):
+            signal.signal(signal.SIGALRM, lambda *_: consumer.close())
+            signal.setitimer(signal.ITIMER_REAL, 1.0)
+        else:
+            ask = consumer.stop if how.startswith("stop") else consumer.close
+            threading.Timer(1.0, ask).start()
+        started = time.monotonic()
+        try:
+            seen = [entry.seq for entry in consumer.entries(follow=True)]
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        took = time.monotonic() - started
+        assert seen == [1, 2, 3]
+        assert 0.9 < took < 10, took  # the poll held for 30 s otherwise
+        live.publish(2)
+        assert [entry.seq for entry in consumer.entries()] == [4, 5]  # iterates again
+    with StateFile(state) as file:
+        checkpoint = file.load_checkpoint(live.recent)
+    assert checkpoint is not None and checkpoint.seq == 5
+    with Consumer(live.recent, state, wait=0) as again:  # the state file was let go of
+        assert list(again.entries()) == []

@@ -71,6 +71,7 @@ from simplefeed.client.errors import (
     FeedError,
     HandlerError,
     NotAtom,
+    Stopped,
     TooManyParked,
 )
 from simplefeed.client.fetch import (
@@ -326,7 +327,7 @@ class Consumer:
         allow_redirect_origins: Iterable[str] = (),
         poll: PollPolicy | None = None,
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         progress: Callable[[Progress], None] | None = None,
         parser: Parser = "feedparser",
         on_error: OnError = "stop",
@@ -359,7 +360,6 @@ class Consumer:
         self.checkpoint_every = checkpoint_every
         self.poll = poll if poll is not None else PollPolicy()
         self.clock = clock
-        self.sleep = sleep
         self.progress = progress
         self._owns_state = not isinstance(state, StateFile)
         self.state = state if isinstance(state, StateFile) else StateFile(state)
@@ -378,6 +378,9 @@ class Consumer:
             if self._owns_state:
                 self.state.close()
             raise
+        #: Waits between polls and between attempts: the fetcher's pause, which :meth:`stop`
+        #: ends, unless another was given.
+        self.sleep = sleep if sleep is not None else self.fetcher.pause
         self._pages = _HttpPages(self.fetcher, parser, url)
         self._saved = self.state.load_checkpoint(url)
         # Per page: the last processed entry, until its page is done (its checkpoint is
@@ -389,6 +392,10 @@ class Consumer:
         self._writer: ThreadPoolExecutor | None = None
         self._writing: Future[None] | None = None
         self._streams: weakref.WeakSet[Generator[FeedEntry, None, None]] = weakref.WeakSet()
+        # The iteration under way: the thread running it, and whether it is running now (not
+        # waiting at a yield for its caller to ask for the next entry).
+        self._runner: int | None = None
+        self._executing = False
         self._closed = False
 
     # -- public API ----------------------------------------------------------------------
@@ -404,7 +411,7 @@ class Consumer:
         """New entries, oldest first. Each counts as processed when the next one is asked for.
 
         Without ``follow``, ends once caught up. With it, polls on until ``stop()`` is true
-        (checked after each pass) or the iterator is closed.
+        (checked after each pass), :meth:`stop` is called or the iterator is closed.
         """
         stream = self._stream(follow, stop)
         self._streams.add(stream)
@@ -437,6 +444,14 @@ class Consumer:
         finally:
             stream.close()
         return processed
+
+    def stop(self) -> None:
+        """End the iteration under way (:meth:`entries`, :meth:`run`), from any thread or a
+        signal handler: the entry being handled finishes, no other is handed over, its
+        checkpoint is stored, and a wait (a long poll, the pause between polls or between
+        attempts) ends within a quarter of a second. Called while nothing iterates, it ends
+        the next iteration at its start. The consumer can iterate again afterwards."""
+        self.fetcher.interrupt()
 
     def park(self, entry: FeedEntry, error: BaseException) -> None:
         """Keep ``entry`` in the state file with ``error`` (durably), to be retried or dropped;
@@ -489,7 +504,15 @@ class Consumer:
         )
 
     def close(self) -> None:
+        """Close the consumer: its iteration, HTTP connections and state file. From another
+        thread than the one iterating, or from a signal handler that interrupted the iteration,
+        it only stops it (:meth:`stop`; closing the connections and the state file under it broke
+        it); the thread that iterates then closes the consumer when it is done (``with``)."""
         if self._closed:
+            return
+        runner = self._runner
+        if runner is not None and (runner != threading.get_ident() or self._executing):
+            self.stop()
             return
         self._closed = True
         try:
@@ -525,20 +548,30 @@ class Consumer:
         wait: float | None = None  # the first pass answers at once
         holds = False  # the server has held one of our long polls
         with self.state.processing():  # no other consumer on this state file
+            self._runner, self._executing = threading.get_ident(), True
             try:
                 while True:
                     found = 0
-                    for entry in self._one_pass(wait):
-                        if self._writing is not None or (
-                            self._pending is not None and self._pending.page_url != entry.page_url
-                        ):
-                            self._flush()  # every entry of the previous page is processed
-                        yield entry
-                        # The caller came back for more: the entry is processed.
-                        self._processed(entry)
-                        found += 1
+                    with contextlib.closing(self._one_pass(wait)) as passing:
+                        try:
+                            for entry in passing:
+                                if self.fetcher.interrupted:
+                                    return
+                                if self._writing is not None or (
+                                    self._pending is not None
+                                    and self._pending.page_url != entry.page_url
+                                ):
+                                    self._flush()  # every entry of the previous page is done
+                                self._executing = False
+                                yield entry
+                                self._executing = True
+                                # The caller came back for more: the entry is processed.
+                                self._processed(entry)
+                                found += 1
+                        except Stopped:
+                            return
                     self._flush()
-                    if not follow or (stop is not None and stop()):
+                    if not follow or self.fetcher.interrupted or (stop is not None and stop()):
                         return
                     pages = self._pages
                     held = pages.head_waited and (found > 0 or pages.head_seconds >= HELD)
@@ -560,10 +593,12 @@ class Consumer:
                     if pause > 0:
                         self.sleep(pause)
             finally:
+                self._runner, self._executing = None, False
+                self.fetcher.resume()
                 if not self._closed:
                     self._flush()
 
-    def _one_pass(self, wait: float | None) -> Iterator[FeedEntry]:
+    def _one_pass(self, wait: float | None) -> Generator[FeedEntry, None, None]:
         head = self._pages.head(self.url, wait)
         if head.newest_seq is not None:
             self.state.save_head(self.url, head.newest_seq, self.clock())

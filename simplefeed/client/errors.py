@@ -9,7 +9,9 @@
         │   ├── UnexpectedStatus        .status: an answer that retrying cannot fix (4xx, 3xx);
         │   │                           .server_message: what its JSON error body said, if any
         │   ├── RedirectRefused         .location: a redirect to an origin not allowed
-        │   └── ResponseTooLarge        .limit: a body over the size bound (compressed or not)
+        │   ├── ResponseTooLarge        .limit: a body over the size bound (compressed or not)
+        │   └── Stopped                 the fetcher was interrupted (Consumer.stop): the
+        │                               consumer ends its iteration on it, never raises it
         ├── FeedError                   .url: the feed broke the protocol; checkpoint untouched
         │   ├── NotAtom                 .reason: not well-formed XML, or not an Atom feed;
         │   │                           .content_type: the response's, when no XML type
@@ -70,6 +72,14 @@ class RetriesExhausted(FetchError):
         super().__init__(url, f"gave up after {attempts} attempts; last error: {last}")
         self.attempts = attempts
         self.last = last
+
+
+class Stopped(FetchError):
+    """A request given up because the fetcher was interrupted (:meth:`Consumer.stop`); the
+    consumer ends its iteration on it."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, "stopped")
 
 
 class UnexpectedStatus(FetchError):
@@ -207,7 +217,8 @@ class TooManyParked(HandlerError):
 
     def __init__(self, entry: FeedEntry, cause: BaseException, limit: int) -> None:
         super().__init__(entry, cause)
-        self.args = (f"{self.args[0]}; {limit} entries are parked already (max_parked)",)
+        parked = "1 entry is" if limit == 1 else f"{limit} entries are"
+        self.args = (f"{self.args[0]}; {parked} parked already (max_parked)",)
         self.limit = limit
 
 

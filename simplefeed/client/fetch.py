@@ -69,6 +69,7 @@ from simplefeed.client.errors import (
     RedirectRefused,
     ResponseTooLarge,
     RetriesExhausted,
+    Stopped,
     UnexpectedStatus,
 )
 from simplefeed.client.state import CachedDocument, PageCache
@@ -209,6 +210,29 @@ class _TooSlow(Exception):
     timeout is)."""
 
 
+#: How long a wait of the fetcher (a socket read, a pause between attempts or polls) goes on
+#: at most before it looks whether it was interrupted (:meth:`Fetcher.interrupt`).
+STOP_CHECK_S = 0.25
+
+
+class _Interruption:
+    """Whether the fetcher was asked to stop: a plain attribute, set from any thread or from a
+    signal handler (no lock: a handler that waited for one its own thread held would never
+    return), read by every wait at least every :data:`STOP_CHECK_S`."""
+
+    requested = False
+
+
+class _StopWhen(tenacity.stop.stop_base):
+    """Tenacity's stop condition for an interrupted fetcher: no attempt after the one it cut."""
+
+    def __init__(self, interruption: _Interruption) -> None:
+        self._interruption = interruption
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return self._interruption.requested
+
+
 class _Transient(Exception):
     """A status worth retrying (5xx, 429)."""
 
@@ -251,9 +275,11 @@ class Fetcher:
         bounds: Bounds | None = None,
         allow_redirect_origins: Iterable[str] = (),
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         user_agent: str = USER_AGENT,
     ) -> None:
+        """``sleep``: how to wait between attempts (default :meth:`pause`, which an
+        :meth:`interrupt` ends)."""
         self.cache = cache
         self.retry = retry if retry is not None else RetryPolicy()
         self.bounds = bounds if bounds is not None else Bounds()
@@ -264,13 +290,16 @@ class Fetcher:
                 raise ValueError(f"a redirect origin {problem}")
         self.allow_redirect_origins = frozenset(origin(o) for o in allowed)
         self.clock = clock
-        self.sleep = sleep
+        self._interruption = _Interruption()
+        self.sleep = sleep if sleep is not None else self.pause
         self.stats = FetchStats()
         if not (finite_seconds(timeout) and timeout > 0):
             raise ValueError("timeout must be positive and finite")
         self.timeout = timeout
         self._deadlines = _Deadlines()
-        self._transport = transport if transport is not None else _transport(self._deadlines)
+        self._transport = (
+            transport if transport is not None else _transport(self._deadlines, self._interruption)
+        )
         # The headers of every request, as an httpx.Client with these would send them. No
         # cookie jar: a feed needs no cookies, and a server setting a new one with every
         # answer would grow the jar, and every request's Cookie header, for as long as the
@@ -376,6 +405,30 @@ class Fetcher:
         """Drop what the cache holds for ``url`` (a body that turned out not to be usable)."""
         self.cache.delete_document(url)
 
+    def interrupt(self) -> None:
+        """From any thread, or a signal handler: give up what this fetcher is doing within
+        :data:`STOP_CHECK_S` (a read waiting on the socket, a long poll, a pause between
+        attempts) and refuse new requests, each with :class:`Stopped`, until :meth:`resume`."""
+        self._interruption.requested = True
+
+    def resume(self) -> None:
+        """Take requests again after :meth:`interrupt`."""
+        self._interruption.requested = False
+
+    @property
+    def interrupted(self) -> bool:
+        return self._interruption.requested
+
+    def pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or until :meth:`interrupt` (looked at every
+        :data:`STOP_CHECK_S`)."""
+        end = time.monotonic() + seconds
+        while not self._interruption.requested:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, STOP_CHECK_S))
+
     def _request(self, url: str, headers: dict[str, str], home: str, extra: float = 0.0) -> _Answer:
         policy = self.retry
         exponential = tenacity.wait_exponential(
@@ -402,7 +455,7 @@ class Fetcher:
             )
 
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(policy.attempts),
+            stop=tenacity.stop_after_attempt(policy.attempts) | _StopWhen(self._interruption),
             wait=wait,
             retry=_RETRY_IF,
             sleep=self.sleep,
@@ -411,6 +464,8 @@ class Fetcher:
         try:
             for attempt in retrying:
                 with attempt:
+                    if self.interrupted:
+                        raise Stopped(url)
                     self.stats.requests += 1
                     answer = self._follow(url, headers, home, extra)
                     if answer.status >= 500 or answer.status == 429:
@@ -419,8 +474,12 @@ class Fetcher:
                     return answer
         except tenacity.RetryError as exc:
             last = exc.last_attempt.exception()
+            if self.interrupted:
+                raise Stopped(url) from last
             raise RetriesExhausted(url, policy.attempts, _describe(last)) from last
         except httpx.HTTPError as exc:  # not retryable: redirect loop, bad encoding...
+            if self.interrupted:
+                raise Stopped(url) from exc
             raise FetchError(url, _describe(exc)) from exc
         except httpx.InvalidURL as exc:
             raise FetchError(url, f"invalid URL: {exc}") from exc
@@ -536,12 +595,34 @@ class _Deadlines(threading.local):
 
 
 class _Stream(httpcore.NetworkStream):
-    def __init__(self, inner: httpcore.NetworkStream, deadlines: _Deadlines) -> None:
+    def __init__(
+        self,
+        inner: httpcore.NetworkStream,
+        deadlines: _Deadlines,
+        interruption: _Interruption,
+    ) -> None:
         self._inner = inner
         self._deadlines = deadlines
+        self._interruption = interruption
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._deadlines.clamp(timeout))
+        """A read within the timeout and the response's deadline, waiting at most
+        :data:`STOP_CHECK_S` at a time, so that an interrupt ends it (a socket read that
+        timed out has taken nothing: it is simply made again)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._interruption.requested:
+                raise httpcore.ReadError("the fetcher was interrupted")
+            left = None if end is None else end - time.monotonic()
+            limit = self._deadlines.clamp(left)
+            if limit is not None and limit <= 0:
+                raise httpcore.ReadTimeout("timed out")
+            step = STOP_CHECK_S if limit is None else min(limit, STOP_CHECK_S)
+            try:
+                return self._inner.read(max_bytes, step)
+            except httpcore.ReadTimeout:
+                if limit is not None and limit <= STOP_CHECK_S:
+                    raise
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._inner.write(buffer, self._deadlines.clamp(timeout))
@@ -556,7 +637,7 @@ class _Stream(httpcore.NetworkStream):
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
         inner = self._inner.start_tls(ssl_context, server_hostname, self._deadlines.clamp(timeout))
-        return _Stream(inner, self._deadlines)
+        return _Stream(inner, self._deadlines, self._interruption)
 
     def get_extra_info(self, info: str) -> typing.Any:
         return self._inner.get_extra_info(info)
@@ -565,9 +646,10 @@ class _Stream(httpcore.NetworkStream):
 class _Backend(httpcore.NetworkBackend):
     """httpcore's own socket backend, each stream's reads and writes clamped to the deadline."""
 
-    def __init__(self, deadlines: _Deadlines) -> None:
+    def __init__(self, deadlines: _Deadlines, interruption: _Interruption) -> None:
         self._inner = httpcore.SyncBackend()
         self._deadlines = deadlines
+        self._interruption = interruption
 
     def connect_tcp(
         self,
@@ -580,7 +662,7 @@ class _Backend(httpcore.NetworkBackend):
         stream = self._inner.connect_tcp(
             host, port, self._deadlines.clamp(timeout), local_address, socket_options
         )
-        return _Stream(stream, self._deadlines)
+        return _Stream(stream, self._deadlines, self._interruption)
 
     def connect_unix_socket(
         self,
@@ -591,7 +673,7 @@ class _Backend(httpcore.NetworkBackend):
         stream = self._inner.connect_unix_socket(
             path, self._deadlines.clamp(timeout), socket_options
         )
-        return _Stream(stream, self._deadlines)
+        return _Stream(stream, self._deadlines, self._interruption)
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)
@@ -601,26 +683,29 @@ class _BoundedTransport(httpx.HTTPTransport):
     """httpx's transport over a connection pool whose sockets keep to the deadline (the pool
     is httpx's own, but for its network backend)."""
 
-    def __init__(self, deadlines: _Deadlines) -> None:
+    def __init__(self, deadlines: _Deadlines, interruption: _Interruption) -> None:
         # One TLS context (loading the trust store costs about 30 ms), httpx's own default.
         ssl_context = httpx.create_ssl_context()
         super().__init__(verify=ssl_context)
         self._pool = httpcore.ConnectionPool(
             ssl_context=ssl_context,
             keepalive_expiry=5.0,
-            network_backend=_Backend(deadlines),
+            network_backend=_Backend(deadlines, interruption),
         )
 
 
-def _transport(deadlines: _Deadlines) -> httpx.BaseTransport:
-    return _BoundedTransport(deadlines)
+def _transport(deadlines: _Deadlines, interruption: _Interruption) -> httpx.BaseTransport:
+    return _BoundedTransport(deadlines, interruption)
 
 
 def _describe(exc: BaseException | None) -> str:
     if exc is None:
         return "no error"
     text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    name = type(exc).__name__
+    if name.startswith("_"):  # ours, private (_TooSlow): its words say what it is
+        return text or "failed"
+    return f"{name}: {text}" if text else name
 
 
 def _server_message(body: bytes) -> str | None:
