@@ -334,6 +334,30 @@ class Consumer:
         max_parked: int | None = None,
         wait: float = 30.0,
     ) -> None:
+        """A consumer of the feed whose entry point is ``url``, keeping its checkpoint and
+        cache in ``state`` (a path: the file is created if missing, never its directory; or
+        an open :class:`StateFile`, which the caller closes).
+
+        - ``start``: where a consumer without a checkpoint begins: ``"start"``, the whole
+          history, or ``"now"``, what comes next.
+        - ``checkpoint_every``: ``"entry"`` (a crash repeats at most one entry) or ``"page"``
+          (at most one page; faster).
+        - ``parser``: ``"feedparser"`` (its checks besides the strict reading) or ``"lxml"``.
+        - ``on_error``, ``max_parked``: a handler's failure stops (``"stop"``) or parks the
+          entry (``"park"``), at most ``max_parked`` of them (:class:`TooManyParked`).
+        - ``timeout``: seconds each connect and each read on the socket may wait (a read of a
+          long poll: ``wait`` more); the whole response is bounded by ``bounds``
+          (:class:`Bounds`: ``max_seconds``, ``max_bytes``), so a server that drips bytes is cut
+          off at ``max_seconds``, whatever the timeout.
+        - ``retry``: attempts and backoff for network errors, timeouts, 5xx and 429
+          (:class:`RetryPolicy`); ``allow_redirect_origins``: origins besides the entry
+          point's that redirects may lead to.
+        - ``poll``: the adaptive interval of follow mode (:class:`PollPolicy`); ``wait``: the
+          seconds a long poll asks the server to hold it (``Prefer: wait``; 0: never).
+        - ``progress``: called with a :class:`Progress` as a long catch-up goes.
+        - ``clock``, ``sleep``, ``transport``: injected for tests (the default sleep ends at
+          :meth:`stop`).
+        """
         if on_error not in ("stop", "park"):
             raise ValueError(f"on_error must be 'stop' or 'park', not {on_error!r}")
         if max_parked is not None and max_parked < 0:
