@@ -1,0 +1,60 @@
+"""The door's own cost: decoding and validating a publish's body in-process (no HTTP, no
+database), the part of a publish that depends on what the producer sent.
+
+    .venv/bin/python bench/door.py                # a batch of 1,000 JSON events, 15 rounds
+    .venv/bin/python bench/door.py --events 100 --rounds 30
+
+Prints the median time per batch. Compare two checkouts by running this file from each
+(``PYTHONPATH=<checkout>``), alternating, on the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from simplefeed.settings import Limits
+from simplefeed.validation import parse_events, read_body
+
+
+def batch(events: int) -> bytes:
+    """A shop's events: JSON content with integers, decimals, a list of objects and text."""
+    return json.dumps(
+        [
+            {
+                "title": f"order {i} paid",
+                "content": {
+                    "order": i,
+                    "total": 12.5 + i / 100,
+                    "items": [{"sku": "A-1", "price": 3.25, "qty": 2}],
+                    "note": "thanks",
+                },
+                "id": f"tag:shop.example,2026:{i}",
+            }
+            for i in range(events)
+        ]
+    ).encode()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    body, limits = batch(args.events), Limits()
+    times = []
+    for _ in range(args.rounds):
+        start = time.perf_counter()
+        parse_events(read_body(body), limits, 0)
+        times.append(time.perf_counter() - start)
+    median = statistics.median(times)
+    print(
+        f"{median * 1000:.2f} ms per batch of {args.events} ({len(body)} bytes),"
+        f" median of {args.rounds}"
+    )
+
+
+if __name__ == "__main__":
+    main()
