@@ -516,3 +516,14 @@ def test_every_type_the_consumer_s_methods_take_or_give_is_exported() -> None:
     assert {public.Status, public.Parked, public.Progress} <= ours
     missing = sorted(c.__name__ for c in ours if c.__name__ not in public.__all__)
     assert missing == []
+
+
+def test_a_closed_state_file_says_so(tmp_path: Path) -> None:
+    """Used after its consumer was closed, it said "read failed: Cannot operate on a closed
+    database" (a library user's trial)."""
+    from simplefeed.client import StateError, StateFile
+
+    state = StateFile(tmp_path / "state.sqlite3")
+    state.close()
+    with pytest.raises(StateError, match="read after the state file was closed"):
+        state.load_checkpoint("http://feeds.example.test/recent")

@@ -200,6 +200,7 @@ class StateFile:
         consumer of an older release still uses stays readable by it."""
         self.path = Path(path)
         self._lock = threading.Lock()
+        self._closed = False
         try:
             if not self.path.parent.is_dir():
                 raise StateError(
@@ -401,7 +402,7 @@ class StateFile:
             with self._lock:
                 row: tuple[Any, ...] | None = self._db.execute(sql, params).fetchone()
         except sqlite3.Error as exc:
-            raise StateError(str(self.path), f"read failed: {exc}") from exc
+            raise self._failed("read", exc) from exc
         return row
 
     def _all(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
@@ -409,7 +410,7 @@ class StateFile:
             with self._lock:
                 return self._db.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise StateError(str(self.path), f"read failed: {exc}") from exc
+            raise self._failed("read", exc) from exc
 
     def _write(self, sql: str, params: tuple[object, ...]) -> None:
         """One durable transaction (fsynced before returning)."""
@@ -428,7 +429,7 @@ class StateFile:
                     self._durable = durable
                 return self._db.execute(sql, params).rowcount > 0  # autocommit: one transaction
         except sqlite3.Error as exc:
-            raise StateError(str(self.path), f"write failed: {exc}") from exc
+            raise self._failed("write", exc) from exc
 
     @contextlib.contextmanager
     def processing(self) -> Iterator[None]:
@@ -457,8 +458,14 @@ class StateFile:
         finally:
             os.close(fd)  # releases the lock
 
+    def _failed(self, what: str, exc: sqlite3.Error) -> StateError:
+        if self._closed:  # (SQLite says "Cannot operate on a closed database")
+            return StateError(str(self.path), f"{what} after the state file was closed")
+        return StateError(str(self.path), f"{what} failed: {exc}")
+
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._db.close()
 
     def __enter__(self) -> StateFile:
