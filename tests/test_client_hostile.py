@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from bench.servers import HOST, clean_environ, simplefeed_command
-from simplefeed.client import Checkpoint, Consumer, RetryPolicy
+from simplefeed.client import Checkpoint, Consumer, RetryPolicy, StateError
 from simplefeed.client.state import StateFile
 
 RSS_LIMIT_KIB = 300 * 1024
@@ -683,6 +683,9 @@ def test_a_second_consumer_on_the_same_state_file_is_refused_while_the_first_run
         assert run.code == 6, (run.code, run.stdout, run.stderr)
         assert "is processing from this state file" in run.stderr
         assert run.stdout == ""
+        # A second iteration of the same consumer says so (it said "another consumer").
+        with pytest.raises(StateError, match="this consumer is iterating already"):
+            next(first.entries())
         assert [e.seq for e in entries] == [2]
     run = consume(f"{server.base}/recent", path)
     assert run.code == 0, run.stderr

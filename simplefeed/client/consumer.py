@@ -71,6 +71,7 @@ from simplefeed.client.errors import (
     FeedError,
     HandlerError,
     NotAtom,
+    StateError,
     Stopped,
     TooManyParked,
 )
@@ -571,6 +572,12 @@ class Consumer:
         interval = self.poll.initial
         wait: float | None = None  # the first pass answers at once
         holds = False  # the server has held one of our long polls
+        if self._runner is not None:
+            raise StateError(
+                str(self.state.path),
+                "this consumer is iterating already: one iteration at a time (close the other"
+                " iterator first)",
+            )
         with self.state.processing():  # no other consumer on this state file
             self._runner, self._executing = threading.get_ident(), True
             try:
