@@ -46,7 +46,9 @@ walk's bounded trail.
 
 In follow mode the consumer polls the entry point again after each pass, waiting an interval
 that adapts to how often new entries appear (:mod:`simplefeed.client.poll`), never shorter than
-the entry point's max-age. The clock and the sleep are injected.
+the entry point's max-age. :meth:`Consumer.stop`, from any thread or a signal handler, ends it
+within a quarter of a second, the checkpoint stored (the fetcher's waits look at it:
+:meth:`~simplefeed.client.fetch.Fetcher.interrupt`). The clock and the sleep are injected.
 """
 
 from __future__ import annotations

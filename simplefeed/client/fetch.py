@@ -41,6 +41,10 @@ have failed; then :class:`~simplefeed.client.errors.RetriesExhausted`. Other sta
 error body (a Simplefeed server's: ``{"error": "not_found", "message": "no feed named 'x'"}``).
 Each :class:`Fetched` says its Content-Type and where permanent redirects led
 (:attr:`Fetched.moved_to`). The sleep between attempts and the clock are injected.
+
+:meth:`Fetcher.interrupt` (from any thread, or a signal handler) ends what the fetcher waits
+for within :data:`STOP_CHECK_S`: socket reads wait that long at most at a time, and so do its
+pauses; the request gives up with :class:`~simplefeed.client.errors.Stopped`.
 """
 
 from __future__ import annotations
