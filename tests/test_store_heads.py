@@ -22,7 +22,7 @@ import pytest
 
 from simplefeed.core import Simplefeed
 from simplefeed.model import Event
-from simplefeed.settings import Settings
+from simplefeed.settings import Settings, sqlite_path
 from simplefeed.store.sqlite import SQLiteStore, WalIndex
 from tests.conftest import open_fds
 
@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from simplefeed.core import Simplefeed
 from simplefeed.model import Event
-from simplefeed.settings import Settings
+from simplefeed.settings import Settings, sqlite_path
 
 settings = Settings(database_url=sys.argv[1], archive_dir=Path(sys.argv[2]),
                     base_url="http://feeds.example.test", page_size=5, default_feed="events")
@@ -249,7 +249,10 @@ def test_the_last_store_of_a_database_to_close_closes_its_index(
     first = Simplefeed(sqlite_settings)
     first.create_feed("events")
     first.close()
-    before = open_fds()
+    database = sqlite_path(sqlite_settings.database_url)
+    assert database is not None
+    database_directory = database.parent.resolve()
+    before = open_fds(under=database_directory)
     for _ in range(3):
         first, second = Simplefeed(sqlite_settings), Simplefeed(sqlite_settings)
         first.feed_head("events")
@@ -258,4 +261,4 @@ def test_the_last_store_of_a_database_to_close_closes_its_index(
         first.close()
         assert second.feed_head("events").name == "events"  # still read through it
         second.close()
-    assert open_fds() == before
+    assert open_fds(under=database_directory) == before
