@@ -478,7 +478,7 @@ class Simplefeed:
                 prev = (
                     archive.page_sha256(frozen[-1])
                     if frozen
-                    else self._page_sha256(append.feed, number - 1)
+                    else self._page_sha256(append.feed, number - 1, append.page)
                 )
                 frozen.append(self._freeze(append, number, now, decision, parts, prev))
             # The base URL the frozen pages are rendered with, recorded as each page freezes.
@@ -595,16 +595,22 @@ class Simplefeed:
             prev_sha256=prev_sha256,
         )
 
-    def _page_sha256(self, feed: Feed, number: int) -> str | None:
+    def _page_sha256(
+        self,
+        feed: Feed,
+        number: int,
+        read: Callable[[int], FrozenPage | None] | None = None,
+    ) -> str | None:
         """The digest of frozen page ``number`` (None for page 0: there is none). Frozen pages
-        never change, so the newest one's digest is kept per feed; another comes from the
-        store (its ETag holds it, or its bytes for pages frozen before it did)."""
+        never change, so the newest one's digest is kept per feed; another is read (``read``,
+        by default from the store) for its ETag (which holds it) or its bytes (for pages
+        frozen before it did)."""
         if number < 1:
             return None
         known = self._digests.get(feed.id)
         if known is not None and known[0] == number:
             return known[1]
-        page = self.store.page(feed.id, number)
+        page = read(number) if read is not None else self.store.page(feed.id, number)
         if page is None:
             raise StoreError(f"feed {feed.name!r} has no frozen page {number}")
         digest = archive.page_sha256(page)
@@ -777,7 +783,7 @@ class Simplefeed:
                     entries = tuple(rebasing.entries_between(first, last))
                     body = atom.render(self._document(feed, "archive", number, entries, prev))
                     page = FrozenPage(feed.id, number, body, archive.strong_etag(body), now)
-                    old = self.store.page(feed.id, number)
+                    old = rebasing.page(number)
                     if old is None or old.body != body:
                         changed += 1
                         rebasing.replace_page(page)

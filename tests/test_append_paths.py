@@ -12,6 +12,7 @@ every publish the same.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -243,6 +244,70 @@ def test_both_append_paths_wait_for_the_feeds_advisory_lock(
         holder.dispose()
     assert feed.head_seq == 6
     assert counts == {"appended": 1, "gave way": 1}
+
+
+def test_appends_that_freeze_never_wait_for_the_pool_holding_the_lock(
+    both: tuple[Simplefeed, Simplefeed], tmp_path: Path
+) -> None:
+    """A freeze reads the digest of the page before it (when another process froze that page)
+    on the append's own connection. It took a second one from the pool, holding the feed's
+    lock: once the appends waiting for that lock held the pool's every connection (4, and 4
+    over), it waited for them and they for it, until the pool gave up after 30 s (the publish
+    benchmark: no batch of 100 answered on PostgreSQL)."""
+    import threading
+
+    from sqlalchemy import create_engine
+
+    from simplefeed.store.postgres import ADVISORY_LOCK_SPACE
+
+    _, pg = both
+    other = Simplefeed(replace(pg.settings, archive_dir=tmp_path / "archive-other"))
+    try:
+        other.publish("events", [Event(f"page 1, {i}", id=f"urn:other:{i}") for i in range(5)])
+    finally:
+        other.store.close()
+    batches = 12  # more than the pool's 8 connections
+    errors: list[BaseException] = []
+
+    def publish(batch: int) -> None:
+        try:
+            pg.publish("events", [Event(f"{batch}.{i}", id=f"urn:b:{batch}.{i}") for i in range(5)])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    feed = pg.feed("events")
+    holder = create_engine(pg.settings.database_url)
+    workers = [threading.Thread(target=publish, args=(b,)) for b in range(batches)]
+    try:
+        with holder.begin() as conn:
+            conn.execute(
+                text("SELECT pg_advisory_xact_lock(:space, :feed)"),
+                {"space": ADVISORY_LOCK_SPACE, "feed": feed.id},
+            )
+            for worker in workers:
+                worker.start()
+            deadline = time.monotonic() + 10
+            while _waiting_for_the_lock(conn) < 8 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        for worker in workers:
+            worker.join(120)
+    finally:
+        holder.dispose()
+    assert not errors, errors[0]
+    assert pg.feed("events").head_seq == 5 * (1 + batches)
+    assert _rows(pg, "SELECT count(*) FROM pages") == [(1 + batches,)]
+
+
+def _waiting_for_the_lock(conn: Any) -> int:
+    return int(
+        conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
+                " AND datname = current_database()"
+            )
+        ).scalar_one()
+    )
 
 
 class _Worker:

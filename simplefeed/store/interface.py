@@ -42,6 +42,12 @@ class Appending(ABC):
         """Entries with ``first <= seq <= last``, newest first, in this transaction."""
 
     @abstractmethod
+    def page(self, number: int) -> FrozenPage | None:
+        """The feed's frozen page ``number``, in this transaction: an append that needed a
+        second connection from the pool for it waited, holding the feed's lock, for appends
+        that held the pool's every connection waiting for that lock (PostgreSQL)."""
+
+    @abstractmethod
     def write(
         self,
         new: Sequence[tuple[Entry, PendingEntry]],
@@ -67,6 +73,10 @@ class Rebasing(ABC):
     @abstractmethod
     def entries_between(self, first: int, last: int) -> list[Entry]:
         """Entries with ``first <= seq <= last``, newest first, in this transaction."""
+
+    @abstractmethod
+    def page(self, number: int) -> FrozenPage | None:
+        """The feed's frozen page ``number`` as it is before this transaction replaces it."""
 
     @abstractmethod
     def replace_page(self, page: FrozenPage) -> None:

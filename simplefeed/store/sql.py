@@ -52,6 +52,9 @@ class SqlAppending(Appending):
     def entries_between(self, first: int, last: int) -> list[Entry]:
         return entries_between(self.conn, self.feed.id, first, last)
 
+    def page(self, number: int) -> FrozenPage | None:
+        return page_in(self.conn, self.feed.id, number)
+
 
 class SqlRebasing(Rebasing):
     def __init__(self, conn: Connection, feed: Feed) -> None:
@@ -60,6 +63,9 @@ class SqlRebasing(Rebasing):
 
     def entries_between(self, first: int, last: int) -> list[Entry]:
         return entries_between(self.conn, self.feed.id, first, last)
+
+    def page(self, number: int) -> FrozenPage | None:
+        return page_in(self.conn, self.feed.id, number)
 
     def replace_page(self, page: FrozenPage) -> None:
         self.conn.execute(
@@ -268,6 +274,11 @@ def find_entries(
 def entries_between(conn: Connection, feed_id: int, first: int, last: int) -> list[Entry]:
     rows = conn.execute(_BETWEEN, {"feed_id": feed_id, "first": first, "last": last})
     return [_entry_from(r) for r in rows]
+
+
+def page_in(conn: Connection, feed_id: int, number: int) -> FrozenPage | None:
+    row = conn.execute(_PAGE, {"feed_id": feed_id, "n": number}).first()
+    return None if row is None else _page_from(row)
 
 
 # -- the direct connections -------------------------------------------------------------------
@@ -563,8 +574,7 @@ class SqlStore(Store):
 
     def page(self, feed_id: int, number: int) -> FrozenPage | None:
         with self.read_one() as conn:
-            row = conn.execute(_PAGE, {"feed_id": feed_id, "n": number}).first()
-        return None if row is None else _page_from(row)
+            return page_in(conn, feed_id, number)
 
     def iter_pages(self, feed_id: int, chunk: int = 64) -> Iterator[FrozenPage]:
         """Every frozen page of a feed in order, ``chunk`` at a time: a feed of millions of
