@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cachetools import TTLCache
+
 from simplefeed import appending, archive, atom, auth, metrics, paging, validation
 from simplefeed.changes import Bell, Changes
 from simplefeed.errors import (
@@ -87,6 +89,10 @@ def free_bytes(directory: Path) -> int | None:
 
 
 _MS_MASK = (1 << 48) - 1
+#: How long a process skips the screen's lookup for credentials it found valid.
+SCREEN_S = 5.0
+#: How many credentials it remembers so (each entry: a token id, a hash, a feed name).
+SCREEN_SIZE = 1024
 _VERSION_VARIANT_CLEAR = ~(0xF << 76 | 0x3 << 62)
 _VERSION_VARIANT_SET = 0x7 << 76 | 0x2 << 62  # version 7, RFC 9562 variant
 
@@ -227,6 +233,10 @@ class Simplefeed:
         #: size: these never change) on the one-round-trip append path, never for their head.
         self._feeds: dict[str, Feed] = {}
         self._cache_lock = threading.Lock()
+        self._screened: TTLCache[tuple[int, str, str], bool] = TTLCache(
+            SCREEN_SIZE, SCREEN_S, timer=time.monotonic
+        )
+        self._screened_lock = threading.Lock()  # cachetools' caches are not thread-safe
         #: One rendering of a live document's version at a time: the requests that want it
         #: too (every long-poll woken by a publish) wait for it, then serve it from memory.
         self._rendering = Striped()
@@ -415,6 +425,25 @@ class Simplefeed:
         ``feed``."""
         record = self.store.token(credentials.token_id)
         auth.check(credentials, record, feed)
+
+    def screen_credentials(self, credentials: auth.Credentials, feed: str) -> None:
+        """Refuse a publish's credentials before its body is read, so that a client without a
+        valid token costs a lookup and never the parsing of what it sent.
+
+        A screen, not the check: credentials this process found valid for ``feed`` in the last
+        :data:`SCREEN_S` seconds are not looked up again, and :meth:`publish` checks them
+        against the database all the same (in the append's own statements on the quick path),
+        so a revoked token is still refused at once (and spends the door's time for at most
+        those seconds); what they spare is a second round trip on the quick path, which takes
+        one.
+        """
+        key = (credentials.token_id, auth.hash_secret(credentials.secret), feed)
+        with self._screened_lock:
+            if key in self._screened:
+                return
+        self.check_credentials(credentials, feed)
+        with self._screened_lock:
+            self._screened[key] = True
 
     # -- publishing ----------------------------------------------------------------------
 

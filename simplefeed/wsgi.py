@@ -16,6 +16,7 @@ service starts and answers 503 until it does (each freeze checks the base URL ag
 import contextlib
 import logging
 import os
+import re
 import socket
 import threading
 from collections.abc import Iterable, Iterator
@@ -174,8 +175,13 @@ class _ThenClose:
             if close is not None:
                 close()
         finally:
-            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(self.fd)) as conn:
-                conn.shutdown(socket.SHUT_RDWR)  # uWSGI closes its own descriptor after
+            _shut_down(self.fd)
+
+
+def _shut_down(fd: int) -> None:
+    """End a request's connection both ways (uWSGI closes its own descriptor after)."""
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as conn:
+        conn.shutdown(socket.SHUT_RDWR)
 
 
 def honour_close(app: WsgiApp) -> WsgiApp:
@@ -200,6 +206,35 @@ def honour_close(app: WsgiApp) -> WsgiApp:
     return application
 
 
+#: The HTTP versions a request may name: 1.0 and 1.1 (RFC 9112 2.3), and the 2.0 and 3.0 nginx
+#: passes on a uwsgi socket (``HTTP/9.9`` was answered ``HTTP/9.9 200 OK``).
+_HTTP_VERSION = re.compile(r"HTTP/(?:1\.[01]|[23]\.0)\Z")
+
+
+def refuse_forged_protocol(app: WsgiApp) -> WsgiApp:
+    """``app`` behind uWSGI's HTTP parser (http-socket, http11-socket), which begins the
+    status line of its response with the request line's protocol as it came: ``GET / X`` and a
+    bare LF, then ``Set-Cookie: a=b``, was answered ``X`` LF ``Set-Cookie: a=b 200 OK`` (a
+    header of the sender's choosing, for whatever passes the response on; a security
+    reviewer's trial). A request whose protocol is not one of :data:`_HTTP_VERSION` gets no
+    answer: its connection is shut down (whatever status the app gave, uWSGI would write that
+    protocol)."""
+
+    def application(env: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        protocol = env.get("SERVER_PROTOCOL", "")
+        if _HTTP_VERSION.match(protocol):
+            return app(env, start_response)
+        logging.getLogger("simplefeed").warning(
+            "a request line whose protocol is not an HTTP version (%r): connection closed"
+            " without an answer",
+            protocol[:60],
+        )
+        _shut_down(uwsgi.connection_fd())
+        return []
+
+    return application
+
+
 # uWSGI's cores are the requests a worker serves at once (its threads).
 application = requests_only(
     create_app(
@@ -211,8 +246,8 @@ application = requests_only(
 )
 if uwsgi is not None and "http11-socket" in uwsgi.opt:
     application = honour_close(application)
-
 if uwsgi is not None:
+    application = refuse_forged_protocol(application)
     _pid = os.getpid()
 
     def _worker_exits() -> None:

@@ -442,6 +442,46 @@ def test_auth_comes_before_everything_else(client: Client) -> None:
         assert client.simulate_post(path, headers=headers, **kwargs).status_code == 401
 
 
+def test_a_made_up_token_costs_a_lookup_never_the_parsing_of_the_body(
+    client: Client, core: Simplefeed, token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A security reviewer's trial: 24 KB of HTML content took seconds of CPU to refuse before
+    its made-up token was. Now the token is looked up first."""
+    from simplefeed.app import resources
+
+    read: list[bytes] = []
+    real = resources.read_body
+
+    def spy(body: bytes) -> Any:
+        read.append(body)
+        return real(body)
+
+    monkeypatch.setattr(resources, "read_body", spy)
+    event = {"title": "x", "content": "<p>x</p>", "content_type": "html"}
+    for made_up in ("sft_999_" + "A" * 43, token[:-1] + ("A" if token[-1] != "A" else "B")):
+        headers = {"Authorization": f"Bearer {made_up}"}
+        r = client.simulate_post("/entries", json=event, headers=headers)
+        assert r.status_code == 401 and read == []
+    assert client.simulate_post("/entries", json=event).status_code == 201
+    assert len(read) == 1
+
+
+def test_every_response_with_a_body_says_nosniff(client: Client) -> None:
+    """JSON replies quote what a request sent (a path, a query): a browser must read none of
+    them as anything but its type (a security reviewer's trial found it on Atom only)."""
+    post(client, [{"title": "x"}])
+    answers = [
+        client.simulate_get(path)
+        for path in ("/recent", "/pages/1", "/healthz", "/openapi.json", "/nope?<b>", "/")
+    ]
+    answers.append(client.simulate_post("/entries", json={}, headers={"Authorization": ""}))
+    answers.append(client.simulate_options("/entries"))
+    assert [a.headers.get("x-content-type-options") for a in answers] == ["nosniff"] * 8
+    etag = answers[0].headers["etag"]
+    again = client.simulate_get("/recent", headers={"If-None-Match": etag})
+    assert again.status_code == 304 and "x-content-type-options" not in again.headers
+
+
 def test_reading_is_public(client: Client) -> None:
     post(client, [{"title": f"e{i}"} for i in range(6)])
     no_auth = {"Authorization": ""}

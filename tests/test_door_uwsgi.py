@@ -167,6 +167,54 @@ def test_a_token_id_beyond_the_column_is_a_401(
     assert snapshot(uwsgi_server, http, db) == before
 
 
+@pytest.mark.parametrize(
+    "request_line",
+    [
+        b"GET /healthz X\nSet-Cookie: a=b",  # a bare LF ends the request line
+        b"GET /healthz HTTP/1.1 Set-Cookie: a=b",
+        b"GET /healthz HTTP/1.1\x0bSet-Cookie: a=b",
+        b"GET /healthz HTTP/9.9",  # was answered HTTP/9.9 200 OK
+    ],
+)
+def test_a_request_line_with_a_forged_protocol_gets_no_answer(
+    uwsgi_server: UwsgiServer, request_line: bytes
+) -> None:
+    """uWSGI begins its status line with the request line's protocol as it came, so these were
+    answered with a Set-Cookie header of the sender's choosing (a security reviewer's trial)."""
+    with socket.create_connection((HOST, uwsgi_server.port), timeout=10) as sock:
+        sock.sendall(request_line + f"\r\nHost: {HOST}\r\n\r\n".encode())
+        received = b""
+        while data := sock.recv(65536):
+            received += data
+    assert received == b""
+    with socket.create_connection((HOST, uwsgi_server.port), timeout=10) as sock:
+        sock.sendall(f"GET /healthz HTTP/1.0\r\nHost: {HOST}\r\n\r\n".encode())
+        assert sock.recv(65536).startswith(b"HTTP/1.0 200 OK\r\n")
+
+
+def test_a_body_with_both_transfer_encoding_and_content_length_is_a_400(
+    uwsgi_server: UwsgiServer, http: httpx.Client, db: Engine
+) -> None:
+    """RFC 9112 6.1 (uWSGI read the Content-Length and stored the event; a proxy in front
+    might have read the chunks: a security reviewer's trial)."""
+    before = snapshot(uwsgi_server, http, db)
+    body = b'{"title": "smuggled"}'
+    head = (
+        f"POST /entries HTTP/1.1\r\nHost: {HOST}:{uwsgi_server.port}\r\n"
+        f"Authorization: Bearer {uwsgi_server.token}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )
+    with socket.create_connection((HOST, uwsgi_server.port), timeout=30) as sock:
+        sock.sendall(head.encode("latin-1") + body)
+        received = b""
+        while data := sock.recv(65536):
+            received += data
+    status_line, _, rest = received.partition(b"\r\n")
+    assert status_line.split()[1] == b"400", received
+    assert b"both Transfer-Encoding and Content-Length" in rest
+    assert snapshot(uwsgi_server, http, db) == before
+
+
 def _post_short_body(server: UwsgiServer, *, close_write: bool) -> tuple[int, dict[str, Any]]:
     """POST a body of 10 bytes under ``Content-Length: 100``; the socket is kept open (the
     server waits for the rest, up to its socket timeout) or its writing half is closed."""

@@ -85,3 +85,60 @@ def test_feed_pages_in_headless_chromium(tmp_path: Path) -> None:
             finally:
                 browser.close()
     assert (shots / "feed-page-1.png").stat().st_size > 1000
+
+
+def test_an_atom_document_in_headless_chromium_loads_and_runs_nothing(tmp_path: Path) -> None:
+    """Atom documents are for feed readers: a browser that shows one (Chromium's XML viewer)
+    loads nothing they name and runs nothing (Content-Security-Policy, nosniff); the document
+    is still shown. A security reviewer's trial found them without either header."""
+    import http.server
+    import threading
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    chromium = ensure_debian_binary("chromium", lambda: shutil.which("chromium"))
+    fetched: list[str] = []
+
+    class Pixel(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            fetched.append(self.path)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    tracker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Pixel)
+    threading.Thread(target=tracker.serve_forever, daemon=True).start()
+    pixel = f"http://127.0.0.1:{tracker.server_address[1]}/pixel.png"
+    svg = (
+        '<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10">'
+        f'<image href="{pixel}" width="10" height="10"/></svg>'
+    )
+    try:
+        with UwsgiServer.scratch(tmp_path, page_size=3) as s:
+            reply = httpx.post(
+                s.url("/entries"),
+                json=[
+                    {"title": "a picture", "content": svg, "content_type": "image/svg+xml"},
+                    {"title": "order 1 paid"},
+                ],
+                headers={"Authorization": f"Bearer {s.token}"},
+            )
+            assert reply.status_code == 201, reply.text
+            with sync_api.sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+                try:
+                    page = browser.new_page()
+                    for path in ("/recent", "/pages/1"):
+                        shown = page.goto(s.url(path))
+                        assert shown is not None and shown.status == 200
+                        assert shown.headers["x-content-type-options"] == "nosniff"
+                        assert "sandbox" in shown.headers["content-security-policy"]
+                        page.wait_for_timeout(500)
+                        assert "order 1 paid" in page.content(), path
+                finally:
+                    browser.close()
+    finally:
+        tracker.shutdown()
+        tracker.server_close()
+    assert fetched == []

@@ -79,6 +79,8 @@ class HttpRules:
     - ``Connection: close`` when the request's body may be left unread (:func:`body_unread`):
       uWSGI's http11-socket then closes the connection after the response, and says nothing;
       a pooled client told so opens a new one instead of sending into a closed one.
+    - ``X-Content-Type-Options: nosniff`` on every response with a body (JSON replies quote
+      what a request sent: a browser must never read one as anything but its type).
     """
 
     def __init__(self, clock: Clock) -> None:
@@ -104,6 +106,8 @@ class HttpRules:
         self, req: falcon.Request, resp: falcon.Response, resource: object, req_succeeded: bool
     ) -> None:
         resp.set_header("Date", self.date())
+        if resp.status_code != 304:
+            resp.set_header("X-Content-Type-Options", "nosniff")
         if body_unread(req.env, resp.status_code):
             resp.set_header("Connection", "close")
 

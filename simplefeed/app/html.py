@@ -107,7 +107,6 @@ class _Html:
         # (REDbot warned of "no-cache" without one), so no copy is kept.
         resp.cache_control = ["no-store"]
         resp.set_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-        resp.set_header("X-Content-Type-Options", "nosniff")
         resp.text = _TEMPLATES.get_template(template).render(**values)
 
 
