@@ -59,6 +59,9 @@ from simplefeed.feed_namespaces import FEED_NAMESPACES, USERLAND_RSS
 from simplefeed.model import (
     ATOM_NS,
     FH_NS,
+    MAX_ATTRIBUTES,
+    MAX_CONTENT_NAMESPACES,
+    SAME_CONTENT_TYPE,
     SF_NS,
     ContentMode,
     Document,
@@ -72,21 +75,26 @@ from simplefeed.paging import locator_segment
 GENERATOR = "Simplefeed"
 #: The form of the documents this renderer writes. Live documents' ETags include it, so a release
 #: that changes their bytes (as 2 did: JSON content as text, sf:sha256 digests, no empty
-#: content) changes every live ETag: a client's old copy is not confirmed by a 304. Raise it with
-#: every such change; archived pages are never re-rendered and keep their bytes and ETags.
-DOCUMENT_FORMAT = 2
+#: content; as 3 did: inline content's attribute namespaces declared once) changes every live
+#: ETag: a client's old copy is not confirmed by a 304. Raise it with every such change;
+#: archived pages are never re-rendered and keep their bytes and ETags.
+DOCUMENT_FORMAT = 3
 GENERATOR_URI = "https://simplefeed.dev/"
+
+
+#: The content types of ``model.SAME_CONTENT_TYPE``, each to the mode Atom carries it in.
+_SPELT: dict[str | None, ContentMode] = {
+    spelling: mode for mode, spellings in SAME_CONTENT_TYPE.items() for spelling in spellings
+}
 
 
 def content_mode(content_type: str | None) -> ContentMode:
     """How content of a given ``content_type`` is carried in Atom."""
-    if content_type is None:
-        return "text"
-    ct = content_type.lower()
-    if ct in ("text", "text/plain"):
-        return "text"
-    if ct in ("html", "text/html"):
-        return "html"
+    ct = content_type.lower() if content_type is not None else None
+    spelt = _SPELT.get(ct)
+    if spelt is not None:
+        return spelt
+    assert ct is not None
     if ct == "xhtml":
         return "xhtml"
     if ct.endswith("/xml") or ct.endswith("+xml"):
@@ -458,6 +466,14 @@ _SAFE_PARSER = etree.XMLParser(
     huge_tree=False,
     remove_pis=True,
 )
+#: What declares a namespace in a tag of XML text (text that mentions one is not counted).
+_NAMESPACE_DECLARATION = re.compile(r"xmlns(?::[^\s=>/]+)?\s*=")
+_TAG = re.compile(r"<[^<>]*>")
+#: The door's parser: as :data:`_SAFE_PARSER`, but keeping processing instructions, to refuse
+#: them (the documents would not carry them: content comes back as it was sent, or is refused).
+_CHECK_PARSER = etree.XMLParser(
+    resolve_entities=False, no_network=True, load_dtd=False, dtd_validation=False, huge_tree=False
+)
 
 
 def prev_archive_sha256(body: bytes) -> str | None:
@@ -482,15 +498,37 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
     would read the element as the entry's own). XHTML is in that table: it belongs in
     ``xhtml`` content.
     """
+    declarations = sum(len(_NAMESPACE_DECLARATION.findall(tag)) for tag in _TAG.findall(text))
+    if declarations > MAX_CONTENT_NAMESPACES:
+        # Before parsing: checking declarations costs their number times the elements'.
+        return (
+            f"{declarations} namespace declarations: at most {MAX_CONTENT_NAMESPACES} (feed"
+            " readers take time growing with their square)"
+        )
     source = f"{_XHTML_DIV}{text}</div>" if xhtml else text
     try:
-        root = etree.fromstring(source, _SAFE_PARSER)
+        root = etree.fromstring(source, _CHECK_PARSER)
     except (etree.XMLSyntaxError, ValueError) as exc:
         return str(exc)
     doctype: str = root.getroottree().docinfo.doctype  # type: ignore[union-attr]
     if doctype:
         return "DOCTYPE declarations are not allowed"
+    for node in (*root.itersiblings(preceding=True), *root.itersiblings(), *root.iter(etree.PI)):
+        # The rendered document would not hold them (only the root element goes into it, and
+        # feedgen's parser drops processing instructions): refused, never silently dropped.
+        what = (
+            "a processing instruction"
+            if isinstance(node, etree._ProcessingInstruction)
+            else "a comment outside the root element"
+        )
+        return f"{what} ({str(node)[:40]!r}) is not allowed: the feed would not carry it"
     for el in root.iter(etree.Element):
+        if len(el.attrib) > MAX_ATTRIBUTES:
+            return (
+                f"<{etree.QName(el).localname}> has {len(el.attrib)} attributes: at most"
+                f" {MAX_ATTRIBUTES} (feedparser's time grows with their square; the Simplefeed"
+                " consumer refuses such a page)"
+            )
         namespace = etree.QName(el).namespace
         if xhtml:
             if namespace != XHTML_NS:
@@ -610,8 +648,19 @@ def _prefixed(root: Any) -> Any:
     default namespace of its own is correct XML, but feed parsers such as feedparser read such
     elements by local name (a ``<link>`` in the content becomes a link of the entry). Explicit
     prefixes (``c0``, ``c1``, ... in document order) keep the same XML infoset and no ambiguity.
+
+    The namespaces of attributes (``xlink:href``, ``inkscape:label``) are declared once, on the
+    root, after its own: left to lxml, each element holding one declared a prefix of its own
+    (``ns0``, ``ns1``, ...), so that 65 such elements made a page declare 67 prefixes, which the
+    Simplefeed consumer refuses (feedparser's time grows with them).
     """
-    prefixes: dict[str, str] = {}
+    prefixes: dict[str, str] = {etree.QName(root).namespace: "c0"}
+    for el in root.iter(etree.Element):
+        for key in el.attrib:
+            namespace = etree.QName(key).namespace
+            if namespace is not None and namespace != XML_NS and namespace not in prefixes:
+                prefixes[namespace] = f"c{len(prefixes)}"
+    on_root = {prefix: namespace for namespace, prefix in prefixes.items()}
 
     def copy(node: Any, parent: Any) -> Any:
         if not isinstance(node.tag, str):  # comment or processing instruction
@@ -624,7 +673,7 @@ def _prefixed(root: Any) -> Any:
             prefixes[namespace] = f"c{len(prefixes)}"
         nsmap = {prefixes[namespace]: namespace}
         if parent is None:
-            el = etree.Element(node.tag, nsmap=nsmap)
+            el = etree.Element(node.tag, nsmap=on_root)
         else:
             el = etree.SubElement(parent, node.tag, nsmap=nsmap)
         for key, value in node.attrib.items():

@@ -13,6 +13,15 @@ SF_NS = "https://simplefeed.dev/ns/1.0"
 #: RFC 5005 feed history namespace: ``<fh:archive/>`` marks an archived page.
 FH_NS = "http://purl.org/syndication/history/1.0"
 ATOM_NS = "http://www.w3.org/2005/Atom"
+#: The most attributes an element of a document may have: feedparser looks each one up among
+#: all of them (stdlib SAX's ``getValueByQName``), so its time grows with their square (43,000
+#: on one element, 462 KB, took 11-15 s). The door refuses more in inline content; the
+#: consumer refuses documents with more before feedparser reads them.
+MAX_ATTRIBUTES = 256
+#: The most namespace declarations inline content may make: feedparser's time grows with the
+#: square of the namespaces a document declares (40,000 in 1.5 MB took 29 s), and the door's
+#: own check with their number times the elements'.
+MAX_CONTENT_NAMESPACES = 16
 ATOM_MEDIA_TYPE = "application/atom+xml; charset=utf-8"
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -154,7 +163,7 @@ class Event:
         data = self._plain()
         found = {_fingerprint(data)}
         if self.content is not None:
-            for spellings in _SAME_CONTENT_TYPE:
+            for spellings in SAME_CONTENT_TYPE.values():
                 if self.content_type in spellings:
                     found.update(_fingerprint({**data, "content_type": s}) for s in spellings)
         return frozenset(found)
@@ -210,12 +219,13 @@ class Event:
         )
 
 
-#: Spellings of a content type that render alike (atom.content_mode), as the door keeps them
-#: (lower case): the event's fingerprint is of the one it was sent with.
-_SAME_CONTENT_TYPE: tuple[tuple[str | None, ...], ...] = (
-    (None, "text", "text/plain"),
-    ("html", "text/html"),
-)
+#: Spellings of a content type that Atom carries alike, by ``type`` (``atom.content_mode``
+#: reads them), as the door keeps them (lower case): an event's fingerprint is of the one it
+#: was sent with, and a retry with another is a replay (:meth:`Event.replay_fingerprints`).
+SAME_CONTENT_TYPE: dict[ContentMode, tuple[str | None, ...]] = {
+    "text": (None, "text", "text/plain"),
+    "html": ("html", "text/html"),
+}
 
 
 def _fingerprint(data: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ import math
 import re
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AwareDatetime,
@@ -65,7 +65,9 @@ ATOM_MEDIA_TYPE = "application/atom+xml"
 #: hold (the Simplefeed consumer reads at most 19 digits).
 MAX_LINK_LENGTH = 2**63 - 1
 
-LinkRel = Literal["alternate", "enclosure", "related", "self", "via"]
+#: The link relations of RFC 4287 (4.2.7.2) an entry may name; others are named by an
+#: absolute IRI (an extension relation, RFC 4287 4.2.7.2 and RFC 8288 2.1.2).
+LINK_RELS = frozenset({"alternate", "enclosure", "related", "self", "via"})
 
 
 class _Strict(BaseModel):
@@ -86,7 +88,14 @@ class CategoryIn(_Strict):
 
 class LinkIn(_Strict):
     href: StrictStr = Field(min_length=1)
-    rel: LinkRel = "alternate"
+    rel: Annotated[
+        StrictStr,
+        Field(
+            description="alternate, enclosure, related, self or via (RFC 4287), or an absolute"
+            " IRI naming an extension relation",
+            examples=["related", "https://example.com/rels/invoice"],
+        ),
+    ] = "alternate"
     type: StrictStr | None = None
     hreflang: StrictStr | None = None
     title: StrictStr | None = None
@@ -390,6 +399,15 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
             raise c.fail(f"{where}.type", "must be a media type (type/subtype)")
         if link.hreflang is not None and not _LANG.match(link.hreflang):
             raise c.fail(f"{where}.hreflang", "must be a language tag (RFC 3066)")
+        if link.rel not in LINK_RELS:
+            c.text(f"{where}.rel", link.rel, 2048)
+            if not _IRI.match(link.rel):
+                raise c.fail(
+                    f"{where}.rel",
+                    f"must be one of {', '.join(sorted(LINK_RELS))}, or an absolute IRI naming"
+                    " an extension relation (https://example.com/rels/invoice)",
+                )
+            c.iri(f"{where}.rel", link.rel, max_chars=2048)
         if link.rel == "self" and link.type not in (None, ATOM_MEDIA_TYPE):
             raise c.fail(
                 f"{where}.type",

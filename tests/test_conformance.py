@@ -231,6 +231,8 @@ CORPUS: list[Case] = [
                 },
                 {"href": "https://example.com/r?q=1&x=2", "rel": "related", "title": "Related ☃"},
                 {"href": "https://example.com/v", "rel": "via", "hreflang": "de"},
+                {"href": "https://example.com/i/42", "rel": "https://example.com/rels/invoice"},
+                {"href": "https://example.com/t", "rel": "tag:example.com,2026:rels/track"},
                 {
                     "href": "https://example.com/s.atom",
                     "rel": "self",

@@ -26,6 +26,7 @@ from tests.test_app import state
 Client = falcon.testing.TestClient
 JUDGES = Path(__file__).resolve().parent.parent.parent / "shared" / "judges"
 
+SVG = '<svg xmlns="http://www.w3.org/2000/svg"/>'
 POISON = {
     "title": "x",
     "content_type": "application/xml",
@@ -441,6 +442,73 @@ def test_html_that_could_run_script_is_refused(client: Client, core: Simplefeed,
     refused(client, core, [{"title": "ok"}, event], "content", index=1)
 
 
+@pytest.mark.parametrize(
+    "html,words",
+    [
+        # Python's HTML tokenizer read each of these to the end of the text: quadratic (2.8 s
+        # of CPU for this 24 KB, 0.7 s for 80 KB of the comments), so they are refused first.
+        ("<a " * 8000, ("left open", "'<a <a <a")),
+        ("<p>x</p></", ("left open", "'</'")),
+        ('<p title="a">x</p><a href="https://example.com/', ("left open",)),
+        ("<p>x</p>" + "<!--<p>" * 10000 + ">", ("a comment", "'<!--<p>")),
+        # It raised AssertionError on this (a 500).
+        ("<![<![<![", ("a declaration", "'<![<![<!['")),
+        ("<![CDATA[x]]><p>y</p>", ("a declaration",)),
+        ("<!DOCTYPE html><p>x</p>", ("a declaration",)),
+        ("<?php echo 1; ?><p>x</p>", ("a processing instruction",)),
+    ],
+)
+def test_markup_pythons_tokenizer_is_slow_or_fails_on_is_refused_first(
+    client: Client, core: Simplefeed, html: str, words: tuple[str, ...]
+) -> None:
+    event = {"title": "x", "content": html, "content_type": "html"}
+    refused(client, core, event, "content", words=words)
+
+
+@pytest.mark.parametrize(
+    "html,words",
+    [
+        # nh3 (html5ever) took time growing with the square of the depth: 4.7 s for these.
+        ("<div>" * 60_000, ("nested more than 100 deep",)),
+        ("<ul><li>" * 30_000, ("nested more than 100 deep",)),
+        # 17 KB that made nh3 write 12 MB in 4.9 s: each paragraph reopened every <b>.
+        ("<p>" + "".join(f"<b title={i}>" for i in range(800)) + "</p><p>x</p>" * 800, ("deep",)),
+        ("<p>" + "<b>" * 50 + "</p>" + "<p>x</p>" * 5_000, ("a <b> left open",)),
+        ("<b><i>x</b></i>", ("a </b> where <i> is the formatting element open last",)),
+        # A second trial's: what a browser leaves open, or end tags that close nothing (a
+        # browser ignores them: 512K characters of these took 4-24 s, and were accepted).
+        ("<rt>" * 131_072, ("nested more than 100 deep",)),
+        ("<div></span>" * 40_000, ("a </span> that closes no open element",)),
+        ("<dl><dt></q>" * 40_000, ("closes no open element",)),
+        # A third trial's: a list item that a browser ends below open <b>s opens them all again
+        # in every later item (97 <b> then 20,000 items, 395 KB: 22.8 s and 9.8 GB of memory);
+        # bare ampersands, whose cost in nh3 grows with their square (500,000: 1.5 s).
+        ("<ul><li>" + "<b>" * 97 + "<li>x</li>" * 20_000 + "</b>" * 97, ("a <li> while <b>",)),
+        ("<div><p>" + "<i>" * 50 + "<p>x</p>" * 1000 + "</i>" * 50, ("a <p> while <i> is open",)),
+        ("&" * 500_000, ("500000 ampersands that begin no character reference",)),
+        ("Tom & Jerry, &x; " * 5_000, ("10000 ampersands",)),
+    ],
+)  # fmt: skip
+def test_markup_a_browser_parses_slowly_is_refused_first(
+    client: Client, core: Simplefeed, html: str, words: tuple[str, ...]
+) -> None:
+    """A security reviewer's trial, with a valid token."""
+    event = {"title": "x", "content": html, "content_type": "html"}
+    refused(client, core, event, "content", words=words)
+    for ok in (
+        ("<div>" * 100 + "x" + "</div>" * 100) * 50,
+        "<ul>" + "<li><p>x" * 500 + "</ul>",
+        "<table>" + "<tr><td>1<td>2" * 500 + "</table>",
+        "<dl>" + "<dt>a<dd><p>b" * 300 + "</dl>",
+        "<p>a" * 1000,
+        "<p>Tom &amp; Jerry &copy; &#169; &#xA9; &hellip;</p>" * 5_000,
+        "<p>Tom & Jerry</p>" * 4_000,
+        "<pre>\nfirst line\n</pre><pre>\n\nafter a blank line</pre>",
+        "<b>bold <div>block</div></b><ul><li><b>x</b><li><i>y</i></ul>",
+    ):
+        accepted(client, {"title": "x", "content": ok, "content_type": "html"})
+
+
 def test_ordinary_html_is_accepted_and_kept_as_sent(client: Client) -> None:
     for i, html in enumerate(ORDINARY_HTML):
         event = {"title": "x", "content": html, "content_type": "html", "id": f"urn:test:html-{i}"}
@@ -499,6 +567,82 @@ def test_xml_that_could_run_script_is_refused(client: Client, core: Simplefeed, 
         refused(client, core, event, "content")
 
 
+def test_attribute_namespaces_are_declared_once_in_the_document(client: Client) -> None:
+    """lxml declared a prefix of its own on each element with a namespaced attribute: 65 such
+    elements (971 characters) made the page declare 67, which the consumer refuses (a security
+    reviewer's trial)."""
+    import re
+
+    xml = '<x:r xmlns:x="https://e.example/x" xmlns:y="https://e.example/y">'
+    xml += '<x:b y:a="1"/>' * 65 + "</x:r>"
+    accepted(client, {"title": "x", "content": xml, "content_type": "application/xml"})
+    body = client.simulate_get("/recent").content
+    assert sorted(set(re.findall(rb"xmlns:(\w+)=", body))) == [b"c0", b"c1", b"sf"]
+    (entry,) = parse_page("https://x.example/recent", body, parser="feedparser").entries
+    assert entry.content.count(' ns1:a="1"') == 65  # the consumer's own serialisation
+
+
+CROWDED = '<x:e xmlns:x="urn:x-y:z" ' + " ".join(f'a{i}=""' for i in range(300)) + "/>"
+
+
+def _declaring(n: int) -> str:
+    """n namespace declarations, and three elements for each (the door's check took time
+    growing with their product: 124 KB took 5.2 s before a 201)."""
+    declared = " ".join(f'xmlns:p{i}="http://e.example/{i}"' for i in range(n))
+    return f'<r xmlns="urn:x-y:r" {declared}>' + "<a/>" * (3 * n) + "</r>"
+
+
+@pytest.mark.parametrize(
+    "content,content_type,words",
+    [
+        (_declaring(4000), "application/xml", "4001 namespace declarations: at most 16"),
+        (_declaring(17), "image/svg+xml", "18 namespace declarations"),
+        ("".join(f'<p{i}:e xmlns:p{i}="urn:{i}"/>' for i in range(13_000)), "xhtml", "at most 16"),
+        (CROWDED, "application/xml", "<e> has 300 attributes: at most 256"),
+    ],
+)  # fmt: skip
+def test_inline_content_a_feed_reader_reads_slowly_is_refused(
+    client: Client, core: Simplefeed, content: str, content_type: str, words: str
+) -> None:
+    """Namespaces and attributes that feedparser (and the door) take time growing with the
+    square of: accepted, a page of them stopped every Simplefeed consumer (which refuses an
+    element of over 256 attributes) or took it minutes (a security reviewer's trial)."""
+    refused(
+        client,
+        core,
+        {"title": "x", "content": content, "content_type": content_type},
+        "content",
+        words=(words,),
+    )
+    accepted(client, {"title": "x", "content": _declaring(15), "content_type": "application/xml"})
+    mentions = "<p>" + 'Write <code>xmlns:a="urn:a"</code> on the root. ' * 20 + "</p>"
+    accepted(client, {"title": "x", "content": mentions, "content_type": "xhtml"})
+
+
+@pytest.mark.parametrize(
+    "content,content_type,words",
+    [
+        ('<?xml-stylesheet href="s.css"?>' + SVG, "image/svg+xml", "('<?xml-stylesheet href"),
+        (SVG[:-2] + "><?pi x?></svg>", "image/svg+xml", "a processing instruction ('<?pi x?>')"),
+        ("<!-- made by hand -->" + SVG, "image/svg+xml", "a comment outside the root element"),
+        (SVG + "<!-- end -->", "application/xml", "a comment outside the root element"),
+        ("<p>a<?php echo 1; ?></p>", "xhtml", "a processing instruction"),
+    ],
+)  # fmt: skip
+def test_what_the_document_would_not_carry_is_refused_not_dropped(
+    client: Client, core: Simplefeed, content: str, content_type: str, words: str
+) -> None:
+    """feedgen's parser dropped processing instructions, and only the root element goes into
+    the document: accepted, they were lost from the entry for good (a security reviewer's
+    trial)."""
+    event = {"title": "x", "content": content, "content_type": content_type}
+    refused(client, core, event, "content", words=(words,))
+    accepted(
+        client,
+        {"title": "x", "content": '<?xml version="1.0"?>' + SVG, "content_type": "image/svg+xml"},
+    )
+
+
 @pytest.mark.parametrize(
     "event,field",
     [
@@ -512,6 +656,30 @@ def test_script_urls_in_the_events_urls_are_refused(
     client: Client, core: Simplefeed, event: dict[str, Any], field: str
 ) -> None:
     refused(client, core, {"title": "x", **event}, field, words=("URL",))
+
+
+@pytest.mark.parametrize(
+    "rel,words",
+    [
+        ("edit", ("must be one of alternate,", "an absolute IRI")),
+        ("prev-archive", ("must be one of",)),
+        ("", ("must be one of",)),
+        ("javascript:alert(1)", ("javascript: URL",)),
+        ("https://a.example/%zz", ("%",)),
+        ("https://a.example/rels/" + "x" * 2048, ("longer than 2048",)),
+    ],
+)
+def test_a_link_relation_is_an_atom_name_or_an_absolute_iri(
+    client: Client, core: Simplefeed, rel: str, words: tuple[str, ...]
+) -> None:
+    """RFC 4287 4.2.7.2: the names it registers, or an IRI naming an extension relation (the
+    door took the five names only; a reviewer's trial)."""
+    link = {"href": "https://a.example/", "rel": rel}
+    refused(client, core, {"title": "x", "links": [link]}, "links[0].rel", words=words)
+    for extension in ("https://example.com/rels/invoice", "urn:example:rel:invoice"):
+        accepted(
+            client, {"title": "x", "links": [{"href": "https://a.example/", "rel": extension}]}
+        )
 
 
 @pytest.mark.parametrize(

@@ -213,7 +213,9 @@ def valid_event(draw: st.DrawFn, n: int) -> dict[str, Any]:
         st.lists(
             st.builds(
                 lambda w, rel, t: {"href": f"https://example.com/{w}", "rel": rel, "title": t},
-                word, st.sampled_from(["related", "via", "enclosure"]), label,
+                word,
+                st.sampled_from(["related", "via", "enclosure", "https://example.com/rels/a-b"]),
+                label,
             ),
             max_size=2,
         )
