@@ -9,13 +9,14 @@ from __future__ import annotations
 _ESCAPES = {ord("\\"): "\\\\", ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"}
 #: Unicode's bidirectional formatting characters: in a terminal they reorder what follows them
 #: on the line, so that a field could show the text of another ("Trojan Source", CVE-2021-42574).
-_BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 _CONTROLS = {
     code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-    for code in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, *_BIDI]
+    for code in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, *BIDI]
     if code not in _ESCAPES
 }
 _FIELD = str.maketrans({**_CONTROLS, **_ESCAPES})
+_LINE = str.maketrans({**_CONTROLS, **{c: e for c, e in _ESCAPES.items() if c != ord("\\")}})
 
 
 def escape_field(text: str) -> str:
@@ -23,3 +24,11 @@ def escape_field(text: str) -> str:
     formatting characters backslash-escaped, so that it is one field of one tab-separated line,
     shown as it is, whatever it holds."""
     return text.translate(_FIELD)
+
+
+def one_line(text: str) -> str:
+    """``text`` (a message that may quote a server: a URL, what its error body said) with line
+    breaks, tabs, other control characters and bidirectional formatting characters
+    backslash-escaped, so that it is one line and reaches the terminal as text; a backslash
+    stays as it is (a message's quoted strings already escape theirs)."""
+    return text.translate(_LINE)

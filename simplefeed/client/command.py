@@ -26,7 +26,8 @@ Exit codes:
 2    usage error
 3    the handler failed: ``--exec`` exited non-zero or could not be run, or output could not be
      written; the checkpoint is on the entry before
-4    the feed broke the protocol: not Atom, a malformed page, a link loop, a sequence gap, an
+4    the feed broke the protocol: not Atom, a malformed page, a link loop, a link to another
+     origin (not allowed by ``--allow-redirect-origin``), a sequence gap, an
      entry id repeated at another sequence number, a page whose SHA-256 is not the one the
      newer page's prev-archive link gives, the last processed entry gone; the checkpoint is
      untouched
@@ -88,7 +89,7 @@ from simplefeed.client.parse import PARSERS, FeedEntry, Parser
 from simplefeed.client.poll import PollPolicy
 from simplefeed.client.state import StateFile
 from simplefeed.client.walk import Progress
-from simplefeed.lines import escape_field
+from simplefeed.lines import escape_field, one_line
 
 __all__ = ["EXIT_CODES", "consume", "consumer_group"]
 
@@ -105,8 +106,8 @@ EXIT_CODES = {
     EXIT_OK: "caught up",
     2: "usage error",
     EXIT_HANDLER: "handler failed (--exec exited non-zero, or output failed)",
-    EXIT_FEED: "feed broke the protocol (not Atom, link loop, sequence gap, repeated id, "
-    "digest mismatch, entry gone)",
+    EXIT_FEED: "feed broke the protocol (not Atom, link loop, a link to another origin, sequence "
+    "gap, repeated id, digest mismatch, entry gone)",
     EXIT_HTTP: "HTTP gave up after retries, an unexpected status, a response too large, or a "
     "redirect to another origin",
     EXIT_STATE: "state file unusable",
@@ -144,6 +145,14 @@ def _http_urls(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
+class _OneLine(logging.Formatter):
+    """Each message on one line, controls escaped (:func:`~simplefeed.lines.one_line`): they
+    quote URLs a server chose. A traceback (``--debug``) follows on lines of its own."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return one_line(super().formatMessage(record))
+
+
 def _print_line(entry: FeedEntry) -> None:
     click.echo(f"{entry.seq}\t{escape_field(entry.id)}\t{escape_field(entry.title)}")
 
@@ -160,7 +169,7 @@ def _exec_handler(command: str) -> Callable[[FeedEntry], None]:
     def run(entry: FeedEntry) -> None:
         data = json_text(entry.to_json()).encode("utf-8") + b"\n"
         env = dict(os.environ)
-        env["SIMPLEFEED_ENTRY_ID"] = entry.id
+        env["SIMPLEFEED_ENTRY_ID"] = escape_field(entry.id)  # the id itself: on standard input
         env["SIMPLEFEED_ENTRY_SEQ"] = str(entry.seq)
         try:
             result = subprocess.run(argv, input=data, env=env, check=False)
@@ -301,8 +310,8 @@ class _ProgressBars:
     multiple=True,
     callback=_http_urls,
     metavar="ORIGIN",
-    help="Follow redirects to this origin (scheme://host[:port]) too; by default only within "
-    "URL's origin. Repeatable.",
+    help="Follow redirects and links to this origin (scheme://host[:port]) too; by default only "
+    "within URL's origin. Repeatable.",
 )
 @click.option(
     "--min-interval",
@@ -441,7 +450,7 @@ def _run(
     """Run the consumer; return the exit code. Errors are reported on standard error."""
     logger = logging.getLogger("simplefeed.client")
     log_handler = logging.StreamHandler(sys.stderr)
-    log_handler.setFormatter(logging.Formatter("simplefeed consume: %(message)s"))
+    log_handler.setFormatter(_OneLine("simplefeed consume: %(message)s"))
     logger.addHandler(log_handler)
     if debug:
         logger.setLevel(logging.DEBUG)
@@ -496,7 +505,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def _fail(code: int, message: str, bars: _ProgressBars) -> int:
     bars.close()
-    click.echo(f"simplefeed consume: error: {message}", err=True)
+    click.echo(f"simplefeed consume: error: {one_line(message)}", err=True)
     return code
 
 
@@ -506,7 +515,7 @@ def internal_error(prog: str, exc: Exception, *, debug: bool) -> int:
     entry left it (the consumer stores it only after an entry or page is done)."""
     if debug:
         click.echo("".join(traceback.format_exception(exc)).rstrip("\n"), err=True)
-    detail = " ".join(str(exc).split())[:200]
+    detail = one_line(" ".join(str(exc).split()))[:200]
     hint = "" if debug else "; --debug shows the traceback"
     click.echo(
         f"{prog}: internal error (a bug, please report it): {type(exc).__name__}"
@@ -700,13 +709,13 @@ _NO_ENTRY_POINT_JSON = json_text(
 
 def _status_text(status: Status) -> str:
     checkpoint, head = status.checkpoint, status.head
-    lines = [status.url]
+    lines = [escape_field(status.url)]
     if checkpoint is None:
         lines.append("  checkpoint  none")
     else:
         lines.append(
             f"  checkpoint  seq {checkpoint.seq}  {escape_field(checkpoint.entry_id)}  "
-            f"{checkpoint.page_url}"
+            f"{escape_field(checkpoint.page_url)}"  # the server chose it
         )
     lines.append(
         "  head        never seen"

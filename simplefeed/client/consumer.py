@@ -37,10 +37,10 @@ garbage collector is the application's: one catching up on a long history gains 
 lxml by calling ``gc.freeze()`` once its modules are loaded, as ``simplefeed consume`` does.
 
 Every response is bounded in size and time (``bounds``, :class:`~simplefeed.client.fetch.Bounds`)
-and redirects stay within the entry point's origin unless ``allow_redirect_origins`` names
-others (:mod:`simplefeed.client.fetch`). Checkpoints are kept under the entry point as given:
-one that redirects permanently is warned of, once per consumer, naming the URL to give instead
-(``_HttpPages.head``). Memory stays flat across passes of follow mode: a pass holds at most
+and redirects and links stay within the entry point's origin unless ``allow_redirect_origins``
+names others (:mod:`simplefeed.client.fetch`). Checkpoints are kept under the entry point as
+given: one that redirects permanently is warned of, once per consumer, naming the URL to give
+instead (``_HttpPages.head``). Memory stays flat across passes of follow mode: a pass holds at most
 three pages (the current one, the next, the one read ahead) besides the entry point's, and the
 walk's bounded trail.
 
@@ -354,7 +354,7 @@ class Consumer:
           off at ``max_seconds``, whatever the timeout.
         - ``retry``: attempts and backoff for network errors, timeouts, 5xx and 429
           (:class:`RetryPolicy`); ``allow_redirect_origins``: origins besides the entry
-          point's that redirects may lead to.
+          point's that redirects and links may lead to.
         - ``poll``: the adaptive interval of follow mode (:class:`PollPolicy`); ``wait``: the
           seconds a long poll asks the server to hold it (``Prefer: wait``; 0: never).
         - ``progress``: called with a :class:`Progress` as a long catch-up goes.

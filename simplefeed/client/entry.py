@@ -11,21 +11,26 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from simplefeed.lines import BIDI
+
 __all__ = ["EntryAuthor", "EntryCategory", "EntryLink", "FeedEntry", "json_text"]
 
-#: A surrogate code point on its own: JSON content may write one as an escape (``"\ud800"``,
-#: which RFC 8259 allows and I-JSON does not), Python's decoder keeps it, and UTF-8 cannot
-#: carry it.
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+#: Written as ``\uXXXX`` escapes, which read back as the same characters: a surrogate code
+#: point on its own (JSON content may write one as an escape, ``"\ud800"``, which RFC 8259
+#: allows and I-JSON does not; Python's decoder keeps it, and UTF-8 cannot carry it); DEL and
+#: the C1 controls, U+2028 and U+2029 (line breaks to JavaScript before ES2019 and to
+#: ``str.splitlines``), Unicode's bidirectional formatting characters (a line shown in a
+#: terminal or a log viewer reordered: CVE-2021-42574).
+_ESCAPED = re.compile("[\ud800-\udfff\x7f-\x9f\u2028\u2029" + "".join(chr(c) for c in BIDI) + "]")
 
 
 def json_text(value: Any) -> str:
-    """``value`` as compact JSON text that UTF-8 can carry: characters as they are, but a lone
-    surrogate escaped again, so that the text reads back as the same value. Printed as it
-    was, such a value stopped ``consume --jsonl`` and ``--exec`` at its entry ("surrogates
-    not allowed"), as a failed handler, for good."""
+    """``value`` as compact JSON text that UTF-8 can carry and a terminal shows as it is:
+    characters as they are, but those of :data:`_ESCAPED` escaped, so that the text reads back
+    as the same value. Printed as it was, a lone surrogate stopped ``consume --jsonl`` and
+    ``--exec`` at its entry ("surrogates not allowed"), as a failed handler, for good."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 @dataclass(frozen=True)

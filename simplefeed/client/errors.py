@@ -17,6 +17,7 @@
         │   │                           .content_type: the response's, when no XML type
         │   ├── MalformedPage           .reason: Atom, but not a Simplefeed document
         │   ├── LinkLoop                .chain: following links came back to a page seen
+        │   ├── LinkRefused             .entry_point: a link to an origin not allowed
         │   ├── SequenceGap             .expected, .found: sequence numbers not contiguous
         │   ├── RepeatedEntry           .entry_id, .expected, .found: an id at another number
         │   ├── DigestMismatch          .expected, .found: a page is not the one its newer
@@ -141,6 +142,19 @@ class LinkLoop(FeedError):
     def __init__(self, url: str, chain: Sequence[str]) -> None:
         super().__init__(url, f"link loop: {' -> '.join([*chain, url])}")
         self.chain = tuple(chain)
+
+
+class LinkRefused(FeedError):
+    """A page links (``prev-archive``, ``next-archive``) to an origin other than the entry
+    point's and those allowed (``allow_redirect_origins``): not fetched."""
+
+    def __init__(self, url: str, entry_point: str) -> None:
+        super().__init__(
+            url,
+            f"not fetched: a link to another origin than the entry point's ({entry_point};"
+            " see allow_redirect_origins)",
+        )
+        self.entry_point = entry_point
 
 
 class SequenceGap(FeedError):
