@@ -12,7 +12,7 @@ import json
 import math
 import re
 from datetime import datetime
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
 
 from pydantic import (
@@ -184,11 +184,22 @@ def _finite_float(text: str) -> float:
         raise NotStrictJson(f"the number {text[:40]} overflows a double (RFC 7493 2.2)")
     # Held as written when the double's shortest decimal is the same number: what a reader
     # that reads numbers as doubles and writes them back (JSON.parse, JSON.stringify) gives.
-    if repr(value) != text and Decimal(repr(value)) != Decimal(text):
+    if repr(value) != text and not _same_number(value, text):
         inexact = InexactNumber(value)
         inexact.text = text
         return inexact
     return value
+
+
+def _same_number(value: float, text: str) -> bool:
+    """Whether the double ``value`` is the number ``text`` writes (a JSON number)."""
+    try:
+        return Decimal(repr(value)) == Decimal(text)
+    except InvalidOperation:
+        # An exponent past what Decimal holds (10^18 and more digits' worth): the number is
+        # zero (the double 0.0, exact) when its digits are all zeros, else far from any double.
+        mantissa = text.lstrip("-").partition("e")[0].partition("E")[0]
+        return value == 0.0 and not mantissa.replace(".", "").strip("0")
 
 
 def _finite_int(text: str) -> int:
