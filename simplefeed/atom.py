@@ -58,6 +58,7 @@ from simplefeed import markup, uris
 from simplefeed.feed_namespaces import FEED_NAMESPACES, USERLAND_RSS
 from simplefeed.model import (
     ATOM_NS,
+    DISCOURAGED_CHAR,
     FH_NS,
     MAX_ATTRIBUTES,
     MAX_CONTENT_NAMESPACES,
@@ -523,6 +524,15 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
         )
         return f"{what} ({str(node)[:40]!r}) is not allowed: the feed would not carry it"
     for el in root.iter(etree.Element):
+        for value in (el.text, el.tail, *el.attrib.values()):
+            bad = DISCOURAGED_CHAR.search(value) if value else None
+            if bad is not None:
+                # Written as a character reference, it passed the check on the text as sent.
+                return (
+                    f"<{etree.QName(el).localname}> holds U+{ord(bad.group()):04X}, which XML"
+                    " discourages and feed validators flag (a control character or the"
+                    " replacement character; as a character reference too)"
+                )
         if len(el.attrib) > MAX_ATTRIBUTES:
             return (
                 f"<{etree.QName(el).localname}> has {len(el.attrib)} attributes: at most"
@@ -581,8 +591,13 @@ def _xml_script_problem(el: Any) -> str | None:
     return markup.xml_script_problem(etree.QName(el).localname, attributes)
 
 
-#: Feed-vocabulary namespaces, in lower case, as feedparser compares them.
-_FEED_NAMESPACES = frozenset(uri.lower() for uri in FEED_NAMESPACES if uri)
+#: Feed-vocabulary namespaces, in lower case, as feedparser compares them, without a trailing
+#: '/' (a reader may match either spelling), and the two this service's documents are read by:
+#: an ``<fh:archive/>`` or ``<sf:seq>`` in content would mark a live document archived, or
+#: give an entry another sequence number, to a reader that searches the whole document.
+_FEED_NAMESPACES = frozenset(
+    uri.lower().rstrip("/") for uri in (*FEED_NAMESPACES, FH_NS, SF_NS) if uri
+)
 #: Prefixes feedparser gives feed vocabularies: ``<dc:title>`` is Dublin Core's title to it.
 _FEED_PREFIXES = frozenset(p.lower() for p in FEED_NAMESPACES.values() if p) - {"xml"}
 XML_NS = "http://www.w3.org/XML/1998/namespace"
@@ -594,7 +609,7 @@ _ALLOWED_NAMESPACED_ATTRIBUTES = {XML_NS: frozenset({"lang", "space"})}
 
 def _feed_vocabulary(namespace: str) -> bool:
     lower = namespace.lower()
-    return lower in _FEED_NAMESPACES or USERLAND_RSS in lower
+    return lower.rstrip("/") in _FEED_NAMESPACES or USERLAND_RSS in lower
 
 
 def _feed_vocabulary_attribute(el: Any) -> str | None:
@@ -630,15 +645,22 @@ def _feed_vocabulary_declaration(el: Any, xhtml: bool) -> str | None:
                 f"the prefix {prefix!r} is the one feed readers (feedparser) give a feed "
                 "vocabulary; choose another prefix"
             )
-        if not _NAMESPACE_SCHEME.match(namespace):
+        scheme = _NAMESPACE_SCHEME.match(namespace)
+        if scheme is None:
             return f"the namespace name {namespace!r} is not an absolute URI"
+        if scheme[1].lower() not in markup.EVENT_URL_SCHEMES:
+            # Feed validators flag "URI scheme not IANA registered" (javascript:, foo:).
+            return (
+                f"the namespace name {namespace[:80]!r} has the scheme {scheme[1]!r}: name a"
+                f" namespace with one of {', '.join(sorted(markup.EVENT_URL_SCHEMES))}"
+            )
         problem = uris.iri_problem(namespace)
         if problem:
             return f"the namespace name {namespace!r} {problem}"
     return None
 
 
-_NAMESPACE_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+_NAMESPACE_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 
 
 def _prefixed(root: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -23,6 +24,11 @@ MAX_ATTRIBUTES = 256
 #: own check with their number times the elements'.
 MAX_CONTENT_NAMESPACES = 16
 ATOM_MEDIA_TYPE = "application/atom+xml; charset=utf-8"
+#: Characters XML 1.0 can carry but discourages (section 2.2: DEL and the C1 controls) and the
+#: replacement character: the W3C validator flags each as "bad characters" (they are what text
+#: decoded with the wrong charset looks like). JSON content carries them as escapes, Base64
+#: content encoded; text fields and inline XML refuse them, written or as references.
+DISCOURAGED_CHAR = re.compile("[\u007f-\u009f\ufffd]")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -249,8 +249,15 @@ def iri_problem(value: str) -> str | None:
         ascii_form = value
     if not _RFC2396.match(ascii_form):
         return "is not a valid IRI (RFC 3987: characters such as [ ] are percent-encoded)"
-    if scheme in ("http", "https", "ftp") and not re.match(r"^\w+://[^/]", value):
-        return f"is not a {scheme} URL ({scheme}://host/...)"
+    if scheme in ("http", "https", "ftp"):
+        authority = re.match(r"^\w+://([^/?#]*)", value)
+        if authority is None or not authority[1]:
+            return f"is not a {scheme} URL ({scheme}://host/...)"
+        # The host and port after any userinfo ('[' ']' of an IPv6 host are refused above).
+        port = authority[1].rpartition("@")[2].partition(":")[2]
+        if port and not (port.isascii() and port.isdigit() and int(port) <= 65535):
+            # WHATWG URL parsers (a browser's, Node's new URL()) throw on it.
+            return f"has the port {port[:20]!r}, not one of 0-65535"
     return None
 
 

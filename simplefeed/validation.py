@@ -31,16 +31,11 @@ from pydantic_core import PydanticCustomError
 
 from simplefeed import atom, markup, uris
 from simplefeed.errors import InvalidEvent, MalformedRequest, PayloadTooLarge
-from simplefeed.model import Author, Category, Event, Link, datetime_to_us
+from simplefeed.model import DISCOURAGED_CHAR, Author, Category, Event, Link, datetime_to_us
 from simplefeed.settings import Limits
 
 #: Characters XML 1.0 cannot carry: C0 controls but tab/LF/CR, lone surrogates, U+FFFE/U+FFFF.
 _NOT_XML_CHAR = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-#: Characters XML 1.0 can carry but discourages (section 2.2: DEL and the C1 controls) and the
-#: replacement character: the W3C validator flags each as "bad characters" (they are what text
-#: decoded with the wrong charset looks like). JSON content carries them as escapes, Base64
-#: content encoded; text fields refuse them.
-_DISCOURAGED_CHAR = re.compile("[\u007f-\u009f\ufffd]")
 #: An IRI (RFC 3987), checked loosely: a scheme, then no spaces, controls or delimiters that
 #: are never allowed unescaped.
 _IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"{}|\\^`\x00-\x1f\x7f]*\Z")
@@ -68,6 +63,8 @@ MAX_LINK_LENGTH = 2**63 - 1
 #: The link relations of RFC 4287 (4.2.7.2) an entry may name; others are named by an
 #: absolute IRI (an extension relation, RFC 4287 4.2.7.2 and RFC 8288 2.1.2).
 LINK_RELS = frozenset({"alternate", "enclosure", "related", "self", "via"})
+#: The prefix that makes a registered relation's name an IRI naming the same relation.
+IANA_RELATIONS = "http://www.iana.org/assignments/relation/"
 
 
 class _Strict(BaseModel):
@@ -256,7 +253,7 @@ def text_problem(value: str, max_chars: int | None = None) -> str | None:
     bad = _NOT_XML_CHAR.search(value)
     if bad:
         return f"contains U+{ord(bad.group()):04X}, which XML cannot carry"
-    bad = _DISCOURAGED_CHAR.search(value)
+    bad = DISCOURAGED_CHAR.search(value)
     if bad:
         code = ord(bad.group())
         what = "the replacement character" if code == 0xFFFD else "a control character"
@@ -360,6 +357,15 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
             raise c.fail("content_type", "must be text, html, xhtml or a media type (type/subtype)")
         if content_type.startswith(("multipart/", "message/")):
             raise c.fail("content_type", "must not be a composite type (RFC 4287 4.1.3.1)")
+        if content_type.endswith("/html") and content_type != "text/html":
+            # Carried Base64, which feed validators and readers decode and read as HTML: it
+            # would escape the HTML checks.
+            raise c.fail("content_type", f"{content_type}: send HTML as html (or text/html)")
+        if content_type == "application/xhtml+xml":
+            # A reader takes it for a whole XHTML document, which XML content may not be.
+            raise c.fail(
+                "content_type", f"{content_type}: send XHTML as xhtml (the content of a div)"
+            )
     content = _content(c, ev.content, content_type, limits)
     if content is not None and content_type is None and not isinstance(ev.content, str):
         content_type = "application/json"
@@ -410,6 +416,12 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
             raise c.fail(f"{where}.type", "must be a media type (type/subtype)")
         if link.hreflang is not None and not _LANG.match(link.hreflang):
             raise c.fail(f"{where}.hreflang", "must be a language tag (RFC 3066)")
+        if link.rel.lower().startswith(IANA_RELATIONS) and link.rel[len(IANA_RELATIONS) :] in (
+            LINK_RELS
+        ):
+            # RFC 4287 4.2.7.2: the same relation as the name, which the rules below are for.
+            name = link.rel[len(IANA_RELATIONS) :]
+            raise c.fail(f"{where}.rel", f"{link.rel} is the relation {name}: write {name!r}")
         if link.rel not in LINK_RELS:
             c.text(f"{where}.rel", link.rel, 2048)
             if not _IRI.match(link.rel):
@@ -426,7 +438,8 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
                 "(use rel alternate or related for other representations)",
             )
         if link.rel == "alternate":
-            key = (link.type, link.hreflang)
+            # Media types and language tags are compared without regard to case.
+            key = (link.type and link.type.lower(), link.hreflang and link.hreflang.lower())
             if key in alternates:
                 raise c.fail(
                     f"{where}.rel",

@@ -129,9 +129,10 @@ def test_userland_namespaces_and_feed_prefixes_are_refused(
 
 def test_xhtml_belongs_in_xhtml_content(client: Client, core: Simplefeed) -> None:
     xhtml = '<p xmlns="http://www.w3.org/1999/xhtml">hello</p>'
-    for content_type in ("application/xhtml+xml", "application/xml"):
-        event = {"title": "x", "content": xhtml, "content_type": content_type}
-        refused(client, core, event, "content", words=("content_type xhtml",))
+    event = {"title": "x", "content": xhtml, "content_type": "application/xml"}
+    refused(client, core, event, "content", words=("content_type xhtml",))
+    event["content_type"] = "application/xhtml+xml"
+    refused(client, core, event, "content_type", words=("send XHTML as xhtml",))
     accepted(client, {"title": "x", "content": "<p>hello</p>", "content_type": "xhtml"})
 
 
@@ -667,6 +668,10 @@ def test_script_urls_in_the_events_urls_are_refused(
         ("javascript:alert(1)", ("javascript: URL",)),
         ("https://a.example/%zz", ("%",)),
         ("https://a.example/rels/" + "x" * 2048, ("longer than 2048",)),
+        # RFC 4287 4.2.7.2: the same relation as the name (a hostile producer's trial: it went
+        # around the self and alternate rules, and the W3C validator flagged the page).
+        ("http://www.iana.org/assignments/relation/alternate", ("write 'alternate'",)),
+        ("http://www.iana.org/assignments/relation/self", ("write 'self'",)),
     ],
 )
 def test_a_link_relation_is_an_atom_name_or_an_absolute_iri(
@@ -680,6 +685,26 @@ def test_a_link_relation_is_an_atom_name_or_an_absolute_iri(
         accepted(
             client, {"title": "x", "links": [{"href": "https://a.example/", "rel": extension}]}
         )
+
+
+def test_alternate_links_are_told_apart_without_regard_to_case(
+    client: Client, core: Simplefeed
+) -> None:
+    """Media types and language tags are case-insensitive: "en" and "EN" name one language."""
+    for first, second in (
+        ({"hreflang": "en"}, {"hreflang": "EN"}),
+        ({"type": "text/html"}, {"type": "TEXT/HTML"}),
+    ):
+        links = [{"href": "https://a.example/", **first}, {"href": "https://b.example/", **second}]
+        refused(client, core, {"title": "x", "content": "c", "links": links}, "links[1].rel")
+
+
+def test_a_port_a_url_parser_refuses_is_refused(client: Client, core: Simplefeed) -> None:
+    """A browser's and Node's URL parser throw on a port past 65535 (a hostile producer's
+    trial: it was accepted)."""
+    for href in ("https://a.example:99999/", "https://a.example:80a/"):
+        refused(client, core, {"title": "x", "links": [{"href": href}]}, "links[0].href")
+    accepted(client, {"title": "x", "links": [{"href": "https://a.example:8443/"}]})
 
 
 @pytest.mark.parametrize(
@@ -1025,3 +1050,61 @@ def test_numbers_a_double_holds_as_written_are_accepted_in_any_spelling(client: 
 def test_integers_a_double_holds_exactly_are_accepted(client: Client) -> None:
     accepted(client, {"title": "x", "content": {"max": 2**53 - 1, "min": -(2**53 - 1)}})
     accepted(client, {"title": "x", "content": {"big": 1e300, "id": "9007199254740993"}})
+
+
+@pytest.mark.parametrize(
+    "content_type, content",
+    [
+        ("xhtml", "<p>&#x85;</p>"),
+        ("xhtml", "<p>&#xFFFD;</p>"),
+        ("xhtml", '<p title="&#x7F;">x</p>'),
+        ("application/xml", '<x:a xmlns:x="urn:example:a">&#x85;</x:a>'),
+        ("application/xml", '<x:a xmlns:x="urn:example:a"><x:b/>&#x9F;</x:a>'),
+    ],
+)
+def test_a_discouraged_character_written_as_a_reference_is_refused(
+    client: Client, core: Simplefeed, content_type: str, content: str
+) -> None:
+    """The text rule (no DEL, C1 or U+FFFD) held for characters as sent, and a character
+    reference to one went through (a hostile producer's trial: "p contains bad characters")."""
+    event = {"title": "x", "content": content, "content_type": content_type}
+    refused(client, core, event, "content", words=("holds U+",))
+
+
+@pytest.mark.parametrize(
+    "namespace",
+    [
+        "http://purl.org/syndication/history/1.0",  # fh:archive: a live page read as archived
+        "https://simplefeed.dev/ns/1.0",  # sf:seq: another sequence number
+        "http://www.w3.org/2005/Atom/",  # Atom with a trailing '/'
+        "http://purl.org/dc/elements/1.1",  # Dublin Core without one
+    ],
+)
+def test_inline_xml_may_not_use_the_namespaces_the_feed_is_read_by(
+    client: Client, core: Simplefeed, namespace: str
+) -> None:
+    """A hostile producer's trial: ``<x:archive>`` in content made ``//fh:archive`` find an
+    element in /recent, and ``<x:seq>`` gave the entry's ``.//sf:seq`` the value 999."""
+    content = f'<x:seq xmlns:x="{namespace}">999</x:seq>'
+    event = {"title": "x", "content": content, "content_type": "application/xml"}
+    refused(client, core, event, "content", words=("read as feed structure",))
+
+
+@pytest.mark.parametrize("namespace", ["javascript:alert(1)", "foo:bar"])
+def test_a_namespace_name_with_an_unregistered_scheme_is_refused(
+    client: Client, core: Simplefeed, namespace: str
+) -> None:
+    """The W3C validator: "URI scheme not IANA registered", on a page kept for good."""
+    content = f'<x:a xmlns:x="{namespace}"/>'
+    event = {"title": "x", "content": content, "content_type": "application/xml"}
+    refused(client, core, event, "content", words=("has the scheme",))
+
+
+@pytest.mark.parametrize("content_type", ["application/html", "foo/html", "application/xhtml+xml"])
+def test_html_and_xhtml_under_another_media_type_are_refused(
+    client: Client, core: Simplefeed, content_type: str
+) -> None:
+    """``application/html`` was carried Base64, past the HTML checks, and readers decode it as
+    HTML (the validator found the script); ``application/xhtml+xml`` can never validate."""
+    event = {"title": "x", "content": "<script>alert(1)</script>", "content_type": content_type}
+    refused(client, core, event, "content_type", words=("send",))
