@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
@@ -295,6 +296,16 @@ def parse_event(raw: Any, limits: Limits, now_us: int, index: int | None) -> Eve
     return _to_event(ev, limits, now_us, index)
 
 
+#: Unicode categories a reader shows nothing for: spaces, separators, controls and format
+#: characters (U+200B ZERO WIDTH SPACE, U+2060 WORD JOINER, bidi marks).
+_INVISIBLE = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf"})
+
+
+def _blank(value: str) -> bool:
+    """Whether a reader would show nothing of ``value`` (a title of U+200B passed as text)."""
+    return all(unicodedata.category(ch) in _INVISIBLE for ch in value)
+
+
 class _Checker:
     def __init__(self, index: int | None) -> None:
         self.index = index
@@ -344,8 +355,8 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
     c = _Checker(index)
     title = c.text("title", ev.title, limits.max_title_chars)
     assert title is not None
-    if not title.strip():
-        raise c.fail("title", "must not be empty")
+    if _blank(title):
+        raise c.fail("title", "must not be empty (nor only spaces and invisible characters)")
     summary = c.optional("summary", ev.summary, limits.max_summary_chars)
     entry_id = _entry_id(c, ev.id, limits.max_id_bytes)
 
@@ -373,8 +384,8 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
     author: Author | None = None
     if isinstance(ev.author, str):
         author = Author(name=c.text("author", ev.author, 256) or "")
-        if not author.name.strip():
-            raise c.fail("author", "must not be empty")
+        if _blank(author.name):
+            raise c.fail("author", "must not be empty (nor only spaces and invisible characters)")
     elif ev.author is not None:
         email = c.text("author.email", ev.author.email, 256)
         problem = uris.email_problem(email) if email is not None else None
@@ -385,8 +396,10 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
             email=email,
             uri=c.iri("author.uri", ev.author.uri, max_chars=2048),
         )
-        if not author.name.strip():
-            raise c.fail("author.name", "must not be empty")
+        if _blank(author.name):
+            raise c.fail(
+                "author.name", "must not be empty (nor only spaces and invisible characters)"
+            )
 
     if len(ev.categories) > limits.max_categories:
         raise c.fail("categories", f"at most {limits.max_categories} categories are allowed")
@@ -403,8 +416,8 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
                     label=c.optional(f"{where}.label", cat.label, 256),
                 )
             )
-        if not categories[-1].term.strip():
-            raise c.fail(where, "term must not be empty")
+        if _blank(categories[-1].term):
+            raise c.fail(where, "term must not be empty (nor only spaces and invisible characters)")
 
     if len(ev.links) > limits.max_links:
         raise c.fail("links", f"at most {limits.max_links} links are allowed")

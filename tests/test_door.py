@@ -773,6 +773,25 @@ def test_an_empty_optional_string_is_refused(
     refused(client, core, [{"title": "ok"}, {"title": "x", **event}], field, index=1)
 
 
+@pytest.mark.parametrize(
+    "event,field",
+    [
+        ({"title": "\u200b"}, "title"),
+        ({"title": " \u2060\u200e\u00ad "}, "title"),
+        ({"title": "x", "author": "\ufeff"}, "author"),
+        ({"title": "x", "author": {"name": "\u200b\u3000"}}, "author.name"),
+        ({"title": "x", "categories": ["\u200d"]}, "categories[0]"),
+    ],
+)
+def test_a_text_a_reader_shows_nothing_of_is_refused(
+    client: Client, core: Simplefeed, event: dict[str, Any], field: str
+) -> None:
+    """A title of U+200B ZERO WIDTH SPACE passed as not blank (a hostile producer's trial):
+    a reader shows an entry without a title."""
+    refused(client, core, event, field, words=("invisible",))
+    accepted(client, {"title": "a\u200bb", "author": "\u200ex", "categories": ["\u00adt"]})
+
+
 @pytest.mark.parametrize("char", ["\x7f", "\x80", "\x85", "\x9f", "\ufffd"])
 @pytest.mark.parametrize(
     "event,field",
