@@ -525,7 +525,18 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
         return f"{what} ({str(node)[:40]!r}) is not allowed: the feed would not carry it"
     for el in root.iter(etree.Element):
         for value in (el.text, el.tail, *el.attrib.values()):
-            bad = DISCOURAGED_CHAR.search(value) if value else None
+            if not value:
+                continue
+            qname = _QNAME_VALUE.match(value)
+            if qname is not None and qname[1] in el.nsmap and not xhtml:
+                # The document renames every prefix (c0, c1, ...: _prefixed), so a value that
+                # names one (xsi:type="xs:string") would name nothing there.
+                return (
+                    f"<{etree.QName(el).localname}> holds {value.strip()[:40]!r}, a name with the"
+                    f" prefix {qname[1]!r}: the feed renames prefixes, so it would name nothing;"
+                    " send such XML as Base64 (application/octet-stream) or without the prefix"
+                )
+            bad = DISCOURAGED_CHAR.search(value)
             if bad is not None:
                 # Written as a character reference, it passed the check on the text as sent.
                 return (
@@ -660,6 +671,8 @@ def _feed_vocabulary_declaration(el: Any, xhtml: bool) -> str | None:
     return None
 
 
+#: A value that is a qualified name (``xs:string``): its prefix is looked up among those declared.
+_QNAME_VALUE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.\-]*):[A-Za-z_][A-Za-z0-9_.\-]*\s*\Z")
 _NAMESPACE_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 
 
@@ -669,7 +682,8 @@ def _prefixed(root: Any) -> Any:
     Inline content sits inside an Atom document whose default namespace is Atom. Content in a
     default namespace of its own is correct XML, but feed parsers such as feedparser read such
     elements by local name (a ``<link>`` in the content becomes a link of the entry). Explicit
-    prefixes (``c0``, ``c1``, ... in document order) keep the same XML infoset and no ambiguity.
+    prefixes (``c0``, ``c1``, ... in document order) keep the same XML infoset and no ambiguity
+    (a value naming a prefix, ``xsi:type="xs:string"``, is refused at the door: it would not).
 
     The namespaces of attributes (``xlink:href``, ``inkscape:label``) are declared once, on the
     root, after its own: left to lxml, each element holding one declared a prefix of its own

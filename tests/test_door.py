@@ -1127,3 +1127,18 @@ def test_html_and_xhtml_under_another_media_type_are_refused(
     HTML (the validator found the script); ``application/xhtml+xml`` can never validate."""
     event = {"title": "x", "content": "<script>alert(1)</script>", "content_type": content_type}
     refused(client, core, event, "content_type", words=("send",))
+
+
+def test_a_value_naming_a_prefix_is_refused(client: Client, core: Simplefeed) -> None:
+    """The document renames prefixes (c0, c1, ...): ``xsi:type="xs:string"`` came out naming
+    an undeclared prefix, its meaning lost for good (a hostile producer's trial)."""
+    content = (
+        '<x:a xmlns:x="urn:example:a" xmlns:xs="http://www.w3.org/2001/XMLSchema"'
+        ' xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="xs:string">v</x:a>'
+    )
+    event = {"title": "x", "content": content, "content_type": "application/xml"}
+    refused(client, core, event, "content", words=("'xs:string'", "renames prefixes"))
+    event["content"] = '<x:a xmlns:x="urn:example:a"><x:t> x:y </x:t></x:a>'
+    refused(client, core, event, "content", words=("prefix 'x'",))
+    event["content"] = '<x:a xmlns:x="urn:example:a" href="mailto:a@b.example">y:z</x:a>'
+    accepted(client, event)
