@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import socket
 import socketserver
@@ -256,6 +257,27 @@ def test_a_body_in_a_coding_not_asked_for_or_cut_short_is_an_error_naming_it(
     run = consume(f"{server.base}/recent", tmp_path / "s.sqlite3", "--retries", "0")
     assert run.code == 5 and said in run.stderr, run.stderr
     assert_no_traceback(run)
+
+
+def test_codings_stacked_past_two_are_refused_unread(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """Each coding is a stage of the decoder holding up to the bound: 19,000 gzip layers (a
+    955 KB body) took the consumer to 716 MB, and 2,000 past --max-time (a reviewer's trial)."""
+    server = hostile({})
+    document = atom(server.base, [(1, "one")])
+    for layers in (2, 3, 2000):
+        body = document
+        for _ in range(layers):
+            body = gzip.compress(body, compresslevel=1)
+        server.routes[f"/{layers}"] = answer(body, Content_Encoding=", ".join(["gzip"] * layers))
+    run = consume(f"{server.base}/2", tmp_path / "s.sqlite3")
+    assert run.code == 0 and run.stdout == "1\turn:h:1\tone\n", run.stderr
+    for layers in (3, 2000):
+        run = consume(f"{server.base}/{layers}", tmp_path / f"{layers}.sqlite3", "--retries", "0")
+        assert run.code == 5, run.stderr
+        assert f"{layers} content codings applied one after another (at most 2)" in run.stderr
+        assert_no_traceback(run)
 
 
 # -- time ----------------------------------------------------------------------------------
@@ -796,3 +818,26 @@ def test_a_second_consumer_on_the_same_state_file_is_refused_while_the_first_run
     assert run.code == 0, run.stderr
     assert run.stdout == ""  # the first handled both; the lock is gone with it
     assert (tmp_path / "s.sqlite3.lock").exists()
+
+
+def test_a_state_file_under_another_name_is_the_same_state_file(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """A consumer given a symbolic link to the state file took another lock, and two consumers
+    handled every entry, each, at the same time (a reviewer's trial). A hard link cannot be
+    told apart: a state file with one is refused."""
+    server = hostile({})
+    server.routes["/recent"] = answer(atom(server.base, [(1, "one"), (2, "two")]))
+    path = tmp_path / "s.sqlite3"
+    (tmp_path / "alias.sqlite3").symlink_to(path)
+    with Consumer(f"{server.base}/recent", path) as first:
+        entries = first.entries()
+        assert next(entries).seq == 1
+        run = consume(f"{server.base}/recent", tmp_path / "alias.sqlite3")
+        assert run.code == 6 and "is processing from this state file" in run.stderr, run.stderr
+        assert [e.seq for e in entries] == [2]
+    os.link(path, tmp_path / "hard.sqlite3")
+    for name in ("s.sqlite3", "hard.sqlite3"):
+        run = consume(f"{server.base}/recent", tmp_path / name)
+        assert run.code == 6 and "it has 2 hard links" in run.stderr, run.stderr
+        assert run.stdout == ""

@@ -438,8 +438,24 @@ class StateFile:
         (a cron job's run overlapping the next) each handled every new entry, at the same
         time. An exclusive ``flock`` on ``<state file>.lock``, released when the block ends
         or the process does, however it ends. Reading the file (``simplefeed consumer
-        status``) needs no such right."""
-        lock_path = self.path.with_name(self.path.name + ".lock")
+        status``) needs no such right.
+
+        The lock file is named after the state file's real path, so that a consumer given a
+        symbolic link to it takes the same lock; a state file with another hard link is
+        refused (a consumer given the other name would take another lock: a reviewer's
+        trial had two consumers handle every entry, each, so)."""
+        real = Path(os.path.realpath(self.path))
+        try:
+            links = os.stat(real).st_nlink
+        except OSError as exc:
+            raise StateError(str(self.path), f"cannot read it: {exc}") from exc
+        if links > 1:
+            raise StateError(
+                str(self.path),
+                f"it has {links} hard links: a consumer given another of its names would not"
+                " see this one's lock (copy it, or link it symbolically)",
+            )
+        lock_path = real.with_name(real.name + ".lock")
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
