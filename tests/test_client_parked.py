@@ -291,3 +291,41 @@ def test_max_parked_without_park_is_a_usage_error(tmp_path: Path, on_error: list
     assert done.exit_code == 2
     assert "Error: --max-parked applies only with --on-error park" in done.stderr
     assert not state.exists()
+
+
+@pytest.mark.parametrize(
+    ("damage", "commands"),
+    [
+        ("UPDATE checkpoints SET seq = 'abc'", ("status", "consume")),
+        ("UPDATE heads SET seen_at = 'x'", ("status",)),
+        ("UPDATE parked SET entry_json = 'not json'", ("parked", "status", "retry")),
+        ("UPDATE parked SET entry_json = '[1, 2]'", ("parked", "retry")),
+        ("UPDATE parked SET entry_json = '{}'", ("retry",)),
+        ("UPDATE documents SET fetched_at = 'x'", ("consume",)),
+    ],
+)
+def test_a_damaged_value_in_a_state_file_is_exit_6(
+    live: LiveServer, tmp_path: Path, damage: str, commands: tuple[str, ...]
+) -> None:
+    """A state file edited by hand or by another program: each command said "a bug" (exit 70)
+    with a traceback of a ValueError, JSONDecodeError, KeyError or AttributeError (a
+    reviewer's trial). Now one line naming what is damaged, exit 6."""
+    state = str(tmp_path / "state.sqlite3")
+    live.publish(3)
+    handler = (
+        f"{sys.executable} -c \"import json, sys; sys.exit(json.load(sys.stdin)['seq'] == 2)\""
+    )
+    run = cli("consume", live.recent, "--state", state, "--exec", handler, "--on-error", "park")
+    assert run.exit_code == 0, run.stderr
+    with contextlib.closing(sqlite3.connect(state)) as db, db:
+        db.execute(damage)
+    for command in commands:
+        if command == "consume":
+            args = ["consume", live.recent, "--state", state]
+        elif command == "retry":
+            args = ["consumer", "retry", "--state", state, "--exec", "true"]
+        else:
+            args = ["consumer", command, "--state", state]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 6, (command, result.exit_code, result.stderr, result.exception)
+        assert "a damaged" in result.stderr and "Traceback" not in result.stderr

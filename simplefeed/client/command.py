@@ -544,13 +544,17 @@ _URL = click.option(
 
 
 class _ReportingGroup(click.Group):
-    """A group whose commands report an internal error as ``consume`` does (exit 70)."""
+    """A group whose commands report an unusable state file (exit 6) and an internal error
+    (exit 70) as ``consume`` does."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except StateError as exc:
+            click.echo(f"simplefeed consumer: error: {exc}", err=True)
+            sys.exit(EXIT_STATE)
         except Exception as exc:
             sys.exit(internal_error("simplefeed consumer", exc, debug=ctx.params["debug"]))
 
@@ -592,14 +596,6 @@ def _one_entry_point(state: StateFile, url: str | None) -> str:
     return known[0]
 
 
-def _open(state_path: Path, *, read_only: bool = False) -> StateFile:
-    try:
-        return StateFile(state_path, read_only=read_only)
-    except StateError as exc:
-        click.echo(f"simplefeed consumer: error: {exc}", err=True)
-        sys.exit(EXIT_STATE)
-
-
 @consumer_group.command("parked")
 @_STATE
 @_URL
@@ -609,7 +605,7 @@ def _parked(state_path: Path, url: str | None, as_json: bool) -> None:
     none, a line on standard error says so; standard output stays empty (for --json: no
     lines, as JSON lines list nothing)."""
     listed = 0
-    with _open(state_path, read_only=True) as state:
+    with StateFile(state_path, read_only=True) as state:
         for feed_url in _entry_points(state, url):
             for parked in state.parked(feed_url):
                 listed += 1
@@ -640,7 +636,7 @@ def _retry(
     """Run CMD again on parked entries (all, or the IDs given), oldest first, forgetting each
     that succeeds."""
     handler = _exec_handler(exec_command)
-    with _open(state_path) as state:
+    with StateFile(state_path) as state:
         feed_url = _one_entry_point(state, url)
         with Consumer(feed_url, state) as consumer:
             known = {p.entry_id for p in consumer.parked()}
@@ -658,7 +654,7 @@ def _retry(
 @click.argument("entry_id", metavar="ID")
 def _drop(state_path: Path, url: str | None, entry_id: str) -> None:
     """Forget one parked entry (it will not be handled again)."""
-    with _open(state_path) as state:
+    with StateFile(state_path) as state:
         feed_url = _one_entry_point(state, url)
         with Consumer(feed_url, state) as consumer:
             if not consumer.drop(entry_id):
@@ -672,7 +668,7 @@ def _drop(state_path: Path, url: str | None, entry_id: str) -> None:
 def _status(state_path: Path, url: str | None, as_json: bool) -> None:
     """Where each consumer of the state file stands: checkpoint, head as last seen, lag (from
     sequence numbers), parked entries."""
-    with _open(state_path, read_only=True) as state:
+    with StateFile(state_path, read_only=True) as state:
         known = _entry_points(state, url)
         if not known:
             click.echo(

@@ -95,7 +95,7 @@ from simplefeed.client.parse import (
     parse_page,
 )
 from simplefeed.client.poll import PollPolicy, next_interval
-from simplefeed.client.state import Checkpoint, Head, Parked, StateFile
+from simplefeed.client.state import Checkpoint, Head, Parked, StateFile, damaged_values
 from simplefeed.client.walk import Progress, new_entries, starting_point
 
 if TYPE_CHECKING:
@@ -505,7 +505,8 @@ class Consumer:
             for parked in self.parked():
                 if wanted and parked.entry_id not in wanted:
                     continue
-                entry = FeedEntry.from_json(parked.entry)
+                with damaged_values(self.state.path, "parked entry"):
+                    entry = FeedEntry.from_json(parked.entry)
                 try:
                     handler(entry)
                 except Exception as exc:

@@ -187,6 +187,17 @@ class PageCache(Protocol):
     def delete_document(self, url: str) -> None: ...
 
 
+@contextlib.contextmanager
+def damaged_values(path: Path | str, what: str) -> Iterator[None]:
+    """Values read from a state file made into ours: one damaged (edited by hand, written by
+    another program) is a :class:`StateError` naming it (exit 6), not an internal error (70)."""
+    try:
+        yield
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        detail = f"{type(exc).__name__}: {exc}"
+        raise StateError(str(path), f"a damaged {what} ({detail[:200]})") from exc
+
+
 class StateFile:
     """A SQLite file holding checkpoints and the HTTP cache. Use as a context manager.
 
@@ -279,7 +290,8 @@ class StateFile:
         )
         if row is None:
             return None
-        return Checkpoint(entry_id=row[0], seq=int(row[1]), page_url=row[2])
+        with damaged_values(self.path, "checkpoint"):
+            return Checkpoint(entry_id=row[0], seq=int(row[1]), page_url=row[2])
 
     def save_checkpoint(self, feed_url: str, checkpoint: Checkpoint, now: float) -> None:
         """Store durably (fsynced before returning)."""
@@ -297,7 +309,8 @@ class StateFile:
     def checkpoints(self) -> dict[str, Checkpoint]:
         """Every entry point's checkpoint, by entry point."""
         rows = self._all("SELECT feed_url, entry_id, seq, page_url FROM checkpoints ORDER BY 1", ())
-        return {row[0]: Checkpoint(row[1], int(row[2]), row[3]) for row in rows}
+        with damaged_values(self.path, "checkpoint"):
+            return {row[0]: Checkpoint(row[1], int(row[2]), row[3]) for row in rows}
 
     # -- parked entries ------------------------------------------------------------------
 
@@ -321,10 +334,11 @@ class StateFile:
             f"{where}ORDER BY feed_url, seq",
             params,
         )
-        return [
-            Parked(row[0], row[1], int(row[2]), json.loads(row[3]), row[4], row[5], int(row[6]))
-            for row in rows
-        ]
+        with damaged_values(self.path, "parked entry"):
+            return [
+                Parked(row[0], row[1], int(row[2]), _object(row[3]), row[4], row[5], int(row[6]))
+                for row in rows
+            ]
 
     def parked_count(self, feed_url: str) -> int:
         row = self._query("SELECT count(*) FROM parked WHERE feed_url = ?", (feed_url,))
@@ -350,7 +364,8 @@ class StateFile:
 
     def heads(self) -> dict[str, Head]:
         rows = self._all("SELECT feed_url, head_seq, seen_at FROM heads", ())
-        return {row[0]: Head(row[0], int(row[1]), float(row[2])) for row in rows}
+        with damaged_values(self.path, "head"):
+            return {row[0]: Head(row[0], int(row[1]), float(row[2])) for row in rows}
 
     # -- HTTP cache ----------------------------------------------------------------------
 
@@ -362,16 +377,17 @@ class StateFile:
         )
         if row is None:
             return None
-        return CachedDocument(
-            url=url,
-            body=bytes(row[0]),
-            etag=row[1],
-            last_modified=row[2],
-            immutable=bool(row[3]),
-            fetched_at=float(row[4]),
-            max_age=None if row[5] is None else float(row[5]),
-            coding=row[6],
-        )
+        with damaged_values(self.path, "cached document"):
+            return CachedDocument(
+                url=url,
+                body=bytes(row[0]),
+                etag=row[1],
+                last_modified=row[2],
+                immutable=bool(row[3]),
+                fetched_at=float(row[4]),
+                max_age=None if row[5] is None else float(row[5]),
+                coding=row[6],
+            )
 
     def put_document(self, document: CachedDocument) -> None:
         self._write_cache(
@@ -494,3 +510,10 @@ class StateFile:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _object(text: str) -> dict[str, Any]:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise TypeError(f"a JSON {type(value).__name__}, not an object")
+    return value
