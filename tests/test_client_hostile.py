@@ -841,3 +841,34 @@ def test_a_state_file_under_another_name_is_the_same_state_file(
         run = consume(f"{server.base}/recent", tmp_path / name)
         assert run.code == 6 and "it has 2 hard links" in run.stderr, run.stderr
         assert run.stdout == ""
+
+
+def test_an_entry_id_too_long_for_the_environment_still_reaches_the_handler(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """A 200,000-character id made `--exec` fail before the handler ran ("Argument list too
+    long": execve refuses an environment string over 128 KiB), for good, and the message
+    quoting it was a 200 KB line (a reviewer's trial)."""
+    server = hostile({})
+    long_id = "urn:h:" + "i" * 200_000
+    server.routes["/recent"] = answer(
+        atom(server.base, [(1, "one"), (2, "two")]).replace(b"urn:h:2<", f"{long_id}<".encode())
+    )
+    handler = tmp_path / "handler.py"
+    handler.write_text(
+        "import json, os, sys\n"
+        "entry = json.load(sys.stdin)\n"
+        "print(entry['seq'], len(entry['id']), os.environ.get('SIMPLEFEED_ENTRY_ID', '-')[:8])\n"
+        "sys.exit(int(os.environ.get('FAIL', '0')) if entry['seq'] == 2 else 0)\n"
+    )
+    command = f"{sys.executable} {handler}"
+    run = consume(f"{server.base}/recent", tmp_path / "s.sqlite3", "--exec", command)
+    assert run.code == 0, run.stderr
+    assert run.stdout == "1 7 urn:h:1\n2 200006 -\n"
+    os.environ["FAIL"] = "1"
+    try:
+        run = consume(f"{server.base}/recent", tmp_path / "t.sqlite3", "--exec", command)
+    finally:
+        del os.environ["FAIL"]
+    assert run.code == 3 and "handler failed on entry 'urn:h:iii" in run.stderr, run.stderr[:300]
+    assert len(run.stderr) < 2000, run.stderr[:300]

@@ -12,8 +12,9 @@ characters in the id and title backslash-escaped, so that one entry is always on
 prints as JSON lines (``--jsonl``: one object per entry with every field the producer sent: id,
 seq, title, updated, published, content (JSON content as its value), content_type, summary,
 author, categories, links, and the page), or runs a
-command per entry (``--exec``: the JSON object on its standard input, ``SIMPLEFEED_ENTRY_ID`` and
-``SIMPLEFEED_ENTRY_SEQ`` in its environment; a non-zero exit stops processing at that entry).
+command per entry (``--exec``: the JSON object on its standard input, ``SIMPLEFEED_ENTRY_ID``
+(escaped as printed; left out past 8,192 characters) and ``SIMPLEFEED_ENTRY_SEQ`` in its
+environment; a non-zero exit stops processing at that entry).
 Entries come oldest first, at least once (see :mod:`simplefeed.client.consumer`). Without
 ``--follow`` the command exits 0 once caught up; with it, it polls on until interrupted, each
 poll after the first a long poll (``Prefer: wait``, ``--wait``) that a server saying
@@ -161,6 +162,11 @@ def _print_json(entry: FeedEntry) -> None:
     click.echo(json_text(entry.to_json()))
 
 
+#: The longest id ``--exec`` passes in ``SIMPLEFEED_ENTRY_ID`` (longer ones are left out: a
+#: 200,000-character id from a server made every run fail with "Argument list too long").
+MAX_ENV_ID_CHARS = 8192
+
+
 def _exec_handler(command: str) -> Callable[[FeedEntry], None]:
     argv = shlex.split(command)
     if not argv:
@@ -169,7 +175,11 @@ def _exec_handler(command: str) -> Callable[[FeedEntry], None]:
     def run(entry: FeedEntry) -> None:
         data = json_text(entry.to_json()).encode("utf-8") + b"\n"
         env = dict(os.environ)
-        env["SIMPLEFEED_ENTRY_ID"] = escape_field(entry.id)  # the id itself: on standard input
+        entry_id = escape_field(entry.id)  # the id itself: on standard input
+        if len(entry_id) <= MAX_ENV_ID_CHARS:
+            env["SIMPLEFEED_ENTRY_ID"] = entry_id
+        else:  # execve refuses a string of the environment over 128 KiB
+            env.pop("SIMPLEFEED_ENTRY_ID", None)
         env["SIMPLEFEED_ENTRY_SEQ"] = str(entry.seq)
         try:
             result = subprocess.run(argv, input=data, env=env, check=False)

@@ -163,7 +163,9 @@ class SequenceGap(FeedError):
 
     def __init__(self, url: str, entry_id: str, expected: int, found: int) -> None:
         super().__init__(
-            url, f"sequence gap at entry {entry_id!r}: expected sequence {expected}, found {found}"
+            url,
+            f"sequence gap at entry '{quoted(entry_id)}': expected sequence {expected},"
+            f" found {found}",
         )
         self.entry_id = entry_id
         self.expected = expected
@@ -177,7 +179,7 @@ class RepeatedEntry(FeedError):
     def __init__(self, url: str, entry_id: str, expected: int, found: int) -> None:
         super().__init__(
             url,
-            f"entry {entry_id!r} appears again with sequence number {found} "
+            f"entry '{quoted(entry_id)}' appears again with sequence number {found} "
             f"(it has sequence number {expected})",
         )
         self.entry_id = entry_id
@@ -211,7 +213,7 @@ class LastEntryVanished(FeedError):
     def __init__(self, url: str, entry_id: str) -> None:
         super().__init__(
             url,
-            f"the last processed entry {entry_id!r} is no longer in the feed "
+            f"the last processed entry '{quoted(entry_id)}' is no longer in the feed "
             "(walked back to the first page)",
         )
         self.entry_id = entry_id
@@ -221,7 +223,9 @@ class HandlerError(ClientError):
     """The handler raised on ``entry``; the checkpoint is the entry before it."""
 
     def __init__(self, entry: FeedEntry, cause: BaseException) -> None:
-        super().__init__(f"handler failed on entry {entry.id!r} (sequence {entry.seq}): {cause}")
+        super().__init__(
+            f"handler failed on entry '{quoted(entry.id)}' (sequence {entry.seq}): {cause}"
+        )
         self.entry = entry
 
 
