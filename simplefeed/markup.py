@@ -67,6 +67,9 @@ _SCRIPT_URL = re.compile("|".join(f"{s}:" for s in SCRIPT_SCHEMES))
 # (a doctype, a CDATA section) or a processing instruction with: none of those is content.
 _TAG_START = re.compile(r"<[A-Za-z/]")
 _NOT_CONTENT = re.compile(r"<(?:(!--)|(!)|(\?))")
+# A '<' that begins no tag (HTML's tokenizer: one not followed by an ASCII letter, or by '/' and
+# one): a parse error in HTML ("x < y", "x<3"), and each one a text chunk of its own to Python's.
+_LONE_LESS_THAN = re.compile(r"<(?![A-Za-z]|/[A-Za-z])")
 
 
 def url_scheme(value: str) -> str | None:
@@ -105,36 +108,52 @@ Token = tuple[str, str, tuple[tuple[str, str], ...]]
 
 
 class _Tokens(HTMLParser):
-    """Start tags with their attributes, text, and anything else, in document order."""
+    """Start tags with their attributes, text, and anything else, in document order.
+
+    Text comes in chunks (a '<' that begins no tag is one of its own): they are gathered in a
+    list and joined once, at the next token or the end, so N chunks cost N, not N squared.
+    """
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.tokens: list[Token] = []
+        self._text: list[str] = []
+
+    def _flush(self) -> None:
+        if self._text:
+            self.tokens.append(("text", "".join(self._text), ()))
+            self._text.clear()
+
+    def _token(self, token: Token) -> None:
+        self._flush()
+        self.tokens.append(token)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tokens.append(("start", tag, tuple((k, v or "") for k, v in attrs)))
+        self._token(("start", tag, tuple((k, v or "") for k, v in attrs)))
 
     handle_startendtag = handle_starttag
 
     def handle_endtag(self, tag: str) -> None:
-        self.tokens.append(("end", tag, ()))
+        self._token(("end", tag, ()))
 
     def handle_data(self, data: str) -> None:
-        if self.tokens and self.tokens[-1][0] == "text":
-            data = self.tokens.pop()[1] + data
-        self.tokens.append(("text", data, ()))
+        self._text.append(data)
 
     def handle_comment(self, data: str) -> None:
-        self.tokens.append(("comment", data, ()))
+        self._token(("comment", data, ()))
 
     def handle_decl(self, decl: str) -> None:
-        self.tokens.append(("declaration", decl, ()))
+        self._token(("declaration", decl, ()))
 
     def handle_pi(self, data: str) -> None:
-        self.tokens.append(("processing instruction", data, ()))
+        self._token(("processing instruction", data, ()))
 
     def unknown_decl(self, data: str) -> None:
-        self.tokens.append(("declaration", data, ()))
+        self._token(("declaration", data, ()))
+
+    def close(self) -> None:
+        super().close()
+        self._flush()
 
 
 def _tokens(text: str) -> list[Token]:
@@ -173,8 +192,9 @@ def _untokenizable_problem(text: str) -> str | None:
     takes only its '<' as text, so N of them cost N times the text (quadratic: 24 KB of ``<a ``
     took 2.8 s of CPU, 80 KB of ``<!--<p>`` 0.7 s; CVE-2025-6069, fixed in CPython 3.12.11 and
     3.13.5), and it raises AssertionError on some '<![' (``<![<![``). Comments, declarations and
-    processing instructions are refused anyway: here, before it reads them; and a tag, since
-    it ends at a '>', must have one after it.
+    processing instructions are refused anyway: here, before it reads them; a '<' that begins
+    no tag is an error to HTML's parser (write ``&lt;``); and a tag, since it ends at a '>',
+    must have one after it.
     """
     found = _NOT_CONTENT.search(text)
     if found is not None:
@@ -189,6 +209,12 @@ def _untokenizable_problem(text: str) -> str | None:
         return (
             f"a tag left open at the end ({tail[found.start() :][:40]!r}): close it with '>',"
             " or write a '<' that is text as &lt;"
+        )
+    found = _LONE_LESS_THAN.search(text)
+    if found is not None:
+        return (
+            f"a '<' that begins no tag ({text[found.start() :][:40]!r}): write a '<' that is"
+            " text as &lt;"
         )
     return None
 

@@ -430,7 +430,7 @@ ORDINARY_HTML = [
     "<pre><code>if (a &lt; b) {\r\n  return;\r\n}</code></pre>",
     '<img src="https://example.com/a.png" alt="a" width="10" height="10">',
     '<ul><li>one<li>two</ul><p title="t" lang="en">x<br>y</p>',
-    '<blockquote cite="https://example.com/">q</blockquote> 1 < 2 &copy; ©',
+    '<blockquote cite="https://example.com/">q</blockquote> 1 &lt; 2 &copy; ©',
 ]
 
 
