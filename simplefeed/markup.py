@@ -22,10 +22,18 @@ from html.parser import HTMLParser
 
 import nh3
 
-ALLOWED_TAGS: frozenset[str] = frozenset(nh3.ALLOWED_TAGS)
-#: nh3's attributes per tag, and (ammonia's default generic attributes) on every tag.
+#: nh3's tags that are not allowed: those the W3C Feed Validator does not accept (its
+#: ``HTMLValidator.acceptable_elements``, feedvalidator/validators.py beside the judge script:
+#: ``bdo`` draws "content should not contain bdo tag", ``rtc`` "Non-html tag"); and ruby
+#: annotations, which feedparser's sanitiser drops while keeping their text, so that
+#: ``<ruby>漢<rt>kan</rt></ruby>`` reads back as "漢kan" in feedparser-based readers.
+EXCLUDED_TAGS = frozenset({"bdo", "rtc"} | {"ruby", "rt", "rp"})
+#: nh3's tags, less :data:`EXCLUDED_TAGS`: nh3's tags that are in the validator's acceptable
+#: elements, but for ruby.
+ALLOWED_TAGS: frozenset[str] = frozenset(nh3.ALLOWED_TAGS) - EXCLUDED_TAGS
+#: nh3's attributes per allowed tag, and (ammonia's default generic attributes) on every tag.
 ALLOWED_ATTRIBUTES: dict[str, frozenset[str]] = {
-    tag: frozenset(names) for tag, names in nh3.ALLOWED_ATTRIBUTES.items()
+    tag: frozenset(names) for tag, names in nh3.ALLOWED_ATTRIBUTES.items() if tag in ALLOWED_TAGS
 }
 GENERIC_ATTRIBUTES = frozenset({"lang", "title"})
 #: URL schemes allowed in HTML and XHTML content (nh3's).
@@ -100,7 +108,10 @@ def attribute_problem(tag: str, name: str, value: str) -> str | None:
 
 def element_problem(tag: str) -> str | None:
     if tag not in ALLOWED_TAGS:
-        return f"<{tag}> is not allowed (allowed: the tags of the sanitiser nh3)"
+        return (
+            f"<{tag}> is not allowed (allowed: the tags of the sanitiser nh3 that feed"
+            " validators and readers accept)"
+        )
     return None
 
 

@@ -15,7 +15,7 @@ import pytest
 from simplefeed import markup
 from simplefeed.core import Simplefeed
 from tests.test_conformance import judge_ready
-from tests.test_door import refused
+from tests.test_door import JUDGES, refused
 
 __all__ = ["judge_ready"]  # a fixture, used by name
 
@@ -53,3 +53,40 @@ def test_text_in_many_chunks_is_joined_once() -> None:
     """The tokenizer's text chunks are gathered and joined, not copied onto each other."""
     tokens = markup._tokens("a&amp;b" * 3 + "<p>" + "c" * 5)
     assert [t for t in tokens if t[0] == "text"] == [("text", "a&b" * 3, ()), ("text", "ccccc", ())]
+
+
+# -- F4: tags the validator or feedparser does not take -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "html,tag",
+    [
+        ('<bdo dir="rtl">x</bdo>', "bdo"),  # "content should not contain bdo tag"
+        ("<ruby>漢<rtc>kan</rtc></ruby>", "ruby"),  # rtc: "Non-html tag"
+        ("<p>a<rtc>kan</rtc></p>", "rtc"),
+        ("<ruby>漢<rt>kan</rt></ruby>", "ruby"),  # feedparser reads "漢kan"
+        ("<p>漢<rp>(</rp></p>", "rp"),
+        ("<p>漢<rt>kan</rt></p>", "rt"),
+    ],
+)
+def test_tags_the_validator_or_feedparser_does_not_take_are_refused(
+    client: Client, core: Simplefeed, html: str, tag: str
+) -> None:
+    refused_html(client, core, html, f"<{tag}> is not allowed")
+    xhtml = {"title": "t", "content_type": "xhtml", "content": html}
+    refused(client, core, xhtml, "content", words=(f"<{tag}> is not allowed",))
+
+
+def test_the_allowed_tags_are_nh3s_that_the_validator_accepts_less_ruby() -> None:
+    import sys
+
+    import nh3
+
+    sys.path.insert(0, str(JUDGES))
+    try:
+        from feedvalidator.validators import HTMLValidator  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(JUDGES))
+    acceptable = set(HTMLValidator.acceptable_elements) & set(HTMLValidator.htmltags)
+    assert (set(nh3.ALLOWED_TAGS) & acceptable) - {"ruby", "rt", "rp"} == markup.ALLOWED_TAGS
+    assert set(markup.ALLOWED_ATTRIBUTES) <= markup.ALLOWED_TAGS
