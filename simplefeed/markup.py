@@ -16,6 +16,7 @@ or ``data:`` URL in any attribute.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from html.entities import html5 as _NAMED_REFERENCES
 from html.parser import HTMLParser
@@ -174,25 +175,66 @@ def _tokens(text: str) -> list[Token]:
     return parser.tokens
 
 
-#: How many ampersands HTML content may hold that begin no character reference (a bare ``&``,
-#: ``&x;``): html5ever's time grows with their square (500,000 took 1.5 s; ``&amp;`` is cheap).
+#: How many ampersands HTML content may hold that begin no character reference (a bare ``&``):
+#: html5ever's time grows with their square (500,000 took 1.5 s; ``&amp;`` is cheap).
 MAX_BARE_AMPERSANDS = 4096
-_AMPERSAND = re.compile(r"&(#[0-9]|#[xX][0-9A-Fa-f]|[A-Za-z][A-Za-z0-9]*;)?")
+# A character reference as HTML writes it in full (leading zeros aside, at most 8 digits: no
+# larger number is a code point, and Python's int() of a long one is slow), and an '&' that
+# begins neither one nor nothing: HTML's tokenizer reads an '&' followed by whitespace, '<',
+# '&' or the end as text, and anything else as the start of a reference.
+_REFERENCE = re.compile(r"&(#[xX]0*[0-9A-Fa-f]{1,8};|#0*[0-9]{1,8};|[A-Za-z][A-Za-z0-9]{0,40};)")
+_NOT_REFERENCE = re.compile(
+    r"&(?![\t\n\f\r <&]|$|#[xX]0*[0-9A-Fa-f]{1,8};|#0*[0-9]{1,8};|[A-Za-z][A-Za-z0-9]{0,40};)"
+)
+
+
+def _reference_allowed(reference: str) -> bool:
+    """Whether ``reference`` (``amp;``, ``#169;``, ``#xA9;``) is one HTML's parser reads
+    without error: a name HTML5 knows, or a number for a code point that is not NUL, CR, a
+    control, a surrogate or a noncharacter, nor past U+10FFFF (html5lib's list, the judge's)."""
+    if reference[0] != "#":
+        return reference in _NAMED_REFERENCES
+    code = int(reference[2:-1], 16) if reference[1] in "xX" else int(reference[1:-1])
+    return not (
+        code in (0x0B, 0x0D)
+        or code <= 0x08
+        or 0x0E <= code <= 0x1F
+        or 0x7F <= code <= 0x9F
+        or 0xD800 <= code <= 0xDFFF
+        or 0xFDD0 <= code <= 0xFDEF
+        or code & 0xFFFE == 0xFFFE
+        or code > 0x10FFFF
+    )
 
 
 def _ampersand_problem(text: str) -> str | None:
-    """Over :data:`MAX_BARE_AMPERSANDS` ampersands that begin no character reference."""
-    if text.count("&") <= MAX_BARE_AMPERSANDS:
+    """An '&' that begins a character reference HTML's parser reads with an error (not ended by
+    ';', a name it does not know, a number for a code point it refuses: ``AT&T``, ``&copy
+    2026``, ``&#128;``), or more than :data:`MAX_BARE_AMPERSANDS` bare ones; found in linear
+    time."""
+    if "&" not in text:
         return None
-    bare = 0
-    for found in _AMPERSAND.finditer(text):
-        reference = found[1]
-        bare += reference is None or (reference[0] != "#" and reference not in _NAMED_REFERENCES)
-    if bare <= MAX_BARE_AMPERSANDS:
+    total = text.count("&")
+    if total > MAX_BARE_AMPERSANDS:
+        references = Counter(_REFERENCE.findall(text))
+        bare = total - sum(n for r, n in references.items() if _reference_allowed(r))
+        if bare > MAX_BARE_AMPERSANDS:
+            return (
+                f"{bare} ampersands that begin no character reference (at most"
+                f" {MAX_BARE_AMPERSANDS}): write each as &amp;"
+            )
+    found = _NOT_REFERENCE.search(text)
+    at = found.start() if found is not None else -1
+    if at < 0:
+        wrong = [r for r in set(_REFERENCE.findall(text)) if not _reference_allowed(r)]
+        if wrong:
+            at = min(text.find("&" + r) for r in wrong)
+    if at < 0:
         return None
     return (
-        f"{bare} ampersands that begin no character reference (at most"
-        f" {MAX_BARE_AMPERSANDS}): write each as &amp;"
+        f"an '&' that begins no character reference HTML reads without error"
+        f" ({text[at:][:20]!r}): write a '&' that is text as &amp;, and end each reference"
+        " with ';'"
     )
 
 

@@ -15,7 +15,7 @@ import pytest
 from simplefeed import markup
 from simplefeed.core import Simplefeed
 from tests.test_conformance import judge_ready
-from tests.test_door import JUDGES, refused
+from tests.test_door import JUDGES, accepted, refused
 
 __all__ = ["judge_ready"]  # a fixture, used by name
 
@@ -90,3 +90,37 @@ def test_the_allowed_tags_are_nh3s_that_the_validator_accepts_less_ruby() -> Non
     acceptable = set(HTMLValidator.acceptable_elements) & set(HTMLValidator.htmltags)
     assert (set(nh3.ALLOWED_TAGS) & acceptable) - {"ruby", "rt", "rp"} == markup.ALLOWED_TAGS
     assert set(markup.ALLOWED_ATTRIBUTES) <= markup.ALLOWED_TAGS
+
+
+# -- F3: character references -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        "&copy 2026",  # no ';'
+        "&foo;",  # a name HTML does not know
+        "&#x80;",  # C1 controls, NUL, CR, surrogates, noncharacters, past U+10FFFF
+        "&#128;",
+        "&#0;",
+        "&#13;",
+        "&#xD800;",
+        "&#xFFFE;",
+        "&#x110000;",
+        "&#99999999999999999999;",
+        "AT&T",
+        "a&b c",
+        "a &amp b",
+        "x &. y",
+        '<a href="http://x.example/?a=1&b=2">x</a>',
+    ],
+)
+def test_an_ampersand_that_begins_no_reference_html_reads_without_error_is_refused(
+    client: Client, core: Simplefeed, html: str
+) -> None:
+    refused_html(client, core, html, "write a '&' that is text as &amp;")
+
+
+def test_a_flood_of_bare_ampersands_is_still_counted(client: Client, core: Simplefeed) -> None:
+    refused_html(client, core, "a & b " * 5_000, "5000 ampersands that begin no character")
+    accepted(client, {"title": "t", "content_type": "html", "content": "a & b " * 4_000})
