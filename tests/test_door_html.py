@@ -8,13 +8,15 @@ accepted, and the documents that carry it pass the judge. Posted through the rea
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import falcon.testing
 import pytest
 
 from simplefeed import markup
 from simplefeed.core import Simplefeed
-from tests.test_conformance import judge_ready
+from tests.conftest import FakeClock
+from tests.test_conformance import BASE, START_US, documents, judge, judge_ready, unexplained
 from tests.test_door import JUDGES, accepted, refused
 
 __all__ = ["judge_ready"]  # a fixture, used by name
@@ -51,7 +53,7 @@ def test_a_flood_of_less_thans_is_refused_in_linear_time(client: Client, core: S
 
 def test_text_in_many_chunks_is_joined_once() -> None:
     """The tokenizer's text chunks are gathered and joined, not copied onto each other."""
-    tokens = markup._tokens("a&amp;b" * 3 + "<p>" + "c" * 5)
+    tokens = markup._tokens("a&amp;b" * 3 + "<p>" + "c" * 5)[0]
     assert [t for t in tokens if t[0] == "text"] == [("text", "a&b" * 3, ()), ("text", "ccccc", ())]
 
 
@@ -124,3 +126,109 @@ def test_an_ampersand_that_begins_no_reference_html_reads_without_error_is_refus
 def test_a_flood_of_bare_ampersands_is_still_counted(client: Client, core: Simplefeed) -> None:
     refused_html(client, core, "a & b " * 5_000, "5000 ampersands that begin no character")
     accepted(client, {"title": "t", "content_type": "html", "content": "a & b " * 4_000})
+
+
+# -- F3: tags HTML's tokenizer reads with an error -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "html,words",
+    [
+        ("<p/>x", "'/>' ends a <p>"),  # self-closing syntax on a non-void element
+        ('a<img src="http://x.example/i.png"></img>b', "</img>: <img> is a void element"),
+        ("a<hr></hr>b", "</hr>: <hr> is a void element"),
+        ("a</br>b", "</br>: <br> is a void element"),
+        ('<b>x</b foo="1">', "an end tag HTML reads with an error"),
+        ("<b>x</b/>", "an end tag HTML reads with an error"),
+        ('<a href=http://x.example/a"b>x</a>', "a start tag HTML reads with an error"),
+        ('<a href="http://x.example/"title="y">x</a>', "a start tag HTML reads with an error"),
+        ("<a title=`x`>y</a>", "a start tag HTML reads with an error"),
+        ("<p title=>x</p>", "a start tag HTML reads with an error"),
+        ('<a / href="x">y</a>', "a start tag HTML reads with an error"),
+        ('<a href="/x" href="/y">z</a>', "an attribute given twice"),
+    ],
+)
+def test_a_tag_html_reads_with_an_error_is_refused(
+    client: Client, core: Simplefeed, html: str, words: str
+) -> None:
+    refused_html(client, core, html, words)
+
+
+# -- F3: a tree a browser builds otherwise, or with an error -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "html,words",
+    [
+        ('<a href="http://x.example/">1<a href="http://y.example/">2</a>3</a>', "an <a> in an <a>"),
+        (
+            '<a href="http://x.example/"><span><a href="http://y.example/">z</a></span></a>',
+            "<a> in",
+        ),
+        ("<h1>a<h2>b</h2>c</h1>", "a <h2> in a <h1>"),
+        ("<h1>a<h1>b</h1>", "a <h1> in a <h1>"),
+        ("<p><span>a<li>b</li></span>", "reads otherwise than it is written"),
+        ("<table><p>x</p></table>", "reads otherwise than it is written"),
+        ("<table><td>1</td></table>", "reads otherwise than it is written"),
+        ("<td>x</td>", "reads otherwise than it is written"),
+        ("<div><span>a</div>", "a </div> while <span> is open in it"),
+        ("<dl><dt><span>a<dd>b</dl>", "while <span> is open"),
+        ("<div>x", "a <div> left open at the end"),
+        ("<ul><li>x", "a <ul> left open at the end"),
+        ("<table><tr><td>x", "left open at the end"),
+    ],
+)
+def test_markup_a_browser_builds_otherwise_or_with_an_error_is_refused(
+    client: Client, core: Simplefeed, html: str, words: str
+) -> None:
+    refused_html(client, core, html, words)
+
+
+#: Ordinary HTML, each an HTML parser reads without error: accepted, and passes the judge.
+VALID_HTML = [
+    "<ul><li>one<li>two</ul>",  # implied </li>
+    "<ol><li>a<li>b<ul><li>c<li>d</ul><li>e</ol>",  # nested lists
+    "<ul><li><p>a<li><p>b</ul>",
+    "<p>a<p>b<div>c</div>",  # paragraphs closed by the next, and by a block
+    "<p>para<ul><li>x</ul><p>x<hr>y",
+    "<div><p>a</div>",
+    "<table><tr><td>1<td>2<tr><td>3<td>4</table>",  # tables without tbody
+    "<table><tr><td>1</td><td>2</td></tr></table>",
+    "<table>\n<tr><td>1</td></tr>\n</table>",
+    '<table><thead><tr><th scope="col">h</th></tr></thead><tbody><tr><td colspan="2">1</td>'
+    "</tr></tbody></table>",
+    "<table><thead><tr><td>h<tbody><tr><td>1</table>",
+    "<table><caption>c</caption><tr><td>1</table>",
+    '<table><colgroup><col span="2"><tr><td>1</td></tr></table>',
+    "<table><tr><th>h<tr><td><p>a<td><ul><li>x</ul></table>",
+    "<pre>\nfirst line\n</pre><pre>\n\nafter a blank line</pre>",  # a pre's leading newline
+    "<pre><code>if (a &lt; b) {\r\n  return;\r\n}</code></pre>",
+    "a<br>b<br/>c<br />d<hr/>",
+    '<img src="https://example.com/a.png" alt="a" width="10" height="10">',
+    "<img src=https://example.com/a.png alt=a>",
+    "<p>a &amp; b &lt; c &gt; d &copy; &#169; &#xA9; &hellip; &nbsp; a & b</p>",
+    '<a href="https://example.com/?a=1&amp;b=2">x</a>',
+    "<dl><dt>a<dd>b<dt>c<dd><p>d</dl>",
+    '<blockquote cite="https://example.com/"><p>q</p></blockquote>',
+    "<b>bold <i>both</i></b> <em>e</em> <code>c</code> <b>bold <div>block</div></b>",
+    '<h1>T</h1><h2>S <a href="/x">link</a></h2><p>x',
+    "<P TITLE=\"x\">y</P><p title='x'>y</p><b >x</b >",
+    "<details><summary>s</summary>d</details>",
+    '<figure><img src="/a.png" alt=""><figcaption>c</figcaption></figure>',
+    '<p>x<sub>2</sub> <sup>3</sup> <q>q</q> <abbr title="t">a</abbr> <span lang="en">e</span>',
+    '<ol start="3"><li>x</ol><p>a<wbr>b</p><del>x</del><ins>y</ins>',
+    "plain text, 1 &lt; 2 &amp;&amp; 3 &gt; 2",
+]
+
+
+def test_ordinary_html_is_accepted_and_passes_the_judge(
+    judge_ready: None, client: Client, clock: FakeClock, tmp_path: Path
+) -> None:
+    clock.now = START_US  # in the judge's past
+    for i, html in enumerate(VALID_HTML):
+        event = {"title": f"valid {i}", "content_type": "html", "content": html}
+        clock.advance(1)
+        accepted(client, event)
+    docs = documents(client, f"{BASE}/recent")
+    problems = unexplained(docs, judge(docs, tmp_path), {})
+    assert problems == [], "\n".join(problems)
