@@ -1,0 +1,234 @@
+"""HTML content at the door, as a strict judge reads it: the W3C Feed Validator parses ``html``
+content with html5lib in strict mode, so any HTML parse error is "Invalid HTML", for good on an
+archived page. What a browser's parser reads with an error, or reads otherwise than it is
+written, is refused (422, naming the problem) before anything is stored; ordinary HTML is still
+accepted, and the documents that carry it pass the judge. Posted through the real app, as
+``tests/test_door.py`` does."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import falcon.testing
+import pytest
+
+from simplefeed import markup
+from simplefeed.core import Simplefeed
+from tests.conftest import FakeClock
+from tests.test_conformance import BASE, START_US, documents, judge, judge_ready, unexplained
+from tests.test_door import JUDGES, accepted, refused
+
+__all__ = ["judge_ready"]  # a fixture, used by name
+
+Client = falcon.testing.TestClient
+
+
+def refused_html(client: Client, core: Simplefeed, html: str, *words: str) -> None:
+    refused(client, core, {"title": "t", "content_type": "html", "content": html}, "content",
+            words=words)  # fmt: skip
+
+
+# -- F2: a '<' that begins no tag --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "html", ["x < y", "x<3", "a <= b", "1 <> 2", "</ p>", "</>", "a </3", "<", "x <\n>"]
+)
+def test_a_less_than_that_begins_no_tag_is_refused(
+    client: Client, core: Simplefeed, html: str
+) -> None:
+    refused_html(client, core, html, "write a '<' that is text as &lt;")
+
+
+def test_a_flood_of_less_thans_is_refused_in_linear_time(client: Client, core: Simplefeed) -> None:
+    """A reviewer's trial: 512 Ki of '<' was accepted after 2.1 s of CPU (each its own text
+    chunk, joined to all before it)."""
+    flood = "<" * 524_288
+    start = time.process_time()
+    assert markup.html_problem(flood) is not None
+    assert time.process_time() - start < 0.2
+    refused_html(client, core, flood, "a '<' that begins no tag")
+
+
+def test_text_in_many_chunks_is_joined_once() -> None:
+    """The tokenizer's text chunks are gathered and joined, not copied onto each other."""
+    tokens = markup._tokens("a&amp;b" * 3 + "<p>" + "c" * 5)[0]
+    assert [t for t in tokens if t[0] == "text"] == [("text", "a&b" * 3, ()), ("text", "ccccc", ())]
+
+
+# -- F4: tags the validator or feedparser does not take -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "html,tag",
+    [
+        ('<bdo dir="rtl">x</bdo>', "bdo"),  # "content should not contain bdo tag"
+        ("<ruby>漢<rtc>kan</rtc></ruby>", "ruby"),  # rtc: "Non-html tag"
+        ("<p>a<rtc>kan</rtc></p>", "rtc"),
+        ("<ruby>漢<rt>kan</rt></ruby>", "ruby"),  # feedparser reads "漢kan"
+        ("<p>漢<rp>(</rp></p>", "rp"),
+        ("<p>漢<rt>kan</rt></p>", "rt"),
+    ],
+)
+def test_tags_the_validator_or_feedparser_does_not_take_are_refused(
+    client: Client, core: Simplefeed, html: str, tag: str
+) -> None:
+    refused_html(client, core, html, f"<{tag}> is not allowed")
+    xhtml = {"title": "t", "content_type": "xhtml", "content": html}
+    refused(client, core, xhtml, "content", words=(f"<{tag}> is not allowed",))
+
+
+def test_the_allowed_tags_are_nh3s_that_the_validator_accepts_less_ruby() -> None:
+    import sys
+
+    import nh3
+
+    sys.path.insert(0, str(JUDGES))
+    try:
+        from feedvalidator.validators import HTMLValidator  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(JUDGES))
+    acceptable = set(HTMLValidator.acceptable_elements) & set(HTMLValidator.htmltags)
+    assert (set(nh3.ALLOWED_TAGS) & acceptable) - {"ruby", "rt", "rp"} == markup.ALLOWED_TAGS
+    assert set(markup.ALLOWED_ATTRIBUTES) <= markup.ALLOWED_TAGS
+
+
+# -- F3: character references -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        "&copy 2026",  # no ';'
+        "&foo;",  # a name HTML does not know
+        "&#x80;",  # C1 controls, NUL, CR, surrogates, noncharacters, past U+10FFFF
+        "&#128;",
+        "&#0;",
+        "&#13;",
+        "&#xD800;",
+        "&#xFFFE;",
+        "&#x110000;",
+        "&#99999999999999999999;",
+        "AT&T",
+        "a&b c",
+        "a &amp b",
+        "x &. y",
+        '<a href="http://x.example/?a=1&b=2">x</a>',
+    ],
+)
+def test_an_ampersand_that_begins_no_reference_html_reads_without_error_is_refused(
+    client: Client, core: Simplefeed, html: str
+) -> None:
+    refused_html(client, core, html, "write a '&' that is text as &amp;")
+
+
+def test_a_flood_of_bare_ampersands_is_still_counted(client: Client, core: Simplefeed) -> None:
+    refused_html(client, core, "a & b " * 5_000, "5000 ampersands that begin no character")
+    accepted(client, {"title": "t", "content_type": "html", "content": "a & b " * 4_000})
+
+
+# -- F3: tags HTML's tokenizer reads with an error -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "html,words",
+    [
+        ("<p/>x", "'/>' ends a <p>"),  # self-closing syntax on a non-void element
+        ('a<img src="http://x.example/i.png"></img>b', "</img>: <img> is a void element"),
+        ("a<hr></hr>b", "</hr>: <hr> is a void element"),
+        ("a</br>b", "</br>: <br> is a void element"),
+        ('<b>x</b foo="1">', "an end tag HTML reads with an error"),
+        ("<b>x</b/>", "an end tag HTML reads with an error"),
+        ('<a href=http://x.example/a"b>x</a>', "a start tag HTML reads with an error"),
+        ('<a href="http://x.example/"title="y">x</a>', "a start tag HTML reads with an error"),
+        ("<a title=`x`>y</a>", "a start tag HTML reads with an error"),
+        ("<p title=>x</p>", "a start tag HTML reads with an error"),
+        ('<a / href="x">y</a>', "a start tag HTML reads with an error"),
+        ('<a href="/x" href="/y">z</a>', "an attribute given twice"),
+    ],
+)
+def test_a_tag_html_reads_with_an_error_is_refused(
+    client: Client, core: Simplefeed, html: str, words: str
+) -> None:
+    refused_html(client, core, html, words)
+
+
+# -- F3: a tree a browser builds otherwise, or with an error -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "html,words",
+    [
+        ('<a href="http://x.example/">1<a href="http://y.example/">2</a>3</a>', "an <a> in an <a>"),
+        (
+            '<a href="http://x.example/"><span><a href="http://y.example/">z</a></span></a>',
+            "<a> in",
+        ),
+        ("<h1>a<h2>b</h2>c</h1>", "a <h2> in a <h1>"),
+        ("<h1>a<h1>b</h1>", "a <h1> in a <h1>"),
+        ("<p><span>a<li>b</li></span>", "reads otherwise than it is written"),
+        ("<table><p>x</p></table>", "reads otherwise than it is written"),
+        ("<table><td>1</td></table>", "reads otherwise than it is written"),
+        ("<td>x</td>", "reads otherwise than it is written"),
+        ("<div><span>a</div>", "a </div> while <span> is open in it"),
+        ("<dl><dt><span>a<dd>b</dl>", "while <span> is open"),
+        ("<div>x", "a <div> left open at the end"),
+        ("<ul><li>x", "a <ul> left open at the end"),
+        ("<table><tr><td>x", "left open at the end"),
+    ],
+)
+def test_markup_a_browser_builds_otherwise_or_with_an_error_is_refused(
+    client: Client, core: Simplefeed, html: str, words: str
+) -> None:
+    refused_html(client, core, html, words)
+
+
+#: Ordinary HTML, each an HTML parser reads without error: accepted, and passes the judge.
+VALID_HTML = [
+    "<ul><li>one<li>two</ul>",  # implied </li>
+    "<ol><li>a<li>b<ul><li>c<li>d</ul><li>e</ol>",  # nested lists
+    "<ul><li><p>a<li><p>b</ul>",
+    "<p>a<p>b<div>c</div>",  # paragraphs closed by the next, and by a block
+    "<p>para<ul><li>x</ul><p>x<hr>y",
+    "<div><p>a</div>",
+    "<table><tr><td>1<td>2<tr><td>3<td>4</table>",  # tables without tbody
+    "<table><tr><td>1</td><td>2</td></tr></table>",
+    "<table>\n<tr><td>1</td></tr>\n</table>",
+    '<table><thead><tr><th scope="col">h</th></tr></thead><tbody><tr><td colspan="2">1</td>'
+    "</tr></tbody></table>",
+    "<table><thead><tr><td>h<tbody><tr><td>1</table>",
+    "<table><caption>c</caption><tr><td>1</table>",
+    '<table><colgroup><col span="2"><tr><td>1</td></tr></table>',
+    "<table><tr><th>h<tr><td><p>a<td><ul><li>x</ul></table>",
+    "<pre>\nfirst line\n</pre><pre>\n\nafter a blank line</pre>",  # a pre's leading newline
+    "<pre><code>if (a &lt; b) {\r\n  return;\r\n}</code></pre>",
+    "a<br>b<br/>c<br />d<hr/>",
+    '<img src="https://example.com/a.png" alt="a" width="10" height="10">',
+    "<img src=https://example.com/a.png alt=a>",
+    "<p>a &amp; b &lt; c &gt; d &copy; &#169; &#xA9; &hellip; &nbsp; a & b</p>",
+    '<a href="https://example.com/?a=1&amp;b=2">x</a>',
+    "<dl><dt>a<dd>b<dt>c<dd><p>d</dl>",
+    '<blockquote cite="https://example.com/"><p>q</p></blockquote>',
+    "<b>bold <i>both</i></b> <em>e</em> <code>c</code> <b>bold <div>block</div></b>",
+    '<h1>T</h1><h2>S <a href="/x">link</a></h2><p>x',
+    "<P TITLE=\"x\">y</P><p title='x'>y</p><b >x</b >",
+    "<details><summary>s</summary>d</details>",
+    '<figure><img src="/a.png" alt=""><figcaption>c</figcaption></figure>',
+    '<p>x<sub>2</sub> <sup>3</sup> <q>q</q> <abbr title="t">a</abbr> <span lang="en">e</span>',
+    '<ol start="3"><li>x</ol><p>a<wbr>b</p><del>x</del><ins>y</ins>',
+    "plain text, 1 &lt; 2 &amp;&amp; 3 &gt; 2",
+]
+
+
+def test_ordinary_html_is_accepted_and_passes_the_judge(
+    judge_ready: None, client: Client, clock: FakeClock, tmp_path: Path
+) -> None:
+    clock.now = START_US  # in the judge's past
+    for i, html in enumerate(VALID_HTML):
+        event = {"title": f"valid {i}", "content_type": "html", "content": html}
+        clock.advance(1)
+        accepted(client, event)
+    docs = documents(client, f"{BASE}/recent")
+    problems = unexplained(docs, judge(docs, tmp_path), {})
+    assert problems == [], "\n".join(problems)
