@@ -177,8 +177,8 @@ def test_second_run_yields_exactly_the_new_entries(
     got = consume(server, state_path, clock)
     assert [e.id for e in got] == new_ids
     assert [e.seq for e in got] == list(range(8, 27))
-    # One request to the checkpoint's page, then forward through next-archive: no walk back.
-    assert server.paths() == ["/recent", "/pages/2", "/pages/3", "/pages/4", "/pages/5"]
+    # Back to the checkpoint's page, one request a page, then forward from the cache.
+    assert server.paths() == ["/recent", "/pages/5", "/pages/4", "/pages/3", "/pages/2"]
     assert consume(server, state_path, clock) == []
 
 

@@ -308,10 +308,14 @@ def test_checkpoint_in_head_needs_no_other_page() -> None:
     assert source.asked == []
 
 
-def test_resume_goes_to_the_checkpoints_page_then_forward() -> None:
-    head, source = feed_pages(14)
+def test_resume_walks_back_to_the_checkpoints_page_then_forward() -> None:
+    head, pages = feed_pages(14)
+    source = Outlines(pages.pages)
     assert seqs(head, source, Checkpoint("urn:test:5", 5, f"{BASE}/pages/2")) == list(range(6, 15))
-    # The checkpoint's page, then next-archive; head stands in for the page its via names.
+    # Back from head to the checkpoint's page through outlines (each checked against the
+    # digest chain anchored at head), then forward through next-archive, every page checked
+    # against the chain again; head stands in for the page its via names.
+    assert source.outlined == [f"{BASE}/pages/{n}" for n in (4, 3, 2)]
     assert source.asked == [f"{BASE}/pages/{n}" for n in (2, 3, 4)]
 
 

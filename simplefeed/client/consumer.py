@@ -96,7 +96,7 @@ from simplefeed.client.parse import (
 )
 from simplefeed.client.poll import PollPolicy, next_interval
 from simplefeed.client.state import Checkpoint, Head, Parked, StateFile, damaged_values
-from simplefeed.client.walk import Progress, new_entries, starting_point
+from simplefeed.client.walk import MAX_PAGES, Progress, new_entries, starting_point
 
 if TYPE_CHECKING:
     from simplefeed.client.checker import Checker
@@ -336,6 +336,7 @@ class Consumer:
         on_error: OnError = "stop",
         max_parked: int | None = None,
         wait: float = 30.0,
+        max_pages: int = MAX_PAGES,
     ) -> None:
         """A consumer of the feed whose entry point is ``url``, keeping its checkpoint and
         cache in ``state`` (a path: the file is created if missing, never its directory; or
@@ -358,6 +359,9 @@ class Consumer:
         - ``poll``: the adaptive interval of follow mode (:class:`PollPolicy`); ``wait``: the
           seconds a long poll asks the server to hold it (``Prefer: wait``; 0: never).
         - ``progress``: called with a :class:`Progress` as a long catch-up goes.
+        - ``max_pages``: the most pages a pass walks back (and so fetches and caches); a
+          history longer than that stops with :class:`MalformedPage`
+          (:data:`simplefeed.client.walk.MAX_PAGES` by default).
         - ``clock``, ``sleep``, ``transport``: injected for tests (the default sleep ends at
           :meth:`stop`).
         """
@@ -375,11 +379,14 @@ class Consumer:
             raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
         if not finite_seconds(wait):
             raise ValueError("wait must be finite and not negative")
+        if max_pages < 1:
+            raise ValueError("max_pages must be at least 1")
         problem = url_problem(url)
         if problem is not None:
             raise ValueError(f"the entry point {problem}")
         self.url = url
         self.wait = wait
+        self.max_pages = max_pages
         self.on_error = on_error
         self.max_parked = max_parked
         self.start = start
@@ -642,7 +649,12 @@ class Consumer:
             self._save(checkpoint)
         try:
             yield from new_entries(
-                self._pages, head, checkpoint, progress=self.progress, page_done=self._page_done
+                self._pages,
+                head,
+                checkpoint,
+                progress=self.progress,
+                page_done=self._page_done,
+                max_pages=self.max_pages,
             )
         except DigestMismatch as exc:
             self.fetcher.forget(exc.url)  # a damaged cached copy: the next run asks again

@@ -8,20 +8,22 @@ sequence numbers) for less. Links are only ever followed, never built.
 One pass (:func:`new_entries`), given the entry point's document (*head*) and the checkpoint:
 
 1. The checkpoint's entry is in *head*: the entries after it are new. (The usual poll.)
-2. Otherwise resume at the checkpoint's page, its permanent URL (one request, or none when that
-   page is archived and cached): the entries after the checkpoint there, then each newer page
-   through ``next-archive`` up to the working page (*head* itself stands in for the page its
-   ``via`` names, so that one is not fetched again).
-3. If the entry is not on that page (or the page is gone), walk back from *head* through
-   ``prev-archive`` until the entry is found, then forward from there as in 2. Not found back
-   to the first page: :class:`LastEntryVanished`.
-4. No checkpoint (a first run): walk back to the first page, reading only outlines, then
+2. Otherwise walk back from *head* through ``prev-archive``, reading only outlines, to the
+   checkpoint's page (the page its permanent URL names, or the one whose sequence numbers hold
+   the entry; archived pages come from the cache without a request, so this costs the requests
+   a resume always made: one per page not read before), then forward from there through
+   ``next-archive``: the entries after the checkpoint, then each newer page up to the working
+   page (*head* itself stands in for the page its ``via`` names, so that one is not fetched
+   again). Not found back to the first page: :class:`LastEntryVanished`.
+3. No checkpoint (a first run): walk back to the first page, reading only outlines, then
    forward from it as in 2, everything, oldest first. :func:`starting_point` gives the
    checkpoint for "start from now" instead.
 
-Memory stays flat in the number of pages walked: walking back, one page (and *head*) is held at
-a time; going forward, the page whose entries are handed over and the next one (read first, to
-check the digest), with a page source that reads ahead one more; and a bounded trail of URLs.
+Memory stays flat in the number of pages walked, but for one digest (a 64-character string)
+per page walked back: walking back, one page (and *head*) is held at a time; going forward,
+the page whose entries are handed over and the next one (read first, to check its digest),
+with a page source that reads ahead one more; a bounded trail of URLs; and the ids of two
+pages.
 Going forward re-reads the pages walked back through; the consumer's page source serves
 archived pages from its cache, without a request. A page source that can
 read ahead (:class:`ReadAhead`) is told the page after the next as soon as its link is known,
@@ -37,12 +39,29 @@ raised before any entry past the problem is yielded; the caller's checkpoint is 
 here.
 
 Integrity: a document's ``prev-archive`` link may give the SHA-256 of the page it links to
-(``sf:sha256``). Walking back, each page read is checked against the digest of the link that led
-to it; going forward, the next page is read before the entries of the current one are yielded,
-and its link checks the current page (so a copy taken from the cache is checked too). A page
-that does not match raises :class:`DigestMismatch`, before any of its entries is yielded.
-Position is found by id *and* sequence number: the checkpoint's id at another number, or passed
-again going forward, raises :class:`RepeatedEntry`.
+(``sf:sha256``). The chain is anchored at *head*: walking back, each page read is checked
+against the digest of the link that led to it (*head*'s for the newest archived page) and its
+digest is kept; going forward, every page, the first one included, must have the digest kept
+for it at the same place in the chain before any of its entries is yielded, whether it came
+from the network or from a cache (:class:`DigestMismatch` otherwise), and the ``next-archive``
+links must lead back along the same pages to *head*: a page without one that is not *head*, or a
+chain longer or shorter than the one walked back, is a :class:`MalformedPage`. So nothing is
+yielded from a page the entry point does not vouch for through the chain (pages written before
+servers gave digests vouch for nothing, and are read as before). Position is found by id *and*
+sequence number: the checkpoint's id at another number, or passed again going forward, raises
+:class:`RepeatedEntry`; so does, going forward, an id listed on the page before (or earlier on
+the same page) at another number. Only the ids of two pages are kept: an id repeated from
+further back is not looked for.
+
+Bounded: every page reached through ``prev-archive`` must be archived (``fh:archive``) and hold
+at least one entry (a server freezes a page only once it is full), and each holds older entries
+than the one before, so the pages walked back are at most the sequence numbers passed (the
+newest minus the checkpoint's); and never more than ``max_pages`` (:data:`MAX_PAGES`), which
+ends a chain that counts down from 2**62 one page at a time. Walking back is the only way a
+pass reaches a page (going forward retraces it), so a pass makes at most ``max_pages`` + 2 page
+requests, and pins at most as many pages in the consumer's cache: the state file cannot grow
+without bound during one pass. Past the bound, or at a page that breaks these rules,
+:class:`MalformedPage`.
 """
 
 from __future__ import annotations
@@ -60,12 +79,12 @@ from simplefeed.client.errors import (
     MalformedPage,
     RepeatedEntry,
     SequenceGap,
-    UnexpectedStatus,
 )
 from simplefeed.client.parse import Outline, Page
 from simplefeed.client.state import Checkpoint
 
 __all__ = [
+    "MAX_PAGES",
     "OutlineSource",
     "PageSource",
     "Progress",
@@ -79,6 +98,10 @@ __all__ = [
 GONE = (404, 410)
 #: How many of the last pages visited a walk remembers, for :class:`LinkLoop`.
 TRAIL = 16
+#: The most pages one pass walks back (and so reads, and pins in a consumer's cache), by
+#: default: ten million entries in pages of 100 (Simplefeed's default page size). A longer
+#: history needs a larger ``max_pages``.
+MAX_PAGES = 100_000
 
 
 class PageSource(Protocol):
@@ -117,9 +140,9 @@ ProgressFn = Callable[[Progress], None]
 def starting_point(source: PageSource, head: Page) -> Checkpoint:
     """The checkpoint that means "everything published so far is processed".
 
-    The newest entry of the feed (walking back over empty documents to find it); for an empty
-    feed, a checkpoint before the first entry (sequence 0), so entries published later are
-    all new.
+    The newest entry of the feed (walking back over an empty entry point to the newest archived
+    page, which holds entries); for an empty feed, a checkpoint before the first entry
+    (sequence 0), so entries published later are all new.
     """
     page = head
     visited = [head.url]
@@ -135,6 +158,7 @@ def starting_point(source: PageSource, head: Page) -> Checkpoint:
         visited.append(prev)
         older = source.page(prev)
         verify(page, older)
+        _archived(prev, older)
         page = older
 
 
@@ -145,15 +169,17 @@ def new_entries(
     *,
     progress: ProgressFn | None = None,
     page_done: Callable[[], None] = lambda: None,
+    max_pages: int = MAX_PAGES,
 ) -> Iterator[FeedEntry]:
     """The entries after ``checkpoint``, oldest first (everything when it is None).
     ``page_done`` is called when the walk is past a page's last entry (resumed after it) and
     about to read on to the next page. ``progress``, when given, is told of each page passed
-    walking back and each entry yielded (no report is made for nobody)."""
+    walking back and each entry yielded (no report is made for nobody). ``max_pages``: the
+    most pages walked back (:class:`MalformedPage` past it)."""
     # Each pass forward is made before it runs, so that the page it starts from is not also
     # held here: it is let go of as soon as the pass moves on to the next one.
     if checkpoint is None or checkpoint.seq == 0:
-        first, newest = _walk_back_to_start(source, head, progress)
+        first, newest, chain = _walk_back_to_start(source, head, progress, max_pages)
         forward = _forward(
             source,
             head,
@@ -162,6 +188,7 @@ def new_entries(
             None,
             progress,
             page_done,
+            chain,
             newest=newest,
             report=first is not head,
         )
@@ -171,26 +198,15 @@ def new_entries(
 
     position = head.position(checkpoint.entry_id, checkpoint.seq)
     if position is not None:
-        yield from _checked(head.url, head.entries[position + 1 :], checkpoint.seq, checkpoint)
+        yield from _checked(
+            head.url, head.entries[position + 1 :], checkpoint.seq, checkpoint, _Ids(head)
+        )
         return
 
-    page: Page | None
-    try:
-        # Fetched even when head's `via` names it: head may be an older copy of that page.
-        page = source.page(checkpoint.page_url)
-    except UnexpectedStatus as exc:
-        if exc.status not in GONE:
-            raise
-        page = None
-    position = page.position(checkpoint.entry_id, checkpoint.seq) if page is not None else None
-    if page is not None and position is not None:
-        forward = _forward(source, head, page, position, checkpoint, progress, page_done)
-    else:
-        page = None  # not needed while walking back
-        page, position = _walk_back_to_entry(source, head, checkpoint, progress)
-        forward = _forward(
-            source, head, page, position, checkpoint, progress, page_done, report=True
-        )
+    page, position, chain = _walk_back_to_entry(source, head, checkpoint, progress, max_pages)
+    forward = _forward(
+        source, head, page, position, checkpoint, progress, page_done, chain, report=len(chain) > 1
+    )
     del page
     yield from forward
 
@@ -199,7 +215,8 @@ class _Trail:
     """The URLs a walk remembers, in memory that does not grow with the walk: the last
     :data:`TRAIL` pages (each by its URL and its permanent URL; the chain a :class:`LinkLoop`
     reports), and every page since the walk last passed an entry (pages without entries, which
-    the order of sequence numbers cannot tell apart)."""
+    the order of sequence numbers cannot tell apart: only *head* may be one, every other page
+    must hold entries)."""
 
     def __init__(self, page: Page) -> None:
         self.chain: deque[str] = deque([page.url], maxlen=TRAIL)
@@ -220,17 +237,32 @@ class _Trail:
             self.stalled.update((url, page.permanent_url))
 
 
+def _archived(url: str, page: Page | Outline) -> None:
+    """``page``, reached through a ``prev-archive`` link to ``url``, is an archived page with
+    entries, or :class:`MalformedPage`: a server freezes a page only once it is full, and a
+    chain of empty (or unarchived) pages could go on for ever with nothing to tell it by."""
+    if not page.is_archive:
+        raise MalformedPage(url, "prev-archive led to a page that is not archived (no fh:archive)")
+    if page.newest_seq is None:
+        raise MalformedPage(url, "an archived page without entries")
+
+
 class _Back:
     """The bookkeeping of a walk back: the trail, the oldest sequence number passed (each page
-    back must hold older entries), progress."""
+    back must hold older entries), the digests of the pages passed (newest first: the chain
+    the walk forward retraces), the bound on pages, progress."""
 
-    def __init__(self, head: Page, after_seq: int, progress: ProgressFn | None) -> None:
+    def __init__(
+        self, head: Page, after_seq: int, progress: ProgressFn | None, max_pages: int
+    ) -> None:
         self.trail = _Trail(head)
         self.steps = 0
         self.oldest: int | None = None
         self.newest: int | None = None
         self.after_seq = after_seq
         self.progress = progress
+        self.max_pages = max_pages
+        self.chain: list[str] = []
 
     def passed(self, page: Page | Outline) -> bool:
         """``page`` read: check that its entries are older than those passed before; whether
@@ -251,6 +283,12 @@ class _Back:
     def step(self, prev: str) -> None:
         """About to follow ``prev``."""
         self.trail.follow(prev)
+        if self.steps >= self.max_pages:
+            raise MalformedPage(
+                prev,
+                f"not fetched: over {self.max_pages} pages to walk back (max_pages; a longer"
+                " history needs a larger bound)",
+            )
         if self.progress is None:
             return
         if (self.steps or self.oldest is not None) and self.newest is not None:
@@ -258,21 +296,28 @@ class _Back:
             total = self.newest - self.after_seq
             self.progress(Progress("locate", self.newest - self.oldest + 1, total))
 
-    def arrived(self, url: str, page: Page | Outline) -> bool:
-        """At ``page`` (reached through ``url``): checked as :meth:`passed`."""
+    def arrived(self, url: str, page: Page | Outline) -> None:
+        """At ``page`` (reached through ``url``, and checked against the link's digest): an
+        archived page with entries older than those passed (:meth:`passed`); its digest kept."""
         self.steps += 1
-        passed = self.passed(page)
-        self.trail.arrived(url, page, passed_entries=passed)
-        return passed
+        _archived(url, page)
+        self.passed(page)
+        self.trail.arrived(url, page, passed_entries=True)
+        self.chain.append(page.sha256)
+
+
+def _read_back(source: PageSource, url: str) -> Page | Outline:
+    """The page at ``url`` as walking back reads it: its outline when the source gives one."""
+    return source.outline(url) if isinstance(source, OutlineSource) else source.page(url)
 
 
 def _walk_back_to_start(
-    source: PageSource, head: Page, progress: ProgressFn | None
-) -> tuple[Page, int | None]:
-    """The first page of the feed (walking back from ``head`` through outlines), and the
-    newest sequence number passed on the way (None if no entry was seen)."""
-    back = _Back(head, 0, progress)
-    outlines = source if isinstance(source, OutlineSource) else None
+    source: PageSource, head: Page, progress: ProgressFn | None, max_pages: int
+) -> tuple[Page, int | None, list[str]]:
+    """The first page of the feed (walking back from ``head`` through outlines), the newest
+    sequence number passed on the way (None if no entry was seen), and the digests of the
+    pages passed (newest first; the first page's last)."""
+    back = _Back(head, 0, progress, max_pages)
     page: Page | Outline = head
     back.passed(head)
     while True:
@@ -280,7 +325,7 @@ def _walk_back_to_start(
         if prev is None:
             break
         back.step(prev)
-        older = outlines.outline(prev) if outlines is not None else source.page(prev)
+        older = _read_back(source, prev)
         verify(page, older)
         page = older
         back.arrived(prev, page)
@@ -288,29 +333,59 @@ def _walk_back_to_start(
         page = source.page(page.url)
         if page.prev_archive is not None:  # the outline missed a link the page has
             raise MalformedPage(page.url, "a prev-archive link after the entries")
-    return page, back.newest
+    return page, back.newest, back.chain
 
 
 def _walk_back_to_entry(
-    source: PageSource, head: Page, checkpoint: Checkpoint, progress: ProgressFn | None
-) -> tuple[Page, int]:
-    """The page holding the checkpoint's entry (walking back from ``head``) and the entry's
-    position."""
-    back = _Back(head, checkpoint.seq, progress)
-    page = head
+    source: PageSource,
+    head: Page,
+    checkpoint: Checkpoint,
+    progress: ProgressFn | None,
+    max_pages: int,
+) -> tuple[Page, int, list[str]]:
+    """The page holding the checkpoint's entry (walking back from ``head`` through outlines),
+    the entry's position, and the digests of the pages passed (newest first; that page's last).
+
+    A page is read whole where the entry may be: the page its permanent URL names, or whose
+    sequence numbers hold the checkpoint's (an outline may know only the newest: then the page
+    after the first one whose entries are all older).
+    """
+    back = _Back(head, checkpoint.seq, progress, max_pages)
+    page: Page | Outline = head
     back.passed(head)
+    looked = True  # head holds no such entry
     while True:
         prev = page.prev_archive
         if prev is None:
-            raise LastEntryVanished(page.url, checkpoint.entry_id)
+            break  # the first page
         back.step(prev)
-        older = source.page(prev)
+        older = _read_back(source, prev)
         verify(page, older)
+        back.arrived(prev, older)
+        assert older.newest_seq is not None
+        if older.newest_seq < checkpoint.seq:
+            back.chain.pop()  # past it: the newer page it must be on is the last kept
+            break
         page = older
-        position = page.position(checkpoint.entry_id, checkpoint.seq)
+        oldest = page.oldest_seq
+        looked = checkpoint.page_url in (prev, page.permanent_url) or (
+            oldest is not None and oldest <= checkpoint.seq
+        )
+        if looked:
+            found = _whole(source, page)
+            position = found.position(checkpoint.entry_id, checkpoint.seq)
+            if position is not None:
+                return found, position, back.chain
+    if not looked:
+        found = _whole(source, page)
+        position = found.position(checkpoint.entry_id, checkpoint.seq)
         if position is not None:
-            return page, position
-        back.arrived(prev, page)
+            return found, position, back.chain
+    raise LastEntryVanished(page.url, checkpoint.entry_id)
+
+
+def _whole(source: PageSource, page: Page | Outline) -> Page:
+    return page if isinstance(page, Page) else source.page(page.url)
 
 
 def _forward(
@@ -321,40 +396,66 @@ def _forward(
     checkpoint: Checkpoint | None,
     progress: ProgressFn | None,
     page_done: Callable[[], None],
+    chain: list[str],
     *,
     newest: int | None = None,
     report: bool = False,
 ) -> Iterator[FeedEntry]:
     """From ``page`` (after ``position``) through ``next-archive`` links, up to ``head``.
 
-    The next page is read before the entries of the current one are yielded: its
-    ``prev-archive`` digest vouches for the current page (:func:`verify`), cached copy or not.
-    Progress is reported from the second page on, or from the first entry with ``report``;
-    its total is ``newest`` (default: head's newest entry) minus the checkpoint's number.
+    ``chain``: the digests of the pages walked back, newest first, ``page``'s last (empty when
+    ``page`` is ``head``). Every page must have the digest at its place in the chain, checked
+    before its entries are yielded (the next page is read before the entries of the current one
+    are yielded, so a page source can read ahead), cached copy or not; and the links must lead
+    to ``head`` along exactly as many pages. Progress is reported from the second page on, or
+    from the first entry with ``report``; its total is ``newest`` (default: head's newest
+    entry) minus the checkpoint's number.
     """
     after_seq = checkpoint.seq if checkpoint is not None else 0
     if newest is None or (head.newest_seq is not None and head.newest_seq > newest):
         newest = head.newest_seq
     total = None if newest is None else newest - after_seq
+    if page is not head:
+        _vouched(page, chain)
     trail = _Trail(page)
     ahead = source if isinstance(source, ReadAhead) else None
     moved = False
     prev_seq = after_seq
     done = 0
+    ids = _Ids(page)
     entries = page.entries[position + 1 :]
     while True:
-        nxt_url = page.next_archive
         nxt: Page | None = None
-        if nxt_url is not None:
+        nxt_url: str | None = None
+        if page is not head:
+            nxt_url = page.next_archive
+            if nxt_url is None:
+                raise MalformedPage(
+                    page.url, f"the next-archive chain ended at {page.url}, not at the entry point"
+                )
             trail.follow(nxt_url)
-            nxt = head if nxt_url == head.permanent_url else source.page(nxt_url)
+            if nxt_url == head.permanent_url:
+                if chain:
+                    raise MalformedPage(
+                        page.url,
+                        f"next-archive led to the entry point's page with {len(chain)} pages"
+                        " walked back through still ahead",
+                    )
+                nxt = head
+            elif not chain:
+                raise MalformedPage(
+                    page.url,
+                    f"next-archive led to {nxt_url}, past the pages walked back through,"
+                    " not to the entry point",
+                )
+            else:
+                nxt = source.page(nxt_url)
+                _vouched(nxt, chain)
+                after = nxt.next_archive
+                if after is not None and after != head.permanent_url and ahead is not None:
+                    ahead.prefetch(after)  # read while this page's entries are handled
             verify(nxt, page)
-            after = nxt.next_archive
-            if after is not None and after != head.permanent_url and ahead is not None:
-                ahead.prefetch(after)  # read while this page's entries are handled
-        elif page.is_archive:
-            raise MalformedPage(page.url, "an archived page without a next-archive link")
-        for entry in _checked(page.url, entries, prev_seq, checkpoint):
+        for entry in _checked(page.url, entries, prev_seq, checkpoint, ids):
             yield entry
             prev_seq = entry.seq
             done += 1
@@ -366,8 +467,16 @@ def _forward(
         page = nxt
         del nxt
         moved = True
+        ids.turn()
         entries = page.entries
         trail.arrived(nxt_url, page, passed_entries=bool(entries))
+
+
+def _vouched(page: Page, chain: list[str]) -> None:
+    """``page`` is the next page of the chain walked back (the last digest, taken)."""
+    expected = chain.pop()
+    if expected != page.sha256:
+        raise DigestMismatch(page.url, expected, page.sha256)
 
 
 def verify(newer: Page | Outline, older: Page | Outline) -> None:
@@ -378,13 +487,40 @@ def verify(newer: Page | Outline, older: Page | Outline) -> None:
         raise DigestMismatch(older.url, expected, older.sha256)
 
 
+class _Ids:
+    """The ids of the entries of the page going forward and of the page before it, with their
+    sequence numbers: an id listed again at another number within them is a
+    :class:`RepeatedEntry`. Two pages' worth, never more."""
+
+    def __init__(self, page: Page) -> None:
+        self.before: dict[str, int] = {}
+        self.current = {entry.id: entry.seq for entry in page.entries}
+
+    def turn(self) -> None:
+        """Going forward to the next page: its entries' ids are checked as they are yielded."""
+        self.before, self.current = self.current, {}
+
+    def check(self, url: str, entry: FeedEntry) -> None:
+        seq = self.before.get(entry.id)
+        if seq is None:
+            seq = self.current.get(entry.id)
+        if seq is not None and seq != entry.seq:
+            raise RepeatedEntry(url, entry.id, seq, entry.seq)
+        self.current[entry.id] = entry.seq
+
+
 def _checked(
-    url: str, entries: tuple[FeedEntry, ...], prev_seq: int, checkpoint: Checkpoint | None
+    url: str,
+    entries: tuple[FeedEntry, ...],
+    prev_seq: int,
+    checkpoint: Checkpoint | None,
+    ids: _Ids,
 ) -> Iterator[FeedEntry]:
     for entry in entries:
         if entry.seq != prev_seq + 1:
             raise SequenceGap(url, entry.id, prev_seq + 1, entry.seq)
         if checkpoint is not None and entry.id == checkpoint.entry_id:
             raise RepeatedEntry(url, entry.id, checkpoint.seq, entry.seq)
+        ids.check(url, entry)
         yield entry
         prev_seq = entry.seq

@@ -1,0 +1,370 @@
+"""The walk against a hostile server, over real sockets on 127.0.0.1: what a reviewer's trial found.
+
+1. A poisoned archived page met while resuming: every page read forward is checked against the
+   digest chain anchored at the entry point (its ``prev-archive`` link's ``sf:sha256`` for the
+   newest archived page, each archived page's for the one before), and the ``next-archive``
+   chain must end at the entry point. Run 2 of the trial printed a forged page's entries.
+2. Chains that never end: archived pages without entries (175,196 requests in 60 s, a state
+   file of 103 MB) or one-entry pages counting down from 2**62. An archived page without
+   entries is refused, and a pass walks back ``max_pages`` pages at most.
+3. An id listed again at another sequence number on the next page was processed twice.
+
+Every run is bounded in time (the command with a timeout, the library in a thread joined with
+one); each checks the exit status or the exception, the checkpoint left as it was, and that
+nothing was handled past the problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from simplefeed.client import Checkpoint, Consumer, MalformedPage
+from simplefeed.client.state import StateFile
+from simplefeed.client.walk import MAX_PAGES
+from tests import test_client_hostile
+from tests.test_client_hostile import Hostile, Send, answer, assert_no_traceback, consume
+
+#: The hostile server's fixture (a real server on 127.0.0.1, an ephemeral port).
+hostile = test_client_hostile.hostile
+
+#: Seconds any one consumer run may take: the runs here take under two.
+RUN_TIMEOUT = 30.0
+
+Entry = tuple[int, str, str]  # seq, id, title
+
+
+def doc(
+    entries: list[Entry],
+    *,
+    self_url: str,
+    via: str | None = None,
+    prev: str | None = None,
+    prev_sha: str | None = None,
+    next_url: str | None = None,
+    archive: bool = False,
+) -> bytes:
+    """One document of a feed: entries given oldest first, written newest first."""
+    items = "".join(
+        f"<entry><id>{entry_id}</id><title>{title}</title>"
+        f"<updated>2027-01-01T00:00:00Z</updated><sf:seq>{seq}</sf:seq></entry>"
+        for seq, entry_id, title in reversed(entries)
+    )
+    links = f'<link rel="self" href="{self_url}"/>'
+    if via is not None:
+        links += f'<link rel="via" href="{via}"/>'
+    if prev is not None:
+        digest = f' sf:sha256="{prev_sha}"' if prev_sha is not None else ""
+        links += f'<link rel="prev-archive" href="{prev}"{digest}/>'
+    if next_url is not None:
+        links += f'<link rel="next-archive" href="{next_url}"/>'
+    return (
+        "<?xml version='1.0' encoding='UTF-8'?>\n"
+        '<feed xmlns="http://www.w3.org/2005/Atom" xmlns:sf="https://simplefeed.dev/ns/1.0" '
+        'xmlns:fh="http://purl.org/syndication/history/1.0">'
+        "<id>urn:feed</id><title>feed</title><updated>2027-01-01T00:00:00Z</updated>"
+        f"{links}{'<fh:archive/>' if archive else ''}{items}</feed>"
+    ).encode()
+
+
+def sha(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def entries(*seqs: int, title: str = "e") -> list[Entry]:
+    return [(seq, f"urn:e:{seq}", f"{title}{seq}") for seq in seqs]
+
+
+def checkpoint_of(state: Path, url: str) -> Checkpoint | None:
+    with StateFile(state) as file:
+        return file.load_checkpoint(url)
+
+
+def cached_documents(state: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(state) as db:
+        (count,) = db.execute("SELECT count(*) FROM documents").fetchone()
+    db.close()
+    return int(count)
+
+
+def fails_on(seq: int) -> str:
+    """An --exec handler that fails on the entry with sequence number ``seq``."""
+    code = f"import json, sys; sys.exit(json.load(sys.stdin)['seq'] == {seq})"
+    return f'{sys.executable} -c "{code}"'
+
+
+class Generated(dict[str, Send]):
+    """Routes made up on request: ``/p/N`` from ``make(N)``."""
+
+    def __init__(self, fixed: dict[str, Send], make: Callable[[int], bytes]) -> None:
+        super().__init__(fixed)
+        self.make = make
+
+    def get(self, path: str, default: Send | None = None) -> Send | None:  # type: ignore[override]
+        if path in self:
+            return self[path]
+        if path.startswith("/p/") and path[3:].isdigit():
+            return answer(self.make(int(path[3:])))
+        return default
+
+
+def run_library(consumer: Consumer, handled: list[int]) -> BaseException | None:
+    """``consumer.run`` in a thread, given RUN_TIMEOUT seconds; what it raised."""
+    raised: list[BaseException] = []
+
+    def go() -> None:
+        try:
+            consumer.run(lambda entry: handled.append(entry.seq))
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    thread.join(RUN_TIMEOUT)
+    if thread.is_alive():
+        consumer.stop()
+        thread.join(RUN_TIMEOUT)
+        raise AssertionError(f"the consumer was still running after {RUN_TIMEOUT} s")
+    return raised[0] if raised else None
+
+
+# -- 1. a poisoned archived page met while resuming ----------------------------------------
+
+
+def _stopped_on_page_1(server: Hostile, state: Path) -> tuple[str, bytes]:
+    """Run 1: the entry point ``early`` (3, 4; prev-archive /p/1 with its digest), /p/1
+    archived (1, 2; next-archive /p/2); the handler fails on 3: the checkpoint stays on
+    entry 2, at /p/1, which is cached. The entry point's URL and /p/1."""
+    base = server.base
+    p1 = doc(entries(1, 2), self_url=f"{base}/p/1", next_url=f"{base}/p/2", archive=True)
+    early = doc(
+        entries(3, 4),
+        self_url=f"{base}/recent",
+        via=f"{base}/p/2",
+        prev=f"{base}/p/1",
+        prev_sha=sha(p1),
+    )
+    server.routes.update({"/recent": answer(early), "/p/1": answer(p1)})
+    url = f"{base}/recent"
+    run = consume(url, state, "--exec", fails_on(3), timeout=RUN_TIMEOUT)
+    assert run.code == 3, run.stderr
+    assert checkpoint_of(state, url) == Checkpoint("urn:e:2", 2, f"{base}/p/1")
+    return url, p1
+
+
+def test_a_poisoned_page_met_while_resuming_is_refused_by_the_entry_point_s_digest(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """Run 2 exited 0 printing FORGED entries: the poisoned /p/2 (no next-archive, no
+    fh:archive, no digest) was taken for the end of the walk, and the entry point's digest for
+    /p/2 never compared."""
+    server = hostile({})
+    state = tmp_path / "s.sqlite3"
+    url, p1 = _stopped_on_page_1(server, state)
+    base = server.base
+    authentic_p2 = doc(
+        entries(3, 4),
+        self_url=f"{base}/p/2",
+        prev=f"{base}/p/1",
+        prev_sha=sha(p1),
+        next_url=f"{base}/p/3",
+        archive=True,
+    )
+    recent = doc(
+        entries(5, 6),
+        self_url=f"{base}/recent",
+        via=f"{base}/p/3",
+        prev=f"{base}/p/2",
+        prev_sha=sha(authentic_p2),
+    )
+    poisoned_p2 = doc(
+        [(3, "urn:e:3", "FORGED"), (4, "urn:e:4", "FORGED"), (5, "urn:e:5", "FORGED")],
+        self_url=f"{base}/p/2",
+        prev=f"{base}/p/1",
+    )
+    server.routes.update({"/recent": answer(recent), "/p/2": answer(poisoned_p2)})
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 4, (run.code, run.stdout, run.stderr)
+    assert f"{base}/p/2: SHA-256 mismatch" in run.stderr
+    assert run.stdout == ""
+    assert checkpoint_of(state, url) == Checkpoint("urn:e:2", 2, f"{base}/p/1")
+    assert_no_traceback(run)
+    # The server mends /p/2: the next run reads on.
+    server.routes["/p/2"] = answer(authentic_p2)
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 0, run.stderr
+    assert [line.split("\t")[0] for line in run.stdout.splitlines()] == ["3", "4", "5", "6"]
+
+
+def test_a_next_archive_chain_that_ends_short_of_the_entry_point_is_refused(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """Without digests (a server of before them) nothing vouches for a page's bytes, but the
+    next-archive chain must still end at the entry point: an archived page without one is not
+    the end of the walk."""
+    server = hostile({})
+    base = server.base
+    state = tmp_path / "s.sqlite3"
+    url = f"{base}/recent"
+    with StateFile(state) as file:
+        file.save_checkpoint(url, Checkpoint("urn:e:2", 2, f"{base}/p/1"), 0)
+    p1 = doc(entries(1, 2), self_url=f"{base}/p/1", next_url=f"{base}/p/2", archive=True)
+    forged = doc(
+        entries(3, 4, title="FORGED"), self_url=f"{base}/p/2", prev=f"{base}/p/1", archive=True
+    )
+    recent = doc(entries(5, 6), self_url=url, via=f"{base}/p/3", prev=f"{base}/p/2")
+    server.routes.update({"/recent": answer(recent), "/p/1": answer(p1), "/p/2": answer(forged)})
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 4, (run.code, run.stdout, run.stderr)
+    assert f"the next-archive chain ended at {base}/p/2, not at the entry point" in run.stderr
+    assert run.stdout == ""
+    assert checkpoint_of(state, url) == Checkpoint("urn:e:2", 2, f"{base}/p/1")
+    assert_no_traceback(run)
+
+
+# -- 2. chains that never end ----------------------------------------------------------------
+
+
+def test_an_endless_chain_of_empty_pages_stops_at_the_first(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """Each /p/N archived without entries, prev-archive /p/N+1: the trial's consumer made
+    175,196 requests in 60 s and its state file grew to 103 MB. Simplefeed never freezes a
+    page without entries: the first is a protocol error."""
+    server = hostile({})
+    base = server.base
+
+    def empty(n: int) -> bytes:
+        return doc([], self_url=f"{base}/p/{n}", prev=f"{base}/p/{n + 1}", archive=True)
+
+    recent = doc([], self_url=f"{base}/recent", via=f"{base}/p/0", prev=f"{base}/p/1")
+    server.routes = Generated({"/recent": answer(recent)}, empty)
+    state = tmp_path / "s.sqlite3"
+    url = f"{base}/recent"
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 4, (run.code, run.stderr)
+    assert f"{base}/p/1: an archived page without entries" in run.stderr
+    assert run.stdout == "" and checkpoint_of(state, url) is None
+    assert len(server.requests) == 2  # /recent, /p/1
+    assert cached_documents(state) <= 2
+    assert_no_traceback(run)
+
+
+def test_an_endless_chain_of_pages_not_archived_stops_at_the_first(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """The same chain without fh:archive: prev-archive leads only to archived pages."""
+    server = hostile({})
+    base = server.base
+
+    def empty(n: int) -> bytes:
+        return doc([], self_url=f"{base}/p/{n}", prev=f"{base}/p/{n + 1}")
+
+    recent = doc([], self_url=f"{base}/recent", via=f"{base}/p/0", prev=f"{base}/p/1")
+    server.routes = Generated({"/recent": answer(recent)}, empty)
+    state = tmp_path / "s.sqlite3"
+    run = consume(f"{base}/recent", state, timeout=RUN_TIMEOUT)
+    assert run.code == 4, (run.code, run.stderr)
+    assert "prev-archive led to a page that is not archived" in run.stderr
+    assert len(server.requests) == 2
+    assert_no_traceback(run)
+
+
+def test_a_chain_counting_down_from_2_to_the_62_stops_at_max_pages(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """One-entry archived pages counting down from 2**62: every page is well-formed and older
+    than the one before, so only the bound on pages ends the walk (here 50; by default
+    MAX_PAGES), before any entry is handled and with at most that many pages cached."""
+    assert Consumer.__init__.__kwdefaults__["max_pages"] == MAX_PAGES
+    server = hostile({})
+    base = server.base
+    top = 2**62
+
+    def one(n: int) -> bytes:
+        seq = top - n
+        return doc(
+            [(seq, f"urn:e:{seq}", "x")],
+            self_url=f"{base}/p/{n}",
+            prev=f"{base}/p/{n + 1}",
+            next_url=f"{base}/p/{n - 1}",
+            archive=True,
+        )
+
+    recent = doc(
+        [(top, f"urn:e:{top}", "x")],
+        self_url=f"{base}/recent",
+        via=f"{base}/p/0",
+        prev=f"{base}/p/1",
+    )
+    server.routes = Generated({"/recent": answer(recent)}, one)
+    url = f"{base}/recent"
+    handled: list[int] = []
+    for n, checkpoint in enumerate((None, Checkpoint("urn:e:5", 5, f"{base}/p/9"))):
+        state = tmp_path / f"s{n}.sqlite3"
+        if checkpoint is not None:
+            with StateFile(state) as file:
+                file.save_checkpoint(url, checkpoint, 0)
+        server.requests.clear()
+        with Consumer(url, state, max_pages=50) as consumer:
+            raised = run_library(consumer, handled)
+        assert isinstance(raised, MalformedPage), raised
+        assert f"{base}/p/51: not fetched: over 50 pages to walk back (max_pages" in str(raised)
+        assert handled == []
+        assert checkpoint_of(state, url) == checkpoint
+        assert len(server.requests) == 51  # /recent, /p/1 ... /p/50
+        assert cached_documents(state) <= 51
+
+
+# -- 3. an id listed again on the next page ---------------------------------------------------
+
+
+def _dup_feed(server: Hostile, old: list[Entry], new: list[Entry]) -> str:
+    base = server.base
+    p1 = doc(old, self_url=f"{base}/p/1", next_url=f"{base}/p/2", archive=True)
+    recent = doc(
+        new, self_url=f"{base}/recent", via=f"{base}/p/2", prev=f"{base}/p/1", prev_sha=sha(p1)
+    )
+    server.routes.update({"/recent": answer(recent), "/p/1": answer(p1)})
+    return f"{base}/recent"
+
+
+def test_an_id_listed_again_on_the_next_page_is_a_protocol_error(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """p1 (1: urn:e:1, 2: urn:e:2), recent (3: urn:e:2 "dup-of-2", 4: urn:e:4): the trial's
+    consumer printed both. Entries 1 and 2 are handled, the repeat stops the run."""
+    server = hostile({})
+    url = _dup_feed(server, entries(1, 2), [(3, "urn:e:2", "dup-of-2"), *entries(4)])
+    base = server.base
+    state = tmp_path / "s.sqlite3"
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 4, (run.code, run.stdout, run.stderr)
+    assert "entry 'urn:e:2' appears again with sequence number 3" in run.stderr
+    assert run.stdout == "1\turn:e:1\te1\n2\turn:e:2\te2\n"
+    assert checkpoint_of(state, url) == Checkpoint("urn:e:2", 2, f"{base}/p/1")
+    assert_no_traceback(run)
+
+
+def test_an_id_of_the_checkpoint_s_page_listed_again_is_refused_before_any_entry(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """Resuming after entry 2: entry 1's id again at 3 on the next page. The checkpoint's page
+    is read whole, so its ids are known: nothing is handled."""
+    server = hostile({})
+    url = _dup_feed(server, entries(1, 2), [(3, "urn:e:1", "dup-of-1"), *entries(4)])
+    base = server.base
+    state = tmp_path / "s.sqlite3"
+    with StateFile(state) as file:
+        file.save_checkpoint(url, Checkpoint("urn:e:2", 2, f"{base}/p/1"), 0)
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 4, (run.code, run.stdout, run.stderr)
+    assert "entry 'urn:e:1' appears again with sequence number 3" in run.stderr
+    assert run.stdout == ""
+    assert checkpoint_of(state, url) == Checkpoint("urn:e:2", 2, f"{base}/p/1")
+    assert_no_traceback(run)
