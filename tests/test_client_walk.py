@@ -319,6 +319,12 @@ def test_a_chain_counting_down_from_2_to_the_62_stops_at_max_pages(
         assert checkpoint_of(state, url) == checkpoint
         assert len(server.requests) == 51  # /recent, /p/1 ... /p/50
         assert cached_documents(state) <= 51
+    # The command takes the bound as --max-pages.
+    server.requests.clear()
+    run = consume(url, tmp_path / "cli.sqlite3", "--max-pages", "20")
+    assert run.code == 4 and "over 20 pages to walk back (max_pages" in run.stderr, run.stderr
+    assert run.stdout == "" and len(server.requests) == 21
+    assert_no_traceback(run)
 
 
 # -- 3. an id listed again on the next page ---------------------------------------------------

@@ -4,7 +4,7 @@
 
     simplefeed consume URL --state FILE [--from start|now] [--jsonl | --exec CMD] [--follow]
                            [--parser feedparser|lxml] [--checkpoint entry|page]
-                           [--max-size BYTES] [--max-time SECONDS]
+                           [--max-size BYTES] [--max-time SECONDS] [--max-pages N]
                            [--allow-redirect-origin ORIGIN]... [--wait SECONDS]
 
 Prints (default: ``seq<TAB>id<TAB>title``, with backslash, tab, line breaks and other control
@@ -89,7 +89,7 @@ from simplefeed.client.fetch import Bounds, RetryPolicy, url_problem
 from simplefeed.client.parse import PARSERS, FeedEntry, Parser
 from simplefeed.client.poll import PollPolicy
 from simplefeed.client.state import StateFile
-from simplefeed.client.walk import Progress
+from simplefeed.client.walk import MAX_PAGES, Progress
 from simplefeed.lines import escape_field, one_line
 
 __all__ = ["EXIT_CODES", "consume", "consumer_group"]
@@ -315,6 +315,14 @@ class _ProgressBars:
     "left of it).",
 )
 @click.option(
+    "--max-pages",
+    type=click.IntRange(min=1),
+    default=MAX_PAGES,
+    show_default=True,
+    help="Most pages one pass walks back (and so fetches and caches): a longer history stops "
+    "with exit 4 until this is raised.",
+)
+@click.option(
     "--allow-redirect-origin",
     "redirect_origins",
     multiple=True,
@@ -366,6 +374,7 @@ def _consume(
     max_parked: int | None,
     max_size: int,
     max_time: float,
+    max_pages: int,
     redirect_origins: tuple[str, ...],
     min_interval: float,
     wait: float,
@@ -384,8 +393,8 @@ def _consume(
       3    handler failed (--exec exited non-zero, or output failed),
            or --max-parked reached; the checkpoint is on the entry before
       4    feed broke the protocol (not Atom, link loop, sequence gap,
-           repeated id, digest mismatch, last processed entry gone);
-           checkpoint untouched
+           repeated id, digest mismatch, last processed entry gone,
+           over --max-pages to walk back); checkpoint untouched
       5    HTTP gave up after the retries (or --max-time), an unexpected
            status, a body over --max-size, a redirect to another origin
       6    state file unusable (its directory missing...), or in use
@@ -430,6 +439,7 @@ def _consume(
             allow_redirect_origins=redirect_origins,
             on_error=on_error,
             max_parked=max_parked,
+            max_pages=max_pages,
             wait=wait,
             debug=debug,
         )
@@ -454,6 +464,7 @@ def _run(
     allow_redirect_origins: tuple[str, ...] = (),
     on_error: OnError = "stop",
     max_parked: int | None = None,
+    max_pages: int = MAX_PAGES,
     wait: float = 30.0,
     debug: bool = False,
 ) -> int:
@@ -486,6 +497,7 @@ def _run(
             allow_redirect_origins=allow_redirect_origins,
             on_error=on_error,
             max_parked=max_parked,
+            max_pages=max_pages,
             wait=wait,
         ) as consumer:
             consumer.run(handler, follow=follow)

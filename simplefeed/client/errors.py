@@ -208,13 +208,14 @@ class ResponseTooLarge(FetchError):
 
 
 class LastEntryVanished(FeedError):
-    """The last processed entry is neither on its page nor anywhere back to the first page."""
+    """The last processed entry is not on the page its sequence number places it on (walking
+    back from the entry point), nor on the page its checkpoint names."""
 
     def __init__(self, url: str, entry_id: str) -> None:
         super().__init__(
             url,
             f"the last processed entry '{quoted(entry_id)}' is no longer in the feed "
-            "(walked back to the first page)",
+            "(walked back to where its sequence number would be)",
         )
         self.entry_id = entry_id
 

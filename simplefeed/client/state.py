@@ -3,8 +3,9 @@
 Four tables, keyed by absolute URL:
 
 ``checkpoints``  one row per entry point: the last processed entry's id, its sequence number and
-                 the permanent URL of its page (``via`` / ``self``), so a restart resumes with one
-                 request to that page instead of a walk.
+                 the permanent URL of its page (``via`` / ``self``): a restart walks back from
+                 the entry point to that page (archived pages after it come from the cache) and
+                 on from the entry there.
 ``documents``    the HTTP cache: body and validators of every document fetched, the body as it
                  came over the wire (``coding``: its Content-Encoding, ``identity`` for none).
                  Rows flagged ``immutable`` (archived pages) are used without asking the
