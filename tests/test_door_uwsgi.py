@@ -75,11 +75,21 @@ REFUSALS = {
         {
             "title": "x",
             "content": '<p xmlns="http://www.w3.org/1999/xhtml">x</p>',
-            "content_type": "application/xhtml+xml",
+            "content_type": "application/xml",
         },
         422,
         "content",
         word="xhtml",
+    ),
+    "xhtml-media-type": Refusal(
+        {
+            "title": "x",
+            "content": '<p xmlns="http://www.w3.org/1999/xhtml">x</p>',
+            "content_type": "application/xhtml+xml",
+        },
+        422,
+        "content_type",
+        word="send XHTML as xhtml",
     ),
     "nan-in-body": Refusal(None, 400, None, raw=b'{"title": "x", "content": [NaN]}', word="NaN"),
     "overflow-in-body": Refusal(None, 400, None, raw=b'{"title": "x", "content": 1e999}'),
