@@ -83,13 +83,13 @@ _CLEANER = nh3.Cleaner(
 _URL_STRIP = re.compile(r"[\t\n\r]")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 _SCRIPT_URL = re.compile("|".join(f"{s}:" for s in SCRIPT_SCHEMES))
-# What Python's HTML tokenizer begins a tag with, and what it begins a comment, a declaration
-# (a doctype, a CDATA section) or a processing instruction with: none of those is content.
-_TAG_START = re.compile(r"<[A-Za-z/]")
-_NOT_CONTENT = re.compile(r"<(?:(!--)|(!)|(\?))")
-# A '<' that begins no tag (HTML's tokenizer: one not followed by an ASCII letter, or by '/' and
-# one): a parse error in HTML ("x < y", "x<3"), and each one a text chunk of its own to Python's.
-_LONE_LESS_THAN = re.compile(r"<(?![A-Za-z]|/[A-Za-z])")
+# Each '<' of a text, with the start tag it begins if it begins one (up to its '>', quoted
+# values skipped whole: a '<' in one is no markup), never backtracking (possessive), so that a
+# scan is linear. What follows a bare '<' says what it is: '/' and a letter an end tag, '!--'
+# a comment, '!' a declaration (a doctype, a CDATA section), '?' a processing instruction, and
+# anything else nothing (a '<' that is text: an error to HTML's parser).
+_MARKUP = re.compile(r"""<(?:[A-Za-z][^>"']*+(?:(?:"[^"]*+"|'[^']*+')[^>"']*+)*+>?)?""")
+_END_TAG_START = re.compile(r"</[A-Za-z]")
 
 
 def url_scheme(value: str) -> str | None:
@@ -300,25 +300,32 @@ def _untokenizable_problem(text: str) -> str | None:
     no tag is an error to HTML's parser (write ``&lt;``); and a tag, since it ends at a '>',
     must have one after it.
     """
-    found = _NOT_CONTENT.search(text)
-    if found is not None:
-        kind = "comment" if found[1] else "declaration" if found[2] else "processing instruction"
+    for found in _MARKUP.finditer(text):
+        at = found.start()
+        if len(found[0]) > 1:
+            if found[0][-1] != ">":
+                return (
+                    f"a tag left open or with a stray quote ({text[at:][:40]!r}): quote values"
+                    " whole, close the tag with '>', and write a '<' that is text as &lt;"
+                )
+            continue
+        if _END_TAG_START.match(text, at):
+            continue
+        if text.startswith("<!--", at):
+            kind = "a comment"
+        elif text.startswith("<!", at):
+            kind = "a declaration"
+        elif text.startswith("<?", at):
+            kind = "a processing instruction"
+        else:
+            return (
+                f"a '<' that begins no tag ({text[at:][:40]!r}): write a '<' that is text as &lt;"
+            )
+        return f"{kind} ({text[at:][:40]!r}) is not allowed (write a '<' that is text as &lt;)"
+    if text.rfind("</") > text.rfind(">"):
         return (
-            f"a {kind} ({text[found.start() :][:40]!r}) is not allowed (write a '<' that is"
-            " text as &lt;)"
-        )
-    tail = text[text.rfind(">") + 1 :]
-    found = _TAG_START.search(tail)
-    if found is not None:
-        return (
-            f"a tag left open at the end ({tail[found.start() :][:40]!r}): close it with '>',"
-            " or write a '<' that is text as &lt;"
-        )
-    found = _LONE_LESS_THAN.search(text)
-    if found is not None:
-        return (
-            f"a '<' that begins no tag ({text[found.start() :][:40]!r}): write a '<' that is"
-            " text as &lt;"
+            f"a tag left open at the end ({text[text.rfind('</') :][:40]!r}): close it with"
+            " '>', or write a '<' that is text as &lt;"
         )
     return None
 
@@ -367,6 +374,8 @@ _OPTIONAL_END = frozenset({"p", "li", "dt", "dd"})
 #: An end tag of one of these may close the table parts open in it.
 _TABLES = frozenset({"table", "thead", "tbody", "tfoot", "tr"})
 _TABLE_PARTS = frozenset({"thead", "tbody", "tfoot", "tr", "td", "th", "colgroup"})
+#: The table parts HTML adds itself (around rows, around ``col`` elements).
+_IMPLIED = frozenset({"tbody", "colgroup"})
 _CLOSES_NOTHING: frozenset[str] = frozenset()
 _HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 _BEGINS_WITH_NEWLINE = frozenset({"pre", "listing", "textarea"})
@@ -381,8 +390,9 @@ def _tree(tokens: list[Token]) -> tuple[list[Placed], str | None]:
     The open elements are kept as a browser keeps them, but never closed by fewer tags than a
     browser closes them with: a start tag closes only elements open last (:data:`_CLOSES`), an
     end tag the elements open since its own, which must be ones whose end tag HTML lets one
-    leave out. A ``tbody`` is not counted in the depth, and one without attributes is left out
-    (HTML adds it to a table); text is as HTML reads it (line ends, no newline beginning a
+    leave out. A ``tbody`` or ``colgroup`` is not counted in the depth, and one without
+    attributes is left out (HTML adds them to a table, around rows and ``col`` elements);
+    attribute values and text are as HTML reads them (line ends; no newline beginning a
     ``pre``). Refused: elements nested deeper than :data:`MAX_NESTING` (a ``<rt>`` outside
     ``<ruby>`` nests, and is counted so), an end tag that closes no open element, or an
     element whose end tag may not be left out, or that a void element has not; a formatting
@@ -392,7 +402,7 @@ def _tree(tokens: list[Token]) -> tuple[list[Placed], str | None]:
     placed: list[Placed] = []
     open_: list[str] = []
     formatting: list[str] = []
-    tbodies = 0  # open tbody elements: not counted in the depth
+    implied = 0  # open tbody and colgroup elements: not counted in the depth
     text: list[str] = []  # text not yet placed, at text_depth: a run at one depth is one text
     text_depth = 0
     begins_pre = False
@@ -404,7 +414,7 @@ def _tree(tokens: list[Token]) -> tuple[list[Placed], str | None]:
                 # "\nx" (a newline less): not what the check is for.
                 chunk = chunk.lstrip("\n")
             if chunk:
-                depth = len(open_) - tbodies
+                depth = len(open_) - implied
                 if text and depth != text_depth:
                     placed.append((text_depth, "text", "".join(text), ()))
                     text.clear()
@@ -433,15 +443,19 @@ def _tree(tokens: list[Token]) -> tuple[list[Placed], str | None]:
                 if tag == "a" and "a" in formatting:
                     return placed, "an <a> in an <a>: close the first one first"
             while open_ and open_[-1] in closes:
-                tbodies -= open_.pop() == "tbody"
+                implied -= open_.pop() in _IMPLIED
             if tag in _FORMATTING:
                 formatting.append(tag)
-            if tag != "tbody" or attrs:
+            if tag not in _IMPLIED or attrs:
+                if any("\r" in v for _, v in attrs):  # line ends as HTML reads them
+                    attrs = tuple(
+                        (k, v.replace("\r\n", "\n").replace("\r", "\n")) for k, v in attrs
+                    )
                 attrs = tuple(sorted(attrs)) if len(attrs) > 1 else attrs
-                placed.append((len(open_) - tbodies, "start", tag, attrs))
+                placed.append((len(open_) - implied, "start", tag, attrs))
             if tag not in _VOID:
                 open_.append(tag)
-                tbodies += tag == "tbody"
+                implied += tag in _IMPLIED
                 if len(open_) > MAX_NESTING:
                     return placed, f"elements nested more than {MAX_NESTING} deep"
                 begins_pre = tag in _BEGINS_WITH_NEWLINE
@@ -460,7 +474,7 @@ def _tree(tokens: list[Token]) -> tuple[list[Placed], str | None]:
                     f"an end tag </{tag}>: <{tag}> is a void element, written without one",
                 )
             if open_ and open_[-1] == tag:  # (most end tags: the element open last)
-                tbodies -= open_.pop() == "tbody"
+                implied -= open_.pop() in _IMPLIED
                 continue
             if tag not in open_:
                 return placed, f"a </{tag}> that closes no open element"
@@ -472,7 +486,7 @@ def _tree(tokens: list[Token]) -> tuple[list[Placed], str | None]:
                     or (tag in _TABLES and inner in _TABLE_PARTS)
                 ):
                     return placed, f"a </{tag}> while <{inner}> is open in it: close that first"
-            tbodies -= open_[at:].count("tbody")
+            implied -= sum(t in _IMPLIED for t in open_[at:])
             del open_[at:]
     if text:
         placed.append((text_depth, "text", "".join(text), ()))
@@ -484,8 +498,20 @@ def _tree(tokens: list[Token]) -> tuple[list[Placed], str | None]:
     return placed, None
 
 
+#: Noncharacters XML carries but HTML's parser reads with an error ("Invalid codepoint in
+#: stream": U+FDD0-U+FDEF, and the last two of each plane; U+FFFE and U+FFFF XML refuses too).
+_NONCHARACTER = re.compile(
+    "[\ufdd0-\ufdef"
+    + "".join(f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(17))
+    + "]"
+)
+
+
 def html_problem(text: str) -> str | None:
     """Why ``text`` may not be HTML content, or None. See the module's docstring."""
+    found = _NONCHARACTER.search(text)
+    if found is not None:
+        return f"holds U+{ord(found[0]):04X}, a noncharacter, which HTML's parser reads as an error"
     problem = _untokenizable_problem(text) or _ampersand_problem(text)
     if problem is not None:
         return problem
