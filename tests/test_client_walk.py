@@ -16,11 +16,14 @@ nothing was handled past the problem.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import sqlite3
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from simplefeed.client import Checkpoint, Consumer, MalformedPage
 from simplefeed.client.state import StateFile
@@ -374,3 +377,137 @@ def test_an_id_of_the_checkpoint_s_page_listed_again_is_refused_before_any_entry
     assert run.stdout == ""
     assert checkpoint_of(state, url) == Checkpoint("urn:e:2", 2, f"{base}/p/1")
     assert_no_traceback(run)
+
+
+# -- 4. what a pass keeps, and an entry point behind the checkpoint ------------------------
+
+
+class _Queried(dict[str, Send]):
+    """Routes that answer ``/p/1?...`` as ``/p/1``."""
+
+    def get(self, path: str, default: Send | None = None) -> Send | None:  # type: ignore[override]
+        return super().get(path.partition("?")[0], default)
+
+
+def test_pages_linked_under_changing_urls_are_not_kept_for_good(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """A server whose prev-archive link changed its query at every pass: each resume pinned
+    the page again under a new URL, and the cache lets a page go only by the URL the
+    checkpoint names, so the state file grew for good (77 MB in 30 s of --follow; a
+    reviewer's trial). Only pages read from their permanent URL are kept."""
+    server = hostile({})
+    base = server.base
+    p1 = doc(entries(1, 2, 3), self_url=f"{base}/p/1", next_url=f"{base}/w", archive=True)
+    passes = [0]
+
+    def recent(sock: Any) -> None:
+        passes[0] += 1
+        body = doc(
+            [],
+            self_url=f"{base}/recent",
+            via=f"{base}/w",
+            prev=f"{base}/p/1?n={passes[0]}",
+            prev_sha=sha(p1),
+        )
+        answer(body)(sock)
+
+    server.routes = _Queried({"/recent": recent, "/p/1": answer(p1)})
+    url = f"{base}/recent"
+    state = tmp_path / "s.sqlite3"
+    outputs = [consume(url, state, timeout=RUN_TIMEOUT) for _ in range(5)]
+    assert [run.code for run in outputs] == [0] * 5, outputs[-1].stderr
+    assert outputs[0].stdout.count("\n") == 3 and all(run.stdout == "" for run in outputs[1:])
+    assert cached_documents(state) <= 2  # the entry point, and no page under a query
+
+
+def test_an_entry_point_older_than_the_checkpoint_has_nothing_new(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """A stale copy of the entry point (a CDN's edge, another server process answering from
+    what it last served while its database is down) ended the consumer with "the last
+    processed entry is no longer in the feed" (exit 4; a reviewer's trial): it is nothing new,
+    said in a warning, and the next fresh copy reads on."""
+    server = hostile({})
+    base = server.base
+    p1 = doc(entries(1, 2, 3), self_url=f"{base}/p/1", next_url=f"{base}/p/2", archive=True)
+
+    def recent(*seqs: int) -> bytes:
+        return doc(
+            entries(*seqs),
+            self_url=f"{base}/recent",
+            via=f"{base}/p/2",
+            prev=f"{base}/p/1",
+            prev_sha=sha(p1),
+        )
+
+    server.routes.update({"/recent": answer(recent(4, 5)), "/p/1": answer(p1)})
+    url = f"{base}/recent"
+    state = tmp_path / "s.sqlite3"
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 0 and run.stdout.count("\n") == 5, run.stderr
+    server.routes["/recent"] = answer(recent(4))
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 0 and run.stdout == "", run.stderr
+    assert "older than the last processed (5)" in run.stderr
+    assert checkpoint_of(state, url) == Checkpoint("urn:e:5", 5, f"{base}/p/2")
+    server.routes["/recent"] = answer(recent(4, 5, 6))
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 0 and run.stdout == "6\turn:e:6\te6\n", run.stderr
+
+
+def test_damaged_cached_pages_cost_one_failed_run_not_one_each(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """Cached pages the chain no longer vouches for (the feed re-rendered by `archive rebase`,
+    or damaged): the consumer stopped once per page, dropping one copy a run (15 runs for 15
+    pages; a reviewer's trial). It now drops every cached page at the first, and the next run
+    reads them again."""
+    server = hostile({})
+    base = server.base
+    p1 = doc(entries(1, 2), self_url=f"{base}/p/1", next_url=f"{base}/p/2", archive=True)
+    p2 = doc(
+        entries(3, 4),
+        self_url=f"{base}/p/2",
+        prev=f"{base}/p/1",
+        prev_sha=sha(p1),
+        next_url=f"{base}/p/3",
+        archive=True,
+    )
+    p3 = doc(
+        entries(5, 6),
+        self_url=f"{base}/p/3",
+        prev=f"{base}/p/2",
+        prev_sha=sha(p2),
+        next_url=f"{base}/p/4",
+        archive=True,
+    )
+    recent = doc(
+        entries(7), self_url=f"{base}/recent", via=f"{base}/p/4", prev=f"{base}/p/3",
+        prev_sha=sha(p3),
+    )  # fmt: skip
+    server.routes.update(
+        {"/recent": answer(recent), "/p/1": answer(p1), "/p/2": answer(p2), "/p/3": answer(p3)}
+    )
+    url = f"{base}/recent"
+    state = tmp_path / "s.sqlite3"
+    run = consume(url, state, "--exec", fails_on(2), timeout=RUN_TIMEOUT)
+    assert run.code == 3, run.stderr
+    with contextlib.closing(sqlite3.connect(state)) as db, db:
+        damaged = db.execute(
+            "UPDATE documents SET body = CAST(body || x'0a' AS BLOB), coding = 'identity'"
+            " WHERE immutable"
+        ).rowcount
+    assert damaged == 3
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 4 and "SHA-256 mismatch" in run.stderr, run.stderr
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 0, run.stderr
+    assert [line.split("\t")[0] for line in run.stdout.splitlines()] == [
+        "2",
+        "3",
+        "4",
+        "5",
+        "6",
+        "7",
+    ]

@@ -228,11 +228,22 @@ class _HttpPages:
             if fetched.document.immutable:
                 self.fetcher.forget(url)
             raise
-        if fetched.document.immutable and not page.is_archive:
-            self.fetcher.forget(url)  # the outline was wrong about it: never pin it
-        else:
-            self.fetcher.remember(fetched, immutable=page.is_archive)
+        self._keep(url, fetched, page)
         return page
+
+    def _keep(self, url: str, fetched: Fetched, page: Page | Outline) -> None:
+        """Keep an archived page read from ``url`` in the cache, pinned, if ``url`` is its
+        permanent URL: the checkpoint names pages by that URL, and the cache lets a page go
+        when the checkpoint leaves it (state.py), so a page pinned under another URL (a link
+        with a query that changes at every pass) would stay for good, one more each pass: a
+        hostile server's trial grew a state file to 77 MB in 30 s so. Such a page is read
+        again when needed. A page that is not archived is never pinned."""
+        if page.is_archive and page.permanent_url == url:
+            self.fetcher.remember(fetched, immutable=True)
+        elif fetched.document.immutable:
+            self.fetcher.forget(url)  # pinned before, wrongly
+        elif not page.is_archive:
+            self.fetcher.remember(fetched, immutable=False)
 
     def outline(self, url: str) -> Outline:
         pending = self._take()
@@ -242,7 +253,7 @@ class _HttpPages:
         fetched = self.fetcher.get(url, entry_point=self.entry_point)
         with _typed(fetched):
             outline = outline_page(url, fetched.body)
-        self.fetcher.remember(fetched, immutable=outline.is_archive)
+        self._keep(url, fetched, outline)
         return outline
 
     def head(self, url: str, wait: float | None = None) -> Page:
@@ -647,6 +658,15 @@ class Consumer:
         if checkpoint is None and self.start == "now":
             checkpoint = starting_point(self._pages, head)
             self._save(checkpoint)
+        newest = head.newest_seq
+        if checkpoint is not None and newest is not None and newest < checkpoint.seq:
+            log.warning(  # nothing new (walk.new_entries)
+                "%s: its newest entry (sequence %d) is older than the last processed (%d): an"
+                " older copy of the entry point (a cache, a server in a fault)?",
+                self.url,
+                newest,
+                checkpoint.seq,
+            )
         try:
             yield from new_entries(
                 self._pages,
@@ -656,8 +676,11 @@ class Consumer:
                 page_done=self._page_done,
                 max_pages=self.max_pages,
             )
-        except DigestMismatch as exc:
-            self.fetcher.forget(exc.url)  # a damaged cached copy: the next run asks again
+        except DigestMismatch:
+            # A cached copy the server's chain no longer vouches for (the feed was re-rendered:
+            # `archive rebase`), or a damaged one: the others were cached alike, so all go, and
+            # the next run reads them again (it stopped once per cached page, 15 runs for 15).
+            self.fetcher.forget_archived_pages()
             raise
         finally:
             self._pages.end_pass()

@@ -422,6 +422,10 @@ class Fetcher:
         """Drop what the cache holds for ``url`` (a body that turned out not to be usable)."""
         self.cache.delete_document(url)
 
+    def forget_archived_pages(self) -> None:
+        """Drop every archived page the cache holds (copies the server no longer vouches for)."""
+        self.cache.delete_archived_pages()
+
     def interrupt(self) -> None:
         """From any thread, or a signal handler: give up what this fetcher is doing within
         :data:`STOP_CHECK_S` (a read waiting on the socket, a long poll, a pause between

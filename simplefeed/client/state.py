@@ -186,6 +186,7 @@ class PageCache(Protocol):
     def put_document(self, document: CachedDocument) -> None: ...
 
     def delete_document(self, url: str) -> None: ...
+    def delete_archived_pages(self) -> None: ...
 
 
 @contextlib.contextmanager
@@ -411,6 +412,10 @@ class StateFile:
 
     def delete_document(self, url: str) -> None:
         self._write_cache("DELETE FROM documents WHERE url = ?", (url,))
+
+    def delete_archived_pages(self) -> None:
+        """Forget every archived page the cache holds (pinned: ``immutable``)."""
+        self._write_cache("DELETE FROM documents WHERE immutable", ())
 
     # -- plumbing ------------------------------------------------------------------------
 

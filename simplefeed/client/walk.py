@@ -202,6 +202,12 @@ def new_entries(
             head.url, head.entries[position + 1 :], checkpoint.seq, checkpoint, _Ids(head)
         )
         return
+    if head.newest_seq is not None and head.newest_seq < checkpoint.seq:
+        # An older copy of the entry point than one read before (a CDN's edge, a server
+        # answering from what it last served while its database is down): nothing new yet.
+        # Once it shows the checkpoint's number again, the entry there must be the checkpoint's.
+        # (The consumer says so in its log.)
+        return
 
     page, position, chain = _walk_back_to_entry(source, head, checkpoint, progress, max_pages)
     forward = _forward(
