@@ -73,6 +73,32 @@ def doc(
     ).encode()
 
 
+def chain(base: str, pages: list[list[int]]) -> list[tuple[str, bytes]]:
+    """A feed of archived pages ``/p/1`` ... (each linked to its neighbours, each page's digest
+    on the link of the one after) and, for the last list of sequence numbers, the entry point
+    ``/recent`` standing for the working page after them: (path, body) pairs."""
+    documents: list[tuple[str, bytes]] = []
+    for number, seqs in enumerate(pages, start=1):
+        prev = documents[-1] if documents else None
+        last = number == len(pages)
+        path = "/recent" if last else f"/p/{number}"
+        documents.append(
+            (
+                path,
+                doc(
+                    entries(*seqs),
+                    self_url=f"{base}{path}",
+                    via=f"{base}/p/{number}" if last else None,
+                    prev=f"{base}{prev[0]}" if prev else None,
+                    prev_sha=sha(prev[1]) if prev else None,
+                    next_url=None if last else f"{base}/p/{number + 1}",
+                    archive=not last,
+                ),
+            )
+        )
+    return documents
+
+
 def sha(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
@@ -464,32 +490,10 @@ def test_damaged_cached_pages_cost_one_failed_run_not_one_each(
     pages; a reviewer's trial). It now drops every cached page at the first, and the next run
     reads them again."""
     server = hostile({})
-    base = server.base
-    p1 = doc(entries(1, 2), self_url=f"{base}/p/1", next_url=f"{base}/p/2", archive=True)
-    p2 = doc(
-        entries(3, 4),
-        self_url=f"{base}/p/2",
-        prev=f"{base}/p/1",
-        prev_sha=sha(p1),
-        next_url=f"{base}/p/3",
-        archive=True,
-    )
-    p3 = doc(
-        entries(5, 6),
-        self_url=f"{base}/p/3",
-        prev=f"{base}/p/2",
-        prev_sha=sha(p2),
-        next_url=f"{base}/p/4",
-        archive=True,
-    )
-    recent = doc(
-        entries(7), self_url=f"{base}/recent", via=f"{base}/p/4", prev=f"{base}/p/3",
-        prev_sha=sha(p3),
-    )  # fmt: skip
     server.routes.update(
-        {"/recent": answer(recent), "/p/1": answer(p1), "/p/2": answer(p2), "/p/3": answer(p3)}
+        {path: answer(body) for path, body in chain(server.base, [[1, 2], [3, 4], [5, 6], [7]])}
     )
-    url = f"{base}/recent"
+    url = f"{server.base}/recent"
     state = tmp_path / "s.sqlite3"
     run = consume(url, state, "--exec", fails_on(2), timeout=RUN_TIMEOUT)
     assert run.code == 3, run.stderr
