@@ -374,6 +374,12 @@ def test_redirects_stay_within_the_origin_unless_another_is_allowed(
         f"{server.base}/away", tmp_path / "c.sqlite3", "--allow-redirect-origin", other.base
     )
     assert run.code == 0 and run.stdout == "1\turn:h:1\telsewhere\n", run.stderr
+    # A loop within the origin says so (it said "unexpected HTTP status 302", and nothing else).
+    server.routes["/r1"] = answer(b"", "302 Found", Location="/r2")
+    server.routes["/r2"] = answer(b"", "302 Found", Location="/r1")
+    run = consume(f"{server.base}/r1", tmp_path / "d.sqlite3", "--retries", "0")
+    assert run.code == 5, run.stderr
+    assert f"302 (over 5 redirects in a row, the last to {server.base}/r1)" in run.stderr
 
 
 def test_links_stay_within_the_origin_unless_another_is_allowed(

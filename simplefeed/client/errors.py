@@ -89,9 +89,12 @@ class UnexpectedStatus(FetchError):
     error shape, ``{"error": ..., "message": ...}``), quoted in the error's message: the status
     alone does not tell a mistyped feed name from a page gone."""
 
-    def __init__(self, url: str, status: int, server_message: str | None = None) -> None:
+    def __init__(
+        self, url: str, status: int, server_message: str | None = None, *, why: str = ""
+    ) -> None:
         says = "" if server_message is None else f"; the server says: {quoted(server_message)}"
-        super().__init__(url, f"unexpected HTTP status {status}{says}")
+        why = f" ({why})" if why else ""
+        super().__init__(url, f"unexpected HTTP status {status}{why}{says}")
         self.status = status
         self.server_message = server_message
 

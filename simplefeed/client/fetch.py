@@ -78,6 +78,7 @@ from simplefeed.client.errors import (
     RetriesExhausted,
     Stopped,
     UnexpectedStatus,
+    quoted,
 )
 from simplefeed.client.state import CachedDocument, PageCache
 
@@ -540,7 +541,11 @@ class Fetcher:
             if permanent:
                 moved_to = str(target)
             log.info("GET %s: redirected to %s", url, target)
-        raise UnexpectedStatus(url, answer.status)
+        raise UnexpectedStatus(
+            url,
+            answer.status,
+            why=f"over {MAX_REDIRECTS} redirects in a row, the last to {quoted(str(target))}",
+        )
 
     def _once(self, url: str, target: httpx.URL, headers: dict[str, str], extra: float) -> _Answer:
         """One request and its whole body, within the bounds (plus ``extra`` seconds: the
