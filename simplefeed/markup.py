@@ -233,10 +233,9 @@ MAX_BARE_AMPERSANDS = 4096
 # larger number is a code point, and Python's int() of a long one is slow), and an '&' that
 # begins neither one nor nothing: HTML's tokenizer reads an '&' followed by whitespace, '<',
 # '&' or the end as text, and anything else as the start of a reference.
-_REFERENCE = re.compile(r"&(#[xX]0*[0-9A-Fa-f]{1,8};|#0*[0-9]{1,8};|[A-Za-z][A-Za-z0-9]{0,40};)")
-_NOT_REFERENCE = re.compile(
-    r"&(?![\t\n\f\r <&]|$|#[xX]0*[0-9A-Fa-f]{1,8};|#0*[0-9]{1,8};|[A-Za-z][A-Za-z0-9]{0,40};)"
-)
+_WRITTEN_REFERENCE = r"#[xX]0*[0-9A-Fa-f]{1,8};|#0*[0-9]{1,8};|[A-Za-z][A-Za-z0-9]{0,40};"
+_REFERENCE = re.compile(rf"&({_WRITTEN_REFERENCE})")
+_NOT_REFERENCE = re.compile(rf"&(?![\t\n\f\r <&]|$|{_WRITTEN_REFERENCE})")
 
 
 def _reference_allowed(reference: str) -> bool:
