@@ -220,27 +220,22 @@ def new_entries(
 class _Trail:
     """The URLs a walk remembers, in memory that does not grow with the walk: the last
     :data:`TRAIL` pages (each by its URL and its permanent URL; the chain a :class:`LinkLoop`
-    reports), and every page since the walk last passed an entry (pages without entries, which
-    the order of sequence numbers cannot tell apart: only *head* may be one, every other page
-    must hold entries)."""
+    reports). Every page but *head* holds entries (:func:`_archived`, and going forward the
+    pages walked back), older ones a page back, so a loop longer than the trail is caught by
+    the sequence numbers."""
 
     def __init__(self, page: Page) -> None:
         self.chain: deque[str] = deque([page.url], maxlen=TRAIL)
         self.near: deque[str] = deque([page.url, page.permanent_url], maxlen=2 * TRAIL)
-        self.stalled: set[str] = set()
 
     def follow(self, url: str) -> None:
         """About to follow a link to ``url``."""
-        if url in self.stalled or url in self.near:
+        if url in self.near:
             raise LinkLoop(url, list(self.chain))
 
-    def arrived(self, url: str, page: Page | Outline, *, passed_entries: bool) -> None:
+    def arrived(self, url: str, page: Page | Outline) -> None:
         self.chain.append(url)
         self.near.extend((url, page.permanent_url))
-        if passed_entries:
-            self.stalled.clear()
-        else:
-            self.stalled.update((url, page.permanent_url))
 
 
 def _archived(url: str, page: Page | Outline) -> None:
@@ -308,7 +303,7 @@ class _Back:
         self.steps += 1
         _archived(url, page)
         self.passed(page)
-        self.trail.arrived(url, page, passed_entries=True)
+        self.trail.arrived(url, page)
         self.chain.append(page.sha256)
 
 
@@ -378,20 +373,23 @@ def _walk_back_to_entry(
             oldest is not None and oldest <= checkpoint.seq
         )
         if looked:
-            found = _whole(source, page)
-            position = found.position(checkpoint.entry_id, checkpoint.seq)
-            if position is not None:
-                return found, position, back.chain
+            found = _holding(source, page, checkpoint)
+            if found is not None:
+                return *found, back.chain
     if not looked:
-        found = _whole(source, page)
-        position = found.position(checkpoint.entry_id, checkpoint.seq)
-        if position is not None:
-            return found, position, back.chain
+        found = _holding(source, page, checkpoint)
+        if found is not None:
+            return *found, back.chain
     raise LastEntryVanished(page.url, checkpoint.entry_id)
 
 
-def _whole(source: PageSource, page: Page | Outline) -> Page:
-    return page if isinstance(page, Page) else source.page(page.url)
+def _holding(
+    source: PageSource, page: Page | Outline, checkpoint: Checkpoint
+) -> tuple[Page, int] | None:
+    """``page`` read whole, and the checkpoint's position on it, if it holds the entry."""
+    whole = page if isinstance(page, Page) else source.page(page.url)
+    position = whole.position(checkpoint.entry_id, checkpoint.seq)
+    return None if position is None else (whole, position)
 
 
 def _forward(
@@ -475,7 +473,7 @@ def _forward(
         moved = True
         ids.turn()
         entries = page.entries
-        trail.arrived(nxt_url, page, passed_entries=bool(entries))
+        trail.arrived(nxt_url, page)
 
 
 def _vouched(page: Page, chain: list[str]) -> None:
