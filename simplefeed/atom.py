@@ -656,7 +656,7 @@ def _feed_vocabulary_declaration(el: Any, xhtml: bool) -> str | None:
                 f"the prefix {prefix!r} is the one feed readers (feedparser) give a feed "
                 "vocabulary; choose another prefix"
             )
-        scheme = _NAMESPACE_SCHEME.match(namespace)
+        scheme = markup.SCHEME.match(namespace)
         if scheme is None:
             return f"the namespace name {namespace!r} is not an absolute URI"
         if scheme[1].lower() not in markup.EVENT_URL_SCHEMES:
@@ -673,7 +673,6 @@ def _feed_vocabulary_declaration(el: Any, xhtml: bool) -> str | None:
 
 #: A value that is a qualified name (``xs:string``): its prefix is looked up among those declared.
 _QNAME_VALUE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.\-]*):[A-Za-z_][A-Za-z0-9_.\-]*\s*\Z")
-_NAMESPACE_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 
 
 def _prefixed(root: Any) -> Any:

@@ -81,7 +81,8 @@ _CLEANER = nh3.Cleaner(
 # What browsers strip from a URL before reading its scheme (the URL Standard): leading and
 # trailing C0 controls and spaces, and tabs and newlines anywhere.
 _URL_STRIP = re.compile(r"[\t\n\r]")
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
+#: A URL's scheme (RFC 3986 3.1) and its colon, at the start of a string.
+SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 _SCRIPT_URL = re.compile("|".join(f"{s}:" for s in SCRIPT_SCHEMES))
 # Each '<' of a text, with the start tag it begins if it begins one (up to its '>', quoted
 # values skipped whole: a '<' in one is no markup), never backtracking (possessive), so that a
@@ -95,7 +96,7 @@ _END_TAG_START = re.compile(r"</[A-Za-z]")
 def url_scheme(value: str) -> str | None:
     """The scheme a browser reads in ``value`` (lower case), or None for a relative URL."""
     cleaned = _URL_STRIP.sub("", value).strip("".join(map(chr, range(0x21))))
-    match = _SCHEME.match(cleaned)
+    match = SCHEME.match(cleaned)
     return match.group(1).lower() if match else None
 
 
