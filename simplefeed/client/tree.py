@@ -13,6 +13,10 @@ Whichever parser is chosen (:mod:`simplefeed.client.parse`), entries come from h
 * JSON content is restored to its value, from either form a server writes: the readable one
   (``type="text"`` with ``sf:type="application/json"``) or the older Base64 one.
 
+Links (the feed's and the entries') are absolute: a relative reference, which RFC 4287 allows,
+is resolved against the ``xml:base`` in scope and the URL the document was asked for (RFC 3986
+5.1), so that a feed whose ``prev-archive`` links read ``?page=3`` can be walked.
+
 A DOCTYPE is refused (no entity is ever expanded), as is a root other than ``atom:feed``.
 """
 
@@ -23,6 +27,7 @@ import json
 import math
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urljoin
 from xml.etree import ElementTree
 
 from lxml import etree
@@ -34,6 +39,7 @@ from simplefeed.model import ATOM_NS, FH_NS, SF_NS
 __all__ = ["MAX_SEQ", "Feed", "is_json", "read_entries", "read_feed", "root"]
 
 XHTML_NS = "http://www.w3.org/1999/xhtml"
+_XML_NS = "http://www.w3.org/XML/1998/namespace"
 #: Sequence numbers above this are refused: they would not fit a SQLite INTEGER.
 MAX_SEQ = 2**63 - 1
 
@@ -72,7 +78,7 @@ _PARSER = etree.XMLParser(
 def root(url: str, body: bytes) -> Any:
     """The ``atom:feed`` element of ``body``; :class:`NotAtom` if it is anything else."""
     try:
-        element = etree.fromstring(body, _PARSER)
+        element = etree.fromstring(body, _PARSER, base_url=url)
     except (etree.LxmlError, ValueError) as exc:
         raise NotAtom(url, f"not well-formed XML: {exc}") from None
     doctype: str = element.getroottree().docinfo.doctype  # type: ignore[union-attr]
@@ -108,7 +114,7 @@ def read_feed(url: str, feed: Any) -> Feed:
             rel = child.get("rel", "alternate")
             href = child.get("href")
             if href and rel not in links:
-                links[rel] = href
+                links[rel] = absolute(child, href)
                 if rel == "prev-archive":
                     digest = child.get(_SF_SHA256)
                     prev_sha256 = digest.strip().lower() if digest is not None else None
@@ -253,13 +259,27 @@ def _link(url: str, el: Any) -> EntryLink:
             raise MalformedPage(url, f"a link with a length that is not a number: {href!r}")
         length = int(length_text)
     return EntryLink(
-        href=href,
+        href=absolute(el, href),
         rel=el.get("rel", "alternate"),
         type=el.get("type"),
         hreflang=el.get("hreflang"),
         title=el.get("title"),
         length=length,
     )
+
+
+#: How an absolute http(s) reference starts, in the case servers write (``urljoin`` leaves
+#: such a reference as it is, so this only skips the work for the links of most feeds).
+_ABSOLUTE = ("https://", "http://")
+
+
+def absolute(el: Any, href: str) -> str:
+    """``href``, a link's reference, resolved against the base URI of ``el``: its ``xml:base``
+    in scope, resolved against the URL the document was asked for (:func:`root`)."""
+    if href.startswith(_ABSOLUTE):
+        return href
+    base: str | None = el.base
+    return urljoin(base, href) if base else href
 
 
 def is_json(media_type: str) -> bool:
@@ -323,17 +343,43 @@ def _json(url: str, text: str) -> Any:
 
 def _xml(el: Any) -> str:
     """Inline XML content as XML text, without the declarations of the document around it,
-    its own namespace as the default one when that works (the form producers mostly send)."""
+    its own namespace as the default one when that works (the form producers mostly send:
+    ``<svg xmlns="http://www.w3.org/2000/svg" width="1"><circle r="1"/></svg>``; the server
+    writes it with prefixes of its own, ``c0:svg``)."""
+    tag: str = el.tag
+    if tag.startswith("{") and all(isinstance(d.tag, str) and d.tag[:1] == "{" for d in el.iter()):
+        namespace = tag[1:].partition("}")[0]
+        others = sorted(_namespaces(el) - {namespace, _XML_NS})
+        nsmap: dict[str | None, str] = {None: namespace}
+        nsmap.update((f"ns{number}", uri) for number, uri in enumerate(others))
+        return str(etree.tostring(_rebuilt(el, nsmap), encoding="unicode"))
+    # An element without a namespace inside: its default namespace is none, so prefixes stay.
     written = etree.tostring(el, encoding="unicode", with_tail=False)
     standalone = ElementTree.fromstring(written)  # lxml writes every declaration in scope
-    tag: str = el.tag
-    if tag.startswith("{"):
-        namespace = tag[1:].partition("}")[0]
-        try:
-            return ElementTree.tostring(standalone, encoding="unicode", default_namespace=namespace)
-        except ValueError:  # un-namespaced descendants: keep generated prefixes
-            pass
     return ElementTree.tostring(standalone, encoding="unicode")
+
+
+def _namespaces(el: Any) -> set[str]:
+    """The namespaces of the elements and attributes in ``el``."""
+    found: set[str] = set()
+    for descendant in el.iter():
+        for name in (descendant.tag, *descendant.attrib):
+            if name[:1] == "{":
+                found.add(name[1:].partition("}")[0])
+    return found
+
+
+def _rebuilt(el: Any, nsmap: dict[str | None, str] | None = None) -> Any:
+    """A copy of ``el`` (names, attributes, text) with the declarations of ``nsmap`` at its
+    top, which its descendants use (their elements in the default namespace unprefixed)."""
+    # lxml-stubs type nsmap's keys as str; None is the default namespace's (lxml's API).
+    copy = etree.Element(el.tag, dict(el.attrib), nsmap=nsmap)  # type: ignore[arg-type]
+    copy.text = el.text
+    for child in el:
+        rebuilt = _rebuilt(child)
+        rebuilt.tail = child.tail
+        copy.append(rebuilt)
+    return copy
 
 
 def _xhtml(el: Any) -> str:
