@@ -933,3 +933,24 @@ def test_a_following_consumer_asked_to_stop_ends_within_moments_checkpoint_store
     assert checkpoint is not None and checkpoint.seq == 5
     with Consumer(live.recent, state, wait=0) as again:  # the state file was let go of
         assert list(again.entries()) == []
+
+
+def test_the_readme_python_example_runs_as_written(live: LiveServer, tmp_path: Path) -> None:
+    """The README's Python example, pointed at a live server: a newcomer's trial found it calling
+    a `handle` it never defined."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    (example,) = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+        if "Consumer(" in block
+    ]
+    assert "http://localhost:8080/recent" in example
+    ids = live.publish(3)
+    code = example.replace("http://localhost:8080/recent", live.recent)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(" ")[:2] for line in lines] == [[str(n), i] for n, i in enumerate(ids, 1)]
+    assert (tmp_path / "consumer.sqlite3").exists()

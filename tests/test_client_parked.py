@@ -155,6 +155,26 @@ def test_status_tells_checkpoint_head_lag_and_parked(
     assert status.lag == 3 and status.parked == 0
 
 
+def test_status_after_a_page_froze_shows_the_newest_entry_processed_as_the_head(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Pages of five: after 3 then 2 more entries, the page is archived and the entry point
+    holds none. The head as last seen was still entry 3's (behind the checkpoint on 5)."""
+    state = tmp_path / "state.sqlite3"
+    publish(core, 3)
+    with make_consumer(server, state, clock) as consumer:
+        consumer.run(lambda entry: None)
+    publish(core, 2)
+    clock.advance(60)
+    with make_consumer(server, state, clock) as consumer:
+        assert consumer.run(lambda entry: None) == 2
+        status = consumer.status()
+    assert status.checkpoint is not None and status.checkpoint.seq == 5
+    assert status.head is not None and status.head.seq == 5
+    assert status.head.seen_at == clock() / 1_000_000
+    assert status.lag == 0
+
+
 # -- the command line, against the real app on a socket ------------------------------------
 
 
@@ -211,6 +231,37 @@ def test_the_commands_park_list_retry_drop_and_report(live: LiveServer, tmp_path
         checkpoint = file.load_checkpoint(live.recent)
     assert checkpoint is not None and checkpoint.seq == 6
     assert cli("consumer", "status", "--state", str(tmp_path / "none.sqlite3")).exit_code == 2
+
+
+def test_a_handler_that_cannot_be_run_parks_nothing(live: LiveServer, tmp_path: Path) -> None:
+    """A newcomer's trial: ``--exec ./handle-entyr --on-error park`` parked every entry of the
+    feed ("could not be run: No such file or directory") and exited 0. A program that is not
+    there is a usage error before any request; one that is there but cannot be run (an
+    executable file that is no program) stops at the first entry, exit 3, nothing parked."""
+    state = tmp_path / "state.sqlite3"
+    live.publish(3)
+    missing = cli(
+        *("consume", live.recent, "--state", str(state)),
+        *("--exec", str(tmp_path / "handle-entyr"), "--on-error", "park"),
+    )
+    assert missing.exit_code == 2
+    assert "handle-entyr': no such program, or it is not executable" in missing.stderr
+    not_on_path = cli("consume", live.recent, "--state", str(state), "--exec", "handle-entyr x")
+    assert not_on_path.exit_code == 2
+    assert "'handle-entyr': no such program on PATH" in not_on_path.stderr
+    assert not state.exists()
+    no_program = tmp_path / "not-a-program"
+    no_program.write_bytes(b"\x00\x01 neither a script nor a binary\n")
+    no_program.chmod(0o755)
+    stopped = cli(
+        *("consume", live.recent, "--state", str(state)),
+        *("--exec", str(no_program), "--on-error", "park"),
+    )
+    assert stopped.exit_code == 3, stopped.stderr
+    assert "could not be run: [Errno 8] Exec format error" in stopped.stderr
+    with StateFile(state) as file:
+        assert file.load_checkpoint(live.recent) is None
+        assert file.parked(live.recent) == []
 
 
 def test_status_and_parked_read_a_state_file_as_it_is(live: LiveServer, tmp_path: Path) -> None:

@@ -66,6 +66,7 @@ import logging
 import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -168,9 +169,18 @@ MAX_ENV_ID_CHARS = 8192
 
 
 def _exec_handler(command: str) -> Callable[[FeedEntry], None]:
+    """The handler running ``command`` per entry. A program that cannot be found or run is a
+    usage error (exit 2) before any request; one that cannot be run later (removed, or not a
+    program) stops the consumer whatever ``--on-error`` says: with park, a misspelt
+    ``--exec ./handle-entyr`` parked every entry of the feed and exited 0."""
     argv = shlex.split(command)
     if not argv:
         raise click.BadParameter("empty command", param_hint="--exec")
+    if shutil.which(argv[0]) is None:
+        where = "" if os.sep in argv[0] else " on PATH"
+        raise click.BadParameter(
+            f"{argv[0]!r}: no such program{where}, or it is not executable", param_hint="--exec"
+        )
 
     def run(entry: FeedEntry) -> None:
         data = json_text(entry.to_json()).encode("utf-8") + b"\n"
@@ -183,8 +193,8 @@ def _exec_handler(command: str) -> Callable[[FeedEntry], None]:
         env["SIMPLEFEED_ENTRY_SEQ"] = str(entry.seq)
         try:
             result = subprocess.run(argv, input=data, env=env, check=False)
-        except OSError as exc:
-            raise ExecFailed(command, f"could not be run: {exc}") from exc
+        except OSError as exc:  # not the entry's failure: no entry can be handled so
+            raise HandlerError(entry, ExecFailed(command, f"could not be run: {exc}")) from exc
         if result.returncode != 0:
             raise ExecFailed(command, f"exited with status {result.returncode}")
 

@@ -473,7 +473,9 @@ class Consumer:
 
         A handler that raises an :class:`Exception` stops processing with
         :class:`HandlerError`, the checkpoint on the entry before; with ``on_error="park"``
-        the entry is parked (:meth:`park`) and processing goes on.
+        the entry is parked (:meth:`park`) and processing goes on. A handler that raises
+        :class:`HandlerError` itself says that no entry can be handled now (its program is
+        gone, say): that stops processing whatever ``on_error`` is, and nothing is parked.
         """
         processed = 0
         stream = self._stream(follow, stop)
@@ -481,6 +483,8 @@ class Consumer:
             for entry in stream:
                 try:
                     handler(entry)
+                except HandlerError:
+                    raise
                 except Exception as exc:
                     if self.on_error == "stop":
                         raise HandlerError(entry, exc) from exc
@@ -684,6 +688,12 @@ class Consumer:
             raise
         finally:
             self._pages.end_pass()
+        caught_up = self.checkpoint
+        if caught_up is not None and (newest is None or newest < caught_up.seq):
+            # The entry point held no entries (a page had just frozen) or was an older copy:
+            # the newest entry of the feed seen is the last one processed, not an older head
+            # (`consumer status` showed a head behind the checkpoint).
+            self.state.save_head(self.url, caught_up.seq, self.clock())
 
     # -- checkpoints ---------------------------------------------------------------------
 
