@@ -96,6 +96,32 @@ SCREEN_SIZE = 1024
 _VERSION_VARIANT_CLEAR = ~(0xF << 76 | 0x3 << 62)
 _VERSION_VARIANT_SET = 0x7 << 76 | 0x2 << 62  # version 7, RFC 9562 variant
 
+#: How far this server's clock may be behind a feed's last publish before it is said: entries
+#: are dated strictly after the feed's last change (appending.decide), so a clock that ran
+#: fast and was set back dates every entry from the fast time on, in pages frozen for good,
+#: until the clock catches up. A few seconds leave room for nodes' clocks that differ a little.
+CLOCK_BEHIND_LIMIT_US = 5_000_000
+#: The least time between two log lines (from ``/healthz``) about one feed's clock being
+#: behind, per process.
+CLOCK_WARNING_INTERVAL_US = 60_000_000
+
+
+def clock_warning(feed: Feed, now_us: int) -> str | None:
+    """A sentence if ``feed`` last changed more than :data:`CLOCK_BEHIND_LIMIT_US` after
+    ``now_us`` (this server's clock), else None."""
+    behind = feed.modified_us - now_us
+    if not feed.head_seq or behind <= CLOCK_BEHIND_LIMIT_US:
+        return None
+    return (
+        f"this server's clock ({_iso_us(now_us)}) is {behind / 1e6:.0f} s behind feed"
+        f" '{feed.name}''s last change ({_iso_us(feed.modified_us)}): its entries are dated"
+        " from that time on until the clock catches up (was a clock fast?)"
+    )
+
+
+def _iso_us(us: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(us // 1_000_000))
+
 
 @dataclass(frozen=True)
 class Live:
@@ -232,6 +258,8 @@ class Simplefeed:
         #: Feeds by name as this process last locked them, for their identity (id, name, page
         #: size: these never change) on the one-round-trip append path, never for their head.
         self._feeds: dict[str, Feed] = {}
+        #: Per feed name: when this process last logged that the clock is behind it.
+        self._clock_warned: dict[str, int] = {}
         self._cache_lock = threading.Lock()
         self._screened: TTLCache[tuple[int, str, str], bool] = TTLCache(
             SCREEN_SIZE, SCREEN_S, timer=time.monotonic
@@ -534,6 +562,27 @@ class Simplefeed:
             except StoreError:
                 log.warning("could not analyse the entries table", exc_info=True)
         return list(decision.results)
+
+    def health_warnings(self) -> list[str]:
+        """What ``/healthz`` says without failing: the service works, but something needs an
+        operator (a clock behind the feeds' last changes). Each is logged too, once a minute
+        at most per feed and process (health checks come every few seconds). None when the
+        database does not answer (:meth:`health` says so)."""
+        now = self.clock()
+        try:
+            feeds = self.store.feeds()
+        except StoreError:
+            return []
+        found = []
+        for feed in feeds:
+            warning = clock_warning(feed, now)
+            if warning is None:
+                continue
+            found.append(warning)
+            if now - self._clock_warned.get(feed.name, -(2**62)) >= CLOCK_WARNING_INTERVAL_US:
+                self._clock_warned[feed.name] = now
+                log.warning("%s", warning)
+        return found
 
     def _new_entry_id(self) -> str:
         return f"urn:uuid:{self.new_uuid()}"

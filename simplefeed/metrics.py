@@ -138,7 +138,8 @@ class _Feeds(Collector):
         )
         age = GaugeMetricFamily(
             "simplefeed_head_age_seconds",
-            "Seconds since the feed's newest entry was appended (absent while it is empty).",
+            "Seconds since the feed last changed (absent while it is empty); below zero, this"
+            " server's clock is behind that change.",
             labels=["feed"],
         )
         pages = GaugeMetricFamily(
@@ -148,7 +149,7 @@ class _Feeds(Collector):
             head.add_metric([feed.name], feed.head_seq)
             pages.add_metric([feed.name], feed.head_seq // feed.page_size)
             if feed.head_updated_us is not None:
-                age.add_metric([feed.name], max(0, self.now_us - feed.modified_us) / 1e6)
+                age.add_metric([feed.name], (self.now_us - feed.modified_us) / 1e6)
         yield from (head, age, pages)
 
 

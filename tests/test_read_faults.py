@@ -17,6 +17,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -67,9 +68,10 @@ def test_a_cold_process_serves_frozen_pages_without_a_database(
 ) -> None:
     """The database is there for publishing; then a process starts whose database does not
     answer (nothing listens on its port) but which has the same archive."""
-    core = Simplefeed(
-        _settings(tmp_path, database_url), clock=FakeClock(), new_uuid=SequentialIds()
-    )
+    # Frozen a day ago: the cold process reads the real clock, and a page frozen after its
+    # time would be sent without Last-Modified (RFC 9110 8.8.2.1).
+    a_day_ago = FakeClock(int(time.time() - 86_400) * 1_000_000)
+    core = Simplefeed(_settings(tmp_path, database_url), clock=a_day_ago, new_uuid=SequentialIds())
     try:
         core.create_feed("events")
         warm = _publish(core, 7)  # page 1 frozen, page 2 working

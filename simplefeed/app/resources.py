@@ -409,19 +409,18 @@ class Page(_FeedResource):
         else:
             etag, modified_s, last_modified = page.etag, page.last_modified_s, page.last_modified
         etag = codings.tagged(etag, coding)
-        status = preconditions.evaluate(
-            req.env,
-            etag,
-            modified_s,
-            settled=True,
-            now_s=self.core.clock() // 1_000_000,
-        )
+        now_s = self.core.clock() // 1_000_000
+        # A page frozen by a clock that ran fast: no Last-Modified later than the response's
+        # Date (RFC 9110 8.8.2.1); the ETag validates it.
+        settled = modified_s <= now_s
+        status = preconditions.evaluate(req.env, etag, modified_s, settled=settled, now_s=now_s)
         if status == 412:
             errors.precondition_failed(resp)
             return True
         resp.set_header("Cache-Control", caching.ARCHIVE_CACHE_CONTROL)
         resp.set_header("ETag", etag)
-        resp.set_header("Last-Modified", last_modified)
+        if settled:
+            resp.set_header("Last-Modified", last_modified)
         compression.mark(req, resp, coding, body=status != 304)
         if status == 304:
             resp.status = falcon.HTTP_304
@@ -643,7 +642,10 @@ class EntryLocator(_FeedResource):
 class Health:
     """``GET /healthz``: 200 when the process answers, the database does too and publishing
     can work; 503 (with ``Retry-After``) naming the problems otherwise (the app's error handler
-    answers 503 when the database does not answer at all)."""
+    answers 503 when the database does not answer at all). ``warnings``, either way, names what
+    needs an operator without keeping the service from working (a clock behind the feeds:
+    failing every node's health for the weeks a clock that ran fast takes to catch up would
+    take the whole service down)."""
 
     def __init__(self, core: Simplefeed) -> None:
         self.core = core
@@ -651,12 +653,15 @@ class Health:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.cache_control = ["no-store"]
         database, problems = self.core.health()
+        body: dict[str, object] = {"status": "ok", "database": database}
         if problems:
             resp.status = falcon.HTTP_503
             resp.set_header("Retry-After", "1")
-            resp.media = {"status": "unhealthy", "database": database, "problems": problems}
-            return
-        resp.media = {"status": "ok", "database": database}
+            body.update(status="unhealthy", problems=problems)
+        warnings = self.core.health_warnings()
+        if warnings:
+            body["warnings"] = warnings
+        resp.media = body
 
     on_head = on_get
 
