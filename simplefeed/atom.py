@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import base64
 import copy as copy_module
+import io
 import re
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -485,6 +486,34 @@ def prev_archive_sha256(body: bytes) -> str | None:
         if link.get("rel") == "prev-archive":
             value: str | None = link.get(f"{{{SF_NS}}}sha256")
             return value
+    return None
+
+
+def self_href(body: bytes) -> str | None:
+    """The ``href`` of a document's own ``self`` link (the feed element's, which the renderer
+    writes in the feed's head), or None if it has none or cannot be read. Read up to the first
+    entry only: a frozen page's entries are most of its bytes."""
+    atom_link, atom_entry = f"{{{ATOM_NS}}}link", f"{{{ATOM_NS}}}entry"
+    events = etree.iterparse(
+        io.BytesIO(body),
+        events=("start",),
+        tag=(atom_link, atom_entry),
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        huge_tree=False,
+        remove_pis=True,
+    )
+    try:
+        for _, element in events:
+            if element.tag == atom_entry:
+                return None
+            parent = element.getparent()
+            if parent is not None and parent.getparent() is None and element.get("rel") == "self":
+                href: str | None = element.get("href")
+                return href
+    except etree.XMLSyntaxError:
+        return None
     return None
 
 

@@ -224,8 +224,9 @@ def db() -> None:
 
 @db.command()
 def upgrade() -> None:
-    """Create the database if need be, migrate it to the newest schema, create the default feed;
-    then, if SIMPLEFEED_BASE_URL is set, check that no feed's frozen pages link elsewhere."""
+    """Create the database if need be, migrate it to the newest schema, create the default feed
+    (unless another feed's frozen pages are at its URLs: a mistyped name is not created); then,
+    if SIMPLEFEED_BASE_URL is set, check that no feed's frozen pages link elsewhere."""
     from simplefeed.core import Simplefeed
     from simplefeed.errors import FeedExists
     from simplefeed.settings import mask_url
@@ -234,6 +235,7 @@ def upgrade() -> None:
     settings = _settings()
     upgrade_schema(settings.database_url)
     core = Simplefeed(settings)
+    core.check_default_feed_pages()  # before the default feed is created
     try:
         core.create_feed(settings.default_feed)
         click.echo(f"created default feed {settings.default_feed!r}")

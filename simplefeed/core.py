@@ -10,11 +10,13 @@ import enum
 import hashlib
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from cachetools import TTLCache
 
@@ -22,6 +24,7 @@ from simplefeed import appending, archive, atom, auth, metrics, paging, validati
 from simplefeed.changes import Bell, Changes
 from simplefeed.errors import (
     BaseUrlMismatch,
+    DefaultFeedMismatch,
     DefaultFeedMissing,
     EntryNotFound,
     FeedNotFound,
@@ -159,6 +162,47 @@ def base_url_problem(feed: Feed, base_url: str) -> str | None:
     )
 
 
+#: Where a frozen page's own URL says it is: the default feed's ``/pages/N``, or a named
+#: feed's ``/feeds/NAME/pages/N`` (at the end of the URL's path).
+_PAGE_PATH = re.compile(r"(?:/feeds/(?P<feed>[^/]+))?/pages/(?P<number>[0-9]+)\Z")
+
+
+def default_feed_problem(feed: Feed, self_href: str | None, default_feed: str) -> str | None:
+    """Why ``feed``, whose newest frozen page's ``self`` link is ``self_href``, cannot be
+    served with SIMPLEFEED_DEFAULT_FEED naming ``default_feed``, saying what to do; None if it
+    can. A page rendered as the default feed's is at ``/pages/N``, any other feed's at
+    ``/feeds/NAME/pages/N``, and the pages after it link to it there: the default feed cannot
+    change once either has frozen pages. A self link that names no page of this feed (none,
+    or a damaged page: ``archive verify``'s to find) is not judged here."""
+    number = feed.head_seq // feed.page_size
+    if self_href is None or number < 1:
+        return None
+    path = urlsplit(self_href).path
+    base = urlsplit(feed.base_url).path.rstrip("/") if feed.base_url is not None else None
+    if base and path.startswith(base + "/"):  # a base URL with a path of its own
+        path = path[len(base) :]
+    found = _PAGE_PATH.search(path)
+    if found is None or int(found["number"]) != number:
+        return None
+    rendered_as_default = found["feed"] is None
+    if found["feed"] not in (None, feed.name):
+        return None
+    if rendered_as_default == (feed.name == default_feed):
+        return None
+    never = "a feed's archived pages never move; caches keep them for a year"
+    if rendered_as_default:
+        return (
+            f"feed {feed.name!r} has frozen pages at /pages/N (rendered as the default feed's),"
+            f" but SIMPLEFEED_DEFAULT_FEED is {default_feed!r}: set"
+            f" SIMPLEFEED_DEFAULT_FEED={feed.name} again ({never})"
+        )
+    return (
+        f"feed {feed.name!r} has frozen pages at /feeds/{feed.name}/pages/N, but"
+        f" SIMPLEFEED_DEFAULT_FEED is {default_feed!r}, which would serve them at /pages/N: set"
+        f" SIMPLEFEED_DEFAULT_FEED back to the feed it named when they froze ({never})"
+    )
+
+
 @dataclass(frozen=True)
 class FeedStats:
     """What an operator asks of a feed (``simplefeed feed list|show``, ``GET /``): its head,
@@ -255,6 +299,9 @@ class Simplefeed:
         self._live_cache: dict[tuple[int, DocumentKind], tuple[str, bytes]] = {}
         #: Per feed id: the number and SHA-256 of its newest frozen page seen by this process.
         self._digests: dict[int, tuple[int, str]] = {}
+        #: Per feed id: the number and ``self`` link of its newest frozen page seen by this
+        #: process (frozen pages never change: each is read once, for the default feed's check).
+        self._self_hrefs: dict[int, tuple[int, str | None]] = {}
         #: Feeds by name as this process last locked them, for their identity (id, name, page
         #: size: these never change) on the one-round-trip append path, never for their head.
         self._feeds: dict[str, Feed] = {}
@@ -295,8 +342,9 @@ class Simplefeed:
             raise unavailable
         problems += archive.writable_problems(self.settings.archive_dir)
         problems += self.space_problems()
-        if unavailable is None:  # the feeds' base URLs are in the database
+        if unavailable is None:  # the feeds' base URLs and frozen pages are in the database
             problems += self.base_url_problems()
+            problems += self.default_feed_problems()
         return self.store.backend, problems
 
     def space_problems(self) -> list[str]:
@@ -366,7 +414,9 @@ class Simplefeed:
     def check_default_feed(self) -> None:
         """Raise :class:`DefaultFeedMissing` if SIMPLEFEED_DEFAULT_FEED names no feed: checked
         when the service starts, for /recent and ``POST /entries`` would answer 404 while
-        ``/healthz`` said all was well (the variable changed, the feed not created)."""
+        ``/healthz`` said all was well (the variable changed, the feed not created). Before
+        that, :meth:`check_default_feed_pages`: a mistyped name is not a feed to create."""
+        self.check_default_feed_pages()
         name = self.settings.default_feed
         try:
             self.store.feed(name)
@@ -377,6 +427,39 @@ class Simplefeed:
                 f" and POST /entries would answer 404: create it (`simplefeed feed create"
                 f" {name}`) or name one of the feeds there are ({others})"
             ) from None
+
+    def check_default_feed_pages(self) -> None:
+        """Raise :class:`DefaultFeedMismatch` if a feed's frozen pages are at other URLs than
+        SIMPLEFEED_DEFAULT_FEED gives them (see :func:`default_feed_problem`): checked when the
+        service starts and by ``db upgrade`` before it creates the default feed."""
+        found = self.default_feed_problems()
+        if found:
+            raise DefaultFeedMismatch(found)
+
+    def default_feed_problems(self) -> list[str]:
+        """One sentence per feed whose newest frozen page says it is at the default feed's URLs
+        when SIMPLEFEED_DEFAULT_FEED names another, or at its own when it names this one."""
+        name = self.settings.default_feed
+        problems = [
+            default_feed_problem(f, self._newest_self_href(f), name) for f in self.store.feeds()
+        ]
+        return [p for p in problems if p is not None]
+
+    def _newest_self_href(
+        self, feed: Feed, read: Callable[[int], FrozenPage | None] | None = None
+    ) -> str | None:
+        """The ``self`` link of ``feed``'s newest frozen page (None if none froze), read once
+        per page and process (``read``: by default from the store)."""
+        number = feed.head_seq // feed.page_size
+        if number < 1:
+            return None
+        known = self._self_hrefs.get(feed.id)
+        if known is not None and known[0] == number:
+            return known[1]
+        page = read(number) if read is not None else self.store.page(feed.id, number)
+        href = atom.self_href(page.body) if page is not None else None
+        self._self_hrefs[feed.id] = (number, href)
+        return href
 
     def base_url_problems(self) -> list[str]:
         """One sentence per feed whose frozen pages link to another base URL than the
@@ -528,6 +611,13 @@ class Simplefeed:
                 problem = base_url_problem(append.feed, self.settings.base_url)
                 if problem is not None:
                     raise BaseUrlMismatch([problem])
+                # Nor at another feed's URLs than the pages before it (SIMPLEFEED_DEFAULT_FEED
+                # changed since this feed's last freeze; this process's start-up check could
+                # not see the database).
+                href = self._newest_self_href(append.feed, append.page)
+                problem = default_feed_problem(append.feed, href, self.settings.default_feed)
+                if problem is not None:
+                    raise DefaultFeedMismatch([problem])
             # Each page records the digest of the one before (sf:sha256 on prev-archive): the
             # first from the store, then each from the page frozen just before it, in memory.
             frozen: list[FrozenPage] = []
@@ -545,6 +635,8 @@ class Simplefeed:
             )
         if frozen:  # committed: the newest page's digest, for the next freeze and live documents
             self._digests[append.feed.id] = (frozen[-1].number, archive.page_sha256(frozen[-1]))
+            newest = frozen[-1].number
+            self._self_hrefs[append.feed.id] = (newest, self.urls(feed_name).page(newest))
         if decision.replayed and not decision.new:
             # Nothing was written, so nothing was flushed: the stored entry may be an append
             # committed a moment ago whose WAL is not on disk yet (one-round-trip appends commit
@@ -793,7 +885,9 @@ class Simplefeed:
 
     def rebuild_archive(self, feed_name: str | None = None) -> archive.RebuildReport:
         """Rewrite every static page that is missing or differs from the database's bytes, and
-        remove temporary files that writes interrupted by a crash left behind."""
+        remove temporary files that writes interrupted by a crash left behind. Refused
+        (:class:`DefaultFeedMismatch`) while a feed's pages would be written where another's are."""
+        self.check_default_feed_pages()
         checked = 0
         restored: list[Path] = []
         removed: list[Path] = []
@@ -845,8 +939,10 @@ class Simplefeed:
         Each feed is one transaction that holds its appends off: its pages in order, each with
         the ``sf:sha256`` of the one before it as now rendered, so the digest chain holds; new
         bytes mean new ETags, and the freeze time (Last-Modified) becomes now, so that no
-        If-Modified-Since confirms an old copy. A failure rolls the feed back whole.
+        If-Modified-Since confirms an old copy. A failure rolls the feed back whole. Refused
+        (:class:`DefaultFeedMismatch`) while a feed's pages would move to another feed's URLs.
         """
+        self.check_default_feed_pages()
         done: list[Rebased] = []
         feeds = [self.store.feed(feed_name)] if feed_name else self.store.feeds()
         for listed in feeds:

@@ -4,7 +4,9 @@
 
     SimplefeedError
     ├── ConfigError                 bad SIMPLEFEED_* setting or CLI argument
-    │   └── BaseUrlMismatch         .problems: frozen pages link to another base URL
+    │   ├── BaseUrlMismatch         .problems: frozen pages link to another base URL
+    │   ├── DefaultFeedMismatch     .problems: frozen pages at another feed's URLs
+    │   └── DefaultFeedMissing      SIMPLEFEED_DEFAULT_FEED names no feed
     ├── NotFound                    -> 404
     │   ├── FeedNotFound            .feed
     │   ├── PageNotFound            .feed, .number
@@ -48,6 +50,17 @@ class BaseUrlMismatch(ConfigError):
     """Feeds whose frozen pages were rendered with another base URL than the configured one:
     serving them as they are would mix two sets of links. One line per feed in ``problems``;
     the message joins them."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class DefaultFeedMismatch(ConfigError):
+    """Feeds whose frozen pages are at the default feed's URLs (``/pages/N``) while
+    SIMPLEFEED_DEFAULT_FEED names another, or at ``/feeds/NAME/pages/N`` while it names them:
+    serving them so would give their pages' URLs to another feed's. One line per feed in
+    ``problems``; the message joins them."""
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))

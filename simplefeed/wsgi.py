@@ -7,10 +7,12 @@ A worker refuses to load the app (and uWSGI, with ``need-app``, to run) when uWS
 shared area (``sharedarea = 1``: :class:`NodeWaitingSlots`), when the database answers but is
 missing, empty or at an older schema (:func:`check_ready`), when a feed's frozen pages link
 to another base URL than the configured one (:meth:`Simplefeed.check_base_url`), and when the
-default feed does not exist (:meth:`Simplefeed.check_default_feed`); ``simplefeed serve``
+default feed does not exist or a feed's frozen pages are at other URLs than the configured
+default feed gives them (:meth:`Simplefeed.check_default_feed`); ``simplefeed serve``
 checks the same before it starts uWSGI, so uWSGI started directly (``uwsgi --ini uwsgi.ini``)
 refuses what the command does. A database that does not answer is not checked here: the
-service starts and answers 503 until it does (each freeze checks the base URL again).
+service starts and answers 503 until it does (each freeze checks the base URL and the
+default feed again).
 """
 
 import contextlib

@@ -12,6 +12,7 @@ from simplefeed.errors import (
     AuthError,
     BaseUrlMismatch,
     Conflict,
+    DefaultFeedMismatch,
     EntryConflict,
     FeedRetired,
     Forbidden,
@@ -98,6 +99,13 @@ def handle_domain(req: falcon.Request, resp: falcon.Response, ex: Exception, par
         # the producer keeps its event and retries; /healthz names the feed meanwhile.
         log.error("publishing refused on %s %s: %s", req.method, req.path, ex)
         _reply(resp, 503, "the server's base URL differs from its frozen pages'; retry later")
+        resp.set_header("Retry-After", str(STORAGE_RETRY_AFTER_S))
+    elif isinstance(ex, DefaultFeedMismatch):
+        # A publish that would freeze a page at another feed's URLs than the pages before it
+        # (SIMPLEFEED_DEFAULT_FEED changed; this process started before its check could see
+        # them): as above, the operator's to fix.
+        log.error("publishing refused on %s %s: %s", req.method, req.path, ex)
+        _reply(resp, 503, "the server's default feed differs from its frozen pages'; retry later")
         resp.set_header("Retry-After", str(STORAGE_RETRY_AFTER_S))
     elif isinstance(ex, PublishingBusy):
         log.warning("publishing refused on %s %s: %s", req.method, req.path, ex)

@@ -1,0 +1,287 @@
+"""The default feed cannot change once feeds have frozen pages: the default feed's pages are at
+``/pages/N`` (files ``archive/pages/N``), every other feed's at ``/feeds/NAME/pages/N``, and
+frozen pages, cached for a year, link to each other there. An operator's trial: with
+``SIMPLEFEED_DEFAULT_FEED=event`` (mistyped) after ``events`` froze pages, ``db upgrade``
+created a feed ``event``, ``serve`` started, and /pages/N became the new feed's.
+
+The commands run as an operator runs them (the installed ``simplefeed`` in a subprocess) on a
+real SQLite file and a real PostgreSQL database (the ``database_url`` fixture).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import falcon.testing
+import pytest
+
+from bench.servers import PROJECT_ROOT, clean_environ
+from simplefeed import atom
+from simplefeed.app import create_app
+from simplefeed.core import Simplefeed, default_feed_problem
+from simplefeed.errors import DefaultFeedMismatch
+from simplefeed.model import Event, Feed
+from tests.conftest import FakeClock, query
+from tests.test_cli_errors import one_line_error, run
+
+MISTYPED = (
+    "feed 'events' has frozen pages at /pages/N (rendered as the default feed's), but"
+    " SIMPLEFEED_DEFAULT_FEED is 'event': set SIMPLEFEED_DEFAULT_FEED=events again (a feed's"
+    " archived pages never move; caches keep them for a year)"
+)
+#: ``serve`` refused before it starts uWSGI, or before this host name stops it, if not.
+NOT_A_HOST = ("--host", "no-such-host.invalid")
+
+
+def cli(
+    core: Simplefeed, tmp_path: Path, *args: str, default_feed: str
+) -> subprocess.CompletedProcess[str]:
+    """``simplefeed ARGS`` on the core's database and archive, with ``default_feed``."""
+    s = core.settings
+    return run(
+        tmp_path,
+        *args,
+        SIMPLEFEED_DATABASE_URL=s.database_url,
+        SIMPLEFEED_ARCHIVE_DIR=str(s.archive_dir),
+        SIMPLEFEED_BASE_URL=s.base_url,
+        SIMPLEFEED_PAGE_SIZE=str(s.page_size),
+        SIMPLEFEED_DEFAULT_FEED=default_feed,
+    )
+
+
+def feed_names(core: Simplefeed) -> list[str]:
+    return sorted(name for (name,) in query(core.settings.database_url, "SELECT name FROM feeds"))
+
+
+def healthz(core: Simplefeed, clock: FakeClock, default_feed: str) -> falcon.testing.Result:
+    """``GET /healthz`` of a process that runs with ``default_feed`` (one that started while
+    the database did not answer: its start-up check saw nothing)."""
+    other = Simplefeed(replace(core.settings, default_feed=default_feed), clock=clock)
+    try:
+        return falcon.testing.TestClient(create_app(other.settings, core=other)).simulate_get(
+            "/healthz"
+        )
+    finally:
+        other.close()
+
+
+# -- reading a frozen page's self link, and the decision ------------------------------------
+
+
+def test_self_href_is_the_feed_s_own_and_read_up_to_the_first_entry(core: Simplefeed) -> None:
+    core.publish("events", [Event(title=f"e{i}") for i in range(5)])
+    body = core.store.page(core.feed("events").id, 1).body  # type: ignore[union-attr]
+    assert atom.self_href(body) == "http://feeds.example.test/pages/1"
+    head, _ = body.split(b"<entry>", 1)
+    # Read no further than the first entry: what comes after it is not parsed at all.
+    assert atom.self_href(head + b"<entry><link rel='self' href='x'/>&broken;<") == (
+        "http://feeds.example.test/pages/1"
+    )
+    assert atom.self_href(b"<feed xmlns='http://www.w3.org/2005/Atom'/>") is None
+    assert atom.self_href(b"not XML") is None
+
+
+def _feed(name: str, head_seq: int, base_url: str | None = "http://h.test/sf") -> Feed:
+    return Feed(
+        id=1,
+        name=name,
+        uuid="u",
+        title=name,
+        page_size=5,
+        created_us=0,
+        head_seq=head_seq,
+        head_updated_us=0,
+        modified_us=0,
+        base_url=base_url,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "head_seq", "href", "default_feed", "says"),
+    [
+        ("events", 12, "http://h.test/sf/pages/2", "event", MISTYPED),
+        ("events", 12, "http://h.test/sf/pages/2", "events", None),
+        ("orders", 12, "http://h.test/sf/feeds/orders/pages/2", "events", None),
+        ("orders", 12, "http://h.test/sf/feeds/orders/pages/2", "orders", "/feeds/orders/pages/N"),
+        ("events", 4, None, "event", None),  # nothing frozen
+        ("events", 12, None, "event", None),  # no self link: archive verify's to find
+        ("events", 12, "http://h.test/sf/pages/1", "event", None),  # not this page's
+        ("events", 12, "http://h.test/sf/feeds/orders/pages/2", "event", None),  # another feed's
+    ],
+    ids=[
+        "mistyped",
+        "default",
+        "named",
+        "named-made-default",
+        "none-frozen",
+        "no-self-link",
+        "another-page",
+        "another-feed",
+    ],
+)
+def test_default_feed_problem(
+    name: str, head_seq: int, href: str | None, default_feed: str, says: str | None
+) -> None:
+    found = default_feed_problem(_feed(name, head_seq), href, default_feed)
+    if says is None:
+        assert found is None
+    else:
+        assert found is not None and says in found
+
+
+def test_a_base_url_whose_path_ends_like_a_feed_s_is_read_as_the_base() -> None:
+    """``/feeds/x/pages/2`` under the base ``http://h.test/feeds/x`` is the default feed's."""
+    feed = _feed("x", 12, base_url="http://h.test/feeds/x")
+    assert default_feed_problem(feed, "http://h.test/feeds/x/pages/2", "x") is None
+    assert "rendered as the default feed's" in (
+        default_feed_problem(feed, "http://h.test/feeds/x/pages/2", "y") or ""
+    )
+
+
+# -- the default feed mistyped after it froze pages ---------------------------------------
+
+
+def test_db_upgrade_refuses_a_default_feed_whose_name_is_not_the_frozen_pages_and_creates_none(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    core.publish("events", [Event(title=f"e{i}") for i in range(7)])  # page 1 freezes
+    assert one_line_error(cli(core, tmp_path, "db", "upgrade", default_feed="event")) == (
+        f"Error: {MISTYPED}"
+    )
+    assert feed_names(core) == ["events"]  # no feed 'event'
+    assert cli(core, tmp_path, "db", "upgrade", default_feed="events").returncode == 0
+
+
+def test_serve_refuses_a_default_feed_whose_name_is_not_the_frozen_pages(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    core.publish("events", [Event(title=f"e{i}") for i in range(5)])
+    core.create_feed("event")  # as `db upgrade` made it before the check: it exists
+    done = cli(core, tmp_path, "serve", *NOT_A_HOST, default_feed="event")
+    assert one_line_error(done) == f"Error: {MISTYPED}"
+
+
+def test_uwsgi_s_load_refuses_it_in_one_critical_line(core: Simplefeed, tmp_path: Path) -> None:
+    """``simplefeed.wsgi`` as a uWSGI worker imports it (here outside uWSGI: status 1)."""
+    core.publish("events", [Event(title=f"e{i}") for i in range(5)])
+    core.create_feed("event")
+    s = core.settings
+    environ = clean_environ()
+    environ.update(
+        PYTHONPATH=str(PROJECT_ROOT),
+        SIMPLEFEED_DATABASE_URL=s.database_url,
+        SIMPLEFEED_ARCHIVE_DIR=str(s.archive_dir),
+        SIMPLEFEED_BASE_URL=s.base_url,
+        SIMPLEFEED_DEFAULT_FEED="event",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "import simplefeed.wsgi"],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()  # JSON lines: simplefeed.logs
+    logged = json.loads(line)
+    assert (logged["level"], logged["message"]) == ("CRITICAL", f"not starting: {MISTYPED}")
+
+
+def test_healthz_names_it_and_a_freeze_at_another_feed_s_urls_is_a_503(
+    core: Simplefeed, clock: FakeClock, tmp_path: Path
+) -> None:
+    core.publish("events", [Event(title=f"e{i}") for i in range(5)])
+    health = healthz(core, clock, "event")
+    assert health.status_code == 503
+    assert health.json["problems"] == [MISTYPED]
+    # A process that could not check at start freezes no page where another feed's are.
+    other = Simplefeed(replace(core.settings, default_feed="event"), clock=clock)
+    try:
+        client = falcon.testing.TestClient(create_app(other.settings, core=other))
+        token = other.create_token(label="t", feed="events")
+        answer = client.simulate_post(
+            "/feeds/events/entries",
+            json=[{"title": f"f{i}"} for i in range(5)],
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["Retry-After"].isdigit()
+        assert "default feed" in answer.json["message"]
+        with pytest.raises(DefaultFeedMismatch):
+            other.rebuild_archive()
+    finally:
+        other.close()
+    assert core.feed("events").head_seq == 5
+    assert not (core.settings.archive_dir / "feeds" / "events").exists()
+
+
+def test_archive_rebuild_and_rebase_refuse_to_write_a_feed_s_pages_elsewhere(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    core.publish("events", [Event(title=f"e{i}") for i in range(5)])
+    core.create_feed("event")
+    assert one_line_error(cli(core, tmp_path, "archive", "rebuild", default_feed="event")) == (
+        f"Error: {MISTYPED}"
+    )
+    rebase = cli(core, tmp_path, "archive", "rebase", "http://moved.test", default_feed="event")
+    assert one_line_error(rebase) == f"Error: {MISTYPED}"
+    assert core.feed("events").base_url == "http://feeds.example.test"
+    assert not (core.settings.archive_dir / "feeds" / "events").exists()
+
+
+# -- the reverse: a named feed's frozen pages made the default feed's -----------------------
+
+
+def test_a_feed_with_pages_under_feeds_name_cannot_become_the_default(
+    core: Simplefeed, clock: FakeClock, tmp_path: Path
+) -> None:
+    core.create_feed("orders", page_size=3)
+    core.publish("orders", [Event(title=f"o{i}") for i in range(4)])  # /feeds/orders/pages/1
+    line = one_line_error(cli(core, tmp_path, "db", "upgrade", default_feed="orders"))
+    assert line.startswith(
+        "Error: feed 'orders' has frozen pages at /feeds/orders/pages/N, but"
+        " SIMPLEFEED_DEFAULT_FEED is 'orders', which would serve them at /pages/N"
+    )
+    assert one_line_error(cli(core, tmp_path, "serve", *NOT_A_HOST, default_feed="orders")) == line
+    (problem,) = healthz(core, clock, "orders").json["problems"]
+    assert f"Error: {problem}" == line
+
+
+# -- no false alarm --------------------------------------------------------------------------
+
+
+def test_a_fresh_database_takes_any_default_feed(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'new.sqlite3'}"
+    done = run(tmp_path, "db", "upgrade", SIMPLEFEED_DATABASE_URL=url, SIMPLEFEED_DEFAULT_FEED="x")
+    assert done.returncode == 0, done.stderr
+    assert "created default feed 'x'" in done.stdout
+
+
+def test_feeds_without_frozen_pages_let_the_default_feed_change(
+    core: Simplefeed, clock: FakeClock, tmp_path: Path
+) -> None:
+    core.publish("events", [Event(title=f"e{i}") for i in range(4)])  # nothing frozen
+    done = cli(core, tmp_path, "db", "upgrade", default_feed="event")
+    assert done.returncode == 0, done.stderr
+    assert feed_names(core) == ["event", "events"]
+    assert healthz(core, clock, "event").json.get("problems", []) == []
+
+
+def test_named_feeds_under_feeds_name_and_the_default_at_pages_are_no_problem(
+    core: Simplefeed, clock: FakeClock, tmp_path: Path
+) -> None:
+    core.create_feed("orders", page_size=3)
+    core.publish("orders", [Event(title=f"o{i}") for i in range(7)])
+    core.publish("events", [Event(title=f"e{i}") for i in range(12)])
+    assert core.default_feed_problems() == []
+    assert cli(core, tmp_path, "db", "upgrade", default_feed="events").returncode == 0
+    line = one_line_error(cli(core, tmp_path, "serve", *NOT_A_HOST, default_feed="events"))
+    assert "cannot listen on no-such-host.invalid" in line  # past every start-up check
+    health = healthz(core, clock, "events")
+    assert health.status_code == 200, health.text
