@@ -30,8 +30,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lxml import etree
+
 from simplefeed import codings
-from simplefeed.model import FrozenPage
+from simplefeed.model import ATOM_NS, FrozenPage
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +141,38 @@ def writable_problems(archive_dir: Path) -> list[str]:
                 f"the archive directory {directory} cannot be written: {exc.strerror or exc}"
             )
     return found
+
+
+def holds_another_page(path: Path, body: bytes) -> bool:
+    """Whether the file ``path`` holds another page than ``body``: an Atom page whose entries
+    are others (by id) than ``body``'s, a page of another history of the feed (a
+    database restored from a backup older than the archive), which readers and caches may hold
+    and whose entries may be nowhere else, so never written over by the service. A file cut
+    short, not an Atom page, or holding the same entries with other bytes (edited) is damaged."""
+    try:
+        on_disk = path.read_bytes()
+    except FileNotFoundError:
+        return False
+    if on_disk == body:
+        return False
+    try:
+        others = _entry_ids(on_disk)
+    except etree.XMLSyntaxError:
+        return False
+    return bool(others) and others != _entry_ids(body)
+
+
+#: Only reads a page's entry ids: no entity, DTD or network.
+_PAGE_PARSER = etree.XMLParser(
+    resolve_entities=False, no_network=True, load_dtd=False, huge_tree=True
+)
+_ENTRY_IDS = etree.XPath("/a:feed/a:entry/a:id/text()", namespaces={"a": ATOM_NS})
+
+
+def _entry_ids(page: bytes) -> list[str]:
+    """The ids of the entries of an Atom page, in order (none if it is not one)."""
+    found = _ENTRY_IDS(etree.fromstring(page, _PAGE_PARSER))
+    return [str(text) for text in found] if isinstance(found, list) else []
 
 
 def file_matches(path: Path, page: FrozenPage) -> bool:

@@ -142,6 +142,7 @@ def serve(port: int, host: str, processes: int | None, ini: Path, user: str | No
     try:
         core.check_base_url()
         core.check_default_feed()
+        core.check_archive()
     finally:
         core.store.close()
     problem = _listen_problem(host, port)
@@ -242,6 +243,7 @@ def upgrade() -> None:
     except FeedExists:
         pass
     click.echo(f"database is at the newest schema: {mask_url(settings.database_url)}")
+    core.check_archive()  # a database older than the archive (a restore) is said at once
     # Without SIMPLEFEED_BASE_URL the base URL is `serve --port`'s to decide: serve checks it.
     if settings.base_url_given:
         core.check_base_url()

@@ -23,6 +23,7 @@ from cachetools import TTLCache
 from simplefeed import appending, archive, atom, auth, metrics, paging, validation
 from simplefeed.changes import Bell, Changes
 from simplefeed.errors import (
+    ArchiveAhead,
     BaseUrlMismatch,
     DefaultFeedMismatch,
     DefaultFeedMissing,
@@ -104,9 +105,9 @@ _VERSION_VARIANT_SET = 0x7 << 76 | 0x2 << 62  # version 7, RFC 9562 variant
 #: fast and was set back dates every entry from the fast time on, in pages frozen for good,
 #: until the clock catches up. A few seconds leave room for nodes' clocks that differ a little.
 CLOCK_BEHIND_LIMIT_US = 5_000_000
-#: The least time between two log lines (from ``/healthz``) about one feed's clock being
-#: behind, per process.
-CLOCK_WARNING_INTERVAL_US = 60_000_000
+#: The least time between two log lines (from ``/healthz``) about one subject of its
+#: warnings (a feed's clock, its archive, a page file), per process.
+WARNING_INTERVAL_US = 60_000_000
 
 
 def clock_warning(feed: Feed, now_us: int) -> str | None:
@@ -305,8 +306,11 @@ class Simplefeed:
         #: Feeds by name as this process last locked them, for their identity (id, name, page
         #: size: these never change) on the one-round-trip append path, never for their head.
         self._feeds: dict[str, Feed] = {}
-        #: Per feed name: when this process last logged that the clock is behind it.
-        self._clock_warned: dict[str, int] = {}
+        #: Per subject of a warning of ``/healthz``: when this process last logged it.
+        self._warned: dict[str, int] = {}
+        #: Page files found holding another page than the database's, kept (:meth:`_write_file`):
+        #: (feed name, feed id, page number), until the file and the database agree again.
+        self._kept_files: set[tuple[str, int, int]] = set()
         self._cache_lock = threading.Lock()
         self._screened: TTLCache[tuple[int, str, str], bool] = TTLCache(
             SCREEN_SIZE, SCREEN_S, timer=time.monotonic
@@ -410,6 +414,30 @@ class Simplefeed:
         found = self.base_url_problems()
         if found:
             raise BaseUrlMismatch(found)
+
+    def check_archive(self) -> None:
+        """Raise :class:`ArchiveAhead` if the archive has a page file past a feed's frozen
+        pages (see :meth:`_archive_ahead`): checked when the service starts and by ``db
+        upgrade``, before anything freezes over those files."""
+        found = [p for p in map(self._archive_ahead, self.store.feeds()) if p is not None]
+        if found:
+            raise ArchiveAhead(found)
+
+    def _archive_ahead(self, feed: Feed) -> str | None:
+        """A sentence if the file of ``feed``'s page after its frozen ones is there: only a
+        database older than the archive leaves one (files are written after their page's
+        commit). One ``stat`` per feed."""
+        frozen = feed.head_seq // feed.page_size
+        path = self.page_path(feed.name, frozen + 1)
+        if not path.exists():
+            return None
+        return (
+            f"the archive has page {frozen + 1} of feed {feed.name!r} ({path.resolve()}), but the"
+            f" database has {frozen} frozen pages: it is older than the archive (restored from"
+            " a backup?), and its next pages would freeze with other entries under URLs readers"
+            " and caches hold, over files holding entries it lacks: restore a database backup"
+            " made after the archive's newest page (README: Backing up)"
+        )
 
     def check_default_feed(self) -> None:
         """Raise :class:`DefaultFeedMissing` if SIMPLEFEED_DEFAULT_FEED names no feed: checked
@@ -657,24 +685,27 @@ class Simplefeed:
 
     def health_warnings(self) -> list[str]:
         """What ``/healthz`` says without failing: the service works, but something needs an
-        operator (a clock behind the feeds' last changes). Each is logged too, once a minute
-        at most per feed and process (health checks come every few seconds). None when the
-        database does not answer (:meth:`health` says so)."""
+        operator (a clock behind the feeds' last changes, an archive ahead of the database, a
+        page file kept that holds another page than the database's). Each is logged too, once
+        a minute at most per subject and process (health checks come every few seconds). None
+        when the database does not answer (:meth:`health` says so)."""
         now = self.clock()
         try:
             feeds = self.store.feeds()
+            found = [(f"clock {f.name}", clock_warning(f, now)) for f in feeds]
+            found += [(f"archive {f.name}", self._archive_ahead(f)) for f in feeds]
+            found += self._page_file_conflicts()
         except StoreError:
             return []
-        found = []
-        for feed in feeds:
-            warning = clock_warning(feed, now)
+        said = []
+        for subject, warning in found:
             if warning is None:
                 continue
-            found.append(warning)
-            if now - self._clock_warned.get(feed.name, -(2**62)) >= CLOCK_WARNING_INTERVAL_US:
-                self._clock_warned[feed.name] = now
+            said.append(warning)
+            if now - self._warned.get(subject, -(2**62)) >= WARNING_INTERVAL_US:
+                self._warned[subject] = now
                 log.warning("%s", warning)
-        return found
+        return said
 
     def _new_entry_id(self) -> str:
         return f"urn:uuid:{self.new_uuid()}"
@@ -863,21 +894,56 @@ class Simplefeed:
             self.settings.archive_dir, feed_name, self.settings.default_feed, number
         )
 
-    def _write_file(self, feed_name: str, page: FrozenPage) -> None:
-        # The page is committed: a failure here loses nothing. The app serves the page from the
-        # database and writes the file on the next request; `archive rebuild` restores it too.
+    def _write_file(self, feed_name: str, page: FrozenPage) -> bool:
+        """Write the page's file and copies, unless the file holds another page, of other
+        entries: it is what readers and caches may already hold, and perhaps the only copy of
+        them (a database restored from a backup older than the archive), so it is kept and said
+        (an ERROR now, a warning in ``/healthz`` until the file and the database agree);
+        ``archive rebuild`` is the operator's way to replace it. A damaged file is replaced.
+
+        The page is committed: a failure here loses nothing. The app serves the page from the
+        database and writes the file on the next request; ``archive rebuild`` restores it too."""
+        path = self.page_path(feed_name, page.number)
         try:
-            archive.write_page(self.page_path(feed_name, page.number), page.body, page.frozen_us)
+            if archive.holds_another_page(path, page.body):
+                self._kept_files.add((feed_name, page.feed_id, page.number))
+                log.error("%s", self._kept_file_warning(feed_name, page.number, path))
+                return False
+            archive.write_page(path, page.body, page.frozen_us)
         except OSError:
             log.exception("could not write archive file for %s page %d", feed_name, page.number)
+            return False
+        return True
+
+    @staticmethod
+    def _kept_file_warning(feed_name: str, number: int, path: Path) -> str:
+        return (
+            f"{path.resolve()} holds another page {number} of feed {feed_name!r} than the"
+            " database's, kept (readers and caches may hold it, and its entries may be nowhere"
+            " else: the database restored from an older backup?); the service sends the"
+            " database's; `simplefeed archive verify` says what differs"
+        )
+
+    def _page_file_conflicts(self) -> list[tuple[str, str | None]]:
+        """The kept page files (:meth:`_write_file`) that still disagree with the database."""
+        found: list[tuple[str, str | None]] = []
+        for feed_name, feed_id, number in sorted(self._kept_files):
+            path = self.page_path(feed_name, number)
+            page = self.store.page(feed_id, number)
+            if page is None or archive.file_matches(path, page):
+                self._kept_files.discard((feed_name, feed_id, number))
+                continue
+            warning = self._kept_file_warning(feed_name, number, path)
+            found.append((f"file {feed_name} {number}", warning))
+        return found
 
     def restore_page_file(self, feed_name: str, page: FrozenPage) -> None:
         """Write the page's file (and copies) again from the database's bytes: the file was
-        found holding others."""
-        log.warning(
-            "writing the file of %s page %d again from the database", feed_name, page.number
-        )
-        self._write_file(feed_name, page)
+        found holding others (unless they are another page: :meth:`_write_file`)."""
+        if self._write_file(feed_name, page):
+            log.warning(
+                "wrote the file of %s page %d again from the database", feed_name, page.number
+            )
 
     def _write_file_if_missing(self, feed_name: str, page: FrozenPage) -> None:
         if not self.page_path(feed_name, page.number).exists():

@@ -67,6 +67,17 @@ class DefaultFeedMismatch(ConfigError):
         self.problems = problems
 
 
+class ArchiveAhead(ConfigError):
+    """Feeds whose archive has a page file past the database's frozen pages: the database is
+    older than the archive (restored from a backup), so its next pages would freeze with other
+    entries under URLs readers and caches already hold, over files holding entries the
+    database lacks. One line per feed in ``problems``; the message joins them."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
 class DefaultFeedMissing(ConfigError):
     """SIMPLEFEED_DEFAULT_FEED names no feed: /recent and ``POST /entries`` would answer 404."""
 

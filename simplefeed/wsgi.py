@@ -86,6 +86,7 @@ try:
     check_ready(settings.database_url)
     core.check_base_url()
     core.check_default_feed()
+    core.check_archive()
 except ConfigError as exc:
     refuse_to_start(exc)
 except DatabaseNotReady as exc:

@@ -1,0 +1,161 @@
+"""A database restored from a backup older than the archive (an operator's trial): the page
+files frozen after the backup are what readers and caches hold, and the only copy of their
+entries. The restored database froze the same page numbers again with other entries, the
+service wrote its files over the newer ones, and `archive verify` then found nothing wrong.
+Now the service refuses to start on such a database (``serve``, uWSGI's load, ``db upgrade``),
+a process that could not check says so in ``/healthz``, and no page file holding another
+page, of other entries, is ever written over by the service (``archive rebuild`` is the
+operator's way).
+
+SQLite only: the backup and the restore are the README's (``sqlite3`` backup API, the ``-wal``
+and ``-shm`` files removed); the checks read the store's feeds and the archive's files, alike
+on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sqlite3
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import falcon.testing
+import pytest
+
+from bench.servers import PROJECT_ROOT, clean_environ
+from simplefeed.app import create_app
+from simplefeed.core import Simplefeed
+from simplefeed.model import Event
+from simplefeed.settings import Settings
+from tests.conftest import FakeClock
+from tests.test_cli_errors import one_line_error, run
+
+
+@pytest.fixture
+def database_url(tmp_path: Path, sqlite_template: Path) -> str:
+    path = tmp_path / "simplefeed.sqlite3"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+def publish(core: Simplefeed, first: int, n: int) -> None:
+    core.publish("events", [Event(title=f"event {i}") for i in range(first, first + n)])
+
+
+def restored(core: Simplefeed, backup: Path) -> Settings:
+    """Stop the service and restore the backup (README: Backing up), under a new name: this
+    process's SQLite keeps what it knew of the old file's WAL while any connection to it is
+    open."""
+    core.close()
+    database = backup.with_name("restored.sqlite3")
+    shutil.copyfile(backup, database)
+    return replace(core.settings, database_url=f"sqlite:///{database}")
+
+
+def environ(settings: Settings) -> dict[str, str]:
+    return {
+        "SIMPLEFEED_DATABASE_URL": settings.database_url,
+        "SIMPLEFEED_ARCHIVE_DIR": str(settings.archive_dir),
+        "SIMPLEFEED_BASE_URL": settings.base_url,
+        "SIMPLEFEED_PAGE_SIZE": str(settings.page_size),
+    }
+
+
+@pytest.fixture
+def after_restore(core: Simplefeed, tmp_path: Path) -> tuple[Settings, dict[int, bytes]]:
+    """Pages 1-2 frozen at the backup; pages 3-4 frozen after it, their files written; then
+    the backup restored. The files of pages 1-4 as they were."""
+    publish(core, 1, 12)  # pages 1-2 frozen, 2 entries on page 3
+    backup = tmp_path / "backup.sqlite3"
+    database = core.settings.database_url.removeprefix("sqlite:///")
+    with sqlite3.connect(database) as source, sqlite3.connect(backup) as copy:
+        source.backup(copy)
+    publish(core, 13, 10)  # pages 3-4 frozen
+    files = {n: core.page_path("events", n).read_bytes() for n in range(1, 5)}
+    return restored(core, backup), files
+
+
+def test_serve_and_db_upgrade_refuse_a_database_older_than_the_archive(
+    after_restore: tuple[Settings, dict[int, bytes]], tmp_path: Path
+) -> None:
+    settings, _ = after_restore
+    page3 = (settings.archive_dir / "pages" / "3").resolve()
+    said = (
+        f"the archive has page 3 of feed 'events' ({page3}), but the database has 2 frozen"
+        " pages: it is older than the archive (restored from a backup?)"
+    )
+    # `serve` stops before uWSGI starts, or before this host name stops it if it did not.
+    line = one_line_error(
+        run(tmp_path, "serve", "--host", "no-such-host.invalid", **environ(settings))
+    )
+    assert said in line and "restore a database backup made after" in line
+    assert said in one_line_error(run(tmp_path, "db", "upgrade", **environ(settings)))
+    # uWSGI's worker imports simplefeed.wsgi (here outside uWSGI: status 1, one CRITICAL line).
+    done = subprocess.run(
+        [sys.executable, "-c", "import simplefeed.wsgi"],
+        cwd=tmp_path,
+        env={**clean_environ(), "PYTHONPATH": str(PROJECT_ROOT), **environ(settings)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    (logged,) = [json.loads(line) for line in done.stderr.strip().splitlines()]
+    assert logged["level"] == "CRITICAL" and said in logged["message"]
+
+
+def test_a_process_that_could_not_check_writes_no_page_file_over_another_page(
+    after_restore: tuple[Settings, dict[int, bytes]],
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    """A process running on the restored database (it started while the database did not
+    answer, or the database was put back under it): ``/healthz`` says the archive is ahead;
+    the page that freezes keeps the newer file, said in the log and ``/healthz``; the app sends
+    the database's page, and its read of the page does not write the file over either."""
+    settings, files = after_restore
+    core = Simplefeed(settings, clock=clock)  # new entry ids: uuid7s
+    try:
+        client = falcon.testing.TestClient(create_app(settings, core=core))
+        health = client.simulate_get("/healthz")
+        assert health.status_code == 200
+        (ahead,) = health.json["warnings"]
+        assert "the archive has page 3 of feed 'events'" in ahead
+        with caplog.at_level(logging.ERROR, logger="simplefeed"):
+            publish(core, 100, 3)  # page 3 freezes with other entries than the file's
+        page3 = core.page_path("events", 3)
+        assert page3.read_bytes() == files[3]  # kept
+        kept = f"{page3.resolve()} holds another page 3 of feed 'events' than the database's"
+        assert any(kept in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+        served = client.simulate_get("/pages/3")
+        assert served.status_code == 200
+        assert b"event 100" in served.content and served.content != files[3]
+        assert page3.read_bytes() == files[3]  # the read wrote nothing over it
+        warnings = client.simulate_get("/healthz").json["warnings"]
+        assert any(kept in w for w in warnings), warnings
+        # The operator decides (README: Backing up): `archive rebuild` writes the database's.
+        done = run(tmp_path, "archive", "rebuild", **environ(settings))
+        assert done.returncode == 0, done.stderr
+        assert page3.read_bytes() == served.content
+        assert not any(kept in w for w in client.simulate_get("/healthz").json["warnings"])
+    finally:
+        core.close()
+
+
+def test_a_damaged_page_file_is_still_written_again(core: Simplefeed, clock: FakeClock) -> None:
+    """A file cut short is not another page: the app writes it again from the database (an
+    edited one too: tests/test_page_files.py)."""
+    publish(core, 1, 5)
+    page1 = core.page_path("events", 1)
+    whole = page1.read_bytes()
+    page1.write_bytes(whole[: len(whole) // 2])
+    client = falcon.testing.TestClient(create_app(core.settings, core=core))
+    assert client.simulate_get("/pages/1").content == whole
+    assert page1.read_bytes() == whole
+    assert "warnings" not in client.simulate_get("/healthz").json
