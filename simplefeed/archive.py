@@ -120,11 +120,16 @@ def encoded_copy(path: Path, body: bytes, coding: str, mtime_us: int) -> os.stat
         return None
 
 
+#: What the writability probe writes (:func:`writable_problems`): one file system block.
+PROBE = b"\0" * 4096
+
+
 def writable_problems(archive_dir: Path) -> list[str]:
     """Why page files cannot be written now: the archive directory (made if missing) and every
     feed's page directory there is (``pages``, ``feeds/NAME/pages``), each tried with a
-    temporary file created and removed (permissions alone say nothing for root or a read-only
-    mount; a page directory alone can be what is not writable)."""
+    temporary file of a block written and removed (permissions alone say nothing for root or a
+    read-only mount; a full file system still makes empty files; a page directory alone can be
+    what is not writable)."""
     found = []
     try:
         archive_dir.mkdir(parents=True, exist_ok=True)
@@ -134,8 +139,11 @@ def writable_problems(archive_dir: Path) -> list[str]:
     for directory in (archive_dir, *(p for p in pages if p.exists())):
         try:
             fd, tmp = tempfile.mkstemp(dir=directory, prefix=".healthz.", suffix=".tmp")
-            os.close(fd)
-            os.unlink(tmp)
+            try:  # a block's worth: a full file system lets an empty file be made
+                os.write(fd, PROBE)
+            finally:
+                os.close(fd)
+                os.unlink(tmp)
         except OSError as exc:
             found.append(
                 f"the archive directory {directory} cannot be written: {exc.strerror or exc}"

@@ -100,6 +100,10 @@ SCREEN_SIZE = 1024
 _VERSION_VARIANT_CLEAR = ~(0xF << 76 | 0x3 << 62)
 _VERSION_VARIANT_SET = 0x7 << 76 | 0x2 << 62  # version 7, RFC 9562 variant
 
+#: The most page files whose write failed a process remembers to say in ``/healthz`` (each
+#: is reread there); past it, the log alone says the others.
+UNWRITTEN_KEPT = 100
+
 #: How far this server's clock may be behind a feed's last publish before it is said: entries
 #: are dated strictly after the feed's last change (appending.decide), so a clock that ran
 #: fast and was set back dates every entry from the fast time on, in pages frozen for good,
@@ -311,6 +315,9 @@ class Simplefeed:
         #: Page files found holding another page than the database's, kept (:meth:`_write_file`):
         #: (feed name, feed id, page number), until the file and the database agree again.
         self._kept_files: set[tuple[str, int, int]] = set()
+        #: Page files this process could not write, with the error: (feed name, feed id,
+        #: page number) -> the error's text, until the file is there (:meth:`health`).
+        self._unwritten: dict[tuple[str, int, int], str] = {}
         self._cache_lock = threading.Lock()
         self._screened: TTLCache[tuple[int, str, str], bool] = TTLCache(
             SCREEN_SIZE, SCREEN_S, timer=time.monotonic
@@ -349,6 +356,7 @@ class Simplefeed:
         if unavailable is None:  # the feeds' base URLs and frozen pages are in the database
             problems += self.base_url_problems()
             problems += self.default_feed_problems()
+            problems += self._unwritten_problems()
         return self.store.backend, problems
 
     def space_problems(self) -> list[str]:
@@ -910,10 +918,32 @@ class Simplefeed:
                 log.error("%s", self._kept_file_warning(feed_name, page.number, path))
                 return False
             archive.write_page(path, page.body, page.frozen_us)
-        except OSError:
+        except OSError as exc:
             log.exception("could not write archive file for %s page %d", feed_name, page.number)
+            if len(self._unwritten) < UNWRITTEN_KEPT:
+                self._unwritten[(feed_name, page.feed_id, page.number)] = exc.strerror or str(exc)
             return False
+        self._unwritten.pop((feed_name, page.feed_id, page.number), None)
         return True
+
+    def _unwritten_problems(self) -> list[str]:
+        """The page files this process could not write (:meth:`_write_file`) and that are
+        still not there as the database has them: a disk that fills up between two health
+        checks' probes, or a page larger than the space left, is said, not only logged."""
+        found = []
+        for key, error in sorted(self._unwritten.items()):
+            feed_name, feed_id, number = key
+            path = self.page_path(feed_name, number)
+            page = self.store.page(feed_id, number)
+            if page is None or archive.file_matches(path, page):
+                self._unwritten.pop(key, None)
+                continue
+            found.append(
+                f"the file of feed {feed_name!r} page {number} could not be written ({path}:"
+                f" {error}); the page is served from the database until it is (a read of it, or"
+                " `simplefeed archive rebuild`, writes it)"
+            )
+        return found
 
     @staticmethod
     def _kept_file_warning(feed_name: str, number: int, path: Path) -> str:

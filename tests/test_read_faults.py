@@ -218,3 +218,50 @@ def test_a_full_disk_refuses_publishing_before_writing(
         assert client.simulate_get("/healthz").status_code == 200
     finally:
         core.store.close()
+
+
+def test_page_files_a_full_disk_kept_from_being_written_are_said_in_healthz(
+    small_fs: Path, tmp_path: Path, sqlite_template: Path
+) -> None:
+    """SIMPLEFEED_MIN_FREE_BYTES=0 (the operator turned the guard off) and the archive's file
+    system full: `/healthz` said ok (its probe made an empty file, which a full file system
+    still allows) while every page file failed to be written (an operator's trial). Now the
+    probe writes a block, and a page file whose write failed is a problem until it is there."""
+    database = tmp_path / "simplefeed.sqlite3"
+    shutil.copyfile(sqlite_template, database)
+    settings = replace(
+        _settings(tmp_path, f"sqlite:///{database}"), archive_dir=small_fs, min_free_bytes=0
+    )
+    core = Simplefeed(settings, clock=FakeClock(), new_uuid=SequentialIds())
+    try:
+        core.create_feed("events")
+        client = _publish(core, 1)
+        assert client.simulate_get("/healthz").status_code == 200
+        filler = _fill(small_fs, 0)
+        (problem,) = client.simulate_get("/healthz").json["problems"]
+        assert (
+            problem
+            == f"the archive directory {small_fs} cannot be written: No space left on device"
+        )
+        filler.unlink()
+        # Room for the probe, not for a page of 5 entries of 4 KiB each.
+        filler = _fill(small_fs, 12 * 1024)
+        big = [{"title": f"big {i}", "content": "x" * 4096} for i in range(4)]
+        assert client.simulate_post("/entries", json=big).status_code == 201  # page 1 froze
+        page1 = core.page_path("events", 1)
+        assert not page1.exists()
+        health = client.simulate_get("/healthz")
+        assert health.status_code == 503
+        assert health.json["problems"] == [
+            f"the file of feed 'events' page 1 could not be written ({page1}: No space left on"
+            " device); the page is served from the database until it is (a read of it, or"
+            " `simplefeed archive rebuild`, writes it)"
+        ]
+        served = client.simulate_get("/pages/1")  # from the database's bytes
+        assert served.status_code == 200 and b"big 3" in served.content
+        filler.unlink()
+        assert client.simulate_get("/pages/1").status_code == 200  # now written
+        assert page1.read_bytes() == core.store.page(core.feed("events").id, 1).body  # type: ignore[union-attr]
+        assert client.simulate_get("/healthz").status_code == 200
+    finally:
+        core.store.close()
