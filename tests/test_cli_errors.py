@@ -323,3 +323,24 @@ def test_a_page_size_past_what_feed_create_takes_is_refused_from_the_environment
     million entries, a /recent rendered whole from all of them."""
     line = one_line_error(run(tmp_path, "config", SIMPLEFEED_PAGE_SIZE="10001"))
     assert line == "Error: SIMPLEFEED_PAGE_SIZE must be at most 10000, got 10001"
+
+
+def test_a_database_a_newer_release_migrated_says_so_in_one_line(tmp_path: Path) -> None:
+    """A schema revision this release does not know: `db upgrade` ended in alembic's traceback
+    ("Can't locate revision"), every other command said to run `db upgrade` (an operator's
+    trial of a rollback)."""
+    url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    assert run(tmp_path, "db", "upgrade", SIMPLEFEED_DATABASE_URL=url).returncode == 0
+    with sqlite3.connect(tmp_path / "db.sqlite3") as db:
+        db.execute("UPDATE alembic_version SET version_num = '0099_newer'")
+    said = (
+        f"Error: database {url} is at schema 0099_newer, which this release does not know (its"
+        " newest is "
+    )
+    fix = (
+        "run the release that migrated it, or restore the backup made before its `db upgrade`"
+        " (README: Upgrading)"
+    )
+    for args in (["db", "upgrade"], *DATABASE_COMMANDS):
+        line = one_line_error(run(tmp_path, *args, SIMPLEFEED_DATABASE_URL=url))
+        assert line.startswith(said) and line.endswith(fix), (args, line)

@@ -12,6 +12,7 @@ from pathlib import Path
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy.exc import DBAPIError
 
 from alembic import command
@@ -33,8 +34,15 @@ def alembic_config(database_url: str) -> Config:
 def upgrade(database_url: str) -> None:
     """Create the database if need be (a SQLite file and its directory: alembic's environment
     calls :func:`create_sqlite_file`) and migrate it to the newest schema."""
+    config = alembic_config(database_url)
     try:
-        command.upgrade(alembic_config(database_url), "head")
+        command.upgrade(config, "head")
+    except CommandError as exc:  # a revision this release does not know: a newer one's
+        current = _current_revision(database_url)
+        if current is None or current in _known_revisions(database_url):
+            raise
+        head = ScriptDirectory.from_config(config).get_current_head() or "none"
+        raise DatabaseNotReady(mask_url(database_url), _newer(current, head), _NEWER_FIX) from exc
     except DBAPIError as exc:
         raise DatabaseNotReady(
             mask_url(database_url), f"could not be migrated: {_first_line(exc)}", _FIX_URL
@@ -65,20 +73,44 @@ def check_ready(database_url: str) -> None:
     path = sqlite_path(database_url)
     if path is not None and not path.is_file():
         raise DatabaseNotReady(f"{shown} ({path})", "does not exist")
-    from simplefeed.store import make_engine  # the package imports this module
-
     head = ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
-    engine = make_engine(database_url)
     try:
-        with engine.connect() as conn:
-            current = MigrationContext.configure(conn).get_current_revision()
+        current = _current_revision(database_url)
     except DBAPIError as exc:
         raise DatabaseNotReady(
             shown, f"does not answer ({_first_line(exc)})", _FIX_URL, answered=False
         ) from None
-    finally:
-        engine.dispose()
     if current is None:
         raise DatabaseNotReady(shown, "has no Simplefeed tables")
     if current != head:
+        if current not in _known_revisions(database_url):
+            raise DatabaseNotReady(shown, _newer(current, head or "none"), _NEWER_FIX)
         raise DatabaseNotReady(shown, f"is at schema {current}, not the newest ({head})")
+
+
+#: What to do with a database a newer release migrated (README: Upgrading).
+_NEWER_FIX = (
+    "run the release that migrated it, or restore the backup made before its `db upgrade`"
+    " (README: Upgrading)"
+)
+
+
+def _newer(current: str, head: str) -> str:
+    return f"is at schema {current}, which this release does not know (its newest is {head})"
+
+
+def _known_revisions(database_url: str) -> set[str]:
+    script = ScriptDirectory.from_config(alembic_config(database_url))
+    return {revision.revision for revision in script.walk_revisions()}
+
+
+def _current_revision(database_url: str) -> str | None:
+    """The schema revision the database records (None: no Simplefeed tables)."""
+    from simplefeed.store import make_engine  # the package imports this module
+
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
