@@ -275,6 +275,8 @@ def _ampersand_problem(text: str) -> str | None:
                 f" {MAX_BARE_AMPERSANDS}): write each as &amp;"
             )
     found = _NOT_REFERENCE.search(text)
+    while found is not None and _ends_value(text, found.start()):
+        found = _NOT_REFERENCE.search(text, found.end())
     at = found.start() if found is not None else -1
     if at < 0:
         wrong = [r for r in set(_REFERENCE.findall(text)) if not _reference_allowed(r)]
@@ -287,6 +289,34 @@ def _ampersand_problem(text: str) -> str | None:
         f" ({text[at:][:20]!r}): write a '&' that is text as &amp;, and end each reference"
         " with ';'"
     )
+
+
+#: An open start tag up to the first character of an attribute value (its quote, or the
+#: value's own first character when unquoted): what :func:`_ends_value` matches backwards.
+_OPEN_VALUE = re.compile(
+    rf"<[A-Za-z][A-Za-z0-9]*(?:{_WS}+[^\t\n\f\r />\"'<=]+(?:{_WS}*={_WS}*{_VALUE})?)*"
+    rf"{_WS}+[^\t\n\f\r />\"'<=]+{_WS}*={_WS}*(?P<open>\"[^\"]*|'[^']*|[^\t\n\f\r \"'=<>`]+)"
+)
+#: How far back from an '&' :func:`_ends_value` looks for its tag's '<' (past it, the '&' is
+#: taken as text: refused, as an '&' before a quote or '>' in text is).
+OPEN_TAG_REACH = 4096
+
+
+def _ends_value(text: str, at: int) -> bool:
+    """Whether the '&' at ``at`` is the last character of an attribute value, right before the
+    quote that closes it (or the '>' after an unquoted one): HTML's tokenizer reads such an
+    '&' as text without error (``<a href="/?a=1&">``), as it reads an '&' before a space."""
+    after = text[at + 1 : at + 2]
+    if after not in ('"', "'", ">"):
+        return False
+    start = text.rfind("<", max(0, at - OPEN_TAG_REACH), at)
+    if start < 0:
+        return False
+    found = _OPEN_VALUE.fullmatch(text, start, at + 1)
+    if found is None:
+        return False
+    opening = found["open"][0]
+    return opening == after if opening in "\"'" else after == ">"
 
 
 def _untokenizable_problem(text: str) -> str | None:

@@ -115,6 +115,11 @@ def test_the_allowed_tags_are_nh3s_that_the_validator_accepts_less_ruby() -> Non
         "a &amp b",
         "x &. y",
         '<a href="http://x.example/?a=1&b=2">x</a>',
+        'a &" b',  # before a quote or a '>' that ends no attribute value
+        "a &> b",
+        '<abbr title="R&\'">r</abbr>',
+        "<abbr title='R&\"'>r</abbr>",
+        '<p title="x">a &"</p>',
     ],
 )
 def test_an_ampersand_that_begins_no_reference_html_reads_without_error_is_refused(
@@ -224,6 +229,8 @@ VALID_HTML = [
     '<table><col span="2"><tr><td>a</td><td>b</td></tr></table>',  # colgroup HTML adds
     "<table><caption>x</caption><col><tr><td>a</td></tr></table>",
     '<p><span title="line1\r\nline2">x</span> <span title="a\rb">y</span></p>',  # CR in a value
+    # An '&' that ends an attribute value, before its closing quote (or '>'), is text:
+    "<a href=\"https://example.com/?a=1&\">x</a> <abbr title='R&'>r</abbr> <span lang=en&>y</span>",
 ]
 
 
