@@ -102,7 +102,9 @@ def test_a_page_file_changed_on_disk_is_seen_once_it_is_opened_again(
     assert codings.decode(copy.read_bytes(), "gzip") == expected
 
 
-@pytest.mark.parametrize("how", ["replaced", "written in place"])
+@pytest.mark.parametrize(
+    "how", ["replaced", "written in place", "written in place, mtime put back"]
+)
 def test_a_damaged_page_file_is_never_served_nor_copied_and_is_written_again(
     core: Simplefeed,
     client: falcon.testing.TestClient,
@@ -126,8 +128,11 @@ def test_a_damaged_page_file_is_never_served_nor_copied_and_is_written_again(
         replacement.write_bytes(damaged)
         os.replace(replacement, path)
     else:
+        was = path.stat()
         with path.open("r+b") as f:
             f.write(damaged)
+        if how.endswith("mtime put back"):  # `touch -r`: size, inode and mtime as they were
+            os.utime(path, ns=(was.st_atime_ns, was.st_mtime_ns))
     monkeypatch.setattr(caching, "OPEN_FOR_S", 0.0)
     for coding in (codings.IDENTITY, *codings.CODINGS):
         served = client.simulate_get("/pages/1", headers={"Accept-Encoding": coding})

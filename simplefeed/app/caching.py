@@ -146,15 +146,17 @@ class LiveBodies:
 
 class Stamp(NamedTuple):
     """A page file as it was when its bytes were checked: one replaced (a new inode), written
-    in place (a new mtime: page files keep their freeze time) or cut short is not that file."""
+    in place (a new mtime: page files keep their freeze time; and a new ctime, which no one
+    can set back, as ``touch -r`` sets the mtime back) or cut short is not that file."""
 
     size: int
     inode: int
     mtime_ns: int
+    ctime_ns: int
 
     @classmethod
     def of(cls, st: os.stat_result) -> Stamp:
-        return cls(st.st_size, st.st_ino, st.st_mtime_ns)
+        return cls(st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @dataclasses.dataclass(frozen=True)
