@@ -23,7 +23,13 @@ from urllib.parse import urlsplit
 import click
 
 from simplefeed.errors import SimplefeedError
-from simplefeed.settings import MAX_PAGE_SIZE, Settings, base_url_problem, misspelt_variables
+from simplefeed.settings import (
+    MAX_PAGE_SIZE,
+    MAX_PROCESSES,
+    Settings,
+    base_url_problem,
+    misspelt_variables,
+)
 
 #: The checkout this package runs from: uwsgi.ini lives there.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -112,7 +118,7 @@ def config_command(as_json: bool) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--processes",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_PROCESSES),
     default=None,
     help="uWSGI workers  [default: SIMPLEFEED_PROCESSES, else 4]",
 )

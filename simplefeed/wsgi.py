@@ -54,7 +54,11 @@ def refuse_to_start(reason: object) -> NoReturn:
     raise SystemExit(1) from None
 
 
-settings = Settings.from_env()
+try:
+    settings = Settings.from_env()
+except ConfigError as exc:
+    logs.configure(Settings.log_level)
+    refuse_to_start(exc)
 logs.configure(settings.log_level)
 for warning in misspelt_variables():
     logging.getLogger("simplefeed").warning(warning)

@@ -14,6 +14,7 @@ import re
 import socket
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,21 @@ def test_a_live_document_is_not_cached_for_longer_than_a_day(tmp_path: Path) -> 
         ("SIMPLEFEED_ARCHIVE_DIRECTORY", "SIMPLEFEED_ARCHIVE_DIR"),
         ("SIMPLEFEED_THREAD", "SIMPLEFEED_THREADS"),
         ("SIMPLEFEED_log_level", "SIMPLEFEED_LOG_LEVEL"),
+        # Names no fuzzy match found, or found wrong (an operator's trial): ALIASES.
+        ("SIMPLEFEED_URL", "SIMPLEFEED_BASE_URL"),
+        ("SIMPLEFEED_PUBLIC_URL", "SIMPLEFEED_BASE_URL"),
+        ("SIMPLEFEED_DB_URL", "SIMPLEFEED_DATABASE_URL"),
+        ("SIMPLEFEED_WORKERS", "SIMPLEFEED_PROCESSES"),
+        ("SIMPLEFEED_ARCHIVE_PATH", "SIMPLEFEED_ARCHIVE_DIR"),
+        ("SIMPLEFEED_MAX_AGE", "SIMPLEFEED_RECENT_MAX_AGE"),
+        ("SIMPLEFEED_FEED", "SIMPLEFEED_DEFAULT_FEED"),
+        ("SIMPLEFEED_PORT", "`simplefeed serve --port` or SIMPLEFEED_HTTP_SOCKET"),
+        ("SIMPLEFEED_HOST", "`simplefeed serve --host` or SIMPLEFEED_HTTP_SOCKET"),
+        # A misspelt prefix before a setting's name.
+        ("SIMPLFEED_BASE_URL", "SIMPLEFEED_BASE_URL"),
+        ("SIMPLE_FEED_BASE_URL", "SIMPLEFEED_BASE_URL"),
+        ("SIMPLEFEEDS_PAGE_SIZE", "SIMPLEFEED_PAGE_SIZE"),
+        ("SIMPLEFED_PORT", "`simplefeed serve --port` or SIMPLEFEED_HTTP_SOCKET"),
     ],
 )
 def test_a_misspelt_setting_is_named_with_the_one_meant(name: str, meant: str) -> None:
@@ -187,8 +203,87 @@ def test_the_projects_other_variables_are_not_taken_for_misspellings() -> None:
         "SIMPLEFEED_HTTP_SOCKET",
         "SIMPLEFEED_PAGE_SIZE",
         "SIMPLEFEED_MAX_ID_BYTES",
+        # Not this project's, however like a setting their ends are.
+        "PORT",
+        "HOST",
+        "DATABASE_URL",
+        "BASE_URL",
+        "MY_BASE_URL",
+        "SIMPLE_URL",
     ]
     assert misspelt_variables(dict.fromkeys(others, "1")) == []
+
+
+def test_a_variable_named_for_an_option_is_a_warning_like_any_misspelling(tmp_path: Path) -> None:
+    """`SIMPLEFEED_PORT=9000` was ignored without a word (unknown names warn, as before)."""
+    done = run(tmp_path, "config", "--json", SIMPLEFEED_PORT="9000", SIMPLFEED_BASE_URL="http://x")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        "simplefeed: warning: SIMPLEFEED_PORT is set but is not a setting, so it is ignored:"
+        " did you mean `simplefeed serve --port` or SIMPLEFEED_HTTP_SOCKET?",
+        "simplefeed: warning: SIMPLFEED_BASE_URL is set but is not a setting, so it is ignored:"
+        " did you mean SIMPLEFEED_BASE_URL?",
+    ]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "SIMPLEFEED_BASE_URL",
+        "SIMPLEFEED_DATABASE_URL",
+        "SIMPLEFEED_PAGE_SIZE",
+        "SIMPLEFEED_HTTP_SOCKET",
+    ],
+)
+def test_a_setting_set_but_empty_is_refused_naming_it(tmp_path: Path, name: str) -> None:
+    """`SIMPLEFEED_BASE_URL=` (a deploy recipe's blank) was taken for unset: the service ran on
+    the default, links to http://localhost:8080 in every frozen page."""
+    assert one_line_error(run(tmp_path, "config", **{name: ""})) == (
+        f"Error: {name} is set but empty: unset it or give a value"
+    )
+    assert one_line_error(run(tmp_path, "serve", **{name: " "})) == (
+        f"Error: {name} is set but empty: unset it or give a value"
+    )
+
+
+def test_uwsgi_s_load_refuses_an_empty_setting_in_one_critical_line(tmp_path: Path) -> None:
+    environ = clean_environ()
+    environ.update(PYTHONPATH=str(PROJECT_ROOT), SIMPLEFEED_BASE_URL="")
+    done = subprocess.run(
+        [sys.executable, "-c", "import simplefeed.wsgi"],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    logged = json.loads(line)
+    assert (logged["level"], logged["message"]) == (
+        "CRITICAL",
+        "not starting: SIMPLEFEED_BASE_URL is set but empty: unset it or give a value",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "most"),
+    [
+        ("SIMPLEFEED_THREADS", 10_000),
+        ("SIMPLEFEED_PROCESSES", 256),
+        ("SIMPLEFEED_MAX_BODY_BYTES", 64 * 1024 * 1024),
+    ],
+)
+def test_absurd_thread_process_and_body_sizes_are_refused(
+    tmp_path: Path, name: str, most: int
+) -> None:
+    """10^9 threads, processes or body bytes were taken: uWSGI then failed to allocate, or a
+    publish could hold the machine's memory."""
+    line = one_line_error(run(tmp_path, "config", **{name: "1000000000"}))
+    assert line == f"Error: {name} must be at most {most}, got 1000000000"
+    done = run(tmp_path, "config", "--json", **{name: str(most)})
+    assert json.loads(done.stdout)[name] == most
 
 
 def test_commands_warn_of_a_misspelt_setting_and_run_on_the_default(tmp_path: Path) -> None:
@@ -206,7 +301,8 @@ def test_commands_warn_of_a_misspelt_setting_and_run_on_the_default(tmp_path: Pa
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--processes", "0"], "'--processes': 0 is not in the range x>=1"),
+        (["--processes", "0"], "'--processes': 0 is not in the range 1<=x<=256"),
+        (["--processes", "257"], "'--processes': 257 is not in the range 1<=x<=256"),
         (["--port", "70000"], "'--port': 70000 is not in the range 1<=x<=65535"),
         (["--port", "0"], "'--port': 0 is not in the range 1<=x<=65535"),
     ],
