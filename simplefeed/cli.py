@@ -29,6 +29,8 @@ from simplefeed.settings import (
     Settings,
     base_url_problem,
     misspelt_variables,
+    socket_address,
+    unset_base_url_problem,
 )
 
 #: The checkout this package runs from: uwsgi.ini lives there.
@@ -133,15 +135,27 @@ def config_command(as_json: bool) -> None:
     help="Started as root: run uWSGI as this user (it must be able to write the database and "
     "the archive directory).",
 )
-def serve(port: int, host: str, processes: int | None, ini: Path, user: str | None) -> None:
+@click.pass_context
+def serve(
+    ctx: click.Context, port: int, host: str, processes: int | None, ini: Path, user: str | None
+) -> None:
     """Run the service under uWSGI (migrate first with `simplefeed db upgrade`).
 
-    Links in the documents use SIMPLEFEED_BASE_URL, or http://localhost:PORT when it is unset.
+    It listens on SIMPLEFEED_HTTP_SOCKET when that is set (--host and --port may not say
+    otherwise), else on HOST:PORT. Links in the documents use SIMPLEFEED_BASE_URL, or
+    http://localhost:PORT when it is unset, which only a service on loopback may do.
     """
     from simplefeed.core import Simplefeed
     from simplefeed.store import check_ready
 
     settings = _settings()
+    given = {
+        name: ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        for name in ("host", "port")
+    }
+    host, port, listening = listen_address(
+        host, given["host"], port, given["port"], settings.http_socket
+    )
     check_ready(settings.database_url)
     base_url = settings.base_url if settings.base_url_given else f"http://localhost:{port}"
     core = Simplefeed(dataclasses.replace(settings, base_url=base_url))
@@ -151,12 +165,14 @@ def serve(port: int, host: str, processes: int | None, ini: Path, user: str | No
         core.check_archive()
     finally:
         core.store.close()
-    problem = _listen_problem(host, port)
+    problem = _listen_problem(host, port) or unset_base_url_problem(
+        listening, host, settings.base_url_given
+    )
     if problem is not None:
         raise click.ClickException(problem)
     env = dict(os.environ)
     env["SIMPLEFEED_BASE_URL"] = base_url
-    env["SIMPLEFEED_HTTP_SOCKET"] = f"{host}:{port}"
+    env["SIMPLEFEED_HTTP_SOCKET"] = settings.http_socket or f"{host}:{port}"
     processes = processes or settings.processes
     env["SIMPLEFEED_PROCESSES"] = str(processes)
     env["SIMPLEFEED_THREADS"] = str(settings.threads)
@@ -181,7 +197,31 @@ def serve(port: int, host: str, processes: int | None, ini: Path, user: str | No
         f" {settings.threads} threads), links say {base_url}",
         err=True,
     )
+    # Consumers must start at the links' own origin: one given http://127.0.0.1:PORT/recent
+    # finds the pages' links at http://localhost:PORT, another origin, and stops there.
+    click.echo(f"simplefeed: consumers: {base_url}/recent", err=True)
     os.execvpe(argv[0], argv, env)
+
+
+def listen_address(
+    host: str, host_given: bool, port: int, port_given: bool, http_socket: str | None
+) -> tuple[str, int, str]:
+    """Where ``serve`` listens, and what said so (for messages): SIMPLEFEED_HTTP_SOCKET when it
+    is set (an explicit setting is not overridden by an option's default), else ``--host`` and
+    ``--port``. An option given that says otherwise than the variable is a usage error."""
+    if http_socket is None:
+        return host, port, f"serve --host {host}"
+    env_host, env_port = socket_address(http_socket)
+    for option, value, given, setting in (
+        ("--host", host, host_given, env_host),
+        ("--port", port, port_given, env_port),
+    ):
+        if given and value != setting:
+            raise click.UsageError(
+                f"{option} {value} and SIMPLEFEED_HTTP_SOCKET={http_socket} disagree:"
+                f" give one of them"
+            )
+    return env_host, env_port, f"SIMPLEFEED_HTTP_SOCKET={http_socket}"
 
 
 def _feed_url_problem(url: str) -> str | None:

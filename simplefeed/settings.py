@@ -278,17 +278,17 @@ def _known_names() -> tuple[str, ...]:
 
 def socket_address(value: str) -> tuple[str, int]:
     """The host and port of SIMPLEFEED_HTTP_SOCKET (``host:port``, ``[v6]:port``, ``:port``
-    for every address), or :class:`ConfigError`."""
+    for every address, given as 0.0.0.0), or :class:`ConfigError`."""
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 1 <= int(port) <= 65535 or " " in host:
         raise ConfigError(
             f"SIMPLEFEED_HTTP_SOCKET must be HOST:PORT (as 127.0.0.1:8080), got {value!r}"
         )
-    return host.removeprefix("[").removesuffix("]"), int(port)
+    return host.removeprefix("[").removesuffix("]") or "0.0.0.0", int(port)
 
 
 def is_loopback(host: str) -> bool:
-    """Whether listening on ``host`` reaches this machine alone (``""``: every address)."""
+    """Whether listening on ``host`` reaches this machine alone."""
     if host.lower() == "localhost":
         return True
     try:

@@ -29,7 +29,12 @@ from simplefeed.app import StartResponse, WsgiApp, create_app, requests_only
 from simplefeed.changes import Bell, NodeBell
 from simplefeed.core import Simplefeed
 from simplefeed.errors import ConfigError, DatabaseNotReady, StoreError
-from simplefeed.settings import Settings, misspelt_variables
+from simplefeed.settings import (
+    Settings,
+    misspelt_variables,
+    socket_address,
+    unset_base_url_problem,
+)
 from simplefeed.store import check_ready
 
 try:
@@ -62,6 +67,14 @@ except ConfigError as exc:
 logs.configure(settings.log_level)
 for warning in misspelt_variables():
     logging.getLogger("simplefeed").warning(warning)
+if settings.http_socket is not None:  # (`simplefeed serve` sets SIMPLEFEED_BASE_URL always)
+    _problem = unset_base_url_problem(
+        f"SIMPLEFEED_HTTP_SOCKET={settings.http_socket}",
+        socket_address(settings.http_socket)[0],
+        settings.base_url_given,
+    )
+    if _problem is not None:
+        refuse_to_start(_problem)
 if uwsgi is not None and not hasattr(uwsgi, "sharedarea_memoryview"):
     refuse_to_start(
         "uWSGI has no shared area, where the node counts its waiting long-polls: add"

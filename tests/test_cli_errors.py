@@ -336,6 +336,71 @@ def test_serve_says_the_port_is_taken_before_it_says_it_serves(tmp_path: Path) -
     assert line.startswith("Error: cannot listen on no-such-host.invalid:8080: ")
 
 
+def test_serve_beyond_loopback_needs_the_base_url(tmp_path: Path) -> None:
+    """`serve --host 0.0.0.0` without SIMPLEFEED_BASE_URL froze pages whose links said
+    http://localhost:PORT: every remote reader followed them to its own machine, for good."""
+    assert run(tmp_path, "db", "upgrade").returncode == 0
+    port = free_port()
+    advice = (
+        " listens beyond this machine, but SIMPLEFEED_BASE_URL is unset, so every link (frozen"
+        " pages' for good) would say http://localhost:...: set the URL readers reach the"
+        " service at, e.g. SIMPLEFEED_BASE_URL=https://feeds.example.com"
+    )
+    done = run(tmp_path, "serve", "--host", "0.0.0.0", "--port", str(port))
+    assert one_line_error(done) == "Error: serve --host 0.0.0.0" + advice
+    done = run(tmp_path, "serve", SIMPLEFEED_HTTP_SOCKET=f":{port}")
+    assert one_line_error(done) == f"Error: SIMPLEFEED_HTTP_SOCKET=:{port}" + advice
+    assert "serving on" not in done.stderr
+
+
+def test_uwsgi_s_load_refuses_listening_beyond_loopback_without_the_base_url(
+    tmp_path: Path,
+) -> None:
+    environ = clean_environ()
+    environ.update(PYTHONPATH=str(PROJECT_ROOT), SIMPLEFEED_HTTP_SOCKET="0.0.0.0:8080")
+    done = subprocess.run(
+        [sys.executable, "-c", "import simplefeed.wsgi"],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    logged = json.loads(line)
+    assert logged["level"] == "CRITICAL"
+    assert logged["message"].startswith(
+        "not starting: SIMPLEFEED_HTTP_SOCKET=0.0.0.0:8080 listens beyond this machine, but"
+        " SIMPLEFEED_BASE_URL is unset"
+    )
+
+
+def test_serve_listens_where_simplefeed_http_socket_says_unless_told_otherwise(
+    tmp_path: Path,
+) -> None:
+    """`serve`'s default --port (8080) overrode SIMPLEFEED_HTTP_SOCKET: the variable now wins
+    over a default, and an option given that says otherwise is a usage error."""
+    assert run(tmp_path, "db", "upgrade").returncode == 0
+    with socket.socket() as taken:  # taken, so that serve stops where it would listen
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        there = f"127.0.0.1:{port}"
+        expected = f"Error: cannot listen on {there}: Address already in use"
+        for args in ([], ["--port", str(port)], ["--host", "127.0.0.1"]):
+            done = run(tmp_path, "serve", *args, SIMPLEFEED_HTTP_SOCKET=there)
+            assert one_line_error(done).startswith(expected), args
+    done = run(tmp_path, "serve", "--port", "9000", SIMPLEFEED_HTTP_SOCKET=there)
+    assert done.returncode == 2, done.stderr
+    assert f"--port 9000 and SIMPLEFEED_HTTP_SOCKET={there} disagree: give one of them" in (
+        done.stderr
+    )
+    done = run(tmp_path, "serve", "--host", "::1", SIMPLEFEED_HTTP_SOCKET=there)
+    assert done.returncode == 2 and "--host ::1 and SIMPLEFEED_HTTP_SOCKET" in done.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "stdin", "words"),
     [
