@@ -163,8 +163,11 @@ def serve(
         core.check_base_url()
         core.check_default_feed()
         core.check_archive()
+        page_size = core.default_feed_page_size_warning()
     finally:
         core.store.close()
+    if page_size is not None:
+        click.echo(f"simplefeed: warning: {page_size}", err=True)
     problem = _listen_problem(host, port) or unset_base_url_problem(
         listening, host, settings.base_url_given
     )
@@ -287,7 +290,9 @@ def upgrade() -> None:
         core.create_feed(settings.default_feed)
         click.echo(f"created default feed {settings.default_feed!r}")
     except FeedExists:
-        pass
+        page_size = core.default_feed_page_size_warning()
+        if page_size is not None:
+            click.echo(f"simplefeed: warning: {page_size}", err=True)
     click.echo(f"database is at the newest schema: {mask_url(settings.database_url)}")
     core.check_archive()  # a database older than the archive (a restore) is said at once
     # Without SIMPLEFEED_BASE_URL the base URL is `serve --port`'s to decide: serve checks it.

@@ -104,6 +104,9 @@ try:
     core.check_base_url()
     core.check_default_feed()
     core.check_archive()
+    _page_size = core.default_feed_page_size_warning()
+    if _page_size is not None:
+        logging.getLogger("simplefeed").warning(_page_size)
 except ConfigError as exc:
     refuse_to_start(exc)
 except DatabaseNotReady as exc:

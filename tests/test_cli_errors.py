@@ -401,6 +401,41 @@ def test_serve_listens_where_simplefeed_http_socket_says_unless_told_otherwise(
     assert done.returncode == 2 and "--host ::1 and SIMPLEFEED_HTTP_SOCKET" in done.stderr
 
 
+def test_a_page_size_the_default_feed_does_not_have_is_said_at_start(tmp_path: Path) -> None:
+    """SIMPLEFEED_PAGE_SIZE=50 with the default feed made with pages of 10 did nothing, without
+    a word: a feed's page size is fixed when it is created."""
+    assert run(tmp_path, "db", "upgrade", SIMPLEFEED_PAGE_SIZE="10").returncode == 0
+    warning = (
+        "simplefeed: warning: SIMPLEFEED_PAGE_SIZE=50 does not change feed 'events', whose pages"
+        " hold 10 entries (fixed when a feed is created): it sizes only feeds created from now"
+        " on; unset it or set it to 10"
+    )
+    done = run(tmp_path, "db", "upgrade", SIMPLEFEED_PAGE_SIZE="50")
+    assert done.returncode == 0 and done.stderr.splitlines() == [warning], done.stderr
+    for same in ({"SIMPLEFEED_PAGE_SIZE": "10"}, {}):
+        assert run(tmp_path, "db", "upgrade", **same).stderr == ""
+    done = run(tmp_path, "serve", "--host", "no-such-host.invalid", SIMPLEFEED_PAGE_SIZE="50")
+    lines = done.stderr.splitlines()
+    assert done.returncode == 1 and len(lines) == 2, done.stderr
+    assert lines[0] == warning and lines[1].startswith("Error: cannot listen on")
+    environ = clean_environ()
+    environ.update(PYTHONPATH=str(PROJECT_ROOT), SIMPLEFEED_PAGE_SIZE="50")
+    done = subprocess.run(
+        [sys.executable, "-c", "import simplefeed.wsgi"],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    logged = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [(x["level"], x["message"]) for x in logged] == [
+        ("WARNING", warning.removeprefix("simplefeed: warning: "))
+    ]
+
+
 @pytest.mark.parametrize(
     ("args", "stdin", "words"),
     [
