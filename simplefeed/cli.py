@@ -472,10 +472,23 @@ def archive() -> None:
 @click.option("--feed", "feed_name", help="Only this feed.")
 def archive_rebuild(feed_name: str | None) -> None:
     """Rewrite any missing or damaged static page from the database, byte-identically."""
-    report = _core().rebuild_archive(feed_name)
+    core = _core()
+    click.echo(_archive_and_database("rebuilding", "from", core.settings))
+    report = core.rebuild_archive(feed_name)
     for path in report.restored:
         click.echo(f"restored {path}")
     click.echo(f"checked {report.checked} frozen pages, restored {len(report.restored)}")
+
+
+def _archive_and_database(doing: str, relation: str, settings: Settings) -> str:
+    """The first line of ``archive rebuild`` and ``verify``: which directory and database, in
+    absolute terms (a cron job run from another directory checked another archive)."""
+    from simplefeed.settings import database_shown
+
+    return (
+        f"{doing} archive {settings.archive_dir} {relation} database"
+        f" {database_shown(settings.database_url)}"
+    )
 
 
 @archive.command("rebase")
@@ -530,6 +543,7 @@ def archive_verify(feed_name: str | None) -> None:
     """Check every static page against the database (bytes, ETag, the chain of sf:sha256
     digests); exit 1 naming each difference. Run it after deploys and from cron."""
     core = _core()
+    click.echo(_archive_and_database("checking", "against", core.settings))
     try:
         report = core.verify_archive(feed_name)
     except SimplefeedError as exc:

@@ -996,6 +996,11 @@ class Simplefeed:
         checked = 0
         problems: list[str] = []
         feeds = [self.store.feed(feed_name)] if feed_name else self.store.feeds()
+        root = self.settings.archive_dir
+        pages = sum(paging.working_page(f.head_seq, f.page_size) - 1 for f in feeds)
+        empty = archive.empty_archive_problem(root, archive.holds_files(root), pages)
+        if empty is not None:  # one line, not one "missing" per page
+            return archive.VerifyReport(pages, [empty])
         if feed_name is None:
             known = {f.name for f in feeds}
             for directory in sorted((self.settings.archive_dir / "feeds").glob("*")):

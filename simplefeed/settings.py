@@ -186,7 +186,9 @@ class Settings:
             socket_address(http_socket)  # checked here, used by `serve` and uWSGI's load
         return cls(
             database_url=database_url,
-            archive_dir=Path(env.get("SIMPLEFEED_ARCHIVE_DIR") or "archive"),
+            # Absolute from here on: every path a command prints says which directory it was
+            # (a cron job run elsewhere checked another, empty, archive).
+            archive_dir=Path(env.get("SIMPLEFEED_ARCHIVE_DIR") or "archive").absolute(),
             base_url=base_url.rstrip("/"),
             base_url_given=bool(env.get("SIMPLEFEED_BASE_URL")),
             page_size=integer("SIMPLEFEED_PAGE_SIZE", cls.page_size, 1, MAX_PAGE_SIZE),
@@ -406,6 +408,13 @@ def mask_url(url: str) -> str:
         )
         masked = masked.replace("?" + parts.query, "?" + query, 1)
     return masked
+
+
+def database_shown(url: str) -> str:
+    """How a command names the database it works on: a SQLite database's file, absolute, else
+    its URL with the password masked."""
+    path = sqlite_path(url)
+    return str(path) if path is not None else mask_url(url)
 
 
 def sqlite_path(url: str) -> Path | None:

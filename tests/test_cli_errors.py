@@ -436,6 +436,61 @@ def test_a_page_size_the_default_feed_does_not_have_is_said_at_start(tmp_path: P
     ]
 
 
+def test_archive_verify_and_rebuild_name_the_archive_and_database_absolutely(
+    tmp_path: Path,
+) -> None:
+    """A cron job run from $HOME, the database's URL absolute and SIMPLEFEED_ARCHIVE_DIR
+    relative, checked a second, empty, archive: every line named relative paths, and nothing
+    said which directory it was."""
+    from simplefeed.core import Simplefeed
+    from simplefeed.model import Event
+    from simplefeed.settings import Settings
+
+    install, home = tmp_path / "install", tmp_path / "home"
+    install.mkdir()
+    home.mkdir()
+    assert run(install, "db", "upgrade", SIMPLEFEED_PAGE_SIZE="2").returncode == 0
+    database = install / "var" / "simplefeed.sqlite3"
+    url = f"sqlite:///{database}"
+    core = Simplefeed(
+        Settings.from_env(
+            {"SIMPLEFEED_DATABASE_URL": url, "SIMPLEFEED_ARCHIVE_DIR": str(install / "archive")}
+        )
+    )
+    try:
+        core.publish("events", [Event(title=f"e{i}") for i in range(5)])  # pages 1 and 2 freeze
+    finally:
+        core.close()
+    done = run(install, "archive", "verify")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"checking archive {install / 'archive'} against database {database}",
+        "checked 2 frozen pages, 0 problems",
+    ]
+    for archive in (home / "archive", None):  # an empty directory, and none at all
+        if archive is not None:
+            (archive / "pages").mkdir(parents=True)
+        done = run(home, "archive", "verify", SIMPLEFEED_DATABASE_URL=url)
+        assert done.returncode == 1, done.stderr
+        assert done.stdout.splitlines()[0] == (
+            f"checking archive {home / 'archive'} against database {database}"
+        )
+        assert done.stderr.splitlines() == [
+            f"{home / 'archive'}: no page files at all, but the database has 2 frozen pages: is"
+            " this the service's archive? (SIMPLEFEED_ARCHIVE_DIR, relative to the directory"
+            " the command runs in; `simplefeed archive rebuild` writes the files)"
+        ]
+        if archive is not None:
+            (archive / "pages").rmdir()
+            archive.rmdir()
+    (install / "archive" / "pages" / "1").unlink()
+    done = run(install, "archive", "rebuild")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"rebuilding archive {install / 'archive'} from database {database}"
+    assert f"restored {install / 'archive' / 'pages' / '1'}" in lines, lines
+
+
 @pytest.mark.parametrize(
     ("args", "stdin", "words"),
     [
