@@ -166,13 +166,13 @@ def serve(
         page_size = core.default_feed_page_size_warning()
     finally:
         core.store.close()
-    if page_size is not None:
-        click.echo(f"simplefeed: warning: {page_size}", err=True)
     problem = _listen_problem(host, port) or unset_base_url_problem(
         listening, host, settings.base_url_given
     )
     if problem is not None:
         raise click.ClickException(problem)
+    if page_size is not None:  # (said once nothing stops it: a refusal is one line)
+        click.echo(f"simplefeed: warning: {page_size}", err=True)
     env = dict(os.environ)
     env["SIMPLEFEED_BASE_URL"] = base_url
     env["SIMPLEFEED_HTTP_SOCKET"] = settings.http_socket or f"{host}:{port}"
@@ -290,14 +290,15 @@ def upgrade() -> None:
         core.create_feed(settings.default_feed)
         click.echo(f"created default feed {settings.default_feed!r}")
     except FeedExists:
-        page_size = core.default_feed_page_size_warning()
-        if page_size is not None:
-            click.echo(f"simplefeed: warning: {page_size}", err=True)
+        pass
     click.echo(f"database is at the newest schema: {mask_url(settings.database_url)}")
     core.check_archive()  # a database older than the archive (a restore) is said at once
     # Without SIMPLEFEED_BASE_URL the base URL is `serve --port`'s to decide: serve checks it.
     if settings.base_url_given:
         core.check_base_url()
+    page_size = core.default_feed_page_size_warning()  # (after the checks: a refusal is one line)
+    if page_size is not None:
+        click.echo(f"simplefeed: warning: {page_size}", err=True)
 
 
 @main.group()
