@@ -198,6 +198,23 @@ class VerifyReport:
     problems: list[str]
 
 
+def holds_files(archive_dir: Path) -> bool:
+    """Whether the archive directory exists and holds any file at all."""
+    return archive_dir.is_dir() and any(p.is_file() for p in archive_dir.rglob("*"))
+
+
+def empty_archive_problem(archive_dir: Path, holds: bool, frozen: int) -> str | None:
+    """Why checking an archive directory that ``holds`` no file against a database of
+    ``frozen`` pages is more likely the wrong directory than a lost archive, or None."""
+    if holds or frozen == 0:
+        return None
+    return (
+        f"{archive_dir}: no page files at all, but the database has {frozen} frozen pages: is"
+        " this the service's archive? (SIMPLEFEED_ARCHIVE_DIR, relative to the directory the"
+        " command runs in; `simplefeed archive rebuild` writes the files)"
+    )
+
+
 def page_problems(path: Path, page: FrozenPage) -> list[str]:
     """How a frozen page disagrees with itself (its ETag and its bytes) or with its static
     file: the file missing or holding other bytes."""

@@ -23,7 +23,15 @@ from urllib.parse import urlsplit
 import click
 
 from simplefeed.errors import SimplefeedError
-from simplefeed.settings import MAX_PAGE_SIZE, Settings, base_url_problem, misspelt_variables
+from simplefeed.settings import (
+    MAX_PAGE_SIZE,
+    MAX_PROCESSES,
+    Settings,
+    base_url_problem,
+    misspelt_variables,
+    socket_address,
+    unset_base_url_problem,
+)
 
 #: The checkout this package runs from: uwsgi.ini lives there.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -112,7 +120,7 @@ def config_command(as_json: bool) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--processes",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_PROCESSES),
     default=None,
     help="uWSGI workers  [default: SIMPLEFEED_PROCESSES, else 4]",
 )
@@ -127,15 +135,27 @@ def config_command(as_json: bool) -> None:
     help="Started as root: run uWSGI as this user (it must be able to write the database and "
     "the archive directory).",
 )
-def serve(port: int, host: str, processes: int | None, ini: Path, user: str | None) -> None:
+@click.pass_context
+def serve(
+    ctx: click.Context, port: int, host: str, processes: int | None, ini: Path, user: str | None
+) -> None:
     """Run the service under uWSGI (migrate first with `simplefeed db upgrade`).
 
-    Links in the documents use SIMPLEFEED_BASE_URL, or http://localhost:PORT when it is unset.
+    It listens on SIMPLEFEED_HTTP_SOCKET when that is set (--host and --port may not say
+    otherwise), else on HOST:PORT. Links in the documents use SIMPLEFEED_BASE_URL, or
+    http://localhost:PORT when it is unset, which only a service on loopback may do.
     """
     from simplefeed.core import Simplefeed
     from simplefeed.store import check_ready
 
     settings = _settings()
+    given = {
+        name: ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        for name in ("host", "port")
+    }
+    host, port, listening = listen_address(
+        host, given["host"], port, given["port"], settings.http_socket
+    )
     check_ready(settings.database_url)
     base_url = settings.base_url if settings.base_url_given else f"http://localhost:{port}"
     core = Simplefeed(dataclasses.replace(settings, base_url=base_url))
@@ -143,14 +163,19 @@ def serve(port: int, host: str, processes: int | None, ini: Path, user: str | No
         core.check_base_url()
         core.check_default_feed()
         core.check_archive()
+        page_size = core.default_feed_page_size_warning()
     finally:
         core.store.close()
-    problem = _listen_problem(host, port)
+    problem = _listen_problem(host, port) or unset_base_url_problem(
+        listening, host, settings.base_url_given
+    )
     if problem is not None:
         raise click.ClickException(problem)
+    if page_size is not None:  # (said once nothing stops it: a refusal is one line)
+        click.echo(f"simplefeed: warning: {page_size}", err=True)
     env = dict(os.environ)
     env["SIMPLEFEED_BASE_URL"] = base_url
-    env["SIMPLEFEED_HTTP_SOCKET"] = f"{host}:{port}"
+    env["SIMPLEFEED_HTTP_SOCKET"] = settings.http_socket or f"{host}:{port}"
     processes = processes or settings.processes
     env["SIMPLEFEED_PROCESSES"] = str(processes)
     env["SIMPLEFEED_THREADS"] = str(settings.threads)
@@ -175,7 +200,31 @@ def serve(port: int, host: str, processes: int | None, ini: Path, user: str | No
         f" {settings.threads} threads), links say {base_url}",
         err=True,
     )
+    # Consumers must start at the links' own origin: one given http://127.0.0.1:PORT/recent
+    # finds the pages' links at http://localhost:PORT, another origin, and stops there.
+    click.echo(f"simplefeed: consumers: {base_url}/recent", err=True)
     os.execvpe(argv[0], argv, env)
+
+
+def listen_address(
+    host: str, host_given: bool, port: int, port_given: bool, http_socket: str | None
+) -> tuple[str, int, str]:
+    """Where ``serve`` listens, and what said so (for messages): SIMPLEFEED_HTTP_SOCKET when it
+    is set (an explicit setting is not overridden by an option's default), else ``--host`` and
+    ``--port``. An option given that says otherwise than the variable is a usage error."""
+    if http_socket is None:
+        return host, port, f"serve --host {host}"
+    env_host, env_port = socket_address(http_socket)
+    for option, value, given, setting in (
+        ("--host", host, host_given, env_host),
+        ("--port", port, port_given, env_port),
+    ):
+        if given and value != setting:
+            raise click.UsageError(
+                f"{option} {value} and SIMPLEFEED_HTTP_SOCKET={http_socket} disagree:"
+                f" give one of them"
+            )
+    return env_host, env_port, f"SIMPLEFEED_HTTP_SOCKET={http_socket}"
 
 
 def _feed_url_problem(url: str) -> str | None:
@@ -247,6 +296,9 @@ def upgrade() -> None:
     # Without SIMPLEFEED_BASE_URL the base URL is `serve --port`'s to decide: serve checks it.
     if settings.base_url_given:
         core.check_base_url()
+    page_size = core.default_feed_page_size_warning()  # (after the checks: a refusal is one line)
+    if page_size is not None:
+        click.echo(f"simplefeed: warning: {page_size}", err=True)
 
 
 @main.group()
@@ -421,10 +473,23 @@ def archive() -> None:
 @click.option("--feed", "feed_name", help="Only this feed.")
 def archive_rebuild(feed_name: str | None) -> None:
     """Rewrite any missing or damaged static page from the database, byte-identically."""
-    report = _core().rebuild_archive(feed_name)
+    core = _core()
+    click.echo(_archive_and_database("rebuilding", "from", core.settings))
+    report = core.rebuild_archive(feed_name)
     for path in report.restored:
         click.echo(f"restored {path}")
     click.echo(f"checked {report.checked} frozen pages, restored {len(report.restored)}")
+
+
+def _archive_and_database(doing: str, relation: str, settings: Settings) -> str:
+    """The first line of ``archive rebuild`` and ``verify``: which directory and database, in
+    absolute terms (a cron job run from another directory checked another archive)."""
+    from simplefeed.settings import database_shown
+
+    return (
+        f"{doing} archive {settings.archive_dir} {relation} database"
+        f" {database_shown(settings.database_url)}"
+    )
 
 
 @archive.command("rebase")
@@ -479,6 +544,7 @@ def archive_verify(feed_name: str | None) -> None:
     """Check every static page against the database (bytes, ETag, the chain of sf:sha256
     digests); exit 1 naming each difference. Run it after deploys and from cron."""
     core = _core()
+    click.echo(_archive_and_database("checking", "against", core.settings))
     try:
         report = core.verify_archive(feed_name)
     except SimplefeedError as exc:

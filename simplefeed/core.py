@@ -208,6 +208,18 @@ def default_feed_problem(feed: Feed, self_href: str | None, default_feed: str) -
     )
 
 
+def page_size_warning(feed: Feed, page_size: int) -> str | None:
+    """Why SIMPLEFEED_PAGE_SIZE (``page_size``, set) does nothing for ``feed``, or None: a
+    feed's page size is fixed when it is created (its pages' numbers and entries follow it)."""
+    if feed.page_size == page_size:
+        return None
+    return (
+        f"SIMPLEFEED_PAGE_SIZE={page_size} does not change feed {feed.name!r}, whose pages hold"
+        f" {feed.page_size} entries (fixed when a feed is created): it sizes only feeds created"
+        f" from now on; unset it or set it to {feed.page_size}"
+    )
+
+
 @dataclass(frozen=True)
 class FeedStats:
     """What an operator asks of a feed (``simplefeed feed list|show``, ``GET /``): its head,
@@ -463,6 +475,17 @@ class Simplefeed:
                 f" and POST /entries would answer 404: create it (`simplefeed feed create"
                 f" {name}`) or name one of the feeds there are ({others})"
             ) from None
+
+    def default_feed_page_size_warning(self) -> str | None:
+        """:func:`page_size_warning` for the default feed when SIMPLEFEED_PAGE_SIZE is set and
+        the feed exists (said by ``serve``, ``db upgrade`` and uWSGI's load), or None."""
+        if not self.settings.page_size_given:
+            return None
+        try:
+            feed = self.store.feed(self.settings.default_feed)
+        except FeedNotFound:
+            return None
+        return page_size_warning(feed, self.settings.page_size)
 
     def check_default_feed_pages(self) -> None:
         """Raise :class:`DefaultFeedMismatch` if a feed's frozen pages are at other URLs than
@@ -1003,6 +1026,11 @@ class Simplefeed:
         checked = 0
         problems: list[str] = []
         feeds = [self.store.feed(feed_name)] if feed_name else self.store.feeds()
+        root = self.settings.archive_dir
+        pages = sum(paging.working_page(f.head_seq, f.page_size) - 1 for f in feeds)
+        empty = archive.empty_archive_problem(root, archive.holds_files(root), pages)
+        if empty is not None:  # one line, not one "missing" per page
+            return archive.VerifyReport(pages, [empty])
         if feed_name is None:
             known = {f.name for f in feeds}
             for directory in sorted((self.settings.archive_dir / "feeds").glob("*")):

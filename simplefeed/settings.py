@@ -6,6 +6,7 @@ Everything else receives a :class:`Settings` object; nothing else looks at ``os.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -93,6 +94,15 @@ MAX_PAGE_SIZE = 10_000
 MAX_RECENT_MAX_AGE = 86400
 #: The most SIMPLEFEED_MAX_WAIT may be: a waiting request ends well within uwsgi.ini's harakiri.
 MAX_WAIT_LIMIT = 50
+#: The most uWSGI worker processes (SIMPLEFEED_PROCESSES, ``serve --processes``): each is a
+#: Python with its own database connections, tens of MB; 10^9 is a typo, not a machine.
+MAX_PROCESSES = 256
+#: The most threads per worker (SIMPLEFEED_THREADS): each holds a 64 KiB request buffer and a
+#: stack; 10,000 per worker already take over a GiB of memory.
+MAX_THREADS = 10_000
+#: The most SIMPLEFEED_MAX_BODY_BYTES may be: a publish's body is read whole into memory, by
+#: as many requests at once as there are threads.
+MAX_BODY_BYTES_LIMIT = 64 * 1024 * 1024
 
 #: Levels SIMPLEFEED_LOG_LEVEL accepts (the standard library's names).
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -125,14 +135,22 @@ class Settings:
     processes: int = 4
     threads: int = 200
     limits: Limits = field(default_factory=Limits)
+    #: Whether SIMPLEFEED_PAGE_SIZE was set (it only sizes feeds created after: a feed's page
+    #: size is fixed when it is created).
+    page_size_given: bool = False
+    #: SIMPLEFEED_HTTP_SOCKET (uwsgi.ini's HTTP address, ``host:port``) when it is set.
+    http_socket: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
+        for name in _known_names():
+            if name in env and not env[name].strip():
+                raise ConfigError(f"{name} is set but empty: unset it or give a value")
 
         def integer(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
             raw = env.get(name)
-            if raw is None or raw == "":
+            if raw is None:
                 return default
             try:
                 value = int(raw)
@@ -163,9 +181,14 @@ class Settings:
         metrics = (env.get("SIMPLEFEED_METRICS") or "on").lower()
         if metrics not in ("on", "off"):
             raise ConfigError(f"SIMPLEFEED_METRICS must be on or off, got {metrics!r}")
+        http_socket = env.get("SIMPLEFEED_HTTP_SOCKET")
+        if http_socket is not None:
+            socket_address(http_socket)  # checked here, used by `serve` and uWSGI's load
         return cls(
             database_url=database_url,
-            archive_dir=Path(env.get("SIMPLEFEED_ARCHIVE_DIR") or "archive"),
+            # Absolute from here on: every path a command prints says which directory it was
+            # (a cron job run elsewhere checked another, empty, archive).
+            archive_dir=Path(env.get("SIMPLEFEED_ARCHIVE_DIR") or "archive").absolute(),
             base_url=base_url.rstrip("/"),
             base_url_given=bool(env.get("SIMPLEFEED_BASE_URL")),
             page_size=integer("SIMPLEFEED_PAGE_SIZE", cls.page_size, 1, MAX_PAGE_SIZE),
@@ -177,10 +200,12 @@ class Settings:
             log_level=log_level,
             metrics=metrics == "on",
             min_free_bytes=integer("SIMPLEFEED_MIN_FREE_BYTES", cls.min_free_bytes, 0),
-            processes=integer("SIMPLEFEED_PROCESSES", cls.processes, 1),
-            threads=integer("SIMPLEFEED_THREADS", cls.threads, 1),
+            processes=integer("SIMPLEFEED_PROCESSES", cls.processes, 1, MAX_PROCESSES),
+            threads=integer("SIMPLEFEED_THREADS", cls.threads, 1, MAX_THREADS),
             limits=Limits(
-                max_body_bytes=integer("SIMPLEFEED_MAX_BODY_BYTES", Limits.max_body_bytes, 1),
+                max_body_bytes=integer(
+                    "SIMPLEFEED_MAX_BODY_BYTES", Limits.max_body_bytes, 1, MAX_BODY_BYTES_LIMIT
+                ),
                 max_batch=integer("SIMPLEFEED_MAX_BATCH", Limits.max_batch, 1),
                 max_title_chars=integer("SIMPLEFEED_MAX_TITLE_CHARS", Limits.max_title_chars, 1),
                 max_summary_chars=integer(
@@ -196,6 +221,8 @@ class Settings:
                 max_links=integer("SIMPLEFEED_MAX_LINKS", Limits.max_links, 0),
                 max_id_bytes=integer("SIMPLEFEED_MAX_ID_BYTES", Limits.max_id_bytes, 16, 1024),
             ),
+            page_size_given="SIMPLEFEED_PAGE_SIZE" in env,
+            http_socket=http_socket,
         )
 
     def describe(self) -> dict[str, str | int]:
@@ -242,6 +269,76 @@ class Settings:
 #: options).
 UWSGI_VARIABLES = ("SIMPLEFEED_HTTP_SOCKET", "SIMPLEFEED_UWSGI_SOCKET")
 _PREFIX = "SIMPLEFEED_"
+#: The example base URL every message that asks for one gives.
+BASE_URL_EXAMPLE = "SIMPLEFEED_BASE_URL=https://feeds.example.com"
+
+
+def _known_names() -> tuple[str, ...]:
+    """Every variable this project's server reads: the settings and uwsgi.ini's."""
+    return (*Settings().describe(), *UWSGI_VARIABLES)
+
+
+def socket_address(value: str) -> tuple[str, int]:
+    """The host and port of SIMPLEFEED_HTTP_SOCKET (``host:port``, ``[v6]:port``, ``:port``
+    for every address, given as 0.0.0.0), or :class:`ConfigError`."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535 or " " in host:
+        raise ConfigError(
+            f"SIMPLEFEED_HTTP_SOCKET must be HOST:PORT (as 127.0.0.1:8080), got {value!r}"
+        )
+    return host.removeprefix("[").removesuffix("]") or "0.0.0.0", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether listening on ``host`` reaches this machine alone."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may be any of the machine's addresses
+        return False
+
+
+def unset_base_url_problem(listening: str, host: str, base_url_given: bool) -> str | None:
+    """Why the service may not listen on ``host`` (``listening`` says where that came from)
+    without SIMPLEFEED_BASE_URL, or None: the links would then say http://localhost:PORT, which
+    every reader elsewhere follows to its own machine, and frozen pages say it for good."""
+    if base_url_given or is_loopback(host):
+        return None
+    return (
+        f"{listening} listens beyond this machine, but SIMPLEFEED_BASE_URL is unset, so every"
+        " link (frozen pages' for good) would say http://localhost:...: set the URL readers"
+        f" reach the service at, e.g. {BASE_URL_EXAMPLE}"
+    )
+
+
+#: Names taken for settings that no fuzzy match finds (or finds wrong), by what follows
+#: SIMPLEFEED_: the setting meant, or the command's option.
+ALIASES = {
+    "URL": "SIMPLEFEED_BASE_URL",
+    "PUBLIC_URL": "SIMPLEFEED_BASE_URL",
+    "EXTERNAL_URL": "SIMPLEFEED_BASE_URL",
+    "ROOT_URL": "SIMPLEFEED_BASE_URL",
+    "SERVER_URL": "SIMPLEFEED_BASE_URL",
+    "DB_URL": "SIMPLEFEED_DATABASE_URL",
+    "DB": "SIMPLEFEED_DATABASE_URL",
+    "DSN": "SIMPLEFEED_DATABASE_URL",
+    "DATABASE_PATH": "SIMPLEFEED_DATABASE_URL",
+    "DB_PATH": "SIMPLEFEED_DATABASE_URL",
+    "PORT": "`simplefeed serve --port` or SIMPLEFEED_HTTP_SOCKET",
+    "HOST": "`simplefeed serve --host` or SIMPLEFEED_HTTP_SOCKET",
+    "LISTEN": "SIMPLEFEED_HTTP_SOCKET",
+    "BIND": "SIMPLEFEED_HTTP_SOCKET",
+    "WORKERS": "SIMPLEFEED_PROCESSES",
+    "ARCHIVE_PATH": "SIMPLEFEED_ARCHIVE_DIR",
+    "ARCHIVE": "SIMPLEFEED_ARCHIVE_DIR",
+    "MAX_AGE": "SIMPLEFEED_RECENT_MAX_AGE",
+    "FEED": "SIMPLEFEED_DEFAULT_FEED",
+    "FEED_NAME": "SIMPLEFEED_DEFAULT_FEED",
+}
+#: How alike a prefix (its underscores dropped) must be to SIMPLEFEED for a variable whose rest
+#: is a setting's to be taken for one (SIMPLFEED_BASE_URL: 0.95; SIMPLE_FEED_BASE_URL: 1).
+_PREFIX_MISSPELT = 0.85
 #: How alike (difflib's ratio, the names without their prefix) a variable must be to a
 #: setting's name to be taken for a misspelling of it: ``PAGESIZE`` is 0.94 of ``PAGE_SIZE``,
 #: ``MAX_TITLE_LENGTH`` 0.71 of ``MAX_TITLE_CHARS``, while the other ``SIMPLEFEED_*`` variables
@@ -255,22 +352,37 @@ def misspelt_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     misspelt setting is otherwise ignored without a word, and the service runs on the
     default (``SIMPLEFEED_PAGESIZE=10`` and every new feed gets pages of 100)."""
     env = os.environ if environ is None else environ
-    known = {
-        name.removeprefix(_PREFIX): name for name in (*Settings().describe(), *UWSGI_VARIABLES)
-    }
+    known = {name.removeprefix(_PREFIX): name for name in _known_names()}
     warnings = []
     for name in sorted(env):
-        if name.removeprefix(_PREFIX) in known or not name.upper().startswith(_PREFIX):
-            continue
-        close = difflib.get_close_matches(
-            name[len(_PREFIX) :].upper(), list(known), n=1, cutoff=_MISSPELT
-        )
-        if close:
+        meant = setting_meant(name, known)
+        if meant is not None:
             warnings.append(
-                f"{name} is set but is not a setting, so it is ignored: did you mean"
-                f" {known[close[0]]}?"
+                f"{name} is set but is not a setting, so it is ignored: did you mean {meant}?"
             )
     return warnings
+
+
+def setting_meant(name: str, known: Mapping[str, str]) -> str | None:
+    """The setting (or option) a variable ``name`` that is none was likely meant for, or None:
+    ``known`` maps each setting's name without SIMPLEFEED_ to the name."""
+    upper = name.upper()
+    if upper.startswith(_PREFIX):
+        rest = upper[len(_PREFIX) :]
+        if name.removeprefix(_PREFIX) in known:
+            return None
+        if rest in ALIASES:
+            return ALIASES[rest]
+        close = difflib.get_close_matches(rest, list(known), n=1, cutoff=_MISSPELT)
+        return known[close[0]] if close else None
+    # A misspelt prefix (SIMPLFEED_, SIMPLE_FEED_) before a setting's name exactly.
+    for at in (i for i, c in enumerate(upper) if c == "_"):
+        head, rest = upper[:at].replace("_", ""), upper[at + 1 :]
+        if rest in known or rest in ALIASES:
+            ratio = difflib.SequenceMatcher(None, head, _PREFIX.rstrip("_")).ratio()
+            if ratio >= _PREFIX_MISSPELT:
+                return known.get(rest) or ALIASES[rest]
+    return None
 
 
 #: Query parameters of a database URL whose values are secrets.
@@ -296,6 +408,13 @@ def mask_url(url: str) -> str:
         )
         masked = masked.replace("?" + parts.query, "?" + query, 1)
     return masked
+
+
+def database_shown(url: str) -> str:
+    """How a command names the database it works on: a SQLite database's file, absolute, else
+    its URL with the password masked."""
+    path = sqlite_path(url)
+    return str(path) if path is not None else mask_url(url)
 
 
 def sqlite_path(url: str) -> Path | None:

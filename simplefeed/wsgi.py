@@ -29,7 +29,12 @@ from simplefeed.app import StartResponse, WsgiApp, create_app, requests_only
 from simplefeed.changes import Bell, NodeBell
 from simplefeed.core import Simplefeed
 from simplefeed.errors import ConfigError, DatabaseNotReady, StoreError
-from simplefeed.settings import Settings, misspelt_variables
+from simplefeed.settings import (
+    Settings,
+    misspelt_variables,
+    socket_address,
+    unset_base_url_problem,
+)
 from simplefeed.store import check_ready
 
 try:
@@ -54,10 +59,22 @@ def refuse_to_start(reason: object) -> NoReturn:
     raise SystemExit(1) from None
 
 
-settings = Settings.from_env()
+try:
+    settings = Settings.from_env()
+except ConfigError as exc:
+    logs.configure(Settings.log_level)
+    refuse_to_start(exc)
 logs.configure(settings.log_level)
 for warning in misspelt_variables():
     logging.getLogger("simplefeed").warning(warning)
+if settings.http_socket is not None:  # (`simplefeed serve` sets SIMPLEFEED_BASE_URL always)
+    _problem = unset_base_url_problem(
+        f"SIMPLEFEED_HTTP_SOCKET={settings.http_socket}",
+        socket_address(settings.http_socket)[0],
+        settings.base_url_given,
+    )
+    if _problem is not None:
+        refuse_to_start(_problem)
 if uwsgi is not None and not hasattr(uwsgi, "sharedarea_memoryview"):
     refuse_to_start(
         "uWSGI has no shared area, where the node counts its waiting long-polls: add"
@@ -87,6 +104,9 @@ try:
     core.check_base_url()
     core.check_default_feed()
     core.check_archive()
+    _page_size = core.default_feed_page_size_warning()
+    if _page_size is not None:
+        logging.getLogger("simplefeed").warning(_page_size)
 except ConfigError as exc:
     refuse_to_start(exc)
 except DatabaseNotReady as exc:

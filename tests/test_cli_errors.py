@@ -14,6 +14,7 @@ import re
 import socket
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,21 @@ def test_a_live_document_is_not_cached_for_longer_than_a_day(tmp_path: Path) -> 
         ("SIMPLEFEED_ARCHIVE_DIRECTORY", "SIMPLEFEED_ARCHIVE_DIR"),
         ("SIMPLEFEED_THREAD", "SIMPLEFEED_THREADS"),
         ("SIMPLEFEED_log_level", "SIMPLEFEED_LOG_LEVEL"),
+        # Names no fuzzy match found, or found wrong (an operator's trial): ALIASES.
+        ("SIMPLEFEED_URL", "SIMPLEFEED_BASE_URL"),
+        ("SIMPLEFEED_PUBLIC_URL", "SIMPLEFEED_BASE_URL"),
+        ("SIMPLEFEED_DB_URL", "SIMPLEFEED_DATABASE_URL"),
+        ("SIMPLEFEED_WORKERS", "SIMPLEFEED_PROCESSES"),
+        ("SIMPLEFEED_ARCHIVE_PATH", "SIMPLEFEED_ARCHIVE_DIR"),
+        ("SIMPLEFEED_MAX_AGE", "SIMPLEFEED_RECENT_MAX_AGE"),
+        ("SIMPLEFEED_FEED", "SIMPLEFEED_DEFAULT_FEED"),
+        ("SIMPLEFEED_PORT", "`simplefeed serve --port` or SIMPLEFEED_HTTP_SOCKET"),
+        ("SIMPLEFEED_HOST", "`simplefeed serve --host` or SIMPLEFEED_HTTP_SOCKET"),
+        # A misspelt prefix before a setting's name.
+        ("SIMPLFEED_BASE_URL", "SIMPLEFEED_BASE_URL"),
+        ("SIMPLE_FEED_BASE_URL", "SIMPLEFEED_BASE_URL"),
+        ("SIMPLEFEEDS_PAGE_SIZE", "SIMPLEFEED_PAGE_SIZE"),
+        ("SIMPLEFED_PORT", "`simplefeed serve --port` or SIMPLEFEED_HTTP_SOCKET"),
     ],
 )
 def test_a_misspelt_setting_is_named_with_the_one_meant(name: str, meant: str) -> None:
@@ -187,8 +203,87 @@ def test_the_projects_other_variables_are_not_taken_for_misspellings() -> None:
         "SIMPLEFEED_HTTP_SOCKET",
         "SIMPLEFEED_PAGE_SIZE",
         "SIMPLEFEED_MAX_ID_BYTES",
+        # Not this project's, however like a setting their ends are.
+        "PORT",
+        "HOST",
+        "DATABASE_URL",
+        "BASE_URL",
+        "MY_BASE_URL",
+        "SIMPLE_URL",
     ]
     assert misspelt_variables(dict.fromkeys(others, "1")) == []
+
+
+def test_a_variable_named_for_an_option_is_a_warning_like_any_misspelling(tmp_path: Path) -> None:
+    """`SIMPLEFEED_PORT=9000` was ignored without a word (unknown names warn, as before)."""
+    done = run(tmp_path, "config", "--json", SIMPLEFEED_PORT="9000", SIMPLFEED_BASE_URL="http://x")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        "simplefeed: warning: SIMPLEFEED_PORT is set but is not a setting, so it is ignored:"
+        " did you mean `simplefeed serve --port` or SIMPLEFEED_HTTP_SOCKET?",
+        "simplefeed: warning: SIMPLFEED_BASE_URL is set but is not a setting, so it is ignored:"
+        " did you mean SIMPLEFEED_BASE_URL?",
+    ]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "SIMPLEFEED_BASE_URL",
+        "SIMPLEFEED_DATABASE_URL",
+        "SIMPLEFEED_PAGE_SIZE",
+        "SIMPLEFEED_HTTP_SOCKET",
+    ],
+)
+def test_a_setting_set_but_empty_is_refused_naming_it(tmp_path: Path, name: str) -> None:
+    """`SIMPLEFEED_BASE_URL=` (a deploy recipe's blank) was taken for unset: the service ran on
+    the default, links to http://localhost:8080 in every frozen page."""
+    assert one_line_error(run(tmp_path, "config", **{name: ""})) == (
+        f"Error: {name} is set but empty: unset it or give a value"
+    )
+    assert one_line_error(run(tmp_path, "serve", **{name: " "})) == (
+        f"Error: {name} is set but empty: unset it or give a value"
+    )
+
+
+def test_uwsgi_s_load_refuses_an_empty_setting_in_one_critical_line(tmp_path: Path) -> None:
+    environ = clean_environ()
+    environ.update(PYTHONPATH=str(PROJECT_ROOT), SIMPLEFEED_BASE_URL="")
+    done = subprocess.run(
+        [sys.executable, "-c", "import simplefeed.wsgi"],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    logged = json.loads(line)
+    assert (logged["level"], logged["message"]) == (
+        "CRITICAL",
+        "not starting: SIMPLEFEED_BASE_URL is set but empty: unset it or give a value",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "most"),
+    [
+        ("SIMPLEFEED_THREADS", 10_000),
+        ("SIMPLEFEED_PROCESSES", 256),
+        ("SIMPLEFEED_MAX_BODY_BYTES", 64 * 1024 * 1024),
+    ],
+)
+def test_absurd_thread_process_and_body_sizes_are_refused(
+    tmp_path: Path, name: str, most: int
+) -> None:
+    """10^9 threads, processes or body bytes were taken: uWSGI then failed to allocate, or a
+    publish could hold the machine's memory."""
+    line = one_line_error(run(tmp_path, "config", **{name: "1000000000"}))
+    assert line == f"Error: {name} must be at most {most}, got 1000000000"
+    done = run(tmp_path, "config", "--json", **{name: str(most)})
+    assert json.loads(done.stdout)[name] == most
 
 
 def test_commands_warn_of_a_misspelt_setting_and_run_on_the_default(tmp_path: Path) -> None:
@@ -206,7 +301,8 @@ def test_commands_warn_of_a_misspelt_setting_and_run_on_the_default(tmp_path: Pa
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--processes", "0"], "'--processes': 0 is not in the range x>=1"),
+        (["--processes", "0"], "'--processes': 0 is not in the range 1<=x<=256"),
+        (["--processes", "257"], "'--processes': 257 is not in the range 1<=x<=256"),
         (["--port", "70000"], "'--port': 70000 is not in the range 1<=x<=65535"),
         (["--port", "0"], "'--port': 0 is not in the range 1<=x<=65535"),
     ],
@@ -238,6 +334,167 @@ def test_serve_says_the_port_is_taken_before_it_says_it_serves(tmp_path: Path) -
     assert line == f"Error: cannot listen on 192.0.2.1:{port}: Cannot assign requested address"
     line = one_line_error(run(tmp_path, "serve", "--host", "no-such-host.invalid"))
     assert line.startswith("Error: cannot listen on no-such-host.invalid:8080: ")
+
+
+def test_serve_beyond_loopback_needs_the_base_url(tmp_path: Path) -> None:
+    """`serve --host 0.0.0.0` without SIMPLEFEED_BASE_URL froze pages whose links said
+    http://localhost:PORT: every remote reader followed them to its own machine, for good."""
+    assert run(tmp_path, "db", "upgrade").returncode == 0
+    port = free_port()
+    advice = (
+        " listens beyond this machine, but SIMPLEFEED_BASE_URL is unset, so every link (frozen"
+        " pages' for good) would say http://localhost:...: set the URL readers reach the"
+        " service at, e.g. SIMPLEFEED_BASE_URL=https://feeds.example.com"
+    )
+    done = run(tmp_path, "serve", "--host", "0.0.0.0", "--port", str(port))
+    assert one_line_error(done) == "Error: serve --host 0.0.0.0" + advice
+    done = run(tmp_path, "serve", SIMPLEFEED_HTTP_SOCKET=f":{port}")
+    assert one_line_error(done) == f"Error: SIMPLEFEED_HTTP_SOCKET=:{port}" + advice
+    assert "serving on" not in done.stderr
+
+
+def test_uwsgi_s_load_refuses_listening_beyond_loopback_without_the_base_url(
+    tmp_path: Path,
+) -> None:
+    environ = clean_environ()
+    environ.update(PYTHONPATH=str(PROJECT_ROOT), SIMPLEFEED_HTTP_SOCKET="0.0.0.0:8080")
+    done = subprocess.run(
+        [sys.executable, "-c", "import simplefeed.wsgi"],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    logged = json.loads(line)
+    assert logged["level"] == "CRITICAL"
+    assert logged["message"].startswith(
+        "not starting: SIMPLEFEED_HTTP_SOCKET=0.0.0.0:8080 listens beyond this machine, but"
+        " SIMPLEFEED_BASE_URL is unset"
+    )
+
+
+def test_serve_listens_where_simplefeed_http_socket_says_unless_told_otherwise(
+    tmp_path: Path,
+) -> None:
+    """`serve`'s default --port (8080) overrode SIMPLEFEED_HTTP_SOCKET: the variable now wins
+    over a default, and an option given that says otherwise is a usage error."""
+    assert run(tmp_path, "db", "upgrade").returncode == 0
+    with socket.socket() as taken:  # taken, so that serve stops where it would listen
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        there = f"127.0.0.1:{port}"
+        expected = f"Error: cannot listen on {there}: Address already in use"
+        for args in ([], ["--port", str(port)], ["--host", "127.0.0.1"]):
+            done = run(tmp_path, "serve", *args, SIMPLEFEED_HTTP_SOCKET=there)
+            assert one_line_error(done).startswith(expected), args
+    done = run(tmp_path, "serve", "--port", "9000", SIMPLEFEED_HTTP_SOCKET=there)
+    assert done.returncode == 2, done.stderr
+    assert f"--port 9000 and SIMPLEFEED_HTTP_SOCKET={there} disagree: give one of them" in (
+        done.stderr
+    )
+    done = run(tmp_path, "serve", "--host", "::1", SIMPLEFEED_HTTP_SOCKET=there)
+    assert done.returncode == 2 and "--host ::1 and SIMPLEFEED_HTTP_SOCKET" in done.stderr
+
+
+def test_a_page_size_the_default_feed_does_not_have_is_said_at_start(tmp_path: Path) -> None:
+    """SIMPLEFEED_PAGE_SIZE=50 with the default feed made with pages of 10 did nothing, without
+    a word: a feed's page size is fixed when it is created."""
+    assert run(tmp_path, "db", "upgrade", SIMPLEFEED_PAGE_SIZE="10").returncode == 0
+    warning = (
+        "simplefeed: warning: SIMPLEFEED_PAGE_SIZE=50 does not change feed 'events', whose pages"
+        " hold 10 entries (fixed when a feed is created): it sizes only feeds created from now"
+        " on; unset it or set it to 10"
+    )
+    done = run(tmp_path, "db", "upgrade", SIMPLEFEED_PAGE_SIZE="50")
+    assert done.returncode == 0 and done.stderr.splitlines() == [warning], done.stderr
+    for same in ({"SIMPLEFEED_PAGE_SIZE": "10"}, {}):
+        assert run(tmp_path, "db", "upgrade", **same).stderr == ""
+    # A refusal stays one line; started, serve warns (then uWSGI stops at an ini it refuses).
+    done = run(tmp_path, "serve", "--host", "no-such-host.invalid", SIMPLEFEED_PAGE_SIZE="50")
+    assert one_line_error(done).startswith("Error: cannot listen on")
+    ini = tmp_path / "refused.ini"
+    ini.write_text("[uwsgi]\nstrict = true\nno-such-directive = 1\n")
+    port = str(free_port())
+    done = run(tmp_path, "serve", "--port", port, "--ini", str(ini), SIMPLEFEED_PAGE_SIZE="50")
+    lines = done.stderr.splitlines()
+    assert warning in lines, done.stderr
+    assert lines.index(warning) < next(i for i, x in enumerate(lines) if "serving on" in x)
+    environ = clean_environ()
+    environ.update(PYTHONPATH=str(PROJECT_ROOT), SIMPLEFEED_PAGE_SIZE="50")
+    done = subprocess.run(
+        [sys.executable, "-c", "import simplefeed.wsgi"],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    logged = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [(x["level"], x["message"]) for x in logged] == [
+        ("WARNING", warning.removeprefix("simplefeed: warning: "))
+    ]
+
+
+def test_archive_verify_and_rebuild_name_the_archive_and_database_absolutely(
+    tmp_path: Path,
+) -> None:
+    """A cron job run from $HOME, the database's URL absolute and SIMPLEFEED_ARCHIVE_DIR
+    relative, checked a second, empty, archive: every line named relative paths, and nothing
+    said which directory it was."""
+    from simplefeed.core import Simplefeed
+    from simplefeed.model import Event
+    from simplefeed.settings import Settings
+
+    install, home = tmp_path / "install", tmp_path / "home"
+    install.mkdir()
+    home.mkdir()
+    assert run(install, "db", "upgrade", SIMPLEFEED_PAGE_SIZE="2").returncode == 0
+    database = install / "var" / "simplefeed.sqlite3"
+    url = f"sqlite:///{database}"
+    core = Simplefeed(
+        Settings.from_env(
+            {"SIMPLEFEED_DATABASE_URL": url, "SIMPLEFEED_ARCHIVE_DIR": str(install / "archive")}
+        )
+    )
+    try:
+        core.publish("events", [Event(title=f"e{i}") for i in range(5)])  # pages 1 and 2 freeze
+    finally:
+        core.close()
+    done = run(install, "archive", "verify")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"checking archive {install / 'archive'} against database {database}",
+        "checked 2 frozen pages, 0 problems",
+    ]
+    for archive in (home / "archive", None):  # an empty directory, and none at all
+        if archive is not None:
+            (archive / "pages").mkdir(parents=True)
+        done = run(home, "archive", "verify", SIMPLEFEED_DATABASE_URL=url)
+        assert done.returncode == 1, done.stderr
+        assert done.stdout.splitlines()[0] == (
+            f"checking archive {home / 'archive'} against database {database}"
+        )
+        assert done.stderr.splitlines() == [
+            f"{home / 'archive'}: no page files at all, but the database has 2 frozen pages: is"
+            " this the service's archive? (SIMPLEFEED_ARCHIVE_DIR, relative to the directory"
+            " the command runs in; `simplefeed archive rebuild` writes the files)"
+        ]
+        if archive is not None:
+            (archive / "pages").rmdir()
+            archive.rmdir()
+    (install / "archive" / "pages" / "1").unlink()
+    done = run(install, "archive", "rebuild")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"rebuilding archive {install / 'archive'} from database {database}"
+    assert f"restored {install / 'archive' / 'pages' / '1'}" in lines, lines
 
 
 @pytest.mark.parametrize(

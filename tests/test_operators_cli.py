@@ -464,7 +464,9 @@ def test_archive_rebase_renders_every_frozen_page_with_the_new_base_url(
         SIMPLEFEED_ARCHIVE_DIR=str(core.settings.archive_dir),
         SIMPLEFEED_BASE_URL=new,
     )
-    assert ok(verified).strip() == "checked 4 frozen pages, 0 problems"
+    first, last = ok(verified).strip().splitlines()
+    assert first.startswith(f"checking archive {core.settings.archive_dir} against database ")
+    assert last == "checked 4 frozen pages, 0 problems"
     assert list(core.store.iter_pages(core.feed("events").id)) == events_before  # not touched
 
     # Served from the new base URL: the start check passes for orders, the append goes on

@@ -45,6 +45,9 @@ def test_serve_port_without_base_url_links_to_that_port(tmp_path: Path) -> None:
         doc = etree.fromstring(response.content)
         assert doc.xpath("a:link[@rel='self']/@href", namespaces=ATOM) == [f"{expected}/recent"]
         assert f"links say {expected}" in s.log()
+        # The URL a consumer must start at: at http://127.0.0.1:PORT/recent it would find
+        # the links at another origin and stop at the first frozen page.
+        assert f"simplefeed: consumers: {expected}/recent" in s.log()
 
 
 def test_serve_takes_its_processes_and_threads_from_the_settings(tmp_path: Path) -> None:
