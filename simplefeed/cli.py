@@ -15,7 +15,6 @@ import os
 import pwd
 import socket
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -181,8 +180,11 @@ def serve(
     env["SIMPLEFEED_THREADS"] = str(settings.threads)
     env["SIMPLEFEED_ARCHIVE_DIR"] = str(settings.archive_dir.resolve())
     settings.archive_dir.mkdir(parents=True, exist_ok=True)
-    # Prometheus counters of this run's workers (simplefeed.metrics), removed when uWSGI exits.
-    metrics_dir = Path(tempfile.mkdtemp(prefix="simplefeed-metrics-"))
+    # Prometheus counters of this run's workers, removed when uWSGI exits (or, when it was
+    # killed, by the next run's serve).
+    from simplefeed import metrics
+
+    metrics_dir = metrics.new_run_directory()
     env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     uwsgi = Path(sys.executable).with_name("uwsgi")
     argv = [str(uwsgi) if uwsgi.exists() else "uwsgi", "--ini", str(ini)]

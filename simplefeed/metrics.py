@@ -16,7 +16,10 @@ app (deploy/nginx). A cache in front answers some reads itself; those are its to
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -33,6 +36,11 @@ from simplefeed.model import Feed
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: How the directory of a ``simplefeed serve`` run's values is named (in the temporary
+#: directory), and the file in it that names the process that owns it (serve, which becomes
+#: uWSGI's master: it removes the directory when it exits).
+RUN_DIRECTORY_PREFIX = "simplefeed-metrics-"
+RUN_OWNER = "serve.pid"
 
 #: This process's metrics (not prometheus_client's global registry: apps made in one test
 #: process share these, and nothing else registers here).
@@ -173,3 +181,43 @@ def worker_exited(pid: int) -> None:
     """Drop a finished worker's live-only values (multiprocess mode); its counts stay summed."""
     if os.environ.get(MULTIPROCESS_ENV):
         mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+# -- the directory of a server run's values ---------------------------------------------------
+
+
+def new_run_directory(parent: Path | None = None) -> Path:
+    """A fresh directory for a server run's multiprocess values, naming this process as its
+    owner, made after removing the directories of runs whose owner is gone: uWSGI removes its
+    own when it exits, but not when it is killed (``kill -9``, a crash, a power cut), and an
+    operator's trial found one left per such run, for good."""
+    parent = Path(tempfile.gettempdir()) if parent is None else parent
+    for stale in stale_run_directories(parent):
+        shutil.rmtree(stale, ignore_errors=True)
+    directory = Path(tempfile.mkdtemp(prefix=RUN_DIRECTORY_PREFIX, dir=parent))
+    (directory / RUN_OWNER).write_text(f"{os.getpid()}\n")
+    return directory
+
+
+def stale_run_directories(parent: Path) -> list[Path]:
+    """The run directories in ``parent`` whose owner no longer runs (one without an owner file,
+    an older release's, is left alone: nothing says whether it is in use)."""
+    found = []
+    for directory in sorted(parent.glob(RUN_DIRECTORY_PREFIX + "*")):
+        try:
+            owner = int((directory / RUN_OWNER).read_text())
+        except (OSError, ValueError):
+            continue
+        if not _runs(owner):
+            found.append(directory)
+    return found
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

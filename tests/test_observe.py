@@ -6,14 +6,17 @@ import json
 import logging
 import os
 import select
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import falcon.testing
 import pytest
 
-from simplefeed import logs
+from simplefeed import logs, metrics
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed
 
@@ -185,3 +188,23 @@ def test_a_forked_child_writes_its_own_lines_not_its_parents() -> None:
         handler.close()
         os.close(handler.fd)
         os.close(fd)
+
+
+def test_a_run_s_metrics_directory_left_by_a_killed_server_is_removed_by_the_next(
+    tmp_path: Path,
+) -> None:
+    """uWSGI removes its run's directory when it exits, not when it is killed: one was left in
+    the temporary directory per `kill -9` (an operator's trial). The next `serve` removes the
+    directories whose owner no longer runs, and only those."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid, now no process's
+    killed = metrics.new_run_directory(tmp_path)
+    (killed / metrics.RUN_OWNER).write_text(f"{gone.pid}\n")
+    (killed / "counter_123.db").write_bytes(b"\0" * 16)
+    running = metrics.new_run_directory(tmp_path)  # owned by this process, which runs
+    older = tmp_path / f"{metrics.RUN_DIRECTORY_PREFIX}older-release"  # no owner file
+    older.mkdir()
+    mine = metrics.new_run_directory(tmp_path)
+    assert not killed.exists()
+    assert running.exists() and older.exists()
+    assert (mine / metrics.RUN_OWNER).read_text() == f"{os.getpid()}\n"
