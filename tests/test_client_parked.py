@@ -134,6 +134,9 @@ def test_max_parked_stops_before_the_entry_that_would_pass_it(
         with pytest.raises(TooManyParked) as info:
             consumer.run(handler)
         assert info.value.entry.seq == 5 and info.value.limit == 1
+        # The library names its parameter, the command its flag (see
+        # test_the_commands_park_list_retry_drop_and_report).
+        assert str(info.value).endswith("; 1 entry is parked already (max_parked)")
         assert [p.seq for p in consumer.parked()] == [3]
     assert handled == [1, 2, 4]
     assert stored_checkpoint(state) == Checkpoint(ids[3], 4, "http://feeds.example.test/pages/1")
@@ -226,7 +229,9 @@ def test_the_commands_park_list_retry_drop_and_report(live: LiveServer, tmp_path
         *("consume", live.recent, "--state", state, "--exec", failing),
         *("--on-error", "park", "--max-parked", "0"),
     )
-    assert stopped.exit_code == 3 and "max_parked" in stopped.stderr
+    assert stopped.exit_code == 3, stopped.stderr
+    assert "; 0 entries are parked already (--max-parked)" in stopped.stderr
+    assert "max_parked" not in stopped.stderr  # the library's name, not the command's
     with StateFile(state) as file:
         checkpoint = file.load_checkpoint(live.recent)
     assert checkpoint is not None and checkpoint.seq == 6
