@@ -472,7 +472,7 @@ def test_another_applications_database_is_refused_untouched(tmp_path: Path, setu
         db.executescript(setup)
     db.close()
     before = file_state(path)
-    with pytest.raises(StateError, match="not a consumer's state file"):
+    with pytest.raises(StateError, match="not a simplefeed state file"):
         StateFile(path)
     assert file_state(path) == before
 
