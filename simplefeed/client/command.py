@@ -492,6 +492,7 @@ def _run(
     log_handler = logging.StreamHandler(sys.stderr)
     log_handler.setFormatter(_OneLine("simplefeed consume: %(message)s"))
     logger.addHandler(log_handler)
+    level = logger.level  # given back after (a command run in-process, by tests)
     if debug:
         logger.setLevel(logging.DEBUG)
     elif logger.level == logging.NOTSET:
@@ -538,6 +539,7 @@ def _run(
         signal.signal(signal.SIGTERM, terminate)
         bars.close()
         logger.removeHandler(log_handler)
+        logger.setLevel(level)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
