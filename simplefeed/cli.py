@@ -321,7 +321,8 @@ def feed_create(name: str, page_size: int | None, title: str | None) -> None:
 @feed.command("list")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array of every feed's stats.")
 def feed_list(as_json: bool) -> None:
-    """List feeds: name, head sequence number, pages, last publish, title."""
+    """List feeds: name, state (live or retired), head sequence number, pages, page size, last
+    publish, title."""
     from simplefeed.lines import escape_field
 
     core = _core()

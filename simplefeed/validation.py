@@ -351,6 +351,22 @@ class _Checker:
         return value
 
 
+def _media_type_problem(content_type: str) -> str:
+    """What is wrong with a ``content_type`` that is not text, html, xhtml nor a bare media
+    type. One with parameters (``text/html; charset=latin1``) is told that none are taken and
+    which value would be: it was told only "must be ... a media type (type/subtype)", which it
+    read as one (a newcomer's trial). A charset has nothing to name: content is a JSON string,
+    always Unicode, and the feed is written in UTF-8."""
+    bare, semicolon, _ = content_type.partition(";")
+    bare = bare.rstrip()
+    if semicolon and (bare in ("text", "html", "xhtml") or _MEDIA_TYPE.match(bare)):
+        return (
+            "takes no parameters, not even a charset (content is a JSON string and the feed is"
+            f" UTF-8): send {bare!r} alone"
+        )
+    return "must be text, html, xhtml or a media type (type/subtype) without parameters"
+
+
 def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Event:
     c = _Checker(index)
     title = c.text("title", ev.title, limits.max_title_chars)
@@ -365,7 +381,7 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
         # Media types are case-insensitive (RFC 2045); the lower-case form is the one we carry.
         content_type = content_type.strip().lower()
         if content_type not in ("text", "html", "xhtml") and not _MEDIA_TYPE.match(content_type):
-            raise c.fail("content_type", "must be text, html, xhtml or a media type (type/subtype)")
+            raise c.fail("content_type", _media_type_problem(content_type))
         if content_type.startswith(("multipart/", "message/")):
             raise c.fail("content_type", "must not be a composite type (RFC 4287 4.1.3.1)")
         if content_type.endswith("/html") and content_type != "text/html":

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import falcon.testing
 import pytest
 
-from simplefeed.app import create_app
+from simplefeed.app import create_app, openapi
 from simplefeed.core import Live, Simplefeed
 from tests.conftest import FakeClock
 
@@ -359,6 +361,29 @@ def test_conflict_names_the_id(client: Client, core: Simplefeed) -> None:
     assert r.status_code == 409
     assert r.json["id"] == "urn:test:1" and r.json["index"] == 1
     assert state(client, core) == before
+
+
+def test_the_readme_names_every_field_of_an_error_body(client: Client) -> None:
+    """A 409 has `id` and `index`, which the README's list of an error's fields left out (a
+    newcomer's trial): the list is the OpenAPI document's Error schema, and each field is
+    described."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    listed = re.search(r"- Errors are JSON `\{([^}]*)\}`", readme)
+    assert listed is not None
+    documented = {name.strip().strip('"?') for name in listed.group(1).split(",")}
+    assert documented == set(openapi.build()["components"]["schemas"]["Error"]["properties"])
+    bullet = readme[listed.start() : readme.index("\n- ", listed.end())]
+    for name in documented:
+        assert f"`{name}` " in bullet, name
+    post(client, {"title": "a", "id": "urn:test:1"})
+    single = post(client, {"title": "b", "id": "urn:test:1"})
+    assert single.status_code == 409
+    assert single.json == {
+        "error": "conflict",
+        "message": "entry id 'urn:test:1' is already in the feed with different content",
+        "id": "urn:test:1",
+        "index": 0,
+    }
 
 
 def test_body_over_the_limit(core: Simplefeed, token: str) -> None:

@@ -566,7 +566,7 @@ def test_the_consumer_refuses_the_services_database_as_its_state_file(tmp_path: 
     ):
         done = run(tmp_path, *args, "--state", str(database))
         assert done.returncode == 6, (args, done.returncode, done.stderr)
-        assert "not a consumer's state file but another application's database" in done.stderr
+        assert "not a simplefeed state file but another application's SQLite" in done.stderr
     with sqlite3.connect(database) as db:
         assert sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master")) == tables
     db.close()

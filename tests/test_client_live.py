@@ -315,6 +315,39 @@ def test_a_web_page_is_not_an_atom_feed_of_its_content_type(
     assert "not an Atom feed (Content-Type application/json): " in json_reply.stderr
 
 
+def test_a_run_within_the_entry_point_s_max_age_asks_nothing_and_debug_says_so(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A run within max-age of the last prints nothing and exits 0: the copy in the state file
+    is fresh, no request goes out. A newcomer took it for a run that did nothing; --debug says
+    why, and that the run is caught up."""
+    server = LiveServer(settings, recent_max_age=300)
+    try:
+        state = str(tmp_path / "state.sqlite3")
+        server.publish(2)
+        first = run(server.recent, "--state", state)
+        assert first.exit_code == 0 and first.stdout.count("\n") == 2, first.stderr
+        connections = server.httpd.connections
+        server.publish(1)  # not seen: the copy is fresh
+        quiet = run(server.recent, "--state", state)
+        assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, "", "")
+        told = run(server.recent, "--state", state, "--debug")
+        assert told.exit_code == 0 and told.stdout == "", told.stderr
+        lines = told.stderr.splitlines()
+        assert len(lines) == 2, told.stderr
+        assert re.fullmatch(
+            rf"simplefeed consume: {re.escape(server.recent)}: not fetched: the copy in the state"
+            r" file is fresh for \d+ s more \(max-age 300 s\)",
+            lines[0],
+        ), lines[0]
+        assert lines[1] == f"simplefeed consume: {server.recent}: 0 new entries; caught up"
+        assert server.httpd.connections == connections
+        # --debug is given back: a run after it says nothing again.
+        assert run(server.recent, "--state", state).stderr == ""
+    finally:
+        server.close()
+
+
 def test_an_entry_point_that_redirects_permanently_is_warned_of_once_per_run(
     live: LiveServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -134,6 +134,9 @@ def test_max_parked_stops_before_the_entry_that_would_pass_it(
         with pytest.raises(TooManyParked) as info:
             consumer.run(handler)
         assert info.value.entry.seq == 5 and info.value.limit == 1
+        # The library names its parameter, the command its flag (see
+        # test_the_commands_park_list_retry_drop_and_report).
+        assert str(info.value).endswith("; 1 entry is parked already (max_parked)")
         assert [p.seq for p in consumer.parked()] == [3]
     assert handled == [1, 2, 4]
     assert stored_checkpoint(state) == Checkpoint(ids[3], 4, "http://feeds.example.test/pages/1")
@@ -226,7 +229,9 @@ def test_the_commands_park_list_retry_drop_and_report(live: LiveServer, tmp_path
         *("consume", live.recent, "--state", state, "--exec", failing),
         *("--on-error", "park", "--max-parked", "0"),
     )
-    assert stopped.exit_code == 3 and "max_parked" in stopped.stderr
+    assert stopped.exit_code == 3, stopped.stderr
+    assert "; 0 entries are parked already (--max-parked)" in stopped.stderr
+    assert "max_parked" not in stopped.stderr  # the library's name, not the command's
     with StateFile(state) as file:
         checkpoint = file.load_checkpoint(live.recent)
     assert checkpoint is not None and checkpoint.seq == 6
@@ -380,3 +385,99 @@ def test_a_damaged_value_in_a_state_file_is_exit_6(
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 6, (command, result.exit_code, result.stderr, result.exception)
         assert "a damaged" in result.stderr and "Traceback" not in result.stderr
+
+
+def _empty_sqlite_database(path: Path) -> None:
+    """An SQLite database without a table (created, then its one table dropped)."""
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.executescript("CREATE TABLE t (x); DROP TABLE t;")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda path: path.touch(), _empty_sqlite_database],
+    ids=["a zero-byte file", "an SQLite database without a table"],
+)
+def test_an_empty_file_is_a_state_file_no_consumer_has_run_on(
+    live: LiveServer, tmp_path: Path, make: Callable[[Path], None]
+) -> None:
+    """`touch consumer.sqlite3`: `consumer status` and `parked` said "read failed: no such
+    table: checkpoints" (exit 6, a newcomer's trial). SQLite takes an empty file as an empty
+    database, and so does the consumer: the commands read it as a state file no consumer has
+    run on, leaving it as it is, and `consume` makes it one."""
+    state = tmp_path / "consumer.sqlite3"
+    make(state)
+    before = state.read_bytes()
+    status = cli("consumer", "status", "--state", str(state))
+    assert status.exit_code == 0, status.stderr
+    assert status.stdout == "no entry point yet: no consumer has run on this state file\n"
+    as_json = cli("consumer", "status", "--state", str(state), "--json")
+    assert as_json.exit_code == 0 and json.loads(as_json.stdout)["url"] is None, as_json.stderr
+    parked = cli("consumer", "parked", "--state", str(state))
+    assert parked.exit_code == 0 and parked.stderr == "no parked entries\n"
+    assert state.read_bytes() == before
+    ids = live.publish(2)
+    run = cli("consume", live.recent, "--state", str(state), "--jsonl")
+    assert run.exit_code == 0, run.stderr
+    assert [json.loads(line)["id"] for line in run.stdout.splitlines()] == ids
+    status = cli("consumer", "status", "--state", str(state))
+    assert status.exit_code == 0 and "checkpoint  seq 2" in status.stdout, status.stdout
+
+
+_NOT_SQLITE = (
+    "not a simplefeed state file: not an SQLite database at all (give the consumer a file of its"
+    " own, or a path where none is)"
+)
+
+
+def _another_database(path: Path) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("CREATE TABLE notes (body TEXT)")
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (
+            lambda path: path.write_bytes(b"checkpoint=3\n"),
+            _NOT_SQLITE,
+        ),
+        (
+            lambda path: path.write_bytes(b"\0" * 4096),
+            _NOT_SQLITE,
+        ),
+        (
+            _another_database,
+            "not a simplefeed state file but another application's SQLite database"
+            " (it holds notes): give the consumer a file of its own",
+        ),
+    ],
+    ids=["text", "zeros", "another application's database"],
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["consume", "http://127.0.0.1:9/recent", "--retries", "0"],
+        ["consumer", "status"],
+        ["consumer", "parked"],
+        ["consumer", "retry", "--exec", "true"],
+        ["consumer", "drop", "urn:x:1"],
+    ],
+    ids=lambda command: " ".join(command[:2]),
+)
+def test_a_file_that_is_not_a_state_file_is_one_line_and_exit_6(
+    tmp_path: Path, make: Callable[[Path], None], says: str, command: list[str]
+) -> None:
+    """Each command says what the file is not, on one line, exit 6, before any request, and
+    leaves the file as it was."""
+    state = tmp_path / "consumer.sqlite3"
+    make(state)
+    before = state.read_bytes()
+    name, *rest = command
+    args = [name, *rest[:1], "--state", str(state), *rest[1:]]
+    done = cli(*args)
+    assert done.exit_code == 6, (done.exit_code, done.stderr)
+    prog = "simplefeed consume" if name == "consume" else "simplefeed consumer"
+    assert done.stderr == f"{prog}: error: {state}: {says}\n"
+    assert done.stdout == ""
+    assert state.read_bytes() == before

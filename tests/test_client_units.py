@@ -20,12 +20,14 @@ from simplefeed.client import (
     MalformedPage,
     NotAtom,
     PollPolicy,
+    RedirectRefused,
     RepeatedEntry,
     RetryPolicy,
     SequenceGap,
     StateError,
     StateFile,
 )
+from simplefeed.client.command import FLAGS
 from simplefeed.client.parse import Outline, Page, parse_page
 from simplefeed.client.poll import next_interval
 from simplefeed.client.state import CachedDocument
@@ -470,7 +472,7 @@ def test_another_applications_database_is_refused_untouched(tmp_path: Path, setu
         db.executescript(setup)
     db.close()
     before = file_state(path)
-    with pytest.raises(StateError, match="not a consumer's state file"):
+    with pytest.raises(StateError, match="not a simplefeed state file"):
         StateFile(path)
     assert file_state(path) == before
 
@@ -531,3 +533,17 @@ def test_a_closed_state_file_says_so(tmp_path: Path) -> None:
     state.close()
     with pytest.raises(StateError, match="read after the state file was closed"):
         state.load_checkpoint("http://feeds.example.test/recent")
+
+
+def test_an_error_names_the_setting_as_asked_and_leaves_a_server_s_words_alone() -> None:
+    """``simplefeed consume`` names a flag where the library names a parameter; a URL holding
+    the parameter's name (a server chose it) is quoted as it is."""
+    error = RedirectRefused("http://a.test/max_pages", "http://b.test/allow_redirect_origins")
+    assert str(error).endswith("/allow_redirect_origins (see allow_redirect_origins)")
+    assert error.naming(FLAGS) == (
+        "http://a.test/max_pages: redirect to another origin refused:"
+        " http://b.test/allow_redirect_origins (see --allow-redirect-origin)"
+    )
+    assert error.naming({}) == str(error)
+    unnamed = MalformedPage("http://a.test/allow_redirect_origins", "no entries")
+    assert unnamed.setting is None and unnamed.naming(FLAGS) == str(unnamed)

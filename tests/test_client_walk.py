@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from simplefeed.client import Checkpoint, Consumer, MalformedPage
+from simplefeed.client import Checkpoint, Consumer, MalformedPage, TooManyPages
 from simplefeed.client.state import StateFile
 from simplefeed.client.walk import MAX_PAGES
 from tests import test_client_hostile
@@ -342,7 +342,8 @@ def test_a_chain_counting_down_from_2_to_the_62_stops_at_max_pages(
         server.requests.clear()
         with Consumer(url, state, max_pages=50) as consumer:
             raised = run_library(consumer, handled)
-        assert isinstance(raised, MalformedPage), raised
+        assert isinstance(raised, TooManyPages) and isinstance(raised, MalformedPage), raised
+        assert raised.limit == 50 and raised.setting == "max_pages"
         assert f"{base}/p/51: not fetched: over 50 pages to walk back (max_pages" in str(raised)
         assert handled == []
         assert checkpoint_of(state, url) == checkpoint
@@ -351,7 +352,8 @@ def test_a_chain_counting_down_from_2_to_the_62_stops_at_max_pages(
     # The command takes the bound as --max-pages.
     server.requests.clear()
     run = consume(url, tmp_path / "cli.sqlite3", "--max-pages", "20")
-    assert run.code == 4 and "over 20 pages to walk back (max_pages" in run.stderr, run.stderr
+    assert run.code == 4 and "over 20 pages to walk back (--max-pages;" in run.stderr, run.stderr
+    assert "max_pages" not in run.stderr
     assert run.stdout == "" and len(server.requests) == 21
     assert_no_traceback(run)
 

@@ -1129,6 +1129,39 @@ def test_html_and_xhtml_under_another_media_type_are_refused(
     refused(client, core, event, "content_type", words=("send",))
 
 
+@pytest.mark.parametrize(
+    ("content_type", "bare"),
+    [
+        ("text/html; charset=latin1", "text/html"),
+        ("Text/HTML;charset=UTF-8", "text/html"),
+        ("text/plain; format=flowed", "text/plain"),
+        ("application/json; charset=utf-8", "application/json"),
+        ("html; charset=utf-8", "html"),
+    ],
+)
+def test_a_content_type_with_parameters_is_told_what_to_send(
+    client: Client, core: Simplefeed, content_type: str, bare: str
+) -> None:
+    """`text/html; charset=latin1` was told "must be text, html, xhtml or a media type
+    (type/subtype)", which it read as one (a newcomer's trial): now that no parameter is taken,
+    not even a charset, and the value that would be; the bare value is accepted."""
+    event = {"title": "x", "content": '"<p>x</p>"', "content_type": content_type}
+    reply = refused(client, core, event, "content_type")
+    assert reply["message"] == (
+        "content_type: takes no parameters, not even a charset (content is a JSON string and the"
+        f" feed is UTF-8): send {bare!r} alone"
+    )
+    batch = [{"title": "y"}, event]
+    reply = refused(client, core, batch, "content_type", index=1)
+    assert reply["message"].startswith("[1].content_type: takes no parameters")
+    accepted(client, {**event, "content_type": bare})
+    event["content_type"] = "not a type; charset=utf-8"
+    reply = refused(client, core, event, "content_type")
+    assert reply["message"] == (
+        "content_type: must be text, html, xhtml or a media type (type/subtype) without parameters"
+    )
+
+
 def test_a_value_naming_a_prefix_is_refused(client: Client, core: Simplefeed) -> None:
     """The document renames prefixes (c0, c1, ...): ``xsi:type="xs:string"`` came out naming
     an undeclared prefix, its meaning lost for good (a hostile producer's trial)."""

@@ -43,6 +43,7 @@ from simplefeed.client.errors import (
     RetriesExhausted,
     SequenceGap,
     StateError,
+    TooManyPages,
     TooManyParked,
     UnexpectedStatus,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "StateError",
     "StateFile",
     "Status",
+    "TooManyPages",
     "TooManyParked",
     "UnexpectedStatus",
 ]

@@ -118,6 +118,15 @@ EXIT_CODES = {
 }
 
 
+#: The flag of each :class:`~simplefeed.client.Consumer` parameter an error message names: the
+#: command's messages name flags (:meth:`~simplefeed.client.ClientError.naming`).
+FLAGS = {
+    "allow_redirect_origins": "--allow-redirect-origin",
+    "max_parked": "--max-parked",
+    "max_pages": "--max-pages",
+}
+
+
 class ExecFailed(Exception):
     def __init__(self, command: str, detail: str) -> None:
         super().__init__(f"{command!r} {detail}")
@@ -483,6 +492,7 @@ def _run(
     log_handler = logging.StreamHandler(sys.stderr)
     log_handler.setFormatter(_OneLine("simplefeed consume: %(message)s"))
     logger.addHandler(log_handler)
+    level = logger.level  # given back after (a command run in-process, by tests)
     if debug:
         logger.setLevel(logging.DEBUG)
     elif logger.level == logging.NOTSET:
@@ -513,13 +523,13 @@ def _run(
             consumer.run(handler, follow=follow)
         return EXIT_OK
     except HandlerError as exc:
-        return _fail(EXIT_HANDLER, str(exc), bars)
+        return _fail(EXIT_HANDLER, exc.naming(FLAGS), bars)
     except FeedError as exc:
-        return _fail(EXIT_FEED, f"{exc} (checkpoint untouched)", bars)
+        return _fail(EXIT_FEED, f"{exc.naming(FLAGS)} (checkpoint untouched)", bars)
     except FetchError as exc:
-        return _fail(EXIT_HTTP, str(exc), bars)
+        return _fail(EXIT_HTTP, exc.naming(FLAGS), bars)
     except StateError as exc:
-        return _fail(EXIT_STATE, str(exc), bars)
+        return _fail(EXIT_STATE, exc.naming(FLAGS), bars)
     except KeyboardInterrupt:
         return _fail(EXIT_INTERRUPTED, "interrupted", bars)
     except Exception as exc:
@@ -529,6 +539,7 @@ def _run(
         signal.signal(signal.SIGTERM, terminate)
         bars.close()
         logger.removeHandler(log_handler)
+        logger.setLevel(level)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -585,7 +596,7 @@ class _ReportingGroup(click.Group):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except StateError as exc:
-            click.echo(f"simplefeed consumer: error: {exc}", err=True)
+            click.echo(f"simplefeed consumer: error: {exc.naming(FLAGS)}", err=True)
             sys.exit(EXIT_STATE)
         except Exception as exc:
             sys.exit(internal_error("simplefeed consumer", exc, debug=ctx.params["debug"]))

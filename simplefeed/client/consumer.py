@@ -272,6 +272,18 @@ class _HttpPages:
         started = time.monotonic()
         fetched = self.fetcher.get(url, entry_point=self.entry_point, wait=wait)
         self.head_seconds = time.monotonic() - started
+        if fetched.source == "cache":
+            # Nothing is asked of the server, and a run that finds nothing new prints nothing:
+            # ``--debug`` says why (a newcomer took a silent run for one that did nothing).
+            document = fetched.document
+            age = self.fetcher.clock() - document.fetched_at
+            log.debug(
+                "%s: not fetched: the copy in the state file is fresh for %.0f s more"
+                " (max-age %.0f s)",
+                url,
+                max(0.0, (document.max_age or 0.0) - age),
+                document.max_age or 0.0,
+            )
         self.head_waited = fetched.waited
         if fetched.moved_to is not None and not self.moved_warned:
             self.moved_warned = True
@@ -627,7 +639,10 @@ class Consumer:
                         except Stopped:
                             return
                     self._flush()
-                    if not follow or self.fetcher.interrupted or (stop is not None and stop()):
+                    if not follow:
+                        log.debug("%s: %d new entries; caught up", self.url, found)
+                        return
+                    if self.fetcher.interrupted or (stop is not None and stop()):
                         return
                     pages = self._pages
                     held = pages.head_waited and (found > 0 or pages.head_seconds >= HELD)

@@ -16,6 +16,7 @@
         │   ├── NotAtom                 .reason: not well-formed XML, or not an Atom feed;
         │   │                           .content_type: the response's, when no XML type
         │   ├── MalformedPage           .reason: Atom, but not a Simplefeed document
+        │   │   └── TooManyPages        .limit: over max_pages pages to walk back
         │   ├── LinkLoop                .chain: following links came back to a page seen
         │   ├── LinkRefused             .entry_point: a link to an origin not allowed
         │   ├── SequenceGap             .expected, .found: sequence numbers not contiguous
@@ -30,11 +31,16 @@
 
 Every error carries the attributes that identify what failed. A :class:`FeedError` never moves
 the checkpoint: fix the feed (or the checkpoint, by hand) and run again.
+
+An error that a setting could avoid names that setting's parameter (``allow_redirect_origins``,
+``max_parked``, ``max_pages``: :attr:`ClientError.setting`); ``simplefeed consume`` names its
+flag instead (:meth:`ClientError.naming`): a newcomer read "(see allow_redirect_origins)" and
+looked for an option of that name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from simplefeed.errors import SimplefeedError
@@ -58,6 +64,20 @@ def quoted(text: str) -> str:
 
 class ClientError(SimplefeedError):
     """Base of every error raised on purpose by :mod:`simplefeed.client`."""
+
+    #: The parameter of :class:`~simplefeed.client.Consumer` the message names (``None``: it
+    #: names none). Its last mention in the message is the error's own words: whatever a server
+    #: chose (a URL, an entry id) comes before it.
+    setting: str | None = None
+
+    def naming(self, names: Mapping[str, str]) -> str:
+        """The message, the parameter it names given as ``names`` calls it (the command line:
+        ``{"max_parked": "--max-parked"}``); as it is when it names none of them."""
+        text = str(self)
+        if self.setting is None or self.setting not in names:
+            return text
+        before, _, after = text.rpartition(self.setting)
+        return f"{before}{names[self.setting]}{after}"
 
 
 class FetchError(ClientError):
@@ -102,6 +122,8 @@ class UnexpectedStatus(FetchError):
 class RedirectRefused(FetchError):
     """A redirect to an origin other than the entry point's (and not allowed)."""
 
+    setting = "allow_redirect_origins"
+
     def __init__(self, url: str, location: str) -> None:
         super().__init__(
             url, f"redirect to another origin refused: {location} (see allow_redirect_origins)"
@@ -139,6 +161,21 @@ class MalformedPage(FeedError):
         self.reason = reason
 
 
+class TooManyPages(MalformedPage):
+    """Walking back from the entry point went over ``limit`` pages (``max_pages``) before it
+    reached the last processed entry, or the feed's start: not fetched further."""
+
+    setting = "max_pages"
+
+    def __init__(self, url: str, limit: int) -> None:
+        super().__init__(
+            url,
+            f"not fetched: over {limit} pages to walk back (max_pages; a longer history needs a"
+            " larger bound)",
+        )
+        self.limit = limit
+
+
 class LinkLoop(FeedError):
     """Following ``prev-archive`` or ``next-archive`` led back to a page already visited."""
 
@@ -150,6 +187,8 @@ class LinkLoop(FeedError):
 class LinkRefused(FeedError):
     """A page links (``prev-archive``, ``next-archive``) to an origin other than the entry
     point's and those allowed (``allow_redirect_origins``): not fetched."""
+
+    setting = "allow_redirect_origins"
 
     def __init__(self, url: str, entry_point: str) -> None:
         super().__init__(
@@ -236,6 +275,8 @@ class HandlerError(ClientError):
 class TooManyParked(HandlerError):
     """The handler failed on ``entry`` with ``limit`` entries parked already: the consumer
     stops (the checkpoint just before that entry) rather than park the whole feed."""
+
+    setting = "max_parked"
 
     def __init__(self, entry: FeedEntry, cause: BaseException, limit: int) -> None:
         super().__init__(entry, cause)

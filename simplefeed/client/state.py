@@ -233,10 +233,20 @@ class StateFile:
         except (OSError, sqlite3.Error) as exc:
             raise StateError(str(self.path), f"cannot open the state file: {exc}") from exc
         try:
-            self._check_own()
+            tables = self._check_own()
             if read_only:
                 self._durable = False
                 self._check_version()
+                if not tables:
+                    # An empty file (``touch consumer.sqlite3``, or an SQLite database without
+                    # a table): SQLite takes it as an empty database, and so does the consumer,
+                    # a state file no consumer has run on; read as one, in memory, the file left
+                    # as it is (it said "no such table: checkpoints", exit 6).
+                    self._db.close()
+                    self._db = sqlite3.connect(
+                        ":memory:", isolation_level=None, check_same_thread=False
+                    )
+                    self._db.executescript(_SCHEMA)
                 return
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -266,11 +276,22 @@ class StateFile:
                 f"({SCHEMA_VERSION})",
             )
 
-    def _check_own(self) -> None:
+    def _check_own(self) -> set[str]:
         """Raise :class:`StateError` unless the file is empty or a consumer's state file, before
         anything is written to it: ``--state`` given the service's own database (or another
-        application's) put the consumer's tables, journal mode and schema version in it."""
-        application_id = self._db.execute("PRAGMA application_id").fetchone()[0]
+        application's) put the consumer's tables, journal mode and schema version in it. A file
+        that is not an SQLite database at all is said to be so (it said "not a usable state
+        file: file is not a database"). Return the tables the file holds."""
+        try:
+            application_id = self._db.execute("PRAGMA application_id").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            if exc.sqlite_errorname != "SQLITE_NOTADB":
+                raise
+            raise StateError(
+                str(self.path),
+                "not a simplefeed state file: not an SQLite database at all (give the consumer"
+                " a file of its own, or a path where none is)",
+            ) from exc
         tables = {
             row[0]
             for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
@@ -280,9 +301,10 @@ class StateFile:
             held = f" (it holds {', '.join(foreign[:5])})" if foreign else ""
             raise StateError(
                 str(self.path),
-                f"not a consumer's state file but another application's database{held}:"
+                f"not a simplefeed state file but another application's SQLite database{held}:"
                 " give the consumer a file of its own",
             )
+        return tables
 
     # -- checkpoints ---------------------------------------------------------------------
 

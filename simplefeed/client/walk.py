@@ -79,6 +79,7 @@ from simplefeed.client.errors import (
     MalformedPage,
     RepeatedEntry,
     SequenceGap,
+    TooManyPages,
 )
 from simplefeed.client.parse import Outline, Page
 from simplefeed.client.state import Checkpoint
@@ -285,11 +286,7 @@ class _Back:
         """About to follow ``prev``."""
         self.trail.follow(prev)
         if self.steps >= self.max_pages:
-            raise MalformedPage(
-                prev,
-                f"not fetched: over {self.max_pages} pages to walk back (max_pages; a longer"
-                " history needs a larger bound)",
-            )
+            raise TooManyPages(prev, self.max_pages)
         if self.progress is None:
             return
         if (self.steps or self.oldest is not None) and self.newest is not None:
