@@ -221,6 +221,18 @@ def page_size_warning(feed: Feed, page_size: int) -> str | None:
 
 
 @dataclass(frozen=True)
+class HealthReport:
+    """What ``/healthz`` answers (:meth:`Simplefeed.health`)."""
+
+    #: The database's kind: ``sqlite``, ``postgresql``.
+    database: str
+    #: What keeps the service from publishing (503).
+    problems: list[str]
+    #: What needs an operator without keeping the service from working (200).
+    warnings: list[str]
+
+
+@dataclass(frozen=True)
 class FeedStats:
     """What an operator asks of a feed (``simplefeed feed list|show``, ``GET /``): its head,
     its pages, when it was last published to, and the URLs to start reading it from."""
@@ -349,11 +361,12 @@ class Simplefeed:
         self.changes.stop()
         self.store.close()
 
-    def health(self) -> tuple[str, list[str]]:
+    def health(self) -> HealthReport:
         """The database's kind (``sqlite``, ``postgresql``) once it has answered a query
-        (:class:`~simplefeed.errors.StoreUnavailable` if it does not), and what keeps the service
-        from publishing although it answers: a read-only database, a SQLite file replaced or
-        deleted, an archive directory that cannot be written. A database that does not answer
+        (:class:`~simplefeed.errors.StoreUnavailable` if it does not), what keeps the service
+        from publishing although it answers (a read-only database, a SQLite file replaced or
+        deleted, an archive directory that cannot be written), and what needs an operator
+        without keeping it from working (:meth:`_warnings`). A database that does not answer
         but whose store can say why (its SQLite file gone) is reported so, not raised."""
         unavailable: StoreUnavailable | None = None
         try:
@@ -365,11 +378,14 @@ class Simplefeed:
             raise unavailable
         problems += archive.writable_problems(self.settings.archive_dir)
         problems += self.space_problems()
+        warnings: list[str] = []
         if unavailable is None:  # the feeds' base URLs and frozen pages are in the database
-            problems += self.base_url_problems()
-            problems += self.default_feed_problems()
+            feeds = self.store.feeds()
+            problems += self.base_url_problems(feeds)
+            problems += self.default_feed_problems(feeds)
             problems += self._unwritten_problems()
-        return self.store.backend, problems
+            warnings = self._warnings(feeds)
+        return HealthReport(self.store.backend, problems, warnings)
 
     def space_problems(self) -> list[str]:
         """The directories written on a publish (the SQLite database's, the archive) with less
@@ -495,13 +511,13 @@ class Simplefeed:
         if found:
             raise DefaultFeedMismatch(found)
 
-    def default_feed_problems(self) -> list[str]:
-        """One sentence per feed whose newest frozen page says it is at the default feed's URLs
-        when SIMPLEFEED_DEFAULT_FEED names another, or at its own when it names this one."""
+    def default_feed_problems(self, feeds: Sequence[Feed] | None = None) -> list[str]:
+        """One sentence per feed (of ``feeds``, by default all) whose newest frozen page says it
+        is at the default feed's URLs when SIMPLEFEED_DEFAULT_FEED names another, or at its own
+        when it names this one."""
         name = self.settings.default_feed
-        problems = [
-            default_feed_problem(f, self._newest_self_href(f), name) for f in self.store.feeds()
-        ]
+        feeds = self.store.feeds() if feeds is None else feeds
+        problems = [default_feed_problem(f, self._newest_self_href(f), name) for f in feeds]
         return [p for p in problems if p is not None]
 
     def _newest_self_href(
@@ -520,10 +536,11 @@ class Simplefeed:
         self._self_hrefs[feed.id] = (number, href)
         return href
 
-    def base_url_problems(self) -> list[str]:
-        """One sentence per feed whose frozen pages link to another base URL than the
-        configured one (see :func:`base_url_problem`)."""
-        problems = [base_url_problem(f, self.settings.base_url) for f in self.store.feeds()]
+    def base_url_problems(self, feeds: Sequence[Feed] | None = None) -> list[str]:
+        """One sentence per feed (of ``feeds``, by default all) whose frozen pages link to
+        another base URL than the configured one (see :func:`base_url_problem`)."""
+        feeds = self.store.feeds() if feeds is None else feeds
+        problems = [base_url_problem(f, self.settings.base_url) for f in feeds]
         return [p for p in problems if p is not None]
 
     def retire_feed(self, name: str) -> Feed:
@@ -714,20 +731,15 @@ class Simplefeed:
                 log.warning("could not analyse the entries table", exc_info=True)
         return list(decision.results)
 
-    def health_warnings(self) -> list[str]:
+    def _warnings(self, feeds: Sequence[Feed]) -> list[str]:
         """What ``/healthz`` says without failing: the service works, but something needs an
         operator (a clock behind the feeds' last changes, an archive ahead of the database, a
         page file kept that holds another page than the database's). Each is logged too, once
-        a minute at most per subject and process (health checks come every few seconds). None
-        when the database does not answer (:meth:`health` says so)."""
+        a minute at most per subject and process (health checks come every few seconds)."""
         now = self.clock()
-        try:
-            feeds = self.store.feeds()
-            found = [(f"clock {f.name}", clock_warning(f, now)) for f in feeds]
-            found += [(f"archive {f.name}", self._archive_ahead(f)) for f in feeds]
-            found += self._page_file_conflicts()
-        except StoreError:
-            return []
+        found = [(f"clock {f.name}", clock_warning(f, now)) for f in feeds]
+        found += [(f"archive {f.name}", self._archive_ahead(f)) for f in feeds]
+        found += self._page_file_conflicts()
         said = []
         for subject, warning in found:
             if warning is None:

@@ -652,15 +652,14 @@ class Health:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.cache_control = ["no-store"]
-        database, problems = self.core.health()
-        body: dict[str, object] = {"status": "ok", "database": database}
-        if problems:
+        report = self.core.health()
+        body: dict[str, object] = {"status": "ok", "database": report.database}
+        if report.problems:
             resp.status = falcon.HTTP_503
             resp.set_header("Retry-After", "1")
-            body.update(status="unhealthy", problems=problems)
-        warnings = self.core.health_warnings()
-        if warnings:
-            body["warnings"] = warnings
+            body.update(status="unhealthy", problems=report.problems)
+        if report.warnings:
+            body["warnings"] = report.warnings
         resp.media = body
 
     on_head = on_get
