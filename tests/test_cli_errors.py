@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,6 +61,35 @@ def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     return lines[0]
+
+
+def wsgi_loaded(cwd: Path, **env: str) -> tuple[int, list[dict[str, Any]]]:
+    """``import simplefeed.wsgi``, as a uWSGI worker loads it (here outside uWSGI), in ``cwd``
+    with ``env`` added to a clean environment: its exit status and the JSON lines it logged
+    (simplefeed.logs) on standard error."""
+    environ = clean_environ()
+    environ["PYTHONPATH"] = str(PROJECT_ROOT)
+    environ.update(env)
+    done = subprocess.run(
+        [sys.executable, "-c", "import simplefeed.wsgi"],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode, [json.loads(line) for line in done.stderr.strip().splitlines()]
+
+
+def wsgi_refusal(cwd: Path, **env: str) -> str:
+    """The message of the one CRITICAL line ``simplefeed.wsgi``'s load refuses with (status 1,
+    a worker that could not load its app under uWSGI)."""
+    status, logged = wsgi_loaded(cwd, **env)
+    assert status == 1, logged
+    (line,) = logged
+    assert line["level"] == "CRITICAL", line
+    return str(line["message"])
 
 
 @pytest.mark.parametrize("args", DATABASE_COMMANDS, ids=lambda a: " ".join(a))
@@ -247,23 +277,8 @@ def test_a_setting_set_but_empty_is_refused_naming_it(tmp_path: Path, name: str)
 
 
 def test_uwsgi_s_load_refuses_an_empty_setting_in_one_critical_line(tmp_path: Path) -> None:
-    environ = clean_environ()
-    environ.update(PYTHONPATH=str(PROJECT_ROOT), SIMPLEFEED_BASE_URL="")
-    done = subprocess.run(
-        [sys.executable, "-c", "import simplefeed.wsgi"],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 1, done.stderr
-    (line,) = done.stderr.strip().splitlines()
-    logged = json.loads(line)
-    assert (logged["level"], logged["message"]) == (
-        "CRITICAL",
-        "not starting: SIMPLEFEED_BASE_URL is set but empty: unset it or give a value",
+    assert wsgi_refusal(tmp_path, SIMPLEFEED_BASE_URL="") == (
+        "not starting: SIMPLEFEED_BASE_URL is set but empty: unset it or give a value"
     )
 
 
@@ -356,22 +371,7 @@ def test_serve_beyond_loopback_needs_the_base_url(tmp_path: Path) -> None:
 def test_uwsgi_s_load_refuses_listening_beyond_loopback_without_the_base_url(
     tmp_path: Path,
 ) -> None:
-    environ = clean_environ()
-    environ.update(PYTHONPATH=str(PROJECT_ROOT), SIMPLEFEED_HTTP_SOCKET="0.0.0.0:8080")
-    done = subprocess.run(
-        [sys.executable, "-c", "import simplefeed.wsgi"],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 1, done.stderr
-    (line,) = done.stderr.strip().splitlines()
-    logged = json.loads(line)
-    assert logged["level"] == "CRITICAL"
-    assert logged["message"].startswith(
+    assert wsgi_refusal(tmp_path, SIMPLEFEED_HTTP_SOCKET="0.0.0.0:8080").startswith(
         "not starting: SIMPLEFEED_HTTP_SOCKET=0.0.0.0:8080 listens beyond this machine, but"
         " SIMPLEFEED_BASE_URL is unset"
     )
@@ -424,19 +424,8 @@ def test_a_page_size_the_default_feed_does_not_have_is_said_at_start(tmp_path: P
     lines = done.stderr.splitlines()
     assert warning in lines, done.stderr
     assert lines.index(warning) < next(i for i, x in enumerate(lines) if "serving on" in x)
-    environ = clean_environ()
-    environ.update(PYTHONPATH=str(PROJECT_ROOT), SIMPLEFEED_PAGE_SIZE="50")
-    done = subprocess.run(
-        [sys.executable, "-c", "import simplefeed.wsgi"],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    logged = [json.loads(line) for line in done.stderr.splitlines()]
+    status, logged = wsgi_loaded(tmp_path, SIMPLEFEED_PAGE_SIZE="50")
+    assert status == 0, logged
     assert [(x["level"], x["message"]) for x in logged] == [
         ("WARNING", warning.removeprefix("simplefeed: warning: "))
     ]

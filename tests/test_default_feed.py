@@ -10,23 +10,20 @@ real SQLite file and a real PostgreSQL database (the ``database_url`` fixture).
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import falcon.testing
 import pytest
 
-from bench.servers import PROJECT_ROOT, clean_environ
 from simplefeed import atom
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed, default_feed_problem
 from simplefeed.errors import DefaultFeedMismatch
 from simplefeed.model import Event, Feed
 from tests.conftest import FakeClock, query
-from tests.test_cli_errors import one_line_error, run
+from tests.test_cli_errors import one_line_error, run, wsgi_refusal
 
 MISTYPED = (
     "feed 'events' has frozen pages at /pages/N (rendered as the default feed's), but"
@@ -170,27 +167,14 @@ def test_uwsgi_s_load_refuses_it_in_one_critical_line(core: Simplefeed, tmp_path
     core.publish("events", [Event(title=f"e{i}") for i in range(5)])
     core.create_feed("event")
     s = core.settings
-    environ = clean_environ()
-    environ.update(
-        PYTHONPATH=str(PROJECT_ROOT),
+    message = wsgi_refusal(
+        tmp_path,
         SIMPLEFEED_DATABASE_URL=s.database_url,
         SIMPLEFEED_ARCHIVE_DIR=str(s.archive_dir),
         SIMPLEFEED_BASE_URL=s.base_url,
         SIMPLEFEED_DEFAULT_FEED="event",
     )
-    done = subprocess.run(
-        [sys.executable, "-c", "import simplefeed.wsgi"],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 1, done.stderr
-    (line,) = done.stderr.strip().splitlines()  # JSON lines: simplefeed.logs
-    logged = json.loads(line)
-    assert (logged["level"], logged["message"]) == ("CRITICAL", f"not starting: {MISTYPED}")
+    assert message == f"not starting: {MISTYPED}"
 
 
 def test_healthz_names_it_and_a_freeze_at_another_feed_s_urls_is_a_503(

@@ -14,25 +14,21 @@ on PostgreSQL.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import sqlite3
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import falcon.testing
 import pytest
 
-from bench.servers import PROJECT_ROOT, clean_environ
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed
 from simplefeed.model import Event
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock
-from tests.test_cli_errors import one_line_error, run
+from tests.test_cli_errors import one_line_error, run, wsgi_refusal
 
 
 @pytest.fixture
@@ -95,18 +91,7 @@ def test_serve_and_db_upgrade_refuse_a_database_older_than_the_archive(
     assert said in line and "restore a database backup made after" in line
     assert said in one_line_error(run(tmp_path, "db", "upgrade", **environ(settings)))
     # uWSGI's worker imports simplefeed.wsgi (here outside uWSGI: status 1, one CRITICAL line).
-    done = subprocess.run(
-        [sys.executable, "-c", "import simplefeed.wsgi"],
-        cwd=tmp_path,
-        env={**clean_environ(), "PYTHONPATH": str(PROJECT_ROOT), **environ(settings)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 1, done.stderr
-    (logged,) = [json.loads(line) for line in done.stderr.strip().splitlines()]
-    assert logged["level"] == "CRITICAL" and said in logged["message"]
+    assert said in wsgi_refusal(tmp_path, **environ(settings))
 
 
 def test_a_process_that_could_not_check_writes_no_page_file_over_another_page(
