@@ -969,8 +969,7 @@ class Simplefeed:
         for key, error in sorted(self._unwritten.items()):
             feed_name, feed_id, number = key
             path = self.page_path(feed_name, number)
-            page = self.store.page(feed_id, number)
-            if page is None or archive.file_matches(path, page):
+            if not self._file_differs(feed_id, number, path):
                 self._unwritten.pop(key, None)
                 continue
             found.append(
@@ -989,13 +988,19 @@ class Simplefeed:
             " database's; `simplefeed archive verify` says what differs"
         )
 
+    def _file_differs(self, feed_id: int, number: int, path: Path) -> bool:
+        """Whether the file at ``path`` is not (yet) frozen page ``number`` as the database has
+        it: what :meth:`_unwritten_problems` and :meth:`_page_file_conflicts` ask again at each
+        health check of the pages they remember."""
+        page = self.store.page(feed_id, number)
+        return page is not None and not archive.file_matches(path, page)
+
     def _page_file_conflicts(self) -> list[tuple[str, str | None]]:
         """The kept page files (:meth:`_write_file`) that still disagree with the database."""
         found: list[tuple[str, str | None]] = []
         for feed_name, feed_id, number in sorted(self._kept_files):
             path = self.page_path(feed_name, number)
-            page = self.store.page(feed_id, number)
-            if page is None or archive.file_matches(path, page):
+            if not self._file_differs(feed_id, number, path):
                 self._kept_files.discard((feed_name, feed_id, number))
                 continue
             warning = self._kept_file_warning(feed_name, number, path)
