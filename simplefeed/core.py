@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from cachetools import TTLCache
 
-from simplefeed import appending, archive, atom, auth, metrics, paging, validation
+from simplefeed import appending, archive, atom, auth, metrics, paging
 from simplefeed.changes import Bell, Changes
 from simplefeed.errors import (
     ArchiveAhead,
@@ -50,6 +50,7 @@ from simplefeed.model import (
     PendingEntry,
     TokenRecord,
     rfc3339,
+    text_problem,
 )
 from simplefeed.settings import FEED_NAME_RE, MAX_PAGE_SIZE, Settings, sqlite_path
 from simplefeed.store import Appending, Store, TokenCheck, open_store
@@ -419,7 +420,7 @@ class Simplefeed:
                 f"feed name {name!r:.80}: use 1-64 of a-z 0-9 - _, starting with a letter or digit"
             )
         title = title or name
-        problem = validation.text_problem(title, self.settings.limits.max_title_chars)
+        problem = text_problem(title, self.settings.limits.max_title_chars)
         if problem is not None:
             raise InvalidFeed(f"feed title {title!r:.80} {problem}")
         if page_size is not None and not 1 <= page_size <= MAX_PAGE_SIZE:

@@ -30,7 +30,29 @@ ATOM_MEDIA_TYPE = "application/atom+xml; charset=utf-8"
 #: content encoded; text fields and inline XML refuse them, written or as references.
 DISCOURAGED_CHAR = re.compile("[\u007f-\u009f\ufffd]")
 
+#: Characters XML 1.0 cannot carry: C0 controls but tab/LF/CR, lone surrogates, U+FFFE/U+FFFF.
+_NOT_XML_CHAR = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def text_problem(value: str, max_chars: int | None = None) -> str | None:
+    """Why ``value`` cannot be a text the documents carry (an entry's title or a feed's), or
+    None: characters XML cannot carry or feed validators flag, more than ``max_chars``."""
+    bad = _NOT_XML_CHAR.search(value)
+    if bad:
+        return f"contains U+{ord(bad.group()):04X}, which XML cannot carry"
+    bad = DISCOURAGED_CHAR.search(value)
+    if bad:
+        code = ord(bad.group())
+        what = "the replacement character" if code == 0xFFFD else "a control character"
+        return (
+            f"contains U+{code:04X}, {what}, which XML discourages and feed validators flag "
+            "(text decoded with the wrong charset?); JSON content may hold it"
+        )
+    if max_chars is not None and len(value) > max_chars:
+        return f"is longer than {max_chars} characters"
+    return None
 
 
 def us_to_datetime(us: int) -> datetime:

@@ -32,11 +32,9 @@ from pydantic_core import PydanticCustomError
 
 from simplefeed import atom, markup, uris
 from simplefeed.errors import InvalidEvent, MalformedRequest, PayloadTooLarge
-from simplefeed.model import DISCOURAGED_CHAR, Author, Category, Event, Link, datetime_to_us
+from simplefeed.model import Author, Category, Event, Link, datetime_to_us, text_problem
 from simplefeed.settings import Limits
 
-#: Characters XML 1.0 cannot carry: C0 controls but tab/LF/CR, lone surrogates, U+FFFE/U+FFFF.
-_NOT_XML_CHAR = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 #: An IRI (RFC 3987), checked loosely: a scheme, then no spaces, controls or delimiters that
 #: are never allowed unescaped.
 _IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"{}|\\^`\x00-\x1f\x7f]*\Z")
@@ -246,25 +244,6 @@ def parse_events(payload: Any, limits: Limits, now_us: int) -> tuple[list[Event]
             )
         return [parse_event(item, limits, now_us, i) for i, item in enumerate(payload)], True
     raise InvalidEvent("body must be a JSON object (one event) or an array of them (a batch)")
-
-
-def text_problem(value: str, max_chars: int | None = None) -> str | None:
-    """Why ``value`` cannot be a text the documents carry (an entry's title or a feed's), or
-    None: characters XML cannot carry or feed validators flag, more than ``max_chars``."""
-    bad = _NOT_XML_CHAR.search(value)
-    if bad:
-        return f"contains U+{ord(bad.group()):04X}, which XML cannot carry"
-    bad = DISCOURAGED_CHAR.search(value)
-    if bad:
-        code = ord(bad.group())
-        what = "the replacement character" if code == 0xFFFD else "a control character"
-        return (
-            f"contains U+{code:04X}, {what}, which XML discourages and feed validators flag "
-            "(text decoded with the wrong charset?); JSON content may hold it"
-        )
-    if max_chars is not None and len(value) > max_chars:
-        return f"is longer than {max_chars} characters"
-    return None
 
 
 def _where(index: int | None, field: str) -> str:

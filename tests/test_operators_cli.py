@@ -24,7 +24,8 @@ from simplefeed.app import create_app
 from simplefeed.core import Simplefeed, base_url_problem
 from simplefeed.errors import BaseUrlMismatch, InvalidFeed
 from simplefeed.model import Event, Feed
-from simplefeed.store.schema import alembic_config
+from simplefeed.settings import mask_url
+from simplefeed.store.schema import SCHEMA_REVISION, alembic_config
 from tests.conftest import FakeClock, query
 from tests.test_cli_errors import run
 
@@ -301,6 +302,19 @@ def database_at_0003(like: str, tmp_path: Path) -> Iterator[str]:
     with scratch_postgres_database("sf_old") as url:
         command.upgrade(alembic_config(url), "0003")
         yield url
+
+
+def test_a_database_at_an_older_schema_is_named_with_both_revisions_and_the_fix(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    with database_at_0003(core.settings.database_url, tmp_path) as url:
+        done = run(tmp_path, "feed", "list", SIMPLEFEED_DATABASE_URL=url)
+    assert done.returncode == 1, done.stderr
+    shown = mask_url(url)
+    assert done.stderr.splitlines() == [
+        f"Error: database {shown} is at schema 0003, not the newest ({SCHEMA_REVISION});"
+        " run `simplefeed db upgrade`"
+    ]
 
 
 def test_migration_records_the_base_url_of_pages_frozen_before_it(
