@@ -18,6 +18,7 @@ import base64
 import html
 import itertools
 import json
+import unicodedata
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -49,7 +50,12 @@ _chars = st.characters(
 text = st.text(_chars, max_size=30)
 #: Optional fields are left out or not empty: the door refuses "" (it would read back as absent).
 some_text = st.text(_chars, min_size=1, max_size=30)
-label = st.text(_chars, min_size=1, max_size=20).filter(lambda s: s.strip() != "")
+#: Names and titles a reader shows something of: the door refuses those of only spaces and
+#: invisible characters (a title of U+00AD, the soft hyphen, was drawn and refused).
+_INVISIBLE = {"Zs", "Zl", "Zp", "Cc", "Cf"}
+label = st.text(_chars, min_size=1, max_size=20).filter(
+    lambda s: any(unicodedata.category(ch) not in _INVISIBLE for ch in s)
+)
 word = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=8)
 
 
