@@ -20,7 +20,13 @@ import falcon.testing
 import pytest
 from sqlalchemy import create_engine, text
 
-from bench.servers import free_port, scratch_postgres_database
+from bench.servers import (
+    PROJECT_ROOT,
+    clean_environ,
+    free_port,
+    scratch_postgres_database,
+    simplefeed_command,
+)
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed, base_url_problem
 from simplefeed.errors import BaseUrlMismatch, InvalidFeed
@@ -693,3 +699,43 @@ def test_archive_rebuild_exits_1_naming_page_files_it_could_not_write(
     assert could_not_check(cli(core, tmp_path, "archive", "rebuild", "--feed", "nope")) == (
         "Error: no feed named 'nope'"
     )
+
+
+def test_the_readme_s_cron_line_mails_a_failure_with_verify_s_status_in_the_subject(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    """The README's crontab line, run as cron runs it (`sh -c`, from elsewhere), with `mail`
+    a stub: nothing for 0, and a subject saying 1 (run `archive rebuild`) or 3 (nothing was
+    checked) otherwise."""
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    found = re.search(r"`0 \* \* \* \* (cd /srv/simplefeed && [^`]*verify[^`]*)`", readme)
+    assert found is not None
+    install, stubs, mailbox = tmp_path / "install", tmp_path / "bin", tmp_path / "mailbox"
+    (install / ".venv" / "bin").mkdir(parents=True)
+    (install / ".venv" / "bin" / "simplefeed").symlink_to(simplefeed_command()[0])
+    stubs.mkdir()
+    (stubs / "mail").write_text(f'#!/bin/sh\necho "$*" >> {mailbox}\n')
+    (stubs / "mail").chmod(0o755)
+    command = found.group(1).replace("/srv/simplefeed", str(install))
+    s = core.settings
+
+    def cron(database_url: str = s.database_url) -> list[str]:
+        environ = clean_environ()
+        environ.update(
+            PYTHONPATH=str(PROJECT_ROOT),
+            PATH=f"{stubs}:{environ['PATH']}",
+            SIMPLEFEED_DATABASE_URL=database_url,
+            SIMPLEFEED_ARCHIVE_DIR=str(s.archive_dir),
+            SIMPLEFEED_BASE_URL=s.base_url,
+        )
+        subprocess.run(["sh", "-c", command], cwd=tmp_path, env=environ, timeout=60, check=False)
+        mailed = mailbox.read_text().splitlines() if mailbox.exists() else []
+        mailbox.unlink(missing_ok=True)
+        return mailed
+
+    pages = frozen_archive(core)
+    assert cron() == []
+    (pages / "1").write_bytes(b"<feed/>")
+    assert cron() == ["-s archive verify: exit 1 ops@example.com"]
+    down = f"postgresql+psycopg://operator@127.0.0.1:{free_port()}/simplefeed"
+    assert cron(down) == ["-s archive verify: exit 3 ops@example.com"]
