@@ -204,14 +204,15 @@ def holds_files(archive_dir: Path) -> bool:
 
 
 def empty_archive_problem(archive_dir: Path, holds: bool, frozen: int) -> str | None:
-    """Why checking an archive directory that ``holds`` no file against a database of
-    ``frozen`` pages is more likely the wrong directory than a lost archive, or None."""
+    """Why checking an archive directory (``archive_dir``, named by the caller) that ``holds``
+    no file against a database of ``frozen`` pages is more likely the wrong directory than a
+    lost archive, or None."""
     if holds or frozen == 0:
         return None
     return (
-        f"{archive_dir}: no page files at all, but the database has {frozen} frozen pages: is"
-        " this the service's archive? (SIMPLEFEED_ARCHIVE_DIR, relative to the directory the"
-        " command runs in; `simplefeed archive rebuild` writes the files)"
+        f"no page files at all, but the database has {frozen} frozen pages: is this the"
+        " service's archive? (SIMPLEFEED_ARCHIVE_DIR, relative to the directory the command"
+        " runs in; `simplefeed archive rebuild` writes the files)"
     )
 
 
@@ -285,6 +286,8 @@ class RebuildReport:
     restored: list[Path]
     #: Temporary files left by writes that never finished (a crash mid-write).
     removed: list[Path] = field(default_factory=list)
+    #: Page files that could not be written: "PATH: why", one a page.
+    unwritten: list[str] = field(default_factory=list)
 
 
 #: A temporary file older than this is no write in progress (a write takes milliseconds), but

@@ -2,11 +2,14 @@
 
 Every command that uses the database checks first that it exists, answers and is migrated
 (:func:`simplefeed.store.schema.check_ready`); only ``db upgrade`` creates one. A project error
-ends a command with one line on standard error and exit status 1, never a traceback.
+ends a command with one line on standard error and exit status 1, never a traceback; ``archive
+verify`` and ``archive rebuild`` end so with status 3 (:data:`COULD_NOT_CHECK`), keeping 1 for
+what they found.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import importlib
@@ -15,6 +18,7 @@ import os
 import pwd
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -472,16 +476,53 @@ def archive() -> None:
     """Static archive files."""
 
 
+#: The exit status of ``archive verify`` and ``archive rebuild`` when they could not check the
+#: archive at all (the database, the archive directory, the settings): 1 is what they found
+#: (differences, files not written), so that a cron job can tell the two apart.
+COULD_NOT_CHECK = 3
+
+
+class _CouldNotCheck(click.ClickException):
+    exit_code = COULD_NOT_CHECK
+
+
+@contextlib.contextmanager
+def _could_not_check() -> Iterator[None]:
+    """A project error inside ends the command with one line and :data:`COULD_NOT_CHECK`."""
+    try:
+        yield
+    except SimplefeedError as exc:
+        raise _CouldNotCheck(str(exc)) from None
+
+
 @archive.command("rebuild")
 @click.option("--feed", "feed_name", help="Only this feed.")
 def archive_rebuild(feed_name: str | None) -> None:
-    """Rewrite any missing or damaged static page from the database, byte-identically."""
-    core = _core()
-    click.echo(_archive_and_database("rebuilding", "from", core.settings))
-    report = core.rebuild_archive(feed_name)
+    """Rewrite any missing or damaged static page from the database, byte-identically.
+
+    \b
+    Exit status:
+      0  every page file is the database's (restored now, or already)
+      1  page files that could not be written, each named on standard error
+      2  usage: an option or argument it does not take
+      3  nothing was checked, said in one line: the database (missing, not
+         migrated, not answering), a setting (the default feed among them),
+         or --feed naming no feed
+    """
+    with _could_not_check():
+        core = _core()
+        try:
+            click.echo(_archive_and_database("rebuilding", "from", core.settings))
+            report = core.rebuild_archive(feed_name)
+        finally:
+            core.store.close()
     for path in report.restored:
         click.echo(f"restored {path}")
+    for problem in report.unwritten:
+        click.echo(problem, err=True)
     click.echo(f"checked {report.checked} frozen pages, restored {len(report.restored)}")
+    if report.unwritten:
+        raise click.ClickException(f"{len(report.unwritten)} page files could not be written")
 
 
 def _archive_and_database(doing: str, relation: str, settings: Settings) -> str:
@@ -545,15 +586,26 @@ def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
 @click.option("--feed", "feed_name", help="Only this feed.")
 def archive_verify(feed_name: str | None) -> None:
     """Check every static page against the database (bytes, ETag, the chain of sf:sha256
-    digests); exit 1 naming each difference. Run it after deploys and from cron."""
-    core = _core()
-    click.echo(_archive_and_database("checking", "against", core.settings))
-    try:
-        report = core.verify_archive(feed_name)
-    except SimplefeedError as exc:
-        raise click.ClickException(str(exc)) from None
-    finally:
-        core.store.close()
+    digests), naming each difference. Run it after deploys and from cron.
+
+    \b
+    Exit status:
+      0  all is well
+      1  differences, each named on standard error (`archive rebuild` restores
+         missing and damaged files)
+      2  usage: an option or argument it does not take
+      3  the check could not be made, said in one line: the database (missing,
+         not migrated, not answering), the archive directory (not a directory,
+         unreadable, or no page file at all while the database has frozen
+         pages), a setting, or --feed naming no feed
+    """
+    with _could_not_check():
+        core = _core()
+        try:
+            click.echo(_archive_and_database("checking", "against", core.settings))
+            report = core.verify_archive(feed_name)
+        finally:
+            core.store.close()
     for problem in report.problems:
         click.echo(problem, err=True)
     problems = len(report.problems)

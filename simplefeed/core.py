@@ -24,6 +24,7 @@ from simplefeed import appending, archive, atom, auth, metrics, paging
 from simplefeed.changes import Bell, Changes
 from simplefeed.errors import (
     ArchiveAhead,
+    ArchiveUnreadable,
     BaseUrlMismatch,
     DefaultFeedMismatch,
     DefaultFeedMissing,
@@ -1022,34 +1023,55 @@ class Simplefeed:
 
     def rebuild_archive(self, feed_name: str | None = None) -> archive.RebuildReport:
         """Rewrite every static page that is missing or differs from the database's bytes, and
-        remove temporary files that writes interrupted by a crash left behind. Refused
-        (:class:`DefaultFeedMismatch`) while a feed's pages would be written where another's are."""
+        remove temporary files that writes interrupted by a crash left behind. A page whose
+        files cannot be written is named in the report's ``unwritten`` and the others go on.
+        Refused (:class:`DefaultFeedMismatch`) while a feed's pages would be written where
+        another's are."""
         self.check_default_feed_pages()
         checked = 0
         restored: list[Path] = []
         removed: list[Path] = []
+        unwritten: list[str] = []
         feeds = [self.store.feed(feed_name)] if feed_name else self.store.feeds()
         for feed in feeds:
             removed += archive.remove_stale_temp_files(self.page_path(feed.name, 1).parent)
             for page in self.store.iter_pages(feed.id):
                 checked += 1
-                restored += archive.ensure_files(self.page_path(feed.name, page.number), page)
-        return archive.RebuildReport(checked, restored, removed)
+                path = self.page_path(feed.name, page.number)
+                try:
+                    restored += archive.ensure_files(path, page)
+                except OSError as exc:
+                    unwritten.append(f"{path}: {exc.strerror or exc}")
+        return archive.RebuildReport(checked, restored, removed, unwritten)
 
     def verify_archive(self, feed_name: str | None = None) -> archive.VerifyReport:
         """Check every static page file against the database: the same bytes, the ETag those
         bytes give, and each page's prev-archive digest (``sf:sha256``) the bytes of the page
         before; and no file for a page that is not frozen, nor for a feed the database does not
-        have (a restore of an older database leaves them). Writes nothing."""
-        checked = 0
-        problems: list[str] = []
+        have (a restore of an older database leaves them). Writes nothing.
+
+        What stops the check is raised, never reported as a difference: the archive directory
+        not one, holding no page file while the database has frozen pages (one line, not one
+        "missing" per page: the wrong directory, most likely), or a file in it that cannot be
+        read (:class:`ArchiveUnreadable`); a database that fails (:class:`StoreError`)."""
         feeds = [self.store.feed(feed_name)] if feed_name else self.store.feeds()
         root = self.settings.archive_dir
-        pages = sum(paging.working_page(f.head_seq, f.page_size) - 1 for f in feeds)
-        empty = archive.empty_archive_problem(root, archive.holds_files(root), pages)
-        if empty is not None:  # one line, not one "missing" per page
-            return archive.VerifyReport(pages, [empty])
-        if feed_name is None:
+        try:
+            if root.exists() and not root.is_dir():
+                raise ArchiveUnreadable(root, "not a directory (SIMPLEFEED_ARCHIVE_DIR)")
+            pages = sum(paging.working_page(f.head_seq, f.page_size) - 1 for f in feeds)
+            empty = archive.empty_archive_problem(root, archive.holds_files(root), pages)
+            if empty is not None:
+                raise ArchiveUnreadable(root, empty)
+            return self._verify_files(feeds, feed_name is None)
+        except OSError as exc:  # (a file that is not there is a difference, said as one)
+            path = Path(exc.filename) if exc.filename else root
+            raise ArchiveUnreadable(path, f"cannot be read ({exc.strerror or exc})") from exc
+
+    def _verify_files(self, feeds: Sequence[Feed], every_feed: bool) -> archive.VerifyReport:
+        checked = 0
+        problems: list[str] = []
+        if every_feed:
             known = {f.name for f in feeds}
             for directory in sorted((self.settings.archive_dir / "feeds").glob("*")):
                 if directory.name not in known:

@@ -29,6 +29,7 @@
     │       ├── PublishingBusy      every publishing slot of the process is waiting
     │       └── StorageLow          free space below SIMPLEFEED_MIN_FREE_BYTES
     ├── DatabaseNotReady            .url (masked), .answered: missing, unreachable or not migrated
+    ├── ArchiveUnreadable           .path: the archive could not be checked (missing, unreadable)
     └── ClientError                 the consumer's branch: see simplefeed.client.errors
 
 Each error carries the attributes that identify what failed; the HTTP layer maps them to a status
@@ -36,6 +37,8 @@ and a JSON body in one place (``simplefeed.app.errors``).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 
 class SimplefeedError(Exception):
@@ -243,3 +246,13 @@ class DatabaseNotReady(SimplefeedError):
         #: False when the database did not answer (a server that is down may come up), True
         #: when it answered and is not what Simplefeed needs (missing, empty, an older schema).
         self.answered = answered
+
+
+class ArchiveUnreadable(SimplefeedError):
+    """The archive directory could not be checked against the database: not a directory, a
+    file in it that cannot be read, or no page file at all while the database has frozen pages
+    (the wrong directory, most likely). ``path`` names it; the message is one line."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path

@@ -210,9 +210,8 @@ def test_archive_rebuild_and_rebase_refuse_to_write_a_feed_s_pages_elsewhere(
 ) -> None:
     core.publish("events", [Event(title=f"e{i}") for i in range(5)])
     core.create_feed("event")
-    assert one_line_error(cli(core, tmp_path, "archive", "rebuild", default_feed="event")) == (
-        f"Error: {MISTYPED}"
-    )
+    rebuild = cli(core, tmp_path, "archive", "rebuild", default_feed="event")
+    assert one_line_error(rebuild, status=3) == f"Error: {MISTYPED}"  # refused: nothing checked
     rebase = cli(core, tmp_path, "archive", "rebase", "http://moved.test", default_feed="event")
     assert one_line_error(rebase) == f"Error: {MISTYPED}"
     assert core.feed("events").base_url == "http://feeds.example.test"

@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,7 +20,13 @@ import falcon.testing
 import pytest
 from sqlalchemy import create_engine, text
 
-from bench.servers import scratch_postgres_database
+from bench.servers import (
+    PROJECT_ROOT,
+    clean_environ,
+    free_port,
+    scratch_postgres_database,
+    simplefeed_command,
+)
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed, base_url_problem
 from simplefeed.errors import BaseUrlMismatch, InvalidFeed
@@ -562,3 +569,187 @@ def test_a_publish_that_would_freeze_under_another_base_url_is_a_503_and_healthz
     assert core.feed("events").head_seq == 5
     own = falcon.testing.TestClient(create_app(core.settings, core=core))
     assert own.simulate_get("/healthz").status_code == 200
+
+
+# `archive verify` and `archive rebuild` exit 1 for what they found, 3 when they could not
+# look (README: "Deploying the read path"): a cron job's `|| mail` tells the two apart.
+
+
+def frozen_archive(core: Simplefeed) -> Path:
+    """Pages 1 and 2 of the default feed frozen, their files written; the pages directory."""
+    core.publish("events", [Event(title=f"e{i}") for i in range(12)])
+    return core.page_path("events", 1).parent
+
+
+def could_not_check(done: subprocess.CompletedProcess[str]) -> str:
+    """The one line a command that could not check ends with (status 3)."""
+    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("Error: "), line
+    return line
+
+
+def test_archive_verify_exits_0_when_every_page_file_is_the_databases(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    frozen_archive(core)
+    done = cli(core, tmp_path, "archive", "verify")
+    assert ok(done).splitlines()[-1] == "checked 2 frozen pages, 0 problems"
+    assert done.stderr == ""
+
+
+def test_archive_verify_exits_1_naming_a_damaged_page_file_which_rebuild_restores(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    pages = frozen_archive(core)
+    page1 = pages / "1"
+    page1.write_bytes(page1.read_bytes().replace(b"e0", b"eX"))
+    done = cli(core, tmp_path, "archive", "verify")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"{page1}: not the database's page 1 ("), line
+    assert done.stdout.splitlines()[-1] == "checked 2 frozen pages, 1 problem"
+    rebuilt = cli(core, tmp_path, "archive", "rebuild")
+    assert f"restored {page1}" in ok(rebuilt).splitlines()
+    ok(cli(core, tmp_path, "archive", "verify"))
+
+
+def test_archive_verify_exits_2_on_usage_and_its_help_gives_every_status(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    done = cli(core, tmp_path, "archive", "verify", "--no-such-option")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "No such option '--no-such-option'" in done.stderr
+    for command in ("verify", "rebuild"):
+        shown = ok(cli(core, tmp_path, "archive", command, "--help"))
+        statuses = [line.split()[0] for line in shown.splitlines() if re.match(r" +\d  ", line)]
+        assert statuses == ["0", "1", "2", "3"], shown
+
+
+@pytest.mark.parametrize("kind", ["postgres-closed-port", "sqlite-no-file", "sqlite-empty"])
+def test_archive_verify_and_rebuild_exit_3_when_the_database_is_not_ready(
+    tmp_path: Path, kind: str
+) -> None:
+    """The database does not answer, does not exist or is not migrated: nothing was checked,
+    which is not a damaged archive (that is 1)."""
+    said = {
+        "postgres-closed-port": "does not answer",
+        "sqlite-no-file": "does not exist",
+        "sqlite-empty": "has no Simplefeed tables",
+    }[kind]
+    if kind == "postgres-closed-port":
+        url = f"postgresql+psycopg://operator:hunter2@127.0.0.1:{free_port()}/simplefeed"
+    else:
+        path = tmp_path / f"{kind}.sqlite3"
+        if kind == "sqlite-empty":
+            sqlite3.connect(path).close()
+        url = f"sqlite:///{path}"
+    for command in ("verify", "rebuild"):
+        done = run(tmp_path, "archive", command, SIMPLEFEED_DATABASE_URL=url)
+        line = could_not_check(done)
+        assert said in line and "hunter2" not in line, line
+        assert done.stdout == ""
+
+
+def test_archive_verify_exits_3_when_the_archive_directory_cannot_be_checked(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    """No page file at all while the database has frozen pages (an empty or missing
+    directory: the wrong one, or a volume not mounted), a file where the directory should
+    be, a directory inside it that is a file: each one line, status 3, not 1."""
+    pages = frozen_archive(core)
+    root = core.settings.archive_dir
+    shutil.move(root, tmp_path / "kept")
+    empty = (
+        f"Error: {root}: no page files at all, but the database has 2 frozen pages: is this"
+        " the service's archive? (SIMPLEFEED_ARCHIVE_DIR, relative to the directory the"
+        " command runs in; `simplefeed archive rebuild` writes the files)"
+    )
+    assert could_not_check(cli(core, tmp_path, "archive", "verify")) == empty  # missing
+    (root / "pages").mkdir(parents=True)
+    done = cli(core, tmp_path, "archive", "verify")  # empty
+    assert could_not_check(done) == empty
+    assert done.stdout.splitlines()[0].startswith(f"checking archive {root} against database ")
+    (root / "pages").rmdir()
+    root.rmdir()
+    root.write_text("not a directory")
+    assert could_not_check(cli(core, tmp_path, "archive", "verify")) == (
+        f"Error: {root}: not a directory (SIMPLEFEED_ARCHIVE_DIR)"
+    )
+    root.unlink()
+    shutil.move(tmp_path / "kept", root)
+    ok(cli(core, tmp_path, "archive", "verify"))
+    for path in pages.iterdir():
+        path.unlink()
+    pages.rmdir()
+    pages.write_text("not a directory")  # unreadable, even to root
+    assert could_not_check(cli(core, tmp_path, "archive", "verify")) == (
+        f"Error: {pages / '1'}: cannot be read (Not a directory)"
+    )
+    assert could_not_check(cli(core, tmp_path, "archive", "verify", "--feed", "nope")) == (
+        "Error: no feed named 'nope'"
+    )
+
+
+def test_archive_rebuild_exits_1_naming_page_files_it_could_not_write(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    pages = frozen_archive(core)
+    shutil.rmtree(pages)
+    pages.write_text("not a directory")  # even root cannot write files under it
+    done = cli(core, tmp_path, "archive", "rebuild")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stderr.splitlines() == [
+        f"{pages / '1'}: Not a directory",
+        f"{pages / '2'}: Not a directory",
+        "Error: 2 page files could not be written",
+    ]
+    assert done.stdout.splitlines()[-1] == "checked 2 frozen pages, restored 0"
+    pages.unlink()
+    assert ok(cli(core, tmp_path, "archive", "rebuild")).splitlines()[-1] == (
+        "checked 2 frozen pages, restored 6"  # each page and its .br and .gz copies
+    )
+    assert could_not_check(cli(core, tmp_path, "archive", "rebuild", "--feed", "nope")) == (
+        "Error: no feed named 'nope'"
+    )
+
+
+def test_the_readme_s_cron_line_mails_a_failure_with_verify_s_status_in_the_subject(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    """The README's crontab line, run as cron runs it (`sh -c`, from elsewhere), with `mail`
+    a stub: nothing for 0, and a subject saying 1 (run `archive rebuild`) or 3 (nothing was
+    checked) otherwise."""
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    found = re.search(r"`0 \* \* \* \* (cd /srv/simplefeed && [^`]*verify[^`]*)`", readme)
+    assert found is not None
+    install, stubs, mailbox = tmp_path / "install", tmp_path / "bin", tmp_path / "mailbox"
+    (install / ".venv" / "bin").mkdir(parents=True)
+    (install / ".venv" / "bin" / "simplefeed").symlink_to(simplefeed_command()[0])
+    stubs.mkdir()
+    (stubs / "mail").write_text(f'#!/bin/sh\necho "$*" >> {mailbox}\n')
+    (stubs / "mail").chmod(0o755)
+    command = found.group(1).replace("/srv/simplefeed", str(install))
+    s = core.settings
+
+    def cron(database_url: str = s.database_url) -> list[str]:
+        environ = clean_environ()
+        environ.update(
+            PYTHONPATH=str(PROJECT_ROOT),
+            PATH=f"{stubs}:{environ['PATH']}",
+            SIMPLEFEED_DATABASE_URL=database_url,
+            SIMPLEFEED_ARCHIVE_DIR=str(s.archive_dir),
+            SIMPLEFEED_BASE_URL=s.base_url,
+        )
+        subprocess.run(["sh", "-c", command], cwd=tmp_path, env=environ, timeout=60, check=False)
+        mailed = mailbox.read_text().splitlines() if mailbox.exists() else []
+        mailbox.unlink(missing_ok=True)
+        return mailed
+
+    pages = frozen_archive(core)
+    assert cron() == []
+    (pages / "1").write_bytes(b"<feed/>")
+    assert cron() == ["-s archive verify: exit 1 ops@example.com"]
+    down = f"postgresql+psycopg://operator@127.0.0.1:{free_port()}/simplefeed"
+    assert cron(down) == ["-s archive verify: exit 3 ops@example.com"]
