@@ -47,13 +47,20 @@ def _settings() -> Settings:
     return settings
 
 
-def _core() -> Any:
+@contextlib.contextmanager
+def _core() -> Iterator[Any]:
+    """The core on the settings' database, checked ready first; closed when the command is
+    done with it (its connections, its change watcher)."""
     from simplefeed.core import Simplefeed
     from simplefeed.store import check_ready
 
     settings = _settings()
     check_ready(settings.database_url)
-    return Simplefeed(settings)
+    core = Simplefeed(settings)
+    try:
+        yield core
+    finally:
+        core.close()
 
 
 class _Commands(click.Group):
@@ -168,7 +175,7 @@ def serve(
         core.check_archive()
         page_size = core.default_feed_page_size_warning()
     finally:
-        core.store.close()
+        core.close()
     problem = _listen_problem(host, port) or unset_base_url_problem(
         listening, host, settings.base_url_given
     )
@@ -291,18 +298,21 @@ def upgrade() -> None:
     settings = _settings()
     upgrade_schema(settings.database_url)
     core = Simplefeed(settings)
-    core.check_default_feed_pages()  # before the default feed is created
     try:
-        core.create_feed(settings.default_feed)
-        click.echo(f"created default feed {settings.default_feed!r}")
-    except FeedExists:
-        pass
-    click.echo(f"database is at the newest schema: {mask_url(settings.database_url)}")
-    core.check_archive()  # a database older than the archive (a restore) is said at once
-    # Without SIMPLEFEED_BASE_URL the base URL is `serve --port`'s to decide: serve checks it.
-    if settings.base_url_given:
-        core.check_base_url()
-    page_size = core.default_feed_page_size_warning()  # (after the checks: a refusal is one line)
+        core.check_default_feed_pages()  # before the default feed is created
+        try:
+            core.create_feed(settings.default_feed)
+            click.echo(f"created default feed {settings.default_feed!r}")
+        except FeedExists:
+            pass
+        click.echo(f"database is at the newest schema: {mask_url(settings.database_url)}")
+        core.check_archive()  # a database older than the archive (a restore) is said at once
+        # Without SIMPLEFEED_BASE_URL the base URL is `serve --port`'s to decide: serve checks.
+        if settings.base_url_given:
+            core.check_base_url()
+        page_size = core.default_feed_page_size_warning()  # (after the checks: one line)
+    finally:
+        core.close()
     if page_size is not None:
         click.echo(f"simplefeed: warning: {page_size}", err=True)
 
@@ -318,7 +328,8 @@ def feed() -> None:
 @click.option("--title", help="Feed title (default: the name).")
 def feed_create(name: str, page_size: int | None, title: str | None) -> None:
     """Create a feed named NAME (lowercase letters, digits, - and _)."""
-    f = _core().create_feed(name, title=title, page_size=page_size)
+    with _core() as core:
+        f = core.create_feed(name, title=title, page_size=page_size)
     click.echo(f"created feed {f.name!r} ({f.atom_id}), {f.page_size} entries per page")
 
 
@@ -329,8 +340,8 @@ def feed_list(as_json: bool) -> None:
     publish, title."""
     from simplefeed.lines import escape_field
 
-    core = _core()
-    stats = [core.stats(f) for f in core.feeds()]
+    with _core() as core:
+        stats = [core.stats(f) for f in core.feeds()]
     if as_json:
         click.echo(json.dumps([s.describe() for s in stats], indent=2))
         return
@@ -369,8 +380,8 @@ def feed_show(name: str, as_json: bool) -> None:
     URLs to read it from."""
     from simplefeed.lines import escape_field
 
-    core = _core()
-    shown = core.stats(core.feed(name)).describe()
+    with _core() as core:
+        shown = core.stats(core.feed(name)).describe()
     recorded = shown["frozen_pages_base_url"]
     if recorded is not None and recorded != shown["base_url"]:
         # `serve --port N` links to port N without SIMPLEFEED_BASE_URL: a command run beside
@@ -400,7 +411,8 @@ def feed_retire(name: str) -> None:
     publish is refused with 410 Gone. `feed unretire NAME` undoes it."""
     from simplefeed.model import rfc3339
 
-    f = _core().retire_feed(name)
+    with _core() as core:
+        f = core.retire_feed(name)
     assert f.retired_us is not None
     click.echo(
         f"feed {name!r} retired at {rfc3339(f.retired_us)}: reads go on, publishes get 410 Gone"
@@ -411,7 +423,8 @@ def feed_retire(name: str) -> None:
 @click.argument("name")
 def feed_unretire(name: str) -> None:
     """Take retired feed NAME back into service: publishing works again."""
-    _core().unretire_feed(name)
+    with _core() as core:
+        core.unretire_feed(name)
     click.echo(f"feed {name!r} takes events again")
 
 
@@ -427,7 +440,8 @@ def token() -> None:
 )
 def token_create(feed_name: str | None, label: str | None) -> None:
     """Mint a token and print it once; only its hash is stored."""
-    value = _core().create_token(feed=feed_name, label=label)
+    with _core() as core:
+        value = core.create_token(feed=feed_name, label=label)
     click.echo(value)
     click.echo("(shown once: store it now; publish with 'Authorization: Bearer <token>')", err=True)
 
@@ -439,7 +453,9 @@ def token_list() -> None:
     from simplefeed.lines import escape_field
     from simplefeed.model import rfc3339
 
-    for t in _core().tokens():
+    with _core() as core:
+        tokens = core.tokens()
+    for t in tokens:
         state = "revoked " + rfc3339(t.revoked_us) if t.revoked_us is not None else "active"
         click.echo(
             f"{t.id}\t{t.feed or '*'}\t{state}\tcreated {rfc3339(t.created_us)}"
@@ -451,7 +467,9 @@ def token_list() -> None:
 @click.argument("token_id", type=int)
 def token_revoke(token_id: int) -> None:
     """Revoke token TOKEN_ID (see `token list`); it stops working at once."""
-    if not _core().revoke_token(token_id):
+    with _core() as core:
+        revoked = core.revoke_token(token_id)
+    if not revoked:
         raise click.ClickException(f"no active token with id {token_id}")
     click.echo(f"revoked token {token_id}")
 
@@ -461,7 +479,8 @@ def token_revoke(token_id: int) -> None:
 def token_rotate(token_id: int) -> None:
     """Give token TOKEN_ID a new secret and print the new token once; the old one stops
     working at once (its id, feed and label stay, so `token list` and the logs still match)."""
-    value = _core().rotate_token(token_id)
+    with _core() as core:
+        value = core.rotate_token(token_id)
     if value is None:
         raise click.ClickException(f"no active token with id {token_id}")
     click.echo(value)
@@ -509,13 +528,9 @@ def archive_rebuild(feed_name: str | None) -> None:
          migrated, not answering), a setting (the default feed among them),
          or --feed naming no feed
     """
-    with _could_not_check():
-        core = _core()
-        try:
-            click.echo(_archive_and_database("rebuilding", "from", core.settings))
-            report = core.rebuild_archive(feed_name)
-        finally:
-            core.store.close()
+    with _could_not_check(), _core() as core:
+        click.echo(_archive_and_database("rebuilding", "from", core.settings))
+        report = core.rebuild_archive(feed_name)
     for path in report.restored:
         click.echo(f"restored {path}")
     for problem in report.unwritten:
@@ -558,7 +573,7 @@ def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
     try:
         rebased = core.rebase_archive(feed_name)
     finally:
-        core.store.close()
+        core.close()
     for r in rebased:
         click.echo(
             f"feed {r.feed!r}: {r.changed} of {r.pages} frozen pages rendered again with "
@@ -599,13 +614,9 @@ def archive_verify(feed_name: str | None) -> None:
          unreadable, or no page file at all while the database has frozen
          pages), a setting, or --feed naming no feed
     """
-    with _could_not_check():
-        core = _core()
-        try:
-            click.echo(_archive_and_database("checking", "against", core.settings))
-            report = core.verify_archive(feed_name)
-        finally:
-            core.store.close()
+    with _could_not_check(), _core() as core:
+        click.echo(_archive_and_database("checking", "against", core.settings))
+        report = core.verify_archive(feed_name)
     for problem in report.problems:
         click.echo(problem, err=True)
     problems = len(report.problems)
