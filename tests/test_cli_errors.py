@@ -70,15 +70,14 @@ def one_line_error(done: subprocess.CompletedProcess[str], status: int = 1) -> s
     return lines[0]
 
 
-def wsgi_loaded(cwd: Path, **env: str) -> tuple[int, list[dict[str, Any]]]:
-    """``import simplefeed.wsgi``, as a uWSGI worker loads it (here outside uWSGI), in ``cwd``
-    with ``env`` added to a clean environment: its exit status and the JSON lines it logged
-    (simplefeed.logs) on standard error."""
+def python(cwd: Path, program: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -c PROGRAM`` on this checkout, in ``cwd`` with ``env`` added to a clean
+    environment; output captured as text."""
     environ = clean_environ()
     environ["PYTHONPATH"] = str(PROJECT_ROOT)
     environ.update(env)
-    done = subprocess.run(
-        [sys.executable, "-c", "import simplefeed.wsgi"],
+    return subprocess.run(
+        [sys.executable, "-c", program],
         cwd=cwd,
         env=environ,
         capture_output=True,
@@ -86,6 +85,13 @@ def wsgi_loaded(cwd: Path, **env: str) -> tuple[int, list[dict[str, Any]]]:
         timeout=60,
         check=False,
     )
+
+
+def wsgi_loaded(cwd: Path, **env: str) -> tuple[int, list[dict[str, Any]]]:
+    """``import simplefeed.wsgi``, as a uWSGI worker loads it (here outside uWSGI), in ``cwd``
+    with ``env`` added to a clean environment: its exit status and the JSON lines it logged
+    (simplefeed.logs) on standard error."""
+    done = python(cwd, "import simplefeed.wsgi", **env)
     return done.returncode, [json.loads(line) for line in done.stderr.strip().splitlines()]
 
 
@@ -626,16 +632,7 @@ def test_commands_on_a_ready_database_import_neither_alembic_nor_pydantic(tmp_pa
         "    assert not exit.code, exit.code\n"
         "print(sorted(m for m in ('alembic', 'pydantic') if m in sys.modules), file=sys.stderr)\n"
     )
-    environ = {**clean_environ(), "PYTHONPATH": str(PROJECT_ROOT), "SIMPLEFEED_DATABASE_URL": url}
-    done = subprocess.run(
-        [sys.executable, "-c", program],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = python(tmp_path, program, SIMPLEFEED_DATABASE_URL=url)
     assert done.returncode == 0, done.stderr
     assert "events" in done.stdout
     assert done.stderr.splitlines()[-1] == "[]"
