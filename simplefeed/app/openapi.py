@@ -7,6 +7,7 @@ checks it is current; regenerate with ``python -m simplefeed.app.openapi > docs/
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -282,6 +283,14 @@ def build() -> dict[str, Any]:
 
 def render() -> str:
     return json.dumps(build(), indent=2, sort_keys=True) + "\n"
+
+
+@functools.cache
+def served() -> bytes:
+    """The document as ``GET /openapi.json`` sends it: rendered on the first request of a
+    process (it depends on the code alone), not at each app's start (10-20 ms of a worker's
+    load, and of every test's app)."""
+    return render().encode()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from typing import Any
 import falcon
 
 from simplefeed import archive, auth, codings, metrics, paging
-from simplefeed.app import caching, compression, errors, preconditions, waiting
+from simplefeed.app import caching, compression, errors, openapi, preconditions, waiting
 from simplefeed.app.caching import ArchivedPage, LiveValidators
 from simplefeed.codings import IDENTITY
 from simplefeed.core import Simplefeed
@@ -684,15 +684,10 @@ class Metrics:
 class OpenApi:
     """``GET /openapi.json``: the API description (simplefeed.app.openapi)."""
 
-    def __init__(self) -> None:
-        from simplefeed.app import openapi
-
-        self.body = openapi.render().encode()
-
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.content_type = falcon.MEDIA_JSON
         resp.cache_control = ["public, max-age=300"]
-        resp.data = self.body
+        resp.data = openapi.served()
 
     on_head = on_get
 
