@@ -19,6 +19,7 @@ import os
 import re
 import socket
 import socketserver
+import struct
 import subprocess
 import sys
 import threading
@@ -188,13 +189,24 @@ def assert_no_traceback(run: Run) -> None:
 
 @pytest.fixture(scope="module")
 def bomb() -> bytes:
-    """About 2 MB of gzip that inflates to 2 GB of zeros."""
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    """About 2 MB of gzip that inflates to 2 GB of zeros: a gzip header, 128 times the deflate
+    blocks of 16 MiB of zeros (after a full flush the compressor starts afresh and byte-aligned,
+    so each 16 MiB gives the same bytes: compressing all 2 GB took 11-16 s of a test worker),
+    a final empty block, and the trailer (CRC-32 and length of the 2 GB)."""
     zeros = bytes(16 * 1024 * 1024)
-    parts = [compressor.compress(zeros) for _ in range(128)]
-    parts.append(compressor.flush())
-    data = b"".join(parts)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)  # raw deflate
+    block = compressor.compress(zeros) + compressor.flush(zlib.Z_FULL_FLUSH)
+    assert compressor.compress(zeros) + compressor.flush(zlib.Z_FULL_FLUSH) == block
+    crc = 0
+    for _ in range(128):
+        crc = zlib.crc32(zeros, crc)
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # deflate, no name, no time
+    final_empty_block = b"\x03\x00"
+    data = header + block * 128 + final_empty_block + struct.pack("<II", crc, 2**31)
     assert 1_000_000 < len(data) < 3_000_000
+    # It is gzip, and it inflates to zeros (the first 64 MiB, checked).
+    inflated = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, 64 * 1024 * 1024)
+    assert inflated == bytes(64 * 1024 * 1024)
     return data
 
 
