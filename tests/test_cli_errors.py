@@ -47,11 +47,19 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """``simplefeed ARGS`` in ``cwd`` with ``env`` added to a clean environment; ``stdin``: a
     file descriptor for its standard input (default: this process's)."""
+    return _on_checkout(cwd, [*simplefeed_command(), *args], stdin, env)
+
+
+def _on_checkout(
+    cwd: Path, argv: list[str], stdin: int | None, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` importing this checkout, in ``cwd`` with ``env`` added to a clean environment;
+    output captured as text."""
     environ = clean_environ()
     environ["PYTHONPATH"] = str(PROJECT_ROOT)
     environ.update(env)
     return subprocess.run(
-        [*simplefeed_command(), *args],
+        argv,
         cwd=cwd,
         env=environ,
         stdin=stdin,
@@ -73,18 +81,7 @@ def one_line_error(done: subprocess.CompletedProcess[str], status: int = 1) -> s
 def python(cwd: Path, program: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``python -c PROGRAM`` on this checkout, in ``cwd`` with ``env`` added to a clean
     environment; output captured as text."""
-    environ = clean_environ()
-    environ["PYTHONPATH"] = str(PROJECT_ROOT)
-    environ.update(env)
-    return subprocess.run(
-        [sys.executable, "-c", program],
-        cwd=cwd,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return _on_checkout(cwd, [sys.executable, "-c", program], None, env)
 
 
 def wsgi_loaded(cwd: Path, **env: str) -> tuple[int, list[dict[str, Any]]]:
