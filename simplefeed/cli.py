@@ -597,6 +597,55 @@ def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
         click.echo(f"now start the service with SIMPLEFEED_BASE_URL={settings.base_url}", err=True)
 
 
+@archive.command("recover")
+@click.option("--feed", "feed_name", help="Only this feed.")
+def archive_recover(feed_name: str | None) -> None:
+    """Take back into the database the pages whose files are past its frozen pages: a
+    database restored from a backup older than the archive lacks their entries, which the
+    files (and every cache) hold. Each page is taken back only if its entries, read from its
+    file, render to the file's bytes exactly (digest chain included), in order, stopping at
+    the first that does not; the service then starts, and the feed goes on after them.
+    Run it with the service's settings (SIMPLEFEED_BASE_URL among them).
+
+    \b
+    Exit status:
+      0  every page file past the database's is taken back (or there is none)
+      1  a page file that could not be taken back, or a copy (.br, .gz) that
+         could not be written, each named on standard error
+      2  usage: an option or argument it does not take
+      3  nothing was done, said in one line: the database (missing, not
+         migrated, not answering), a file that cannot be read, a setting (the
+         base URL, the default feed), or --feed naming no feed
+    """
+    with _could_not_check(), _core() as core:
+        click.echo(_archive_and_database("recovering", "into", core.settings))
+        core.check_base_url()
+        core.check_default_feed_pages()
+        recovered = core.recover_archive(feed_name)
+    failed = 0
+    for r in recovered:
+        if r.pages:
+            click.echo(
+                f"feed {r.feed!r}: took back pages {r.pages.start}-{r.pages.stop - 1}"
+                f" ({r.entries} entries)"
+            )
+        if r.problem is not None:
+            failed += 1
+            click.echo(
+                f"feed {r.feed!r}: {r.problem}; it and the files after it stay in the archive,"
+                " and the service does not start while they are there (README: A database"
+                " older than the archive)",
+                err=True,
+            )
+        for problem in r.unwritten:
+            failed += 1
+            click.echo(f"{problem} (`simplefeed archive rebuild` writes it)", err=True)
+    if not recovered:
+        click.echo("no page file past the database's frozen pages: nothing to take back")
+    if failed:
+        sys.exit(1)
+
+
 @archive.command("verify")
 @click.option("--feed", "feed_name", help="Only this feed.")
 def archive_verify(feed_name: str | None) -> None:

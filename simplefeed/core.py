@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from cachetools import TTLCache
 
-from simplefeed import appending, archive, atom, auth, metrics, paging
+from simplefeed import appending, archive, atom, auth, metrics, paging, recovery
 from simplefeed.changes import Bell, Changes
 from simplefeed.errors import (
     ArchiveAhead,
@@ -291,6 +291,21 @@ class Rebased:
     unwritten: list[str]
 
 
+@dataclass(frozen=True)
+class Recovered:
+    """What ``simplefeed archive recover`` did to one feed."""
+
+    feed: str
+    #: The pages taken back from their files into the database (none: an empty range).
+    pages: range
+    #: Entries stored (those of the pages that the database did not hold).
+    entries: int
+    #: Why the page file after them could not be taken back (None: there is none).
+    problem: str | None
+    #: Page files whose compressed copies could not be written (``archive rebuild``).
+    unwritten: list[str]
+
+
 def purge_urls(
     feed: Feed, bases: Sequence[str | None], default_feed: str, frozen: int
 ) -> list[str]:
@@ -473,8 +488,9 @@ class Simplefeed:
             f"the archive has page {frozen + 1} of feed {feed.name!r} ({path.resolve()}), but the"
             f" database has {frozen} frozen pages: it is older than the archive (restored from"
             " a backup?), and its next pages would freeze with other entries under URLs readers"
-            " and caches hold, over files holding entries it lacks: restore a database backup"
-            " made after the archive's newest page (README: Backing up)"
+            " and caches hold, over files holding entries it lacks: take their pages back"
+            " with `simplefeed archive recover`, or restore a database backup made after the"
+            " archive's newest page (README: A database older than the archive)"
         )
 
     def check_default_feed(self) -> None:
@@ -1146,6 +1162,96 @@ class Simplefeed:
                 )
             )
         return done
+
+    def recover_archive(self, feed_name: str | None = None) -> list[Recovered]:
+        """Take back into the database the pages whose files are past its frozen pages (a
+        database restored from a backup older than the archive): their entries and their bytes,
+        in order, each page only if the entries read from its file, with those the database
+        holds, render to the file's bytes exactly (:mod:`simplefeed.recovery`), stopping at the
+        first that does not. Each feed is one transaction holding its appends off; a feed with
+        no such file is left as it is."""
+        done: list[Recovered] = []
+        feeds = [self.store.feed(feed_name)] if feed_name else self.store.feeds()
+        for listed in feeds:
+            files = self._files_past(listed)
+            if files:
+                done.append(self._recover(listed.name, files))
+        return done
+
+    def _files_past(self, feed: Feed) -> list[tuple[int, bytes, int]]:
+        """The page files after ``feed``'s frozen pages, consecutive: (number, bytes, mtime
+        in microseconds)."""
+        found = []
+        number = feed.head_seq // feed.page_size + 1
+        while True:
+            path = self.page_path(feed.name, number)
+            try:
+                with path.open("rb") as f:
+                    found.append((number, f.read(), os.fstat(f.fileno()).st_mtime_ns // 1000))
+            except FileNotFoundError:
+                return found
+            except OSError as exc:
+                raise ArchiveUnreadable(path, f"cannot be read ({exc.strerror or exc})") from exc
+            number += 1
+
+    def _recover(self, feed_name: str, files: list[tuple[int, bytes, int]]) -> Recovered:
+        ids: list[str] = []
+        for _, body, _ in files:
+            try:
+                ids += (e.id for e in recovery.page_entries(body, ""))
+            except recovery.PageUnreadable:
+                break
+        with self.store.append(feed_name, ids) as append:
+            feed = append.feed
+            frozen = feed.head_seq // feed.page_size
+            if files[0][0] != frozen + 1:
+                raise StoreError(f"feed {feed_name!r} changed while it was read: run it again")
+            stored = append.entries_between(frozen * feed.page_size + 1, feed.head_seq)
+
+            def render(number: int, entries: tuple[Entry, ...], prev: str | None) -> bytes:
+                return atom.render(self._document(feed, "archive", number, entries, prev))
+
+            found = recovery.recoverable(
+                render,
+                [(number, body) for number, body, _ in files],
+                stored={e.seq: e for e in stored},
+                stored_seqs={s.id: s.seq for s in append.found.values()},
+                page_size=feed.page_size,
+                locator_base=self.urls(feed_name).locator_base,
+                prev_sha256=self._page_sha256(feed, frozen, append.page),
+            )
+            mtimes = {number: mtime for number, _, mtime in files}
+            pages = [
+                FrozenPage(feed.id, number, body, archive.strong_etag(body), mtimes[number])
+                for number, body in found.pages
+            ]
+            new = [(e, self._pending(e)) for e in found.entries if e.seq > feed.head_seq]
+            if new:
+                append.write(
+                    new,
+                    modified_us=max(self.clock(), feed.modified_us + 1),
+                    pages=pages,
+                    base_url=self.settings.base_url,
+                )
+        unwritten: list[str] = []
+        if pages:
+            newest = pages[-1]
+            self._digests[feed.id] = (newest.number, archive.page_sha256(newest))
+            self._self_hrefs[feed.id] = (newest.number, self.urls(feed_name).page(newest.number))
+            self.changes.committed()
+            for page in pages:
+                path = self.page_path(feed_name, page.number)
+                try:
+                    archive.ensure_files(path, page)
+                except OSError as exc:
+                    unwritten.append(f"{path}: {exc.strerror or exc}")
+        numbers = range(pages[0].number, pages[-1].number + 1) if pages else range(0)
+        return Recovered(feed_name, numbers, len(new), found.problem, unwritten)
+
+    @staticmethod
+    def _pending(entry: Entry) -> PendingEntry:
+        fingerprint, data = entry.event.canonical()
+        return PendingEntry(entry.id, entry.event, entry.published_us, fingerprint, data)
 
     def page_entries(self, feed: Feed, number: int) -> list[Entry]:
         """The entries of page ``number`` as stored, newest first (the pages for people)."""

@@ -149,6 +149,14 @@ class PostgresDatabases:
         self.made.add(name)
         return self.url(name)
 
+    def copy_of(self, url: str) -> str:
+        """A new database holding what ``url``'s holds (no session may be open on it): a
+        backup, given back with :meth:`release` like any other."""
+        name = f"sf_t_{uuid.uuid4().hex[:12]}"
+        self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{make_url(url).database}"')
+        self.made.add(name)
+        return self.url(name)
+
     def release(self, url: str) -> None:
         """The caller is done with ``url``: reset it for the next test, or drop it."""
         name = make_url(url).database

@@ -1,0 +1,263 @@
+"""Reading an archived page of ours back into the entries it was rendered from: the inverse of
+:func:`simplefeed.atom.render`, for ``simplefeed archive recover``. No I/O here.
+
+A database restored from a backup older than the archive lacks the entries of the pages that
+froze after the backup; their files (and every cache) hold them. :func:`page_entries` reads a
+page file's entries, and :func:`recoverable` decides which pages a feed can take back: the
+entries the database already holds must be the file's, and each page rendered again from the
+entries read must give the file's bytes exactly, digest chain included. Only that check makes
+the reading trustworthy: whatever it got wrong, the page would not render the same.
+
+What the documents cannot tell is read as the renderer would have written it:
+
+- content of type ``text`` has no ``content_type`` (a producer's ``text`` or ``text/plain``
+  renders alike, and a retry spelt so is a replay: :meth:`Event.replay_fingerprints`);
+- a summary equal to the title of an entry without content, or with Base64 content, is the one
+  the server added (RFC 4287 4.1.1.1), and an entry without content whose last link is its own
+  entry locator, with no other alternate link, got that link from the server (4.1.1);
+- JSON content is the text the page carries (``<`` written ``\\u003c``: the same value);
+- the entry's ``published`` is the time the producer gave (``updated`` in its event).
+
+So a recovered entry's fingerprint is that of the event as its page shows it: a producer's
+retry of it that spells it otherwise (no ``updated``, say) is answered as a conflict.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from lxml import etree
+
+from simplefeed import atom, paging
+from simplefeed.model import ATOM_NS, SF_NS, Author, Category, Entry, Event, Link, datetime_to_us
+
+_A = f"{{{ATOM_NS}}}"
+_ENTRY = f"{_A}entry"
+_SF_TYPE = f"{{{SF_NS}}}type"
+_DIV = f"{{{atom.XHTML_NS}}}div"
+#: Only the well-formed XML the renderer writes is read: no DTD, no entity, no network.
+_PARSER = etree.XMLParser(
+    resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False, remove_pis=True
+)
+
+
+class PageUnreadable(ValueError):
+    """The file is not a page this service rendered: said in one sentence."""
+
+
+def page_entries(body: bytes, locator_base: str) -> list[Entry]:
+    """The entries of an archived page's bytes, newest first (as the page lists them).
+    ``locator_base`` is the feed's (:attr:`Document.locator_base`)."""
+    try:
+        root = etree.fromstring(body, _PARSER)
+    except etree.XMLSyntaxError as exc:
+        raise PageUnreadable(f"is not well-formed XML ({exc})") from None
+    if root.tag != f"{_A}feed":
+        raise PageUnreadable(f"is not an Atom feed (its root is {root.tag!r})")
+    return [_entry(el, locator_base) for el in root.iterchildren(_ENTRY)]
+
+
+def _entry(el: Any, locator_base: str) -> Entry:
+    fields: dict[str, Any] = {}
+    links: list[Link] = []
+    categories: list[Category] = []
+    for child in el:
+        name = etree.QName(child)
+        if name.namespace == SF_NS and name.localname == "seq":
+            fields["seq"] = child.text
+            continue
+        if name.namespace != ATOM_NS:
+            raise PageUnreadable(f"an entry holds an element this service does not write: {name}")
+        tag = name.localname
+        if tag == "link":
+            links.append(_link(child))
+        elif tag == "category":
+            categories.append(
+                Category(child.get("term", ""), child.get("scheme"), child.get("label"))
+            )
+        elif tag == "author":
+            parts = {part.tag.removeprefix(_A): part.text or "" for part in child}
+            fields["author"] = Author(parts.get("name", ""), parts.get("email"), parts.get("uri"))
+        elif tag == "content":
+            fields["content_type"], fields["content"] = _content(child)
+        elif tag in ("id", "title", "summary", "updated", "published"):
+            fields[tag] = child.text or ""
+        else:
+            raise PageUnreadable(f"an entry holds an element this service does not write: {tag}")
+    try:
+        entry_id, seq = fields["id"], int(fields["seq"])
+        updated_us, published_us = _us(fields["updated"]), _us(fields["published"])
+        title = fields["title"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PageUnreadable(
+            f"an entry lacks a field this service writes, or it is wrong ({exc})"
+        ) from None
+    content = fields.get("content")
+    summary = fields.get("summary")
+    mode = atom.content_mode(fields.get("content_type"))
+    if summary == title and (content is None or mode == "base64"):
+        summary = None  # the server's (RFC 4287 4.1.1.1)
+    if content is None and links and not any(link.rel == "alternate" for link in links[:-1]):
+        locator = Link(href=locator_base + paging.locator_segment(entry_id))
+        if links[-1] == locator:
+            links.pop()  # the server's (RFC 4287 4.1.1)
+    event = Event(
+        title=title,
+        content=content,
+        content_type=fields.get("content_type"),
+        summary=summary,
+        author=fields.get("author"),
+        categories=tuple(categories),
+        links=tuple(links),
+        id=entry_id,
+        updated_us=published_us,
+    )
+    return Entry(seq, entry_id, updated_us, published_us, event)
+
+
+def _us(text: str) -> int:
+    return datetime_to_us(datetime.fromisoformat(text))
+
+
+def _link(el: Any) -> Link:
+    length = el.get("length")
+    return Link(
+        href=el.get("href", ""),
+        rel=el.get("rel", "alternate"),
+        type=el.get("type"),
+        hreflang=el.get("hreflang"),
+        title=el.get("title"),
+        length=int(length) if length is not None else None,
+    )
+
+
+def _content(el: Any) -> tuple[str | None, str]:
+    """(content type as the event had it, content text) of ``atom:content``."""
+    kind = el.get("type", "text")
+    declared = el.get(_SF_TYPE)
+    if declared is not None:
+        return declared, el.text or ""  # JSON, as the text the page carries
+    mode = atom.content_mode(kind)
+    if mode == "text":
+        return None, el.text or ""
+    if mode == "xhtml":
+        div = el.find(_DIV)
+        if div is None:
+            raise PageUnreadable("XHTML content without its div")
+        return kind, _inner(div)
+    if mode == "xml":
+        children = list(el)
+        if len(children) != 1:
+            raise PageUnreadable(f"inline {kind} content without one root element")
+        return kind, _serialised(children[0])
+    if mode == "base64":
+        try:
+            return kind, base64.b64decode(el.text or "", validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise PageUnreadable(f"{kind} content is not Base64 of UTF-8 text") from None
+    return kind, el.text or ""  # html, other text/*
+
+
+def _serialised(el: Any) -> str:
+    """An element as XML text, on its own (a copy: no namespace of the page around it)."""
+    alone = copy.deepcopy(el)
+    alone.tail = None
+    text: str = etree.tostring(alone, encoding="unicode")
+    return text
+
+
+def _inner(div: Any) -> str:
+    """What the renderer's XHTML ``div`` was written around: its text and children as XML."""
+    whole = _serialised(div)
+    start = whole.find(">") + 1
+    if whole.endswith("/>"):
+        return ""
+    return whole[start : whole.rindex("</")]
+
+
+@dataclass(frozen=True)
+class Recoverable:
+    """What :func:`recoverable` found for one feed: the pages to store (their entries oldest
+    first, their bytes as the files hold them), and why the next page could not be taken."""
+
+    entries: tuple[Entry, ...]
+    pages: tuple[tuple[int, bytes], ...]
+    problem: str | None
+
+
+#: Renders archived page ``number`` of the feed from its entries (newest first), with the
+#: digest of the page before it.
+Render = Callable[[int, tuple[Entry, ...], str | None], bytes]
+
+
+def recoverable(
+    render: Render,
+    files: Sequence[tuple[int, bytes]],
+    stored: Mapping[int, Entry],
+    stored_seqs: Mapping[str, int],
+    page_size: int,
+    locator_base: str,
+    prev_sha256: str | None,
+) -> Recoverable:
+    """Which of ``files`` (page number, bytes; consecutive, from the one after the feed's
+    frozen pages) can be taken back, in order, stopping at the first that cannot.
+
+    ``stored`` holds the database's entries past its frozen pages, by sequence number, and
+    ``stored_seqs`` the sequence numbers of the ids read, where the database has them;
+    ``prev_sha256`` is the digest of the database's newest frozen page (None: it has none)."""
+    entries: list[Entry] = []
+    pages: list[tuple[int, bytes]] = []
+    for number, body in files:
+        try:
+            read = page_entries(body, locator_base)
+        except PageUnreadable as exc:
+            return Recoverable(tuple(entries), tuple(pages), f"page {number} {exc}")
+        first, last = paging.seq_range(number, page_size)
+        seqs = [e.seq for e in read]
+        if seqs != list(range(last, first - 1, -1)):
+            return Recoverable(
+                tuple(entries),
+                tuple(pages),
+                f"page {number} holds entries {seqs[-1:]}..{seqs[:1]}, not {first}..{last}"
+                if seqs
+                else f"page {number} holds no entry",
+            )
+        page: list[Entry] = []
+        for entry in read:
+            held = stored.get(entry.seq)
+            if held is not None and held.id != entry.id:
+                return Recoverable(
+                    tuple(entries),
+                    tuple(pages),
+                    f"page {number}: the database holds entry {held.id!r} as number"
+                    f" {entry.seq}, the file {entry.id!r}: the database is not the archive's"
+                    " past (published to since it was restored?)",
+                )
+            elsewhere = stored_seqs.get(entry.id)
+            if elsewhere is not None and elsewhere != entry.seq:
+                return Recoverable(
+                    tuple(entries),
+                    tuple(pages),
+                    f"page {number}: entry {entry.id!r} is number {entry.seq} in the file and"
+                    f" {elsewhere} in the database",
+                )
+            page.append(held if held is not None else entry)
+        if render(number, tuple(page), prev_sha256) != body:
+            return Recoverable(
+                tuple(entries),
+                tuple(pages),
+                f"page {number}: its entries, read back, do not render to the file's bytes"
+                " (damaged, edited, rendered with another base URL or by another release, or not"
+                " this feed's)",
+            )
+        entries += reversed(page)
+        pages.append((number, body))
+        prev_sha256 = hashlib.sha256(body).hexdigest()
+    return Recoverable(tuple(entries), tuple(pages), None)

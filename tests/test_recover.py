@@ -1,0 +1,376 @@
+"""``simplefeed archive recover``: a database restored from a backup older than the archive takes
+back the pages that froze after the backup, from their files, and the feed goes on after them.
+
+An operator's trial, on a real SQLite file and a real PostgreSQL database: the corpus of every
+content kind and field (tests/test_atom.py) published through the app, a backup made part way
+(SQLite's backup API; a PostgreSQL copy of the database), more published, the backup restored
+beside the archive. The pages read back must render to the files' bytes, the entries must be
+the producer's (but for what the documents cannot tell, stated in simplefeed.recovery), and
+what cannot be read back must be refused, named, with nothing of it stored.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import falcon.testing
+import pytest
+
+from simplefeed import atom, paging, recovery
+from simplefeed.app import create_app
+from simplefeed.core import Simplefeed
+from simplefeed.errors import ArchiveAhead
+from simplefeed.model import Entry, Event, Feed, rfc3339
+from simplefeed.settings import Settings
+from tests.conftest import FakeClock, PostgresDatabases
+from tests.test_atom import _batches
+from tests.test_operators_cli import invoke
+
+
+def backup(core: Simplefeed, tmp_path: Path, postgres: PostgresDatabases | None) -> str:
+    """A backup of the core's database, as README's "Backing up" makes one; the core is
+    closed (a PostgreSQL database is copied with no session on it)."""
+    url = core.settings.database_url
+    if url.startswith("sqlite:///"):
+        path = tmp_path / "backup.sqlite3"
+        source, copy = sqlite3.connect(url.removeprefix("sqlite:///")), sqlite3.connect(path)
+        try:
+            source.backup(copy)
+        finally:
+            source.close()
+            copy.close()
+        core.close()
+        return f"sqlite:///{path}"
+    core.close()
+    assert postgres is not None
+    return postgres.copy_of(url)
+
+
+def app_client(core: Simplefeed, token: str) -> falcon.testing.TestClient:
+    return falcon.testing.TestClient(
+        create_app(core.settings, core=core), headers={"Authorization": f"Bearer {token}"}
+    )
+
+
+def post(client: falcon.testing.TestClient, batch: list[dict[str, Any]]) -> None:
+    reply = client.simulate_post("/entries", json=batch if len(batch) > 1 else batch[0])
+    assert reply.status_code == 201, reply.text
+
+
+@dataclass
+class Trial:
+    """The original database's core (closed), the restored one's, and what the original
+    held: every entry and every page's bytes."""
+
+    settings: Settings
+    restored: Simplefeed
+    entries: list[Entry]
+    files: dict[int, bytes]
+    backed_up_head: int
+
+
+@pytest.fixture
+def trial(
+    core: Simplefeed,
+    token: str,
+    clock: FakeClock,
+    tmp_path: Path,
+    postgres: PostgresDatabases | None,
+) -> Iterator[Trial]:
+    batches = _batches()
+    client = app_client(core, token)
+    for batch in batches[:6]:
+        clock.advance(1)
+        post(client, batch)
+    head = core.feed("events").head_seq
+    assert head % 5 and head > 5  # the backup holds a frozen page and part of the next
+    copy = backup(core, tmp_path, postgres)
+    later = Simplefeed(core.settings, clock=clock, new_uuid=core.new_uuid)
+    try:
+        client = app_client(later, token)
+        for batch in batches[6:]:
+            clock.advance(1)
+            post(client, batch)
+        feed = later.feed("events")
+        assert feed.head_seq // 5 >= 5
+        entries = later.store.entries_between(feed.id, 1, feed.head_seq)
+        files = {
+            n: later.page_path("events", n).read_bytes() for n in range(1, feed.head_seq // 5 + 1)
+        }
+    finally:
+        later.close()
+    settings = replace(core.settings, database_url=copy)
+    restored = Simplefeed(settings, clock=clock, new_uuid=core.new_uuid)
+    yield Trial(settings, restored, sorted(entries, key=lambda e: e.seq), files, head)
+    restored.close()
+    if postgres is not None and not copy.startswith("sqlite"):
+        postgres.release(copy)
+
+
+def as_pages_show_it(entry: Entry, locator_base: str) -> Event:
+    """The event as a page shows it (simplefeed.recovery's rules): what recovery stores."""
+    event = entry.event
+    mode = atom.content_mode(event.content_type)
+    content_type = event.content_type
+    if not event.content or mode == "text":
+        content_type = None
+    elif mode in ("html", "xhtml"):
+        content_type = mode
+    summary = event.summary
+    if summary == event.title and (not event.content or mode == "base64"):
+        summary = None
+    links = event.links
+    locator = atom.Link(href=locator_base + paging.locator_segment(entry.id))
+    if not event.content and links and links[-1] == locator:
+        links = links[:-1]
+    content = event.content
+    if content and mode == "json":
+        content = atom.json_text(content)
+    return replace(
+        event,
+        content=content if event.content else None,
+        content_type=content_type,
+        summary=summary,
+        links=links,
+        id=entry.id,
+        updated_us=entry.published_us,
+    )
+
+
+def test_recover_takes_back_every_page_and_the_feed_goes_on(
+    trial: Trial, token: str, clock: FakeClock
+) -> None:
+    core = trial.restored
+    with pytest.raises(ArchiveAhead):
+        core.check_archive()
+    (done,) = core.recover_archive()
+    last = len(trial.files)
+    frozen = trial.backed_up_head // 5
+    assert (done.feed, done.pages, done.problem, done.unwritten) == (
+        "events",
+        range(frozen + 1, last + 1),
+        None,
+        [],
+    )
+    assert done.entries == last * 5 - trial.backed_up_head
+    core.check_archive()  # the service starts
+    assert core.verify_archive().problems == []
+    feed = core.feed("events")
+    assert feed.head_seq == last * 5
+    assert feed.head_updated_us == trial.entries[last * 5 - 1].updated_us
+    for number, body in trial.files.items():
+        assert core.store.page(feed.id, number).body == body
+    # Every entry: its number, id, times, and the producer's event as the pages show it.
+    locator_base = core.urls("events").locator_base
+    recovered = core.store.entries_between(feed.id, 1, feed.head_seq)
+    for before, after in zip(trial.entries, sorted(recovered, key=lambda e: e.seq), strict=False):
+        assert (after.seq, after.id, after.updated_us, after.published_us) == (
+            before.seq,
+            before.id,
+            before.updated_us,
+            before.published_us,
+        )
+        if before.seq <= trial.backed_up_head:
+            assert after.event == before.event  # the database's own, untouched
+            continue
+        expected = as_pages_show_it(before, locator_base)
+        if atom.content_mode(before.event.content_type) in ("xml", "xhtml"):
+            # The XML text as lxml writes it (the same infoset): it renders alike.
+            expected = replace(expected, content=after.event.content)
+            assert atom.entry_parts(after, locator_base) == atom.entry_parts(before, locator_base)
+        assert after.event == expected, before.event
+    # The feed goes on: the next page chains to the last page taken back.
+    client = app_client(core, token)
+    clock.advance(1)
+    post(client, [{"title": f"after {i}"} for i in range(5)])
+    assert core.verify_archive().problems == []
+    # A producer's retry of a taken-back event, spelt as its page shows it, is a replay: with
+    # the time it happened (`published`), which the producer left to the server. Without it,
+    # the page cannot tell it was left out: a conflict (simplefeed.recovery).
+    (original,) = (e for e in trial.entries if e.id == "urn:example:order:7")
+    assert original.seq > trial.backed_up_head and original.event.updated_us is None
+    retry = {"title": "Explicit urn id", "id": original.id}
+    stamped = {**retry, "updated": rfc3339(original.published_us)}
+    assert client.simulate_post("/entries", json=stamped).status_code == 200
+    assert client.simulate_post("/entries", json=retry).status_code == 409
+
+
+def test_nothing_to_take_back_leaves_the_database_as_it_is(core: Simplefeed) -> None:
+    core.publish("events", [Event(title=f"e{i}") for i in range(12)])
+    assert core.recover_archive() == []
+    assert core.feed("events").head_seq == 12
+
+
+def damage(path: Path, old: bytes, new: bytes) -> None:
+    body = path.read_bytes()
+    assert old in body
+    path.write_bytes(body.replace(old, new, 1))
+
+
+def test_a_damaged_page_stops_the_recovery_before_it_and_stores_nothing_of_it(
+    trial: Trial,
+) -> None:
+    core = trial.restored
+    frozen = trial.backed_up_head // 5
+    bad = frozen + 2
+    damage(core.page_path("events", bad), b"<title>", b"<title>X")
+    (done,) = core.recover_archive()
+    assert done.pages == range(frozen + 1, bad)
+    assert done.problem == (
+        f"page {bad}: its entries, read back, do not render to the file's bytes (damaged,"
+        " edited, rendered with another base URL or by another release, or not this feed's)"
+    )
+    assert core.feed("events").head_seq == (bad - 1) * 5
+    with pytest.raises(ArchiveAhead, match=f"the archive has page {bad} of feed 'events'"):
+        core.check_archive()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        (b"<sf:seq>", b"<sf:seq>1", "holds entries"),
+        (b"</feed>", b"", "is not well-formed XML"),
+        (b"<published>", b"<foo/><published>", "an element this service does not write: foo"),
+    ],
+)
+def test_a_page_that_is_not_ours_is_named(trial: Trial, old: bytes, new: bytes, said: str) -> None:
+    core = trial.restored
+    first = trial.backed_up_head // 5 + 1
+    damage(core.page_path("events", first), old, new)
+    (done,) = core.recover_archive()
+    assert not done.pages and done.entries == 0
+    assert done.problem is not None and done.problem.startswith(f"page {first}")
+    assert said in done.problem
+    assert core.feed("events").head_seq == trial.backed_up_head
+
+
+@pytest.mark.parametrize("reused", [False, True])
+def test_a_database_published_to_since_it_was_restored_is_not_the_archive_past(
+    trial: Trial, tmp_path: Path, reused: bool
+) -> None:
+    """The operator moved the newer page files away, started, published, then put them back:
+    an entry of its own where the file has another, or (``reused``) the id the file has as the
+    newest entry of its page, stored under the database's next number. Named; nothing stored."""
+    core = trial.restored
+    pages = core.page_path("events", 1).parent
+    aside = tmp_path / "aside"
+    shutil.move(pages, aside)
+    seq = trial.backed_up_head + 1
+    newest = trial.entries[(seq // 5 + 1) * 5 - 1]
+    core.publish("events", [Event(title="after the restore", id=newest.id if reused else None)])
+    assert not pages.exists()  # (no page froze)
+    shutil.move(aside, pages)
+    (done,) = core.recover_archive()
+    assert not done.pages and done.problem is not None
+    if reused:
+        assert done.problem == (
+            f"page {seq // 5 + 1}: entry {newest.id!r} is number {newest.seq} in the file and"
+            f" {seq} in the database"
+        )
+    else:
+        assert "the database holds entry 'urn:uuid:" in done.problem
+        assert f"as number {seq}, the file {trial.entries[seq - 1].id!r}" in done.problem
+    assert core.feed("events").head_seq == seq
+
+
+def test_recovered_pages_render_alike_for_generated_entries() -> None:
+    """Any entry the renderer writes reads back into one it renders to the same bytes."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from tests.test_atom import _events
+
+    feed = Feed(1, "events", "6f1c2a4e-1d2b-4c3d-9e8f-0a1b2c3d4e5f", "T", 5, 0, 10, 9, 9)
+    times = st.integers(0, 4_102_444_800_000_000)
+    ids = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=8)
+    entries = st.lists(st.tuples(ids, times, times, _events()), min_size=1, max_size=5)
+
+    @settings(
+        max_examples=300, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(entries)
+    def check(made: list[tuple[str, int, int, Event]]) -> None:
+        written = tuple(
+            Entry(seq, entry_id.strip() or "x", updated, published, event)
+            for seq, (entry_id, updated, published, event) in zip(
+                range(len(made), 0, -1), made, strict=True
+            )
+        )
+        base = "http://feeds.example.test/entries/"
+        body = atom.render(document(feed, written, base))
+        read = recovery.page_entries(body, base)
+        assert atom.render(document(feed, tuple(read), base)) == body
+
+    check()
+
+
+def document(feed: Feed, entries: tuple[Entry, ...], locator_base: str) -> Any:
+    from simplefeed.model import Document
+
+    return Document(feed, "archive", 1, 5, (("self", "http://x/pages/1"),), locator_base, entries)
+
+
+def cli(settings: Settings, tmp_path: Path, *args: str) -> Any:
+    return invoke(
+        tmp_path,
+        *args,
+        SIMPLEFEED_DATABASE_URL=settings.database_url,
+        SIMPLEFEED_ARCHIVE_DIR=str(settings.archive_dir),
+        SIMPLEFEED_BASE_URL=settings.base_url,
+        SIMPLEFEED_PAGE_SIZE=str(settings.page_size),
+    )
+
+
+def test_the_command_says_what_it_took_back_and_exits_by_the_outcome(
+    trial: Trial, tmp_path: Path
+) -> None:
+    settings = trial.settings
+    trial.restored.close()
+    frozen = trial.backed_up_head // 5
+    last = len(trial.files)
+    bad = trial.settings.archive_dir / "pages" / str(last)
+    damage(bad, b"<title>", b"<title>X")
+    done = cli(settings, tmp_path, "archive", "recover")
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"recovering archive {settings.archive_dir} into database ")
+    assert lines[1:] == [
+        f"feed 'events': took back pages {frozen + 1}-{last - 1}"
+        f" ({(last - 1) * 5 - trial.backed_up_head} entries)"
+    ]
+    assert done.stderr.startswith(f"feed 'events': page {last}: its entries, read back,")
+    assert "README: A database older than the archive" in done.stderr
+    # The operator puts the file back (from a cache, a copy): the rest is taken back.
+    bad.write_bytes(trial.files[last])
+    done = cli(settings, tmp_path, "archive", "recover")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines()[1:] == [
+        f"feed 'events': took back pages {last}-{last} (5 entries)"
+    ]
+    done = cli(settings, tmp_path, "archive", "recover")
+    assert (done.returncode, done.stdout.splitlines()[1:]) == (
+        0,
+        ["no page file past the database's frozen pages: nothing to take back"],
+    )
+    assert cli(settings, tmp_path, "archive", "verify").returncode == 0
+
+
+@pytest.mark.parametrize("what", ["unreadable file", "no such feed"])
+def test_the_command_could_not_check(trial: Trial, tmp_path: Path, what: str) -> None:
+    trial.restored.close()
+    settings = trial.settings
+    args: tuple[str, ...] = ("--feed", "nope")
+    said = "no feed named 'nope'"
+    if what == "unreadable file":  # a directory where the next page file should be
+        path = settings.archive_dir / "pages" / str(trial.backed_up_head // 5 + 1)
+        shutil.rmtree(path.parent)
+        path.mkdir(parents=True)
+        args, said = (), f"{path}: cannot be read"
+    done = cli(settings, tmp_path, "archive", "recover", *args)
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    assert said in done.stderr and len(done.stderr.splitlines()) == 1
