@@ -250,6 +250,22 @@ def _copy_problem(copy: Path, body: bytes, coding: str) -> str | None:
     return None if decoded == body else f"{copy}: does not decode to its page's bytes"
 
 
+def decoded_copies(path: Path) -> list[bytes | None]:
+    """The page file ``path``'s compressed copies that are there, decoded (None: one that does
+    not decode)."""
+    found: list[bytes | None] = []
+    for coding in codings.CODINGS:
+        try:
+            raw = encoded_path(path, coding).read_bytes()
+        except FileNotFoundError:
+            continue
+        try:
+            found.append(codings.decode(raw, coding))
+        except ValueError:
+            found.append(None)
+    return found
+
+
 def chain_problem(before: FrozenPage, after: FrozenPage, given: str | None) -> str | None:
     """Whether ``after``'s prev-archive digest (``given``, its ``sf:sha256``) is the SHA-256
     of ``before``, the page before it. Pages frozen before digests were given carry none."""

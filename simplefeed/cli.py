@@ -604,8 +604,9 @@ def archive_recover(feed_name: str | None) -> None:
     database restored from a backup older than the archive lacks their entries, which the
     files (and every cache) hold. Each page is taken back only if its entries, read from its
     file, render to the file's bytes exactly (digest chain included), in order, stopping at
-    the first that does not; the service then starts, and the feed goes on after them.
-    Run it with the service's settings (SIMPLEFEED_BASE_URL among them).
+    the first that does not; the service then starts, and the feed goes on after them. A
+    feed the database lacks (created after the backup) is created again as its first page
+    file says. Run it with the service's settings (SIMPLEFEED_BASE_URL among them).
 
     \b
     Exit status:
@@ -624,6 +625,8 @@ def archive_recover(feed_name: str | None) -> None:
         recovered = core.recover_archive(feed_name)
     failed = 0
     for r in recovered:
+        if r.created:
+            click.echo(f"feed {r.feed!r}: created again as its first page says")
         if r.pages:
             click.echo(
                 f"feed {r.feed!r}: took back pages {r.pages.start}-{r.pages.stop - 1}"

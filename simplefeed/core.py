@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -291,6 +291,11 @@ class Rebased:
     unwritten: list[str]
 
 
+#: Page files ``archive recover`` reads and stores in one transaction: its memory is about this
+#: many pages' bytes and entries.
+RECOVERY_BATCH = 64
+
+
 @dataclass(frozen=True)
 class Recovered:
     """What ``simplefeed archive recover`` did to one feed."""
@@ -304,6 +309,8 @@ class Recovered:
     problem: str | None
     #: Page files whose compressed copies could not be written (``archive rebuild``).
     unwritten: list[str]
+    #: Whether the feed was created again, as its first page says (the database lacked it).
+    created: bool = False
 
 
 def purge_urls(
@@ -1167,36 +1174,132 @@ class Simplefeed:
         """Take back into the database the pages whose files are past its frozen pages (a
         database restored from a backup older than the archive): their entries and their bytes,
         in order, each page only if the entries read from its file, with those the database
-        holds, render to the file's bytes exactly (:mod:`simplefeed.recovery`), stopping at the
-        first that does not. Each feed is one transaction holding its appends off; a feed with
-        no such file is left as it is."""
+        holds, render to the file's bytes exactly and the next page file vouches for them
+        (:func:`simplefeed.recovery.recoverable`), stopping at the first that cannot be. A
+        feed the database does not have (created after the backup) whose first page file is
+        in the archive is created again as that page says: its uuid, title and page size.
+
+        Pages are read and stored :data:`RECOVERY_BATCH` at a time, each batch one transaction
+        holding the feed's appends off, so memory stays bounded however many there are."""
         done: list[Recovered] = []
-        feeds = [self.store.feed(feed_name)] if feed_name else self.store.feeds()
-        for listed in feeds:
-            files = self._files_past(listed)
-            if files:
-                done.append(self._recover(listed.name, files))
+        known = {f.name: f for f in self.store.feeds()}
+        names = [feed_name] if feed_name else [*known, *self._feeds_only_in_archive(known)]
+        for name in names:
+            feed = known.get(name)
+            if feed is None:
+                made = self._feed_from_archive(name)
+                if isinstance(made, str):
+                    done.append(Recovered(name, range(0), 0, made, [], created=False))
+                    continue
+                feed = made
+            recovered = self._recover(feed)
+            if recovered.pages or recovered.problem is not None:
+                done.append(replace(recovered, created=name not in known))
         return done
 
-    def _files_past(self, feed: Feed) -> list[tuple[int, bytes, int]]:
-        """The page files after ``feed``'s frozen pages, consecutive: (number, bytes, mtime
-        in microseconds)."""
+    def _feeds_only_in_archive(self, known: Mapping[str, Feed]) -> list[str]:
+        """The feeds whose page files are in the archive and not in the database (created
+        after the backup it was restored from), by name."""
+        root = self.settings.archive_dir
+        found = [p.name for p in sorted((root / "feeds").glob("*")) if p.name not in known]
+        if self.settings.default_feed not in known:
+            found.insert(0, self.settings.default_feed)
+        return [n for n in found if FEED_NAME_RE.match(n) and self.page_path(n, 1).exists()]
+
+    def _feed_from_archive(self, name: str) -> Feed | str:
+        """Create feed ``name`` again as its first page file says it was (its uuid, title and
+        page size), once that page is known to be taken back; else why it cannot be.
+        :class:`FeedNotFound` if there is no such file."""
+        path = self.page_path(name, 1)
+        if not FEED_NAME_RE.match(name) or not path.is_file():
+            raise FeedNotFound(name)
+        not_there = f"the database does not have the feed, and {path}"
+        try:
+            head = recovery.feed_head(path.read_bytes())
+        except OSError as exc:
+            raise ArchiveUnreadable(path, f"cannot be read ({exc.strerror or exc})") from exc
+        except recovery.PageUnreadable as exc:
+            return f"{not_there} {exc}"
+        feed = Feed(0, name, head.uuid, head.title, head.page_size, head.created_us, 0, None, 0)
+        files = self._page_files(feed, 1, 2)
+        found = recovery.recoverable(
+            self._archived_page_renderer(feed),
+            [(1, files[0][1])],
+            stored={},
+            stored_seqs={},
+            page_size=head.page_size,
+            locator_base=self.urls(name).locator_base,
+            prev_sha256=None,
+            following=files[1][1] if len(files) > 1 else None,
+            newest_copies=self._copies(name, 1) if len(files) == 1 else (),
+        )
+        if found.problem is not None:
+            return f"{not_there}: {found.problem}"
+        return self.store.create_feed(
+            name=name,
+            title=head.title,
+            page_size=head.page_size,
+            uuid=head.uuid,
+            now_us=head.created_us,
+        )
+
+    def _archived_page_renderer(self, feed: Feed) -> recovery.Render:
+        def render(number: int, entries: tuple[Entry, ...], prev: str | None) -> bytes:
+            return atom.render(self._document(feed, "archive", number, entries, prev))
+
+        return render
+
+    def _page_files(self, feed: Feed, first: int, most: int) -> list[tuple[int, bytes, int]]:
+        """Up to ``most`` consecutive page files of ``feed`` from page ``first``: (number,
+        bytes, mtime in microseconds)."""
         found = []
-        number = feed.head_seq // feed.page_size + 1
-        while True:
+        for number in range(first, first + most):
             path = self.page_path(feed.name, number)
             try:
                 with path.open("rb") as f:
                     found.append((number, f.read(), os.fstat(f.fileno()).st_mtime_ns // 1000))
             except FileNotFoundError:
-                return found
+                break
             except OSError as exc:
                 raise ArchiveUnreadable(path, f"cannot be read ({exc.strerror or exc})") from exc
-            number += 1
+        return found
 
-    def _recover(self, feed_name: str, files: list[tuple[int, bytes, int]]) -> Recovered:
+    def _copies(self, feed_name: str, number: int) -> list[bytes | None]:
+        path = self.page_path(feed_name, number)
+        try:
+            return archive.decoded_copies(path)
+        except OSError as exc:
+            raise ArchiveUnreadable(path, f"a copy cannot be read ({exc.strerror or exc})") from exc
+
+    def _recover(self, feed: Feed) -> Recovered:
+        """:meth:`recover_archive` for one feed, batch after batch."""
+        numbers: list[int] = []
+        entries = 0
+        unwritten: list[str] = []
+        problem: str | None = None
+        while problem is None:
+            files = self._page_files(feed, feed.head_seq // feed.page_size + 1, RECOVERY_BATCH + 1)
+            if not files:
+                break
+            pages, stored, problem = self._recover_batch(feed.name, files)
+            numbers += (p.number for p in pages)
+            entries += stored
+            unwritten += self._copies_written(feed.name, pages)
+            if len(files) <= RECOVERY_BATCH:
+                break
+            feed = self.store.feed(feed.name)
+        pages_range = range(numbers[0], numbers[-1] + 1) if numbers else range(0)
+        return Recovered(feed.name, pages_range, entries, problem, unwritten)
+
+    def _recover_batch(
+        self, feed_name: str, files: list[tuple[int, bytes, int]]
+    ) -> tuple[list[FrozenPage], int, str | None]:
+        """Take back the first :data:`RECOVERY_BATCH` of ``files`` that can be, in one
+        transaction (the one after them, if given, vouches for the last): the pages stored,
+        the entries stored, and why the next page could not be taken back (None: no reason)."""
+        batch, after = files[:RECOVERY_BATCH], files[RECOVERY_BATCH:]
         ids: list[str] = []
-        for _, body, _ in files:
+        for _, body, _ in batch:
             try:
                 ids += (e.id for e in recovery.page_entries(body, ""))
             except recovery.PageUnreadable:
@@ -1204,23 +1307,21 @@ class Simplefeed:
         with self.store.append(feed_name, ids) as append:
             feed = append.feed
             frozen = feed.head_seq // feed.page_size
-            if files[0][0] != frozen + 1:
+            if batch[0][0] != frozen + 1:
                 raise StoreError(f"feed {feed_name!r} changed while it was read: run it again")
             stored = append.entries_between(frozen * feed.page_size + 1, feed.head_seq)
-
-            def render(number: int, entries: tuple[Entry, ...], prev: str | None) -> bytes:
-                return atom.render(self._document(feed, "archive", number, entries, prev))
-
             found = recovery.recoverable(
-                render,
-                [(number, body) for number, body, _ in files],
+                self._archived_page_renderer(feed),
+                [(number, body) for number, body, _ in batch],
                 stored={e.seq: e for e in stored},
                 stored_seqs={s.id: s.seq for s in append.found.values()},
                 page_size=feed.page_size,
                 locator_base=self.urls(feed_name).locator_base,
                 prev_sha256=self._page_sha256(feed, frozen, append.page),
+                following=after[0][1] if after else None,
+                newest_copies=() if after else self._copies(feed_name, batch[-1][0]),
             )
-            mtimes = {number: mtime for number, _, mtime in files}
+            mtimes = {number: mtime for number, _, mtime in batch}
             pages = [
                 FrozenPage(feed.id, number, body, archive.strong_etag(body), mtimes[number])
                 for number, body in found.pages
@@ -1233,20 +1334,24 @@ class Simplefeed:
                     pages=pages,
                     base_url=self.settings.base_url,
                 )
-        unwritten: list[str] = []
         if pages:
             newest = pages[-1]
             self._digests[feed.id] = (newest.number, archive.page_sha256(newest))
             self._self_hrefs[feed.id] = (newest.number, self.urls(feed_name).page(newest.number))
             self.changes.committed()
-            for page in pages:
-                path = self.page_path(feed_name, page.number)
-                try:
-                    archive.ensure_files(path, page)
-                except OSError as exc:
-                    unwritten.append(f"{path}: {exc.strerror or exc}")
-        numbers = range(pages[0].number, pages[-1].number + 1) if pages else range(0)
-        return Recovered(feed_name, numbers, len(new), found.problem, unwritten)
+        return pages, len(new), found.problem
+
+    def _copies_written(self, feed_name: str, pages: Sequence[FrozenPage]) -> list[str]:
+        """Write the compressed copies of pages taken back that lack them (or hold others):
+        the page files that could not be, each as "PATH: why"."""
+        unwritten = []
+        for page in pages:
+            path = self.page_path(feed_name, page.number)
+            try:
+                archive.ensure_files(path, page)
+            except OSError as exc:
+                unwritten.append(f"{path}: {exc.strerror or exc}")
+        return unwritten
 
     @staticmethod
     def _pending(entry: Entry) -> PendingEntry:

@@ -4,9 +4,11 @@
 A database restored from a backup older than the archive lacks the entries of the pages that
 froze after the backup; their files (and every cache) hold them. :func:`page_entries` reads a
 page file's entries, and :func:`recoverable` decides which pages a feed can take back: the
-entries the database already holds must be the file's, and each page rendered again from the
-entries read must give the file's bytes exactly, digest chain included. Only that check makes
-the reading trustworthy: whatever it got wrong, the page would not render the same.
+entries the database already holds must be the file's, each page rendered again from the
+entries read must give the file's bytes exactly, digest chain included, and those bytes must
+be the ones the next page recorded (``sf:sha256``) when it froze. Rendering alike shows the
+reading lost nothing; it cannot show an edit that reads back consistently (a title changed),
+which only the next page's digest (or, for the newest page, its compressed copies) tells.
 
 What the documents cannot tell is read as the renderer would have written it:
 
@@ -62,6 +64,35 @@ def page_entries(body: bytes, locator_base: str) -> list[Entry]:
     if root.tag != f"{_A}feed":
         raise PageUnreadable(f"is not an Atom feed (its root is {root.tag!r})")
     return [_entry(el, locator_base) for el in root.iterchildren(_ENTRY)]
+
+
+@dataclass(frozen=True)
+class FeedHead:
+    """What a feed's first page says of the feed: enough to create it again, as it was."""
+
+    uuid: str
+    title: str
+    page_size: int
+    #: When its first entry was published: the feed's creation time is in no page.
+    created_us: int
+
+
+def feed_head(body: bytes) -> FeedHead:
+    """The feed a first page belongs to (:class:`PageUnreadable` if it does not say)."""
+    try:
+        root = etree.fromstring(body, _PARSER)
+    except etree.XMLSyntaxError as exc:
+        raise PageUnreadable(f"is not well-formed XML ({exc})") from None
+    atom_id = root.findtext(f"{_A}id") or ""
+    entries = page_entries(body, "")
+    if not atom_id.startswith("urn:uuid:") or not entries:
+        raise PageUnreadable("is not the first page of a feed this service wrote")
+    return FeedHead(
+        uuid=atom_id.removeprefix("urn:uuid:"),
+        title=root.findtext(f"{_A}title") or "",
+        page_size=len(entries),
+        created_us=entries[-1].published_us,
+    )
 
 
 def _entry(el: Any, locator_base: str) -> Entry:
@@ -205,59 +236,104 @@ def recoverable(
     page_size: int,
     locator_base: str,
     prev_sha256: str | None,
+    following: bytes | None,
+    newest_copies: Sequence[bytes | None] = (),
 ) -> Recoverable:
     """Which of ``files`` (page number, bytes; consecutive, from the one after the feed's
     frozen pages) can be taken back, in order, stopping at the first that cannot.
+
+    A page is taken back when its entries, read back, render to its bytes, and its bytes are
+    vouched for: by the next page file's digest of them (``sf:sha256``; ``following`` is the
+    page file after the last of ``files``, if there is one), or, for the newest page file, by
+    its compressed copies (``newest_copies``, decoded; None: one that does not decode), when
+    there are any. A consistent edit (a title changed) renders alike; only the
+    digest the next page recorded when it froze tells.
 
     ``stored`` holds the database's entries past its frozen pages, by sequence number, and
     ``stored_seqs`` the sequence numbers of the ids read, where the database has them;
     ``prev_sha256`` is the digest of the database's newest frozen page (None: it has none)."""
     entries: list[Entry] = []
     pages: list[tuple[int, bytes]] = []
-    for number, body in files:
+    for index, (number, body) in enumerate(files):
         try:
             read = page_entries(body, locator_base)
         except PageUnreadable as exc:
             return Recoverable(tuple(entries), tuple(pages), f"page {number} {exc}")
-        first, last = paging.seq_range(number, page_size)
-        seqs = [e.seq for e in read]
-        if seqs != list(range(last, first - 1, -1)):
-            return Recoverable(
-                tuple(entries),
-                tuple(pages),
-                f"page {number} holds entries {seqs[-1:]}..{seqs[:1]}, not {first}..{last}"
-                if seqs
-                else f"page {number} holds no entry",
-            )
-        page: list[Entry] = []
-        for entry in read:
-            held = stored.get(entry.seq)
-            if held is not None and held.id != entry.id:
-                return Recoverable(
-                    tuple(entries),
-                    tuple(pages),
-                    f"page {number}: the database holds entry {held.id!r} as number"
-                    f" {entry.seq}, the file {entry.id!r}: the database is not the archive's"
-                    " past (published to since it was restored?)",
-                )
-            elsewhere = stored_seqs.get(entry.id)
-            if elsewhere is not None and elsewhere != entry.seq:
-                return Recoverable(
-                    tuple(entries),
-                    tuple(pages),
-                    f"page {number}: entry {entry.id!r} is number {entry.seq} in the file and"
-                    f" {elsewhere} in the database",
-                )
-            page.append(held if held is not None else entry)
-        if render(number, tuple(page), prev_sha256) != body:
-            return Recoverable(
-                tuple(entries),
-                tuple(pages),
+        page, problem = _with_stored(number, read, page_size, stored, stored_seqs)
+        if problem is None and render(number, tuple(page), prev_sha256) != body:
+            problem = (
                 f"page {number}: its entries, read back, do not render to the file's bytes"
-                " (damaged, edited, rendered with another base URL or by another release, or not"
-                " this feed's)",
+                " (damaged, edited, rendered with another base URL or by another release, or"
+                " not this feed's)"
             )
+        digest = hashlib.sha256(body).hexdigest()
+        if problem is None:
+            after = files[index + 1][1] if index + 1 < len(files) else following
+            problem = _unvouched(number, digest, after, body, newest_copies)
+        if problem is not None:
+            return Recoverable(tuple(entries), tuple(pages), problem)
         entries += reversed(page)
         pages.append((number, body))
-        prev_sha256 = hashlib.sha256(body).hexdigest()
+        prev_sha256 = digest
     return Recoverable(tuple(entries), tuple(pages), None)
+
+
+def _with_stored(
+    number: int,
+    read: list[Entry],
+    page_size: int,
+    stored: Mapping[int, Entry],
+    stored_seqs: Mapping[str, int],
+) -> tuple[list[Entry], str | None]:
+    """The page's entries, newest first, those the database holds as it holds them; or why
+    the page is not the continuation of the database's entries."""
+    first, last = paging.seq_range(number, page_size)
+    seqs = [e.seq for e in read]
+    if seqs != list(range(last, first - 1, -1)):
+        if not seqs:
+            return [], f"page {number} holds no entry"
+        return [], f"page {number} holds entries {seqs[-1]}..{seqs[0]}, not {first}..{last}"
+    page: list[Entry] = []
+    for entry in read:
+        held = stored.get(entry.seq)
+        if held is not None and held.id != entry.id:
+            return [], (
+                f"page {number}: the database holds entry {held.id!r} as number"
+                f" {entry.seq}, the file {entry.id!r}: the database is not the archive's"
+                " past (published to since it was restored?)"
+            )
+        elsewhere = stored_seqs.get(entry.id)
+        if elsewhere is not None and elsewhere != entry.seq:
+            return [], (
+                f"page {number}: entry {entry.id!r} is number {entry.seq} in the file and"
+                f" {elsewhere} in the database"
+            )
+        page.append(held if held is not None else entry)
+    return page, None
+
+
+def _unvouched(
+    number: int,
+    digest: str,
+    following: bytes | None,
+    body: bytes,
+    copies: Sequence[bytes | None],
+) -> str | None:
+    """Why page ``number``'s bytes (of SHA-256 ``digest``) are not vouched for, or None."""
+    if following is not None:
+        try:
+            given = atom.prev_archive_sha256(following)
+        except etree.XMLSyntaxError:
+            given = None
+        if given == digest:
+            return None
+        return (
+            f"page {number}: its bytes (SHA-256 {digest}) are not those page {number + 1}"
+            f" gives it ({given}): damaged or edited"
+        )
+    if any(copy != body for copy in copies):
+        return (
+            f"page {number}: its file and its compressed copies differ, and no later page"
+            " file vouches for either"
+        )
+    return None

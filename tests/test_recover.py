@@ -11,6 +11,7 @@ what cannot be read back must be refused, named, with nothing of it stored.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ import pytest
 from simplefeed import atom, paging, recovery
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed
-from simplefeed.errors import ArchiveAhead
+from simplefeed.errors import ArchiveAhead, FeedNotFound
 from simplefeed.model import Entry, Event, Feed, rfc3339
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock, PostgresDatabases
@@ -142,17 +143,21 @@ def as_pages_show_it(entry: Entry, locator_base: str) -> Event:
     )
 
 
+@pytest.mark.parametrize("batch", [64, 2])
 def test_recover_takes_back_every_page_and_the_feed_goes_on(
-    trial: Trial, token: str, clock: FakeClock
+    trial: Trial, token: str, clock: FakeClock, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """In one transaction, or (``batch``) two pages at a time."""
+    monkeypatch.setattr("simplefeed.core.RECOVERY_BATCH", batch)
     core = trial.restored
     with pytest.raises(ArchiveAhead):
         core.check_archive()
     (done,) = core.recover_archive()
     last = len(trial.files)
     frozen = trial.backed_up_head // 5
-    assert (done.feed, done.pages, done.problem, done.unwritten) == (
+    assert (done.feed, done.created, done.pages, done.problem, done.unwritten) == (
         "events",
+        False,
         range(frozen + 1, last + 1),
         None,
         [],
@@ -200,6 +205,59 @@ def test_recover_takes_back_every_page_and_the_feed_goes_on(
     assert client.simulate_post("/entries", json=retry).status_code == 409
 
 
+def test_a_feed_created_after_the_backup_is_created_again_as_its_pages_say(
+    core: Simplefeed, clock: FakeClock, tmp_path: Path, postgres: PostgresDatabases | None
+) -> None:
+    core.publish("events", [Event(title="before the backup")])
+    copy = backup(core, tmp_path, postgres)
+    later = Simplefeed(core.settings, clock=clock, new_uuid=core.new_uuid)
+    try:
+        made = later.create_feed("orders", title="Order events", page_size=3)
+        later.create_feed("refunds", page_size=2)
+        later.publish("orders", [Event(title=f"o{i}") for i in range(7)])
+        later.publish("refunds", [Event(title=f"r{i}") for i in range(2)])
+    finally:
+        later.close()
+    restored = Simplefeed(replace(core.settings, database_url=copy), clock=clock)
+    try:
+        damage(restored.page_path("refunds", 1), b"<title>r0", b"<title>R0")
+        orders, refunds = restored.recover_archive()
+        assert (orders.feed, orders.created, orders.pages, orders.entries, orders.problem) == (
+            "orders",
+            True,
+            range(1, 3),
+            6,
+            None,
+        )
+        feed = restored.feed("orders")
+        assert (feed.uuid, feed.title, feed.page_size, feed.head_seq) == (
+            made.uuid,
+            "Order events",
+            3,
+            6,
+        )
+        assert (refunds.feed, refunds.pages, refunds.entries) == ("refunds", range(0), 0)
+        # A consistent edit (an entry's title) renders alike: the copies tell.
+        assert refunds.problem == (
+            f"the database does not have the feed, and {restored.page_path('refunds', 1)}:"
+            " page 1: its file and its compressed copies differ, and no later page file"
+            " vouches for either"
+        )
+        with pytest.raises(FeedNotFound):
+            restored.feed("refunds")
+        restored.publish("orders", [Event(title=f"o{i}") for i in range(7, 10)])
+        assert [p.number for p in restored.store.iter_pages(feed.id)] == [1, 2, 3]
+        problems = restored.verify_archive().problems
+        assert problems == [
+            f"{tmp_path / 'archive' / 'feeds' / 'refunds'}: files of a feed the database does"
+            " not have (remove them, or restore the database that has it)"
+        ]
+    finally:
+        restored.close()
+        if postgres is not None and not copy.startswith("sqlite"):
+            postgres.release(copy)
+
+
 def test_nothing_to_take_back_leaves_the_database_as_it_is(core: Simplefeed) -> None:
     core.publish("events", [Event(title=f"e{i}") for i in range(12)])
     assert core.recover_archive() == []
@@ -228,6 +286,28 @@ def test_a_damaged_page_stops_the_recovery_before_it_and_stores_nothing_of_it(
     assert core.feed("events").head_seq == (bad - 1) * 5
     with pytest.raises(ArchiveAhead, match=f"the archive has page {bad} of feed 'events'"):
         core.check_archive()
+
+
+@pytest.mark.parametrize("batch", [64, 1])
+def test_an_edit_that_renders_alike_is_told_by_the_next_page(
+    trial: Trial, batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry's title edited in a page file reads back and renders alike; the digest the next
+    page recorded when it froze tells, in the same batch or the next one's first page."""
+    monkeypatch.setattr("simplefeed.core.RECOVERY_BATCH", batch)
+    core = trial.restored
+    edited = trial.backed_up_head // 5 + 2
+    path = core.page_path("events", edited)
+    title = trial.entries[edited * 5 - 1].event.title.encode()
+    damage(path, b"<title>" + title, b"<title>" + title.swapcase())
+    (done,) = core.recover_archive()
+    assert done.pages == range(edited - 1, edited)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert done.problem == (
+        f"page {edited}: its bytes (SHA-256 {digest}) are not those page {edited + 1} gives it"
+        f" ({hashlib.sha256(trial.files[edited]).hexdigest()}): damaged or edited"
+    )
+    assert core.feed("events").head_seq == (edited - 1) * 5
 
 
 @pytest.mark.parametrize(
