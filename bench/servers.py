@@ -203,13 +203,14 @@ class UwsgiServer:
         finally:
             core.close()
 
-    def start(self, *, attempts: int = 3) -> None:
-        """Migrate, then start uWSGI and wait for /healthz; retries if the port was taken."""
+    def start(self, *, attempts: int = 3, port: int | None = None) -> None:
+        """Migrate, then start uWSGI and wait for /healthz; retries if the port was taken.
+        With ``port`` (a restart at the same base URL), on that port, once."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.archive_dir.mkdir(parents=True, exist_ok=True)
         self._prepare()
-        for attempt in range(1, attempts + 1):
-            self.port = free_port()
+        for attempt in range(1, attempts + 1 if port is None else 2):
+            self.port = port or free_port()
             self._spawn()
             try:
                 self._wait_healthy()

@@ -12,6 +12,7 @@ what cannot be read back must be refused, named, with nothing of it stored.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -20,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import falcon.testing
+import httpx
 import pytest
 
+from bench.servers import UwsgiServer
 from simplefeed import atom, paging, recovery
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed
@@ -454,3 +457,59 @@ def test_the_command_could_not_check(trial: Trial, tmp_path: Path, what: str) ->
     done = cli(settings, tmp_path, "archive", "recover", *args)
     assert done.returncode == 3, (done.stdout, done.stderr)
     assert said in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.e2e
+def test_an_operators_restore_then_recovery_with_the_real_commands(tmp_path: Path) -> None:
+    """README's way, with real processes: a backup of the running service's SQLite file, more
+    published and read by a consumer, the service stopped and the backup restored. `db
+    upgrade` refuses the database, `archive recover` takes the pages back, the service starts
+    at the same URL, and the consumer goes on with exactly the entries published since."""
+    # max-age 0: each consumer run looks at /recent again at once.
+    s = UwsgiServer.scratch(
+        tmp_path / "service", page_size=5, extra_env={"SIMPLEFEED_RECENT_MAX_AGE": "0"}
+    )
+    state = tmp_path / "consumer.json"
+    database = s.workdir / "simplefeed.sqlite3"
+
+    def publish(first: int, n: int) -> None:
+        events = [{"title": f"e{i}"} for i in range(first, first + n)]
+        reply = httpx.post(
+            s.url("/entries"), json=events, headers={"Authorization": f"Bearer {s.token}"}
+        )
+        assert reply.status_code == 201, reply.text
+
+    def consumed() -> list[str]:
+        done = s.cli("consume", s.url("/recent"), "--state", str(state), "--jsonl")
+        return [json.loads(line)["title"] for line in done.stdout.splitlines()]
+
+    try:
+        s.start()
+        publish(0, 12)
+        assert consumed() == [f"e{i}" for i in range(12)]
+        backup = tmp_path / "backup.sqlite3"
+        source, copy = sqlite3.connect(database), sqlite3.connect(backup)
+        try:
+            source.backup(copy)
+        finally:
+            source.close()
+            copy.close()
+        publish(12, 13)  # pages 3-5 freeze after the backup
+        assert consumed() == [f"e{i}" for i in range(12, 25)]
+        port = s.port
+        s.stop()
+        for leftover in ("-wal", "-shm"):
+            database.with_name(database.name + leftover).unlink(missing_ok=True)
+        shutil.copyfile(backup, database)
+        refused = s.cli("db", "upgrade", check=False)
+        assert refused.returncode == 1
+        assert "take their pages back with `simplefeed archive recover`" in refused.stderr
+        done = s.cli("archive", "recover")
+        assert done.stdout.splitlines()[1:] == ["feed 'events': took back pages 3-5 (13 entries)"]
+        s.start(port=port)
+        publish(25, 3)
+        assert consumed() == ["e25", "e26", "e27"]
+        assert s.cli("archive", "verify").returncode == 0
+        assert s.problems() == []
+    finally:
+        s.stop()
