@@ -34,11 +34,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from lxml import etree
 
 from simplefeed import atom, paging
-from simplefeed.model import ATOM_NS, SF_NS, Author, Category, Entry, Event, Link, datetime_to_us
+from simplefeed.model import (
+    ATOM_NS,
+    SF_NS,
+    Author,
+    Category,
+    Entry,
+    Event,
+    Link,
+    datetime_to_us,
+    text_problem,
+)
 
 _A = f"{{{ATOM_NS}}}"
 _ENTRY = f"{_A}entry"
@@ -63,7 +74,14 @@ def page_entries(body: bytes, locator_base: str) -> list[Entry]:
         raise PageUnreadable(f"is not well-formed XML ({exc})") from None
     if root.tag != f"{_A}feed":
         raise PageUnreadable(f"is not an Atom feed (its root is {root.tag!r})")
-    return [_entry(el, locator_base) for el in root.iterchildren(_ENTRY)]
+    try:
+        return [_entry(el, locator_base) for el in root.iterchildren(_ENTRY)]
+    except PageUnreadable:
+        raise
+    except (TypeError, ValueError) as exc:  # a value this service does not write
+        raise PageUnreadable(
+            f"holds an entry this service could not have written ({exc})"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -84,12 +102,17 @@ def feed_head(body: bytes) -> FeedHead:
     except etree.XMLSyntaxError as exc:
         raise PageUnreadable(f"is not well-formed XML ({exc})") from None
     atom_id = root.findtext(f"{_A}id") or ""
+    title = root.findtext(f"{_A}title") or ""
     entries = page_entries(body, "")
-    if not atom_id.startswith("urn:uuid:") or not entries:
+    try:
+        uuid = str(UUID(atom_id.removeprefix("urn:uuid:")))
+    except ValueError:
+        uuid = ""
+    if atom_id != f"urn:uuid:{uuid}" or not entries or text_problem(title) or not title:
         raise PageUnreadable("is not the first page of a feed this service wrote")
     return FeedHead(
-        uuid=atom_id.removeprefix("urn:uuid:"),
-        title=root.findtext(f"{_A}title") or "",
+        uuid=uuid,
+        title=title,
         page_size=len(entries),
         created_us=entries[-1].published_us,
     )
@@ -100,6 +123,8 @@ def _entry(el: Any, locator_base: str) -> Entry:
     links: list[Link] = []
     categories: list[Category] = []
     for child in el:
+        if not isinstance(child.tag, str):
+            raise PageUnreadable("an entry holds a comment or processing instruction")
         name = etree.QName(child)
         if name.namespace == SF_NS and name.localname == "seq":
             fields["seq"] = child.text
@@ -114,22 +139,25 @@ def _entry(el: Any, locator_base: str) -> Entry:
                 Category(child.get("term", ""), child.get("scheme"), child.get("label"))
             )
         elif tag == "author":
-            parts = {part.tag.removeprefix(_A): part.text or "" for part in child}
+            parts = {str(part.tag).removeprefix(_A): part.text or "" for part in child}
             fields["author"] = Author(parts.get("name", ""), parts.get("email"), parts.get("uri"))
         elif tag == "content":
             fields["content_type"], fields["content"] = _content(child)
         elif tag in ("id", "title", "summary", "updated", "published"):
+            if len(child):
+                raise PageUnreadable(
+                    f"an entry's {tag} holds elements, which this service does not write"
+                )
             fields[tag] = child.text or ""
         else:
             raise PageUnreadable(f"an entry holds an element this service does not write: {tag}")
-    try:
-        entry_id, seq = fields["id"], int(fields["seq"])
-        updated_us, published_us = _us(fields["updated"]), _us(fields["published"])
-        title = fields["title"]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise PageUnreadable(
-            f"an entry lacks a field this service writes, or it is wrong ({exc})"
-        ) from None
+    missing = [
+        name for name in ("id", "seq", "title", "updated", "published") if name not in fields
+    ]
+    if missing:
+        raise PageUnreadable(f"an entry lacks what this service writes in every entry: {missing}")
+    entry_id, seq, title = fields["id"], int(fields["seq"]), fields["title"]
+    updated_us, published_us = _us(fields["updated"]), _us(fields["published"])
     content = fields.get("content")
     summary = fields.get("summary")
     mode = atom.content_mode(fields.get("content_type"))
@@ -327,6 +355,11 @@ def _unvouched(
             given = None
         if given == digest:
             return None
+        if given is None:
+            return (
+                f"page {number}: page {number + 1}, which vouches for its bytes, gives no digest"
+                " of them (it cannot be read, or it is damaged)"
+            )
         return (
             f"page {number}: its bytes (SHA-256 {digest}) are not those page {number + 1}"
             f" gives it ({given}): damaged or edited"

@@ -319,17 +319,39 @@ def test_an_edit_that_renders_alike_is_told_by_the_next_page(
         (b"<sf:seq>", b"<sf:seq>1", "holds entries"),
         (b"</feed>", b"", "is not well-formed XML"),
         (b"<published>", b"<foo/><published>", "an element this service does not write: foo"),
+        (b"<published>", b"<!-- x --><published>", "an entry holds a comment"),
+        (b"<published>", b"<published>yesterday", "could not have written (Invalid isoformat"),
+        (b"<sf:seq>", b"<sf:seq>x", "could not have written (invalid literal for int()"),
+        (b'length="12345"', b'length="1e9"', "could not have written (invalid literal for int()"),
+        (b"<title>Explicit urn id", b"<title><b/>Explicit urn id", "an entry's title holds elem"),
+        (b"<id>", b"<ID>", "Opening and ending tag mismatch"),
+        (b"</published>", b"</published><published>x</published>", "could not have written"),
     ],
 )
 def test_a_page_that_is_not_ours_is_named(trial: Trial, old: bytes, new: bytes, said: str) -> None:
+    """The first page file past the database's that holds ``old`` gets ``new`` in its place:
+    the pages before it are taken back, it is named, and nothing of it is stored."""
     core = trial.restored
     first = trial.backed_up_head // 5 + 1
-    damage(core.page_path("events", first), old, new)
+    bad = next(n for n in range(first, len(trial.files) + 1) if old in trial.files[n])
+    damage(core.page_path("events", bad), old, new)
     (done,) = core.recover_archive()
-    assert not done.pages and done.entries == 0
-    assert done.problem is not None and done.problem.startswith(f"page {first}")
+    assert done.pages == range(first, bad)
+    assert done.problem is not None and done.problem.startswith(f"page {bad}")
     assert said in done.problem
-    assert core.feed("events").head_seq == trial.backed_up_head
+    assert core.feed("events").head_seq == max((bad - 1) * 5, trial.backed_up_head)
+
+
+def test_a_page_whose_next_page_cannot_be_read_is_not_vouched_for(trial: Trial) -> None:
+    core = trial.restored
+    first = trial.backed_up_head // 5 + 1
+    damage(core.page_path("events", first + 1), b"</feed>", b"")
+    (done,) = core.recover_archive()
+    assert (done.pages, done.problem) == (
+        range(0),
+        f"page {first}: page {first + 1}, which vouches for its bytes, gives no digest of them"
+        " (it cannot be read, or it is damaged)",
+    )
 
 
 @pytest.mark.parametrize("reused", [False, True])
