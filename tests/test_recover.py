@@ -224,7 +224,18 @@ def test_a_feed_created_after_the_backup_is_created_again_as_its_pages_say(
     restored = Simplefeed(replace(core.settings, database_url=copy), clock=clock)
     try:
         damage(restored.page_path("refunds", 1), b"<title>r0", b"<title>R0")
-        orders, refunds = restored.recover_archive()
+        # A feed id that is no uuid, and a directory whose name is no feed's: never created.
+        page1 = restored.page_path("orders", 1).read_bytes()
+        for name in ("ghost", "Not A Feed"):
+            stray = restored.page_path("events", 1).parent.parent / "feeds" / name / "pages" / "1"
+            stray.parent.mkdir(parents=True)
+            stray.write_bytes(page1.replace(made.uuid.encode(), b"x" * 40))
+        ghost, orders, refunds = restored.recover_archive()
+        assert ghost.problem == (
+            f"the database does not have the feed, and {restored.page_path('ghost', 1)}"
+            " is not the first page of a feed this service wrote"
+        )
+        assert "Not A Feed" not in {f.name for f in restored.feeds()}
         assert (orders.feed, orders.created, orders.pages, orders.entries, orders.problem) == (
             "orders",
             True,
@@ -252,8 +263,9 @@ def test_a_feed_created_after_the_backup_is_created_again_as_its_pages_say(
         assert [p.number for p in restored.store.iter_pages(feed.id)] == [1, 2, 3]
         problems = restored.verify_archive().problems
         assert problems == [
-            f"{tmp_path / 'archive' / 'feeds' / 'refunds'}: files of a feed the database does"
+            f"{tmp_path / 'archive' / 'feeds' / name}: files of a feed the database does"
             " not have (remove them, or restore the database that has it)"
+            for name in ("Not A Feed", "ghost", "refunds")
         ]
     finally:
         restored.close()
