@@ -68,12 +68,20 @@ class PageUnreadable(ValueError):
 def page_entries(body: bytes, locator_base: str) -> list[Entry]:
     """The entries of an archived page's bytes, newest first (as the page lists them).
     ``locator_base`` is the feed's (:attr:`Document.locator_base`)."""
+    return _entries(_root(body), locator_base)
+
+
+def _root(body: bytes) -> Any:
     try:
         root = etree.fromstring(body, _PARSER)
     except etree.XMLSyntaxError as exc:
         raise PageUnreadable(f"is not well-formed XML ({exc})") from None
     if root.tag != f"{_A}feed":
         raise PageUnreadable(f"is not an Atom feed (its root is {root.tag!r})")
+    return root
+
+
+def _entries(root: Any, locator_base: str) -> list[Entry]:
     try:
         return [_entry(el, locator_base) for el in root.iterchildren(_ENTRY)]
     except PageUnreadable:
@@ -97,13 +105,10 @@ class FeedHead:
 
 def feed_head(body: bytes) -> FeedHead:
     """The feed a first page belongs to (:class:`PageUnreadable` if it does not say)."""
-    try:
-        root = etree.fromstring(body, _PARSER)
-    except etree.XMLSyntaxError as exc:
-        raise PageUnreadable(f"is not well-formed XML ({exc})") from None
+    root = _root(body)
     atom_id = root.findtext(f"{_A}id") or ""
     title = root.findtext(f"{_A}title") or ""
-    entries = page_entries(body, "")
+    entries = _entries(root, "")
     try:
         uuid = str(UUID(atom_id.removeprefix("urn:uuid:")))
     except ValueError:
