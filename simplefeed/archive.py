@@ -250,20 +250,31 @@ def _copy_problem(copy: Path, body: bytes, coding: str) -> str | None:
     return None if decoded == body else f"{copy}: does not decode to its page's bytes"
 
 
-def decoded_copies(path: Path) -> list[bytes | None]:
-    """The page file ``path``'s compressed copies that are there, decoded (None: one that does
-    not decode)."""
-    found: list[bytes | None] = []
-    for coding in codings.CODINGS:
+def read_with_copies(path: Path) -> tuple[tuple[bytes, ...], int] | None:
+    """What the page file ``path`` and its compressed copies hold, decoded, the file's first,
+    each different one once (a copy that does not decode is left out), and the modification
+    time (microseconds) of the first there; None when neither the file nor a copy is there.
+    Raises :class:`OSError` for one that cannot be read."""
+    bodies: list[bytes] = []
+    mtime_us: int | None = None
+    for coding in (None, *codings.CODINGS):
+        where = path if coding is None else encoded_path(path, coding)
         try:
-            raw = encoded_path(path, coding).read_bytes()
+            with where.open("rb") as f:
+                raw, stat = f.read(), os.fstat(f.fileno())
         except FileNotFoundError:
             continue
+        if mtime_us is None:
+            mtime_us = stat.st_mtime_ns // 1000
         try:
-            found.append(codings.decode(raw, coding))
+            body = raw if coding is None else codings.decode(raw, coding)
         except ValueError:
-            found.append(None)
-    return found
+            continue
+        if body not in bodies:
+            bodies.append(body)
+    if mtime_us is None:
+        return None
+    return tuple(bodies), mtime_us
 
 
 def chain_problem(before: FrozenPage, after: FrozenPage, given: str | None) -> str | None:

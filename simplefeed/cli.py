@@ -640,6 +640,8 @@ def archive_recover(feed_name: str | None) -> None:
                 " older than the archive)",
                 err=True,
             )
+        for path in r.written:
+            click.echo(f"wrote again {path} (taken back from a copy, or missing)")
         for problem in r.unwritten:
             failed += 1
             click.echo(f"{problem} (`simplefeed archive rebuild` writes it)", err=True)

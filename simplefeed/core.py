@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -307,8 +307,10 @@ class Recovered:
     entries: int
     #: Why the page file after them could not be taken back (None: there is none).
     problem: str | None
-    #: Page files whose compressed copies could not be written (``archive rebuild``).
+    #: Page files (or copies) that could not be written (``archive rebuild``).
     unwritten: list[str]
+    #: Page files and copies written again from the bytes taken back (damaged, or missing).
+    written: list[Path] = field(default_factory=list)
     #: Whether the feed was created again, as its first page says (the database lacked it).
     created: bool = False
 
@@ -1224,14 +1226,13 @@ class Simplefeed:
         files = self._page_files(feed, 1, 2)
         found = recovery.recoverable(
             self._archived_page_renderer(feed),
-            [(1, files[0][1])],
+            files[:1],
             stored={},
             stored_seqs={},
             page_size=head.page_size,
             locator_base=self.urls(name).locator_base,
             prev_sha256=None,
-            following=files[1][1] if len(files) > 1 else None,
-            newest_copies=self._copies(name, 1) if len(files) == 1 else (),
+            following=files[1] if len(files) > 1 else None,
         )
         if found.problem is not None:
             return f"{not_there}: {found.problem}"
@@ -1249,32 +1250,27 @@ class Simplefeed:
 
         return render
 
-    def _page_files(self, feed: Feed, first: int, most: int) -> list[tuple[int, bytes, int]]:
-        """Up to ``most`` consecutive page files of ``feed`` from page ``first``: (number,
-        bytes, mtime in microseconds)."""
+    def _page_files(self, feed: Feed, first: int, most: int) -> list[recovery.PageFile]:
+        """Up to ``most`` consecutive page files of ``feed`` from page ``first`` (a page whose
+        file is gone but a copy is there counts)."""
         found = []
         for number in range(first, first + most):
             path = self.page_path(feed.name, number)
             try:
-                with path.open("rb") as f:
-                    found.append((number, f.read(), os.fstat(f.fileno()).st_mtime_ns // 1000))
-            except FileNotFoundError:
-                break
+                held = archive.read_with_copies(path)
             except OSError as exc:
-                raise ArchiveUnreadable(path, f"cannot be read ({exc.strerror or exc})") from exc
+                where = Path(exc.filename) if exc.filename else path
+                raise ArchiveUnreadable(where, f"cannot be read ({exc.strerror or exc})") from exc
+            if held is None:
+                break
+            found.append(recovery.PageFile(number, *held))
         return found
-
-    def _copies(self, feed_name: str, number: int) -> list[bytes | None]:
-        path = self.page_path(feed_name, number)
-        try:
-            return archive.decoded_copies(path)
-        except OSError as exc:
-            raise ArchiveUnreadable(path, f"a copy cannot be read ({exc.strerror or exc})") from exc
 
     def _recover(self, feed: Feed) -> Recovered:
         """:meth:`recover_archive` for one feed, batch after batch."""
         numbers: list[int] = []
         entries = 0
+        written: list[Path] = []
         unwritten: list[str] = []
         problem: str | None = None
         while problem is None:
@@ -1284,47 +1280,47 @@ class Simplefeed:
             pages, stored, problem = self._recover_batch(feed.name, files)
             numbers += (p.number for p in pages)
             entries += stored
-            unwritten += self._copies_written(feed.name, pages)
+            done, failed = self._files_written(feed.name, pages)
+            written += done
+            unwritten += failed
             if len(files) <= RECOVERY_BATCH:
                 break
             feed = self.store.feed(feed.name)
         pages_range = range(numbers[0], numbers[-1] + 1) if numbers else range(0)
-        return Recovered(feed.name, pages_range, entries, problem, unwritten)
+        return Recovered(feed.name, pages_range, entries, problem, unwritten, written)
 
     def _recover_batch(
-        self, feed_name: str, files: list[tuple[int, bytes, int]]
+        self, feed_name: str, files: list[recovery.PageFile]
     ) -> tuple[list[FrozenPage], int, str | None]:
         """Take back the first :data:`RECOVERY_BATCH` of ``files`` that can be, in one
         transaction (the one after them, if given, vouches for the last): the pages stored,
         the entries stored, and why the next page could not be taken back (None: no reason)."""
         batch, after = files[:RECOVERY_BATCH], files[RECOVERY_BATCH:]
-        ids: list[str] = []
-        for _, body, _ in batch:
+        ids: dict[str, None] = {}  # of the files and their copies: any may be taken back
+        for body in (body for file in batch for body in file.bodies):
             try:
-                ids += (e.id for e in recovery.page_entries(body, ""))
+                ids.update(dict.fromkeys(e.id for e in recovery.page_entries(body, "")))
             except recovery.PageUnreadable:
-                break
+                continue
         with self.store.append(feed_name, ids) as append:
             feed = append.feed
             frozen = feed.head_seq // feed.page_size
-            if batch[0][0] != frozen + 1:
+            if batch[0].number != frozen + 1:
                 raise StoreError(f"feed {feed_name!r} changed while it was read: run it again")
             stored = append.entries_between(frozen * feed.page_size + 1, feed.head_seq)
             found = recovery.recoverable(
                 self._archived_page_renderer(feed),
-                [(number, body) for number, body, _ in batch],
+                batch,
                 stored={e.seq: e for e in stored},
                 stored_seqs={s.id: s.seq for s in append.found.values()},
                 page_size=feed.page_size,
                 locator_base=self.urls(feed_name).locator_base,
                 prev_sha256=self._page_sha256(feed, frozen, append.page),
-                following=after[0][1] if after else None,
-                newest_copies=() if after else self._copies(feed_name, batch[-1][0]),
+                following=after[0] if after else None,
             )
-            mtimes = {number: mtime for number, _, mtime in batch}
             pages = [
-                FrozenPage(feed.id, number, body, archive.strong_etag(body), mtimes[number])
-                for number, body in found.pages
+                FrozenPage(feed.id, file.number, body, archive.strong_etag(body), file.mtime_us)
+                for file, body in found.pages
             ]
             new = [(e, self._pending(e)) for e in found.entries if e.seq > feed.head_seq]
             if new:
@@ -1341,17 +1337,21 @@ class Simplefeed:
             self.changes.committed()
         return pages, len(new), found.problem
 
-    def _copies_written(self, feed_name: str, pages: Sequence[FrozenPage]) -> list[str]:
-        """Write the compressed copies of pages taken back that lack them (or hold others):
-        the page files that could not be, each as "PATH: why"."""
-        unwritten = []
+    def _files_written(
+        self, feed_name: str, pages: Sequence[FrozenPage]
+    ) -> tuple[list[Path], list[str]]:
+        """Write the files and copies of pages taken back that are missing or hold other bytes
+        (a page taken back from a copy): those written, and those that could not be, each as
+        "PATH: why"."""
+        written: list[Path] = []
+        unwritten: list[str] = []
         for page in pages:
             path = self.page_path(feed_name, page.number)
             try:
-                archive.ensure_files(path, page)
+                written += archive.ensure_files(path, page)
             except OSError as exc:
                 unwritten.append(f"{path}: {exc.strerror or exc}")
-        return unwritten
+        return written, unwritten
 
     @staticmethod
     def _pending(entry: Entry) -> PendingEntry:

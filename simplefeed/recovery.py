@@ -247,12 +247,23 @@ def _inner(div: Any) -> str:
 
 
 @dataclass(frozen=True)
+class PageFile:
+    """A page's file as the archive holds it: what the file and its compressed copies hold,
+    decoded, the file's first, each different one once (a copy that does not decode is left
+    out), and the file's modification time (the page's freeze time: ``archive.write_page``)."""
+
+    number: int
+    bodies: tuple[bytes, ...]
+    mtime_us: int
+
+
+@dataclass(frozen=True)
 class Recoverable:
     """What :func:`recoverable` found for one feed: the pages to store (their entries oldest
-    first, their bytes as the files hold them), and why the next page could not be taken."""
+    first, their bytes), and why the next page could not be taken."""
 
     entries: tuple[Entry, ...]
-    pages: tuple[tuple[int, bytes], ...]
+    pages: tuple[tuple[PageFile, bytes], ...]
     problem: str | None
 
 
@@ -263,52 +274,115 @@ Render = Callable[[int, tuple[Entry, ...], str | None], bytes]
 
 def recoverable(
     render: Render,
-    files: Sequence[tuple[int, bytes]],
+    files: Sequence[PageFile],
     stored: Mapping[int, Entry],
     stored_seqs: Mapping[str, int],
     page_size: int,
     locator_base: str,
     prev_sha256: str | None,
-    following: bytes | None,
-    newest_copies: Sequence[bytes | None] = (),
+    following: PageFile | None,
 ) -> Recoverable:
-    """Which of ``files`` (page number, bytes; consecutive, from the one after the feed's
-    frozen pages) can be taken back, in order, stopping at the first that cannot.
+    """Which of ``files`` (consecutive, from the one after the feed's frozen pages) can be
+    taken back, in order, stopping at the first that cannot.
 
-    A page is taken back when its entries, read back, render to its bytes, and its bytes are
-    vouched for: by the next page file's digest of them (``sf:sha256``; ``following`` is the
-    page file after the last of ``files``, if there is one), or, for the newest page file, by
-    its compressed copies (``newest_copies``, decoded; None: one that does not decode), when
-    there are any. A consistent edit (a title changed) renders alike; only the
-    digest the next page recorded when it froze tells.
+    A page is taken back with bytes its file or a copy holds, when its entries, read back from
+    them, render to them, and they are vouched for: by the next page's digest of them (its
+    ``sf:sha256``, in its file or a copy; ``following`` is the page file after the last of
+    ``files``, if there is one), or, for the newest page, by being the only bytes of its file
+    and copies that render alike. A consistent edit (a title changed) renders alike; only the
+    digest the next page recorded when it froze tells. A damaged file whose copy is intact is
+    taken back from the copy.
 
     ``stored`` holds the database's entries past its frozen pages, by sequence number, and
     ``stored_seqs`` the sequence numbers of the ids read, where the database has them;
     ``prev_sha256`` is the digest of the database's newest frozen page (None: it has none)."""
     entries: list[Entry] = []
-    pages: list[tuple[int, bytes]] = []
-    for index, (number, body) in enumerate(files):
-        try:
-            read = page_entries(body, locator_base)
-        except PageUnreadable as exc:
-            return Recoverable(tuple(entries), tuple(pages), f"page {number} {exc}")
-        page, problem = _with_stored(number, read, page_size, stored, stored_seqs)
-        if problem is None and render(number, tuple(page), prev_sha256) != body:
-            problem = (
-                f"page {number}: its entries, read back, do not render to the file's bytes"
-                " (damaged, edited, rendered with another base URL or by another release, or"
-                " not this feed's)"
+    pages: list[tuple[PageFile, bytes]] = []
+    for index, file in enumerate(files):
+        number = file.number
+        alike: list[tuple[bytes, list[Entry]]] = []
+        problem: str | None = None
+        for body in file.bodies:
+            page, wrong = _read_back(
+                render, number, body, stored, stored_seqs, page_size, locator_base, prev_sha256
             )
-        digest = hashlib.sha256(body).hexdigest()
-        if problem is None:
-            after = files[index + 1][1] if index + 1 < len(files) else following
-            problem = _unvouched(number, digest, after, body, newest_copies)
-        if problem is not None:
-            return Recoverable(tuple(entries), tuple(pages), problem)
+            if wrong is None:
+                alike.append((body, page))
+            elif problem is None:
+                problem = wrong
+        after = files[index + 1] if index + 1 < len(files) else following
+        chosen, unvouched = _vouched(number, alike, after)
+        if chosen is None:
+            return Recoverable(tuple(entries), tuple(pages), problem if not alike else unvouched)
+        body, page = chosen
         entries += reversed(page)
-        pages.append((number, body))
-        prev_sha256 = digest
+        pages.append((file, body))
+        prev_sha256 = hashlib.sha256(body).hexdigest()
     return Recoverable(tuple(entries), tuple(pages), None)
+
+
+def _read_back(
+    render: Render,
+    number: int,
+    body: bytes,
+    stored: Mapping[int, Entry],
+    stored_seqs: Mapping[str, int],
+    page_size: int,
+    locator_base: str,
+    prev_sha256: str | None,
+) -> tuple[list[Entry], str | None]:
+    """Page ``number``'s entries read back from ``body``, those the database holds as it holds
+    them, if they render to ``body``; else why not."""
+    try:
+        read = page_entries(body, locator_base)
+    except PageUnreadable as exc:
+        return [], f"page {number} {exc}"
+    page, problem = _with_stored(number, read, page_size, stored, stored_seqs)
+    if problem is None and render(number, tuple(page), prev_sha256) != body:
+        problem = (
+            f"page {number}: its entries, read back, do not render to the file's bytes"
+            " (damaged, edited, rendered with another base URL or by another release, or"
+            " not this feed's)"
+        )
+    return page, problem
+
+
+def _vouched(
+    number: int, alike: list[tuple[bytes, list[Entry]]], after: PageFile | None
+) -> tuple[tuple[bytes, list[Entry]] | None, str]:
+    """Which of the bytes that render alike (with their entries) are page ``number``'s, or
+    None and why none is: those whose digest the next page gives, or, for the newest page, the
+    only ones."""
+    if not alike:
+        return None, ""
+    if after is None:
+        if len(alike) == 1:
+            return alike[0], ""
+        return None, (
+            f"page {number}: its file and its compressed copies differ, each rendering alike,"
+            " and no later page file vouches for either"
+        )
+    given = [g for g in map(_prev_digest, after.bodies) if g is not None]
+    for body, page in alike:
+        if hashlib.sha256(body).hexdigest() in given:
+            return (body, page), ""
+    if not given:
+        return None, (
+            f"page {number}: page {number + 1}, which vouches for its bytes, gives no digest"
+            " of them (it cannot be read, or it is damaged)"
+        )
+    digest = hashlib.sha256(alike[0][0]).hexdigest()
+    return None, (
+        f"page {number}: its bytes (SHA-256 {digest}) are not those page {number + 1}"
+        f" gives it ({given[0]}): damaged or edited"
+    )
+
+
+def _prev_digest(body: bytes) -> str | None:
+    try:
+        return atom.prev_archive_sha256(body)
+    except etree.XMLSyntaxError:
+        return None
 
 
 def _with_stored(
@@ -343,35 +417,3 @@ def _with_stored(
             )
         page.append(held if held is not None else entry)
     return page, None
-
-
-def _unvouched(
-    number: int,
-    digest: str,
-    following: bytes | None,
-    body: bytes,
-    copies: Sequence[bytes | None],
-) -> str | None:
-    """Why page ``number``'s bytes (of SHA-256 ``digest``) are not vouched for, or None."""
-    if following is not None:
-        try:
-            given = atom.prev_archive_sha256(following)
-        except etree.XMLSyntaxError:
-            given = None
-        if given == digest:
-            return None
-        if given is None:
-            return (
-                f"page {number}: page {number + 1}, which vouches for its bytes, gives no digest"
-                " of them (it cannot be read, or it is damaged)"
-            )
-        return (
-            f"page {number}: its bytes (SHA-256 {digest}) are not those page {number + 1}"
-            f" gives it ({given}): damaged or edited"
-        )
-    if any(copy != body for copy in copies):
-        return (
-            f"page {number}: its file and its compressed copies differ, and no later page"
-            " file vouches for either"
-        )
-    return None

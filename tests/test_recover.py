@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from bench.servers import UwsgiServer
-from simplefeed import atom, paging, recovery
+from simplefeed import archive, atom, codings, paging, recovery
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed
 from simplefeed.errors import ArchiveAhead, FeedNotFound
@@ -223,7 +223,7 @@ def test_a_feed_created_after_the_backup_is_created_again_as_its_pages_say(
         later.close()
     restored = Simplefeed(replace(core.settings, database_url=copy), clock=clock)
     try:
-        damage(restored.page_path("refunds", 1), b"<title>r0", b"<title>R0")
+        damage(restored.page_path("refunds", 1), b"<title>r0", b"<title>R0", copies=False)
         # A feed id that is no uuid, and a directory whose name is no feed's: never created.
         page1 = restored.page_path("orders", 1).read_bytes()
         for name in ("ghost", "Not A Feed"):
@@ -251,11 +251,12 @@ def test_a_feed_created_after_the_backup_is_created_again_as_its_pages_say(
             6,
         )
         assert (refunds.feed, refunds.pages, refunds.entries) == ("refunds", range(0), 0)
-        # A consistent edit (an entry's title) renders alike: the copies tell.
+        # A consistent edit (an entry's title) renders alike, as its intact copies do: with
+        # no later page to tell, neither is taken.
         assert refunds.problem == (
             f"the database does not have the feed, and {restored.page_path('refunds', 1)}:"
-            " page 1: its file and its compressed copies differ, and no later page file"
-            " vouches for either"
+            " page 1: its file and its compressed copies differ, each rendering alike, and no"
+            " later page file vouches for either"
         )
         with pytest.raises(FeedNotFound):
             restored.feed("refunds")
@@ -279,10 +280,38 @@ def test_nothing_to_take_back_leaves_the_database_as_it_is(core: Simplefeed) -> 
     assert core.feed("events").head_seq == 12
 
 
-def damage(path: Path, old: bytes, new: bytes) -> None:
+def damage(path: Path, old: bytes, new: bytes, *, copies: bool = True) -> None:
+    """``new`` in place of ``old`` in the page file ``path`` and (``copies``) in its compressed
+    copies alike: no version of the page left as it was."""
     body = path.read_bytes()
     assert old in body
     path.write_bytes(body.replace(old, new, 1))
+    for coding in codings.CODINGS if copies else ():
+        copy = archive.encoded_path(path, coding)
+        copy.write_bytes(codings.encode(body.replace(old, new, 1), coding))
+
+
+def test_a_damaged_page_file_is_taken_back_from_its_copy_and_written_again(
+    trial: Trial,
+) -> None:
+    core = trial.restored
+    first = trial.backed_up_head // 5 + 1
+    last = len(trial.files)
+    for number, cut in ((first, 100), (last, 0)):  # cut short, and a bit flipped in a title
+        path = core.page_path("events", number)
+        if cut:
+            path.write_bytes(trial.files[number][:cut])
+        else:
+            damage(path, b"<title>", b"<title>X", copies=False)
+    core.page_path("events", first + 1).unlink()  # and a file gone, its copies there
+    (done,) = core.recover_archive()
+    assert (done.pages, done.problem) == (range(first, last + 1), None)
+    assert sorted(done.written) == sorted(
+        core.page_path("events", n) for n in (first, first + 1, last)
+    )
+    for number in range(first, last + 1):
+        assert core.page_path("events", number).read_bytes() == trial.files[number]
+    assert core.verify_archive().problems == []
 
 
 def test_a_damaged_page_stops_the_recovery_before_it_and_stores_nothing_of_it(
@@ -467,7 +496,11 @@ def test_the_command_says_what_it_took_back_and_exits_by_the_outcome(
     done = cli(settings, tmp_path, "archive", "recover")
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines()[1:] == [
-        f"feed 'events': took back pages {last}-{last} (5 entries)"
+        f"feed 'events': took back pages {last}-{last} (5 entries)",
+        *(
+            f"wrote again {bad}.{suffix} (taken back from a copy, or missing)"
+            for suffix in ("br", "gz")
+        ),
     ]
     done = cli(settings, tmp_path, "archive", "recover")
     assert (done.returncode, done.stdout.splitlines()[1:]) == (
