@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.servers import clean_environ, simplefeed_command
+from bench.servers import clean_environ, simplefeed_command, sqlite_backup
 from simplefeed.core import Simplefeed
 from simplefeed.model import Author, Category, Event
 from simplefeed.settings import Settings
@@ -76,12 +75,7 @@ def trial(directory: Path, pages: int, page_size: int, batch: int | None) -> dic
         core.create_feed("events")
         core.publish("events", [event(i) for i in range(page_size + page_size // 3)])
         backup = directory / "backup.sqlite3"
-        source, copy = sqlite3.connect(database), sqlite3.connect(backup)
-        try:
-            source.backup(copy)
-        finally:
-            source.close()
-            copy.close()
+        sqlite_backup(database, backup)
         published = page_size + page_size // 3
         while published < pages * page_size:
             n = min(page_size, pages * page_size - published)

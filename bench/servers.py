@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -68,6 +69,17 @@ def _exited(pid: int) -> bool:
     """Whether our child ``pid`` has exited, without reaping it (its pid stays reserved)."""
     info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     return info is not None and info.si_pid == pid
+
+
+def sqlite_backup(database: Path, backup: Path) -> None:
+    """An online, consistent copy of a SQLite database, as README's "Backing up" makes one
+    (the ``sqlite3`` backup API), both connections closed after."""
+    source, copy = sqlite3.connect(database), sqlite3.connect(backup)
+    try:
+        source.backup(copy)
+    finally:
+        source.close()
+        copy.close()
 
 
 class ServerError(RuntimeError):

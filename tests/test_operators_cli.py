@@ -34,7 +34,7 @@ from simplefeed.cli import main
 from simplefeed.core import Simplefeed, base_url_problem
 from simplefeed.errors import BaseUrlMismatch, InvalidFeed
 from simplefeed.model import Event, Feed
-from simplefeed.settings import mask_url
+from simplefeed.settings import Settings, mask_url
 from simplefeed.store.schema import SCHEMA_REVISION, alembic_config
 from tests.conftest import FakeClock, query
 from tests.test_cli_errors import run
@@ -44,7 +44,11 @@ BASE = "http://feeds.example.test"
 
 def cli(core: Simplefeed, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``simplefeed ARGS`` on the core's database and archive, with its base URL."""
-    s = core.settings
+    return cli_on(core.settings, tmp_path, *args)
+
+
+def cli_on(s: Settings, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``simplefeed ARGS`` with these settings' database, archive, base URL and page size."""
     return invoke(
         tmp_path,
         *args,

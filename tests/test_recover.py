@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,7 +23,7 @@ import falcon.testing
 import httpx
 import pytest
 
-from bench.servers import UwsgiServer
+from bench.servers import UwsgiServer, sqlite_backup
 from simplefeed import archive, atom, codings, paging, recovery
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed
@@ -33,7 +32,7 @@ from simplefeed.model import Entry, Event, Feed, rfc3339
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock, PostgresDatabases
 from tests.test_atom import _batches
-from tests.test_operators_cli import invoke
+from tests.test_operators_cli import cli_on
 
 
 def backup(core: Simplefeed, tmp_path: Path, postgres: PostgresDatabases | None) -> str:
@@ -42,12 +41,7 @@ def backup(core: Simplefeed, tmp_path: Path, postgres: PostgresDatabases | None)
     url = core.settings.database_url
     if url.startswith("sqlite:///"):
         path = tmp_path / "backup.sqlite3"
-        source, copy = sqlite3.connect(url.removeprefix("sqlite:///")), sqlite3.connect(path)
-        try:
-            source.backup(copy)
-        finally:
-            source.close()
-            copy.close()
+        sqlite_backup(Path(url.removeprefix("sqlite:///")), path)
         core.close()
         return f"sqlite:///{path}"
     core.close()
@@ -461,17 +455,6 @@ def document(feed: Feed, entries: tuple[Entry, ...], locator_base: str) -> Any:
     return Document(feed, "archive", 1, 5, (("self", "http://x/pages/1"),), locator_base, entries)
 
 
-def cli(settings: Settings, tmp_path: Path, *args: str) -> Any:
-    return invoke(
-        tmp_path,
-        *args,
-        SIMPLEFEED_DATABASE_URL=settings.database_url,
-        SIMPLEFEED_ARCHIVE_DIR=str(settings.archive_dir),
-        SIMPLEFEED_BASE_URL=settings.base_url,
-        SIMPLEFEED_PAGE_SIZE=str(settings.page_size),
-    )
-
-
 def test_the_command_says_what_it_took_back_and_exits_by_the_outcome(
     trial: Trial, tmp_path: Path
 ) -> None:
@@ -481,7 +464,7 @@ def test_the_command_says_what_it_took_back_and_exits_by_the_outcome(
     last = len(trial.files)
     bad = trial.settings.archive_dir / "pages" / str(last)
     damage(bad, b"<title>", b"<title>X")
-    done = cli(settings, tmp_path, "archive", "recover")
+    done = cli_on(settings, tmp_path, "archive", "recover")
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"recovering archive {settings.archive_dir} into database ")
@@ -493,7 +476,7 @@ def test_the_command_says_what_it_took_back_and_exits_by_the_outcome(
     assert "README: A database older than the archive" in done.stderr
     # The operator puts the file back (from a cache, a copy): the rest is taken back.
     bad.write_bytes(trial.files[last])
-    done = cli(settings, tmp_path, "archive", "recover")
+    done = cli_on(settings, tmp_path, "archive", "recover")
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines()[1:] == [
         f"feed 'events': took back pages {last}-{last} (5 entries)",
@@ -502,12 +485,12 @@ def test_the_command_says_what_it_took_back_and_exits_by_the_outcome(
             for suffix in ("br", "gz")
         ),
     ]
-    done = cli(settings, tmp_path, "archive", "recover")
+    done = cli_on(settings, tmp_path, "archive", "recover")
     assert (done.returncode, done.stdout.splitlines()[1:]) == (
         0,
         ["no page file past the database's frozen pages: nothing to take back"],
     )
-    assert cli(settings, tmp_path, "archive", "verify").returncode == 0
+    assert cli_on(settings, tmp_path, "archive", "verify").returncode == 0
 
 
 @pytest.mark.parametrize("what", ["unreadable file", "no such feed"])
@@ -521,7 +504,7 @@ def test_the_command_could_not_check(trial: Trial, tmp_path: Path, what: str) ->
         shutil.rmtree(path.parent)
         path.mkdir(parents=True)
         args, said = (), f"{path}: cannot be read"
-    done = cli(settings, tmp_path, "archive", "recover", *args)
+    done = cli_on(settings, tmp_path, "archive", "recover", *args)
     assert done.returncode == 3, (done.stdout, done.stderr)
     assert said in done.stderr and len(done.stderr.splitlines()) == 1
 
@@ -555,12 +538,7 @@ def test_an_operators_restore_then_recovery_with_the_real_commands(tmp_path: Pat
         publish(0, 12)
         assert consumed() == [f"e{i}" for i in range(12)]
         backup = tmp_path / "backup.sqlite3"
-        source, copy = sqlite3.connect(database), sqlite3.connect(backup)
-        try:
-            source.backup(copy)
-        finally:
-            source.close()
-            copy.close()
+        sqlite_backup(database, backup)
         publish(12, 13)  # pages 3-5 freeze after the backup
         assert consumed() == [f"e{i}" for i in range(12, 25)]
         port = s.port

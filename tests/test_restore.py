@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 import shutil
-import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
 import falcon.testing
 import pytest
 
+from bench.servers import sqlite_backup
 from simplefeed.app import create_app
 from simplefeed.core import Simplefeed
 from simplefeed.model import Event
@@ -68,8 +68,7 @@ def after_restore(core: Simplefeed, tmp_path: Path) -> tuple[Settings, dict[int,
     publish(core, 1, 12)  # pages 1-2 frozen, 2 entries on page 3
     backup = tmp_path / "backup.sqlite3"
     database = core.settings.database_url.removeprefix("sqlite:///")
-    with sqlite3.connect(database) as source, sqlite3.connect(backup) as copy:
-        source.backup(copy)
+    sqlite_backup(Path(database), backup)
     publish(core, 13, 10)  # pages 3-4 frozen
     files = {n: core.page_path("events", n).read_bytes() for n in range(1, 5)}
     return restored(core, backup), files
