@@ -450,6 +450,9 @@ class Simplefeed:
             raise InvalidFeed(f"feed title {title!r:.80} {problem}")
         if page_size is not None and not 1 <= page_size <= MAX_PAGE_SIZE:
             raise InvalidFeed(f"page size {page_size}: use 1-{MAX_PAGE_SIZE} entries")
+        lost = self._lost_feed(name)
+        if lost is not None:
+            raise ArchiveAhead([lost])
         return self.store.create_feed(
             name=name,
             title=title,
@@ -457,6 +460,24 @@ class Simplefeed:
             uuid=self.new_uuid(),
             now_us=self.clock(),
         )
+
+    def _lost_feed(self, name: str) -> str | None:
+        """A sentence if the archive has pages of feed ``name`` and the database has no such
+        feed (it was lost, or restored from a backup made before the feed was created): a feed
+        created now would freeze other entries under their URLs. One ``stat``."""
+        path = self.page_path(name, 1)
+        if not path.exists():
+            return None
+        try:
+            self.store.feed(name)
+        except FeedNotFound:
+            return (
+                f"the archive has page 1 of feed {name!r} ({path.resolve()}), which the database"
+                " does not have (lost, or restored from a backup made before the feed was"
+                " created): take its pages back with `simplefeed archive recover`, which"
+                " creates the feed as they say"
+            )
+        return None  # (it exists: the store says so)
 
     def feed(self, name: str) -> Feed:
         """The feed: its head and validators. One indexed lookup."""
@@ -512,6 +533,9 @@ class Simplefeed:
         try:
             self.store.feed(name)
         except FeedNotFound:
+            lost = self._lost_feed(name)
+            if lost is not None:
+                raise ArchiveAhead([lost]) from None
             others = ", ".join(f.name for f in self.store.feeds()) or "none"
             raise DefaultFeedMissing(
                 f"SIMPLEFEED_DEFAULT_FEED names feed {name!r}, which does not exist, so /recent"

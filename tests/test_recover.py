@@ -558,3 +558,61 @@ def test_an_operators_restore_then_recovery_with_the_real_commands(tmp_path: Pat
         assert s.problems() == []
     finally:
         s.stop()
+
+
+def test_a_database_lost_with_no_backup_is_rebuilt_from_the_archive(
+    core: Simplefeed, tmp_path: Path, postgres: PostgresDatabases | None
+) -> None:
+    """No backup at all: a new, empty database beside the archive. `db upgrade` does not
+    create the default feed anew over its pages (it says to recover them), `feed create`
+    neither, and `archive recover` creates every feed as its first page says and takes back
+    all their pages; then the service starts."""
+    core.create_feed("orders", title="Order events", page_size=3)
+    core.publish("events", [Event(title=f"e{i}") for i in range(12)])
+    core.publish("orders", [Event(title=f"o{i}") for i in range(7)])
+    feeds = {f.name: f for f in core.feeds()}
+    core.close()
+    pg = not core.settings.database_url.startswith("sqlite")
+    if pg:
+        assert postgres is not None
+        url = postgres.new_database()
+    else:
+        url = f"sqlite:///{tmp_path / 'new.sqlite3'}"
+    settings = replace(core.settings, database_url=url)
+    try:
+        refused = cli_on(settings, tmp_path, "db", "upgrade")
+        assert refused.returncode == 1
+        page1 = (settings.archive_dir / "pages" / "1").resolve()
+        assert refused.stderr.startswith(
+            f"Error: the archive has page 1 of feed 'events' ({page1}), which the database does"
+            " not have (lost, or restored from a backup made before the feed was created): take"
+            " its pages back with `simplefeed archive recover`"
+        )
+        again = cli_on(settings, tmp_path, "feed", "create", "orders")
+        assert again.returncode == 1 and "feed 'orders'" in again.stderr
+        done = cli_on(settings, tmp_path, "archive", "recover")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[1:] == [
+            "feed 'events': created again as its first page says",
+            "feed 'events': took back pages 1-2 (10 entries)",
+            "feed 'orders': created again as its first page says",
+            "feed 'orders': took back pages 1-2 (6 entries)",
+        ]
+        assert cli_on(settings, tmp_path, "db", "upgrade").returncode == 0
+        rebuilt = Simplefeed(settings)
+        try:
+            rebuilt.check_default_feed()
+            rebuilt.check_archive()
+            for name, before in feeds.items():
+                after = rebuilt.feed(name)
+                assert (after.uuid, after.title, after.page_size) == (
+                    before.uuid,
+                    before.title,
+                    before.page_size,
+                )
+        finally:
+            rebuilt.close()
+        assert cli_on(settings, tmp_path, "archive", "verify").returncode == 0
+    finally:
+        if pg and postgres is not None:
+            postgres.release(url)
