@@ -590,6 +590,12 @@ def test_a_database_lost_with_no_backup_is_rebuilt_from_the_archive(
         )
         again = cli_on(settings, tmp_path, "feed", "create", "orders")
         assert again.returncode == 1 and "feed 'orders'" in again.stderr
+        unready = Simplefeed(settings)
+        try:  # what `serve` and uWSGI's load check
+            with pytest.raises(ArchiveAhead, match="take its pages back with `simplefeed archive"):
+                unready.check_default_feed()
+        finally:
+            unready.close()
         done = cli_on(settings, tmp_path, "archive", "recover")
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines()[1:] == [
