@@ -13,7 +13,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -1084,13 +1084,10 @@ class Simplefeed:
         feeds = [self.store.feed(feed_name)] if feed_name else self.store.feeds()
         for feed in feeds:
             removed += archive.remove_stale_temp_files(self.page_path(feed.name, 1).parent)
-            for page in self.store.iter_pages(feed.id):
-                checked += 1
-                path = self.page_path(feed.name, page.number)
-                try:
-                    restored += archive.ensure_files(path, page)
-                except OSError as exc:
-                    unwritten.append(f"{path}: {exc.strerror or exc}")
+            count, written, failed = self._files_written(feed.name, self.store.iter_pages(feed.id))
+            checked += count
+            restored += written
+            unwritten += failed
         return archive.RebuildReport(checked, restored, removed, unwritten)
 
     def verify_archive(self, feed_name: str | None = None) -> archive.VerifyReport:
@@ -1175,13 +1172,7 @@ class Simplefeed:
                         changed += 1
                         rebasing.replace_page(page)
                     prev = archive.page_sha256(page)
-            unwritten: list[str] = []
-            for page in self.store.iter_pages(feed.id):
-                path = self.page_path(feed.name, page.number)
-                try:
-                    archive.ensure_files(path, page)
-                except OSError as exc:
-                    unwritten.append(f"{path}: {exc.strerror or exc}")
+            _, _, unwritten = self._files_written(feed.name, self.store.iter_pages(feed.id))
             bases = [feed.base_url, self.settings.base_url] if changed else []
             done.append(
                 Rebased(
@@ -1304,7 +1295,7 @@ class Simplefeed:
             pages, stored, problem = self._recover_batch(feed.name, files)
             numbers += (p.number for p in pages)
             entries += stored
-            done, failed = self._files_written(feed.name, pages)
+            _, done, failed = self._files_written(feed.name, pages)
             written += done
             unwritten += failed
             if len(files) <= RECOVERY_BATCH:
@@ -1362,20 +1353,22 @@ class Simplefeed:
         return pages, len(new), found.problem
 
     def _files_written(
-        self, feed_name: str, pages: Sequence[FrozenPage]
-    ) -> tuple[list[Path], list[str]]:
-        """Write the files and copies of pages taken back that are missing or hold other bytes
-        (a page taken back from a copy): those written, and those that could not be, each as
-        "PATH: why"."""
+        self, feed_name: str, pages: Iterable[FrozenPage]
+    ) -> tuple[int, list[Path], list[str]]:
+        """Write the page files and copies of ``pages`` that are missing or hold other bytes:
+        how many pages there were, the files written, and those that could not be, each as
+        "PATH: why" (the others go on)."""
+        count = 0
         written: list[Path] = []
         unwritten: list[str] = []
         for page in pages:
+            count += 1
             path = self.page_path(feed_name, page.number)
             try:
                 written += archive.ensure_files(path, page)
             except OSError as exc:
                 unwritten.append(f"{path}: {exc.strerror or exc}")
-        return written, unwritten
+        return count, written, unwritten
 
     @staticmethod
     def _pending(entry: Entry) -> PendingEntry:
