@@ -465,19 +465,21 @@ class Simplefeed:
         """A sentence if the archive has pages of feed ``name`` and the database has no such
         feed (it was lost, or restored from a backup made before the feed was created): a feed
         created now would freeze other entries under their URLs. One ``stat``."""
-        path = self.page_path(name, 1)
-        if not path.exists():
+        if not self.page_path(name, 1).exists():
             return None
         try:
             self.store.feed(name)
         except FeedNotFound:
-            return (
-                f"the archive has page 1 of feed {name!r} ({path.resolve()}), which the database"
-                " does not have (lost, or restored from a backup made before the feed was"
-                " created): take its pages back with `simplefeed archive recover`, which"
-                " creates the feed as they say"
-            )
+            return self._lost_feed_sentence(name)
         return None  # (it exists: the store says so)
+
+    def _lost_feed_sentence(self, name: str) -> str:
+        return (
+            f"the archive has page 1 of feed {name!r} ({self.page_path(name, 1).resolve()}),"
+            " which the database does not have (lost, or restored from a backup made before the"
+            " feed was created): take its pages back with `simplefeed archive recover`, which"
+            " creates the feed as they say"
+        )
 
     def feed(self, name: str) -> Feed:
         """The feed: its head and validators. One indexed lookup."""
@@ -785,11 +787,19 @@ class Simplefeed:
     def _warnings(self, feeds: Sequence[Feed]) -> list[str]:
         """What ``/healthz`` says without failing: the service works, but something needs an
         operator (a clock behind the feeds' last changes, an archive ahead of the database, a
-        page file kept that holds another page than the database's). Each is logged too, once
+        feed whose pages the archive has and the database does not, a page file kept that
+        holds another page than the database's). Each is logged too, once
         a minute at most per subject and process (health checks come every few seconds)."""
         now = self.clock()
         found = [(f"clock {f.name}", clock_warning(f, now)) for f in feeds]
         found += [(f"archive {f.name}", self._archive_ahead(f)) for f in feeds]
+        try:
+            lost = self._feeds_only_in_archive({f.name: f for f in feeds})
+        except (
+            OSError
+        ):  # an archive that cannot be read is a problem of its own (writable_problems)
+            lost = []
+        found += [(f"lost {name}", self._lost_feed_sentence(name)) for name in lost]
         found += self._page_file_conflicts()
         said = []
         for subject, warning in found:

@@ -217,6 +217,15 @@ def test_a_feed_created_after_the_backup_is_created_again_as_its_pages_say(
         later.close()
     restored = Simplefeed(replace(core.settings, database_url=copy), clock=clock)
     try:
+        # /healthz says it (200, a warning for each feed), and `feed create` refuses the name.
+        health = restored.health()
+        assert not health.problems
+        assert [w.split(" (")[0] for w in health.warnings] == [
+            "the archive has page 1 of feed 'orders'",
+            "the archive has page 1 of feed 'refunds'",
+        ]
+        with pytest.raises(ArchiveAhead, match="take its pages back with `simplefeed archive"):
+            restored.create_feed("orders")
         damage(restored.page_path("refunds", 1), b"<title>r0", b"<title>R0", copies=False)
         # A feed id that is no uuid, and a directory whose name is no feed's: never created.
         page1 = restored.page_path("orders", 1).read_bytes()
@@ -254,6 +263,10 @@ def test_a_feed_created_after_the_backup_is_created_again_as_its_pages_say(
         )
         with pytest.raises(FeedNotFound):
             restored.feed("refunds")
+        assert [w.split(" (")[0] for w in restored.health().warnings] == [
+            "the archive has page 1 of feed 'ghost'",
+            "the archive has page 1 of feed 'refunds'",
+        ]
         restored.publish("orders", [Event(title=f"o{i}") for i in range(7, 10)])
         assert [p.number for p in restored.store.iter_pages(feed.id)] == [1, 2, 3]
         problems = restored.verify_archive().problems
