@@ -600,13 +600,15 @@ def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
 @archive.command("recover")
 @click.option("--feed", "feed_name", help="Only this feed.")
 def archive_recover(feed_name: str | None) -> None:
-    """Take back into the database the pages whose files are past its frozen pages: a
-    database restored from a backup older than the archive lacks their entries, which the
-    files (and every cache) hold. Each page is taken back only if its entries, read from its
-    file, render to the file's bytes exactly (digest chain included), in order, stopping at
-    the first that does not; the service then starts, and the feed goes on after them. A
-    feed the database lacks (created after the backup) is created again as its first page
-    file says. Run it with the service's settings (SIMPLEFEED_BASE_URL among them).
+    """Take back into the database the pages whose files are past its frozen pages, with
+    their entries: a database restored from a backup older than the archive, or lost and
+    started anew, lacks them. A page is taken back when its entries, read back, render to its
+    bytes exactly and the next page's sf:sha256 vouches for those bytes (for the newest page,
+    its .br/.gz copies, when there are any); a damaged file whose copy passes is taken back
+    from the copy and written again. It stops at the first page that cannot be, naming it. A
+    feed the database lacks is created again as its first page says. Run it with the service
+    stopped and with its settings (SIMPLEFEED_BASE_URL among them), then start the service:
+    each feed goes on after its pages.
 
     \b
     Exit status:
