@@ -163,11 +163,8 @@ def holds_another_page(path: Path, body: bytes) -> bool:
         return False
     if on_disk == body:
         return False
-    try:
-        others = _entry_ids(on_disk)
-    except etree.XMLSyntaxError:
-        return False
-    return bool(others) and others != _entry_ids(body)
+    others = entry_ids(on_disk)
+    return bool(others) and others != entry_ids(body)
 
 
 #: Only reads a page's entry ids: no entity, DTD or network.
@@ -177,9 +174,13 @@ _PAGE_PARSER = etree.XMLParser(
 _ENTRY_IDS = etree.XPath("/a:feed/a:entry/a:id/text()", namespaces={"a": ATOM_NS})
 
 
-def _entry_ids(page: bytes) -> list[str]:
-    """The ids of the entries of an Atom page, in order (none if it is not one)."""
-    found = _ENTRY_IDS(etree.fromstring(page, _PAGE_PARSER))
+def entry_ids(page: bytes) -> list[str]:
+    """The ids of the entries of an Atom page, in order (none if it is not one, or is not
+    well-formed)."""
+    try:
+        found = _ENTRY_IDS(etree.fromstring(page, _PAGE_PARSER))
+    except etree.XMLSyntaxError:
+        return []
     return [str(text) for text in found] if isinstance(found, list) else []
 
 

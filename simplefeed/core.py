@@ -793,11 +793,10 @@ class Simplefeed:
         now = self.clock()
         found = [(f"clock {f.name}", clock_warning(f, now)) for f in feeds]
         found += [(f"archive {f.name}", self._archive_ahead(f)) for f in feeds]
+        # (An archive that cannot be read is a problem of its own: writable_problems.)
         try:
             lost = self._feeds_only_in_archive({f.name: f for f in feeds})
-        except (
-            OSError
-        ):  # an archive that cannot be read is a problem of its own (writable_problems)
+        except OSError:
             lost = []
         found += [(f"lost {name}", self._lost_feed_sentence(name)) for name in lost]
         found += self._page_file_conflicts()
@@ -1199,7 +1198,8 @@ class Simplefeed:
 
     def recover_archive(self, feed_name: str | None = None) -> list[Recovered]:
         """Take back into the database the pages whose files are past its frozen pages (a
-        database restored from a backup older than the archive): their entries and their bytes,
+        database restored from a backup older than the archive, or lost and started anew):
+        their entries and their bytes,
         in order, each page only if the entries read from its file, with those the database
         holds, render to the file's bytes exactly and the next page file vouches for them
         (:func:`simplefeed.recovery.recoverable`), stopping at the first that cannot be. A
@@ -1216,7 +1216,7 @@ class Simplefeed:
             if feed is None:
                 made = self._feed_from_archive(name)
                 if isinstance(made, str):
-                    done.append(Recovered(name, range(0), 0, made, [], created=False))
+                    done.append(Recovered(name, range(0), 0, made, []))
                     continue
                 feed = made
             recovered = self._recover(feed)
@@ -1323,10 +1323,7 @@ class Simplefeed:
         batch, after = files[:RECOVERY_BATCH], files[RECOVERY_BATCH:]
         ids: dict[str, None] = {}  # of the files and their copies: any may be taken back
         for body in (body for file in batch for body in file.bodies):
-            try:
-                ids.update(dict.fromkeys(e.id for e in recovery.page_entries(body, "")))
-            except recovery.PageUnreadable:
-                continue
+            ids.update(dict.fromkeys(archive.entry_ids(body)))
         with self.store.append(feed_name, ids) as append:
             feed = append.feed
             frozen = feed.head_seq // feed.page_size
