@@ -2,13 +2,15 @@
 :func:`simplefeed.atom.render`, for ``simplefeed archive recover``. No I/O here.
 
 A database restored from a backup older than the archive lacks the entries of the pages that
-froze after the backup; their files (and every cache) hold them. :func:`page_entries` reads a
+froze after the backup (a database lost and started anew, every page's); their files (and every
+cache) hold them. :func:`page_entries` reads a
 page file's entries, and :func:`recoverable` decides which pages a feed can take back: the
 entries the database already holds must be the file's, each page rendered again from the
 entries read must give the file's bytes exactly, digest chain included, and those bytes must
 be the ones the next page recorded (``sf:sha256``) when it froze. Rendering alike shows the
 reading lost nothing; it cannot show an edit that reads back consistently (a title changed),
-which only the next page's digest (or, for the newest page, its compressed copies) tells.
+which only the next page's digest (or, for the newest page, its compressed copies) tells. A
+file and its ``.br``/``.gz`` copies are each a candidate: a damaged file's intact copy passes.
 
 What the documents cannot tell is read as the renderer would have written it:
 
