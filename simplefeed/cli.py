@@ -32,6 +32,7 @@ from simplefeed.settings import (
     Settings,
     base_url_problem,
     misspelt_variables,
+    proxied_base_url_problem,
     socket_address,
     unset_base_url_problem,
 )
@@ -176,8 +177,12 @@ def serve(
         page_size = core.default_feed_page_size_warning()
     finally:
         core.close()
-    problem = _listen_problem(host, port) or unset_base_url_problem(
-        listening, host, settings.base_url_given
+    problem = (
+        _listen_problem(host, port)
+        or unset_base_url_problem(listening, host, settings.base_url_given)
+        or proxied_base_url_problem(
+            os.environ.get("SIMPLEFEED_UWSGI_SOCKET"), settings.base_url_given
+        )
     )
     if problem is not None:
         raise click.ClickException(problem)

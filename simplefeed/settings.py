@@ -312,6 +312,21 @@ def unset_base_url_problem(listening: str, host: str, base_url_given: bool) -> s
     )
 
 
+def proxied_base_url_problem(uwsgi_socket: str | None, base_url_given: bool) -> str | None:
+    """Why the service may not run behind a proxy (SIMPLEFEED_UWSGI_SOCKET: nginx's
+    ``uwsgi_pass``) without SIMPLEFEED_BASE_URL, or None: the links would then say
+    http://localhost:PORT, uWSGI's own HTTP port, which is never where a proxy's readers
+    are, and frozen pages say it for good."""
+    if base_url_given or not uwsgi_socket:
+        return None
+    return (
+        f"SIMPLEFEED_UWSGI_SOCKET={uwsgi_socket} puts the service behind a proxy, but"
+        " SIMPLEFEED_BASE_URL is unset, so every link (frozen pages' for good) would say"
+        " http://localhost:..., uWSGI's own HTTP port: set the URL readers reach the proxy at,"
+        f" e.g. {BASE_URL_EXAMPLE}"
+    )
+
+
 #: Names taken for settings that no fuzzy match finds (or finds wrong), by what follows
 #: SIMPLEFEED_: the setting meant, or the command's option.
 ALIASES = {

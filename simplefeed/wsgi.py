@@ -32,6 +32,7 @@ from simplefeed.errors import ConfigError, DatabaseNotReady, StoreError
 from simplefeed.settings import (
     Settings,
     misspelt_variables,
+    proxied_base_url_problem,
     socket_address,
     unset_base_url_problem,
 )
@@ -75,6 +76,11 @@ if settings.http_socket is not None:  # (`simplefeed serve` sets SIMPLEFEED_BASE
     )
     if _problem is not None:
         refuse_to_start(_problem)
+_problem = proxied_base_url_problem(
+    os.environ.get("SIMPLEFEED_UWSGI_SOCKET"), settings.base_url_given
+)
+if _problem is not None:
+    refuse_to_start(_problem)
 if uwsgi is not None and not hasattr(uwsgi, "sharedarea_memoryview"):
     refuse_to_start(
         "uWSGI has no shared area, where the node counts its waiting long-polls: add"

@@ -387,6 +387,23 @@ def test_uwsgi_s_load_refuses_listening_beyond_loopback_without_the_base_url(
     )
 
 
+def test_behind_a_proxy_the_base_url_is_needed(tmp_path: Path) -> None:
+    """SIMPLEFEED_UWSGI_SOCKET (nginx's uwsgi_pass) without SIMPLEFEED_BASE_URL froze pages
+    whose links said uWSGI's own http://localhost:PORT, which no reader behind the proxy can
+    reach: `serve` and uWSGI's load refuse it, in one line."""
+    assert run(tmp_path, "db", "upgrade").returncode == 0
+    upstream = f"127.0.0.1:{free_port()}"
+    advice = (
+        f"SIMPLEFEED_UWSGI_SOCKET={upstream} puts the service behind a proxy, but"
+        " SIMPLEFEED_BASE_URL is unset, so every link (frozen pages' for good) would say"
+        " http://localhost:..., uWSGI's own HTTP port: set the URL readers reach the proxy at,"
+        " e.g. SIMPLEFEED_BASE_URL=https://feeds.example.com"
+    )
+    done = run(tmp_path, "serve", "--port", str(free_port()), SIMPLEFEED_UWSGI_SOCKET=upstream)
+    assert one_line_error(done) == "Error: " + advice
+    assert wsgi_refusal(tmp_path, SIMPLEFEED_UWSGI_SOCKET=upstream) == "not starting: " + advice
+
+
 def test_serve_listens_where_simplefeed_http_socket_says_unless_told_otherwise(
     tmp_path: Path,
 ) -> None:
