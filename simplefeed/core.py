@@ -1249,6 +1249,9 @@ class Simplefeed:
             return f"{not_there} {exc}"
         feed = Feed(0, name, head.uuid, head.title, head.page_size, head.created_us, 0, None, 0)
         files = self._page_files(feed, 1, 2)
+        elsewhere = self._written_elsewhere(name, files[0])
+        if elsewhere is not None:
+            return f"{not_there}: {elsewhere}"
         found = recovery.recoverable(
             self._archived_page_renderer(feed),
             files[:1],
@@ -1267,6 +1270,20 @@ class Simplefeed:
             page_size=head.page_size,
             uuid=head.uuid,
             now_us=head.created_us,
+        )
+
+    def _written_elsewhere(self, feed_name: str, file: recovery.PageFile) -> str | None:
+        """Why a page file says it is at another URL than this service would give it (another
+        base URL or default feed than the pages were written with), or None: the one mistake
+        that makes every page fail to render alike, said as what to set."""
+        href = atom.self_href(file.bodies[0])
+        here = self.urls(feed_name).page(file.number)
+        if href is None or href == here:
+            return None
+        return (
+            f"page {file.number} says it is at {href}, and this service would put it at {here}:"
+            " run it with the SIMPLEFEED_BASE_URL (and SIMPLEFEED_DEFAULT_FEED) the pages were"
+            " written with"
         )
 
     def _archived_page_renderer(self, feed: Feed) -> recovery.Render:
@@ -1301,6 +1318,9 @@ class Simplefeed:
         while problem is None:
             files = self._page_files(feed, feed.head_seq // feed.page_size + 1, RECOVERY_BATCH + 1)
             if not files:
+                break
+            problem = self._written_elsewhere(feed.name, files[0])
+            if problem is not None:
                 break
             pages, stored, problem = self._recover_batch(feed.name, files)
             numbers += (p.number for p in pages)

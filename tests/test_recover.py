@@ -606,13 +606,24 @@ def test_a_database_lost_with_no_backup_is_rebuilt_from_the_archive(
         )
         again = cli_on(settings, tmp_path, "feed", "create", "orders")
         assert again.returncode == 1 and "feed 'orders'" in again.stderr
+        args = ("archive", "recover")
         unready = Simplefeed(settings)
         try:  # what `serve` and uWSGI's load check
             with pytest.raises(ArchiveAhead, match="take its pages back with `simplefeed archive"):
                 unready.check_default_feed()
         finally:
             unready.close()
-        done = cli_on(settings, tmp_path, "archive", "recover")
+        # Run with another base URL than the pages were written with: said, nothing created.
+        wrong = cli_on(replace(settings, base_url="https://elsewhere.example"), tmp_path, *args)
+        assert wrong.returncode == 1
+        assert wrong.stderr.startswith(
+            f"feed 'events': the database does not have the feed, and {page1}: page 1 says it"
+            " is at http://feeds.example.test/pages/1, and this service would put it at"
+            " https://elsewhere.example/pages/1: run it with the SIMPLEFEED_BASE_URL (and"
+            " SIMPLEFEED_DEFAULT_FEED) the pages were written with"
+        )
+        assert "created" not in wrong.stdout
+        done = cli_on(settings, tmp_path, *args)
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines()[1:] == [
             "feed 'events': created again as its first page says",
