@@ -1132,7 +1132,7 @@ class Simplefeed:
                 if directory.name not in known:
                     problems.append(
                         f"{directory}: files of a feed the database does not have"
-                        " (remove them, or restore the database that has it)"
+                        " (`simplefeed archive recover` takes its pages back; or remove them)"
                     )
         for feed in feeds:
             before: FrozenPage | None = None
@@ -1148,7 +1148,10 @@ class Simplefeed:
             frozen = before.number if before is not None else 0
             directory = self.page_path(feed.name, 1).parent
             for path in archive.stray_files(directory, frozen):
-                problems.append(f"{path}: feed {feed.name!r} has no frozen page {path.name}")
+                problems.append(
+                    f"{path}: feed {feed.name!r} has no frozen page {path.name}"
+                    " (`simplefeed archive recover` takes it back)"
+                )
         return archive.VerifyReport(checked, problems)
 
     def rebase_archive(self, feed_name: str | None = None) -> list[Rebased]:

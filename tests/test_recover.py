@@ -275,7 +275,7 @@ def test_a_feed_created_after_the_backup_is_created_again_as_its_pages_say(
         problems = restored.verify_archive().problems
         assert problems == [
             f"{tmp_path / 'archive' / 'feeds' / name}: files of a feed the database does"
-            " not have (remove them, or restore the database that has it)"
+            " not have (`simplefeed archive recover` takes its pages back; or remove them)"
             for name in ("Not A Feed", "ghost", "refunds")
         ]
     finally:
