@@ -535,9 +535,8 @@ class Simplefeed:
         try:
             self.store.feed(name)
         except FeedNotFound:
-            lost = self._lost_feed(name)
-            if lost is not None:
-                raise ArchiveAhead([lost]) from None
+            if self.page_path(name, 1).exists():  # (and not in the database, just asked)
+                raise ArchiveAhead([self._lost_feed_sentence(name)]) from None
             others = ", ".join(f.name for f in self.store.feeds()) or "none"
             raise DefaultFeedMissing(
                 f"SIMPLEFEED_DEFAULT_FEED names feed {name!r}, which does not exist, so /recent"
@@ -1244,14 +1243,12 @@ class Simplefeed:
         if not FEED_NAME_RE.match(name) or not path.is_file():
             raise FeedNotFound(name)
         not_there = f"the database does not have the feed, and {path}"
+        files = self._page_files(name, 1, 2)
         try:
-            head = recovery.feed_head(path.read_bytes())
-        except OSError as exc:
-            raise ArchiveUnreadable(path, f"cannot be read ({exc.strerror or exc})") from exc
+            head = recovery.feed_head(files[0].bodies[0])
         except recovery.PageUnreadable as exc:
             return f"{not_there} {exc}"
         feed = Feed(0, name, head.uuid, head.title, head.page_size, head.created_us, 0, None, 0)
-        files = self._page_files(feed, 1, 2)
         elsewhere = self._written_elsewhere(name, files[0])
         if elsewhere is not None:
             return f"{not_there}: {elsewhere}"
@@ -1295,12 +1292,12 @@ class Simplefeed:
 
         return render
 
-    def _page_files(self, feed: Feed, first: int, most: int) -> list[recovery.PageFile]:
-        """Up to ``most`` consecutive page files of ``feed`` from page ``first`` (a page whose
+    def _page_files(self, feed_name: str, first: int, most: int) -> list[recovery.PageFile]:
+        """Up to ``most`` consecutive page files of the feed from page ``first`` (a page whose
         file is gone but a copy is there counts)."""
         found = []
         for number in range(first, first + most):
-            path = self.page_path(feed.name, number)
+            path = self.page_path(feed_name, number)
             try:
                 held = archive.read_with_copies(path)
             except OSError as exc:
@@ -1318,10 +1315,8 @@ class Simplefeed:
         written: list[Path] = []
         unwritten: list[str] = []
         problem: str | None = None
-        while problem is None:
-            files = self._page_files(feed, feed.head_seq // feed.page_size + 1, RECOVERY_BATCH + 1)
-            if not files:
-                break
+        files = self._page_files(feed.name, feed.head_seq // feed.page_size + 1, RECOVERY_BATCH + 1)
+        while problem is None and files:
             problem = self._written_elsewhere(feed.name, files[0])
             if problem is not None:
                 break
@@ -1333,7 +1328,9 @@ class Simplefeed:
             unwritten += failed
             if len(files) <= RECOVERY_BATCH:
                 break
-            feed = self.store.feed(feed.name)
+            # The file after the batch, read to vouch for its last page, starts the next one.
+            after = files[RECOVERY_BATCH]
+            files = [after, *self._page_files(feed.name, after.number + 1, RECOVERY_BATCH)]
         pages_range = range(numbers[0], numbers[-1] + 1) if numbers else range(0)
         return Recovered(feed.name, pages_range, entries, problem, unwritten, written)
 
