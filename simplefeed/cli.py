@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import click
 
 from simplefeed.errors import SimplefeedError
+from simplefeed.lines import one_line
 from simplefeed.settings import (
     MAX_PAGE_SIZE,
     MAX_PROCESSES,
@@ -65,7 +66,8 @@ def _core() -> Iterator[Any]:
 
 
 class _Commands(click.Group):
-    """Project errors from any command end as one line and exit status 1.
+    """Project errors from any command end as one line and exit status 1, their control
+    characters escaped.
 
     The consumer's commands are loaded when asked for (click's "lazily loading subcommands"):
     their modules (httpx, feedparser, lxml) took 0.3 s of every operator command's start."""
@@ -89,7 +91,13 @@ class _Commands(click.Group):
         try:
             return super().invoke(ctx)
         except SimplefeedError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(one_line(str(exc))) from None
+        except click.ClickException as exc:
+            # One line whatever it quotes (a setting's value, a path): a newline in one would
+            # forge a second line of the error.
+            # (click declares the attribute final for its type checker; it is a plain attribute.)
+            exc.message = one_line(exc.message)  # type: ignore[misc]
+            raise
 
 
 @click.group(cls=_Commands)

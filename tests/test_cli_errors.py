@@ -401,6 +401,11 @@ def test_behind_a_proxy_the_base_url_is_needed(tmp_path: Path) -> None:
     )
     done = run(tmp_path, "serve", "--port", str(free_port()), SIMPLEFEED_UWSGI_SOCKET=upstream)
     assert one_line_error(done) == "Error: " + advice
+    # A value that would forge a second line of the error is escaped, as every error's is.
+    forged = run(tmp_path, "serve", SIMPLEFEED_UWSGI_SOCKET=f"{upstream}\nError: forged")
+    assert one_line_error(forged).startswith(
+        f"Error: SIMPLEFEED_UWSGI_SOCKET={upstream}\\nError: forged puts the service behind"
+    )
     assert wsgi_refusal(tmp_path, SIMPLEFEED_UWSGI_SOCKET=upstream) == "not starting: " + advice
 
 
