@@ -924,11 +924,17 @@ class Simplefeed:
     # -- reading -------------------------------------------------------------------------
 
     def live(self, feed: Feed, kind: DocumentKind) -> Live:
-        """Validators of the recent document or the working page: no rendering, no query."""
+        """Validators of the recent document or the working page: no rendering, no query.
+
+        The ETag holds the head's sequence number and a digest of what else makes the document:
+        its format, the feed's identity, its URLs, and the time of its last append. The head
+        alone named other entries alike: a database restored from a backup, and published to
+        since, had the same head with other entries, and every cache, CDN and consumer that
+        asked with the old ETag was told 304 and kept the entries the restore lost."""
         number = paging.working_page(feed.head_seq, feed.page_size)
         tag = hashlib.sha256(
             f"{atom.DOCUMENT_FORMAT}|{feed.uuid}|{feed.title}|{feed.page_size}|"
-            f"{self.urls(feed.name).prefix}".encode()
+            f"{self.urls(feed.name).prefix}|{feed.modified_us}".encode()
         ).hexdigest()[:12]
         return Live(feed, kind, number, f'"{kind[0]}{feed.head_seq}-{tag}"')
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 
@@ -172,6 +173,17 @@ def test_live_etag_changes_with_the_document_format(
     before = core.live(feed, "recent").etag
     monkeypatch.setattr(atom, "DOCUMENT_FORMAT", atom.DOCUMENT_FORMAT + 1)
     assert core.live(feed, "recent").etag != before
+
+
+def test_live_etag_tells_a_restored_head_from_the_one_before(core: Simplefeed) -> None:
+    """A database restored from a backup and published to since has the head it had before
+    with other entries, appended at another time: another ETag (it was the same, and a
+    consumer's conditional GET kept the entries the restore lost: tests/test_consumer_reset)."""
+    core.publish("events", events(2))
+    feed = core.feed("events")
+    again = dataclasses.replace(feed, modified_us=feed.modified_us + 1)
+    assert core.live(again, "recent").etag != core.live(feed, "recent").etag
+    assert core.live(again, "recent").etag.startswith('"r2-')
 
 
 def test_live_etag_changes_exactly_with_the_head(core: Simplefeed) -> None:
