@@ -20,7 +20,7 @@ Modules, each owning one thing:
 ``state``      the SQLite state file: checkpoints and the HTTP cache
 ``poll``       the adaptive polling interval (pure)
 ``errors``     the exception hierarchy
-``command``    ``simplefeed consume``
+``command``    ``simplefeed consume`` and ``simplefeed consumer``
 =============  =================================================================================
 """
 
@@ -36,6 +36,7 @@ from simplefeed.client.errors import (
     LinkLoop,
     LinkRefused,
     MalformedPage,
+    NoSuchEntry,
     NotAtom,
     RedirectRefused,
     RepeatedEntry,
@@ -75,6 +76,7 @@ __all__ = [
     "LinkLoop",
     "LinkRefused",
     "MalformedPage",
+    "NoSuchEntry",
     "NotAtom",
     "Parked",
     "PollPolicy",

@@ -49,10 +49,11 @@ process during a long catch-up where a CPU is to spare: :mod:`simplefeed.client.
 ``--parser lxml`` skips that check, several times faster (see :mod:`simplefeed.client.parse`):
 worth it when catching up on a long history.
 
-``simplefeed consumer parked|retry|drop|status --state FILE`` work on the state file: the
-entries parked with ``--on-error park`` (listed, handled again, forgotten) and where each
-consumer stands (checkpoint, head as last seen, lag, parked count). They never create one: a
-state file that does not exist is a usage error (exit 2).
+``simplefeed consumer parked|retry|drop|status|reset --state FILE`` work on the state file: the
+entries parked with ``--on-error park`` (listed, handled again, forgotten), where each
+consumer stands (checkpoint, head as last seen, lag, parked count), and moving its checkpoint
+(``reset --to start|now|SEQ``: after a server's restore lost entries it had read). They never
+create one: a state file that does not exist is a usage error (exit 2).
 
 A progress bar is drawn on standard error while catching up over several pages, only when
 standard error is a terminal. The lead wires this command into ``simplefeed.cli`` with
@@ -84,12 +85,14 @@ from simplefeed.client.errors import (
     FeedError,
     FetchError,
     HandlerError,
+    LastEntryVanished,
+    NoSuchEntry,
     StateError,
 )
 from simplefeed.client.fetch import Bounds, RetryPolicy, url_problem
 from simplefeed.client.parse import PARSERS, FeedEntry, Parser
 from simplefeed.client.poll import PollPolicy
-from simplefeed.client.state import StateFile
+from simplefeed.client.state import Checkpoint, StateFile
 from simplefeed.client.walk import MAX_PAGES, Progress
 from simplefeed.lines import escape_field, one_line
 
@@ -154,6 +157,32 @@ def _http_urls(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if problem is not None:
             raise click.BadParameter(problem)
     return value
+
+
+_TIMEOUT = click.option(
+    "--timeout",
+    type=Seconds(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds per HTTP request.",
+)
+_MAX_PAGES = click.option(
+    "--max-pages",
+    type=click.IntRange(min=1),
+    default=MAX_PAGES,
+    show_default=True,
+    help="Most pages one pass walks back (and so fetches and caches): a longer history stops "
+    "with exit 4 until this is raised.",
+)
+_ALLOW_REDIRECT_ORIGIN = click.option(
+    "--allow-redirect-origin",
+    "redirect_origins",
+    multiple=True,
+    callback=_http_urls,
+    metavar="ORIGIN",
+    help="Follow redirects and links to this origin (scheme://host[:port]) too; by default only "
+    "within URL's origin. Repeatable.",
+)
 
 
 class _OneLine(logging.Formatter):
@@ -289,13 +318,7 @@ class _ProgressBars:
     help="feedparser: every document is also checked by feedparser; lxml: the strict lxml "
     "reading alone (several times faster). Both give the same entries.",
 )
-@click.option(
-    "--timeout",
-    type=Seconds(min=0.1),
-    default=10.0,
-    show_default=True,
-    help="Seconds per HTTP request.",
-)
+@_TIMEOUT
 @click.option(
     "--retries",
     type=click.IntRange(min=0),
@@ -333,23 +356,8 @@ class _ProgressBars:
     help="Seconds for a whole response, headers and body (each read waits only for what is "
     "left of it).",
 )
-@click.option(
-    "--max-pages",
-    type=click.IntRange(min=1),
-    default=MAX_PAGES,
-    show_default=True,
-    help="Most pages one pass walks back (and so fetches and caches): a longer history stops "
-    "with exit 4 until this is raised.",
-)
-@click.option(
-    "--allow-redirect-origin",
-    "redirect_origins",
-    multiple=True,
-    callback=_http_urls,
-    metavar="ORIGIN",
-    help="Follow redirects and links to this origin (scheme://host[:port]) too; by default only "
-    "within URL's origin. Repeatable.",
-)
+@_MAX_PAGES
+@_ALLOW_REDIRECT_ORIGIN
 @click.option(
     "--min-interval",
     type=Seconds(min=0.1),
@@ -524,6 +532,15 @@ def _run(
         return EXIT_OK
     except HandlerError as exc:
         return _fail(EXIT_HANDLER, exc.naming(FLAGS), bars)
+    except LastEntryVanished as exc:
+        return _fail(
+            EXIT_FEED,
+            f"{exc.naming(FLAGS)} (checkpoint untouched; if the server's database was restored"
+            " from a backup, `simplefeed consumer reset --state"
+            f" {shlex.quote(str(state_path))} --to SEQ` moves it to SEQ, the last entry the"
+            " restore kept: the entries after it are read next)",
+            bars,
+        )
     except FeedError as exc:
         return _fail(EXIT_FEED, f"{exc.naming(FLAGS)} (checkpoint untouched)", bars)
     except FetchError as exc:
@@ -595,9 +612,10 @@ class _ReportingGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
-        except StateError as exc:
-            click.echo(f"simplefeed consumer: error: {exc.naming(FLAGS)}", err=True)
-            sys.exit(EXIT_STATE)
+        except (StateError, FeedError, FetchError) as exc:
+            code = {StateError: EXIT_STATE, FeedError: EXIT_FEED, FetchError: EXIT_HTTP}
+            click.echo(f"simplefeed consumer: error: {one_line(exc.naming(FLAGS))}", err=True)
+            sys.exit(next(c for kind, c in code.items() if isinstance(exc, kind)))
         except Exception as exc:
             sys.exit(internal_error("simplefeed consumer", exc, debug=ctx.params["debug"]))
 
@@ -609,7 +627,9 @@ def consumer_group(debug: bool) -> None:
 
     \b
     Exit codes: 0 done; 2 usage (no such state file, an unknown entry id, an ambiguous
-    state file); 3 a retried handler failed again; 6 state file unusable; 70 internal error.
+    state file, a number the feed does not hold); 3 a retried handler failed again; 4 and 5
+    (reset) as for consume: the feed broke the protocol, HTTP failed; 6 state file unusable;
+    70 internal error.
     """
 
 
@@ -702,6 +722,73 @@ def _drop(state_path: Path, url: str | None, entry_id: str) -> None:
         with Consumer(feed_url, state) as consumer:
             if not consumer.drop(entry_id):
                 raise click.UsageError(f"not parked: {entry_id}")
+
+
+def _reset_to(ctx: click.Context, param: click.Parameter, value: str) -> str | int:
+    if value in ("start", "now"):
+        return value
+    if value.isascii() and value.isdigit():
+        return int(value)
+    raise click.BadParameter(f"{value!r}: start, now, or a sequence number (0 or more)")
+
+
+@consumer_group.command("reset")
+@_STATE
+@_URL
+@click.option(
+    "--to",
+    required=True,
+    metavar="start|now|SEQ",
+    callback=_reset_to,
+    help="start: every entry is new again; now: only what is published next; SEQ: the entries "
+    "after sequence number SEQ.",
+)
+@_TIMEOUT
+@_MAX_PAGES
+@_ALLOW_REDIRECT_ORIGIN
+def _reset(
+    state_path: Path,
+    url: str | None,
+    to: Start | int,
+    timeout: float,
+    max_pages: int,
+    redirect_origins: tuple[str, ...],
+) -> None:
+    """Move the checkpoint, back or forward: the next consume handles what --to says. Reads
+    the feed (to check that it holds entry SEQ). Parked entries are kept.
+
+    After a server's database was restored from a backup that lost entries this consumer had
+    read (consume stops, exit 4: "the last processed entry ... is no longer in the feed"),
+    --to SEQ, the number of the last entry the restore kept, goes on with what was published
+    since, each entry once."""
+    with StateFile(state_path) as state:
+        feed_url = _one_entry_point(state, url)
+        with Consumer(
+            feed_url,
+            state,
+            timeout=timeout,
+            max_pages=max_pages,
+            allow_redirect_origins=redirect_origins,
+        ) as consumer:
+            before = consumer.checkpoint
+            try:
+                after = consumer.reset(to)
+            except NoSuchEntry as exc:
+                raise click.BadParameter(str(exc), param_hint="--to") from None
+            parked = consumer.status().parked
+    click.echo(
+        f"{escape_field(feed_url)}: the checkpoint moved from {_position(before)} to"
+        f" {_position(after)}; {parked} parked {'entry' if parked == 1 else 'entries'} kept",
+        err=True,
+    )
+
+
+def _position(checkpoint: Checkpoint | None) -> str:
+    if checkpoint is None:
+        return "none"
+    if checkpoint.seq == 0:
+        return "before the first entry"
+    return f"seq {checkpoint.seq} ({escape_field(checkpoint.entry_id)})"
 
 
 @consumer_group.command("status")

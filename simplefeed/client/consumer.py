@@ -96,7 +96,13 @@ from simplefeed.client.parse import (
 )
 from simplefeed.client.poll import PollPolicy, next_interval
 from simplefeed.client.state import Checkpoint, Head, Parked, StateFile, damaged_values
-from simplefeed.client.walk import MAX_PAGES, Progress, new_entries, starting_point
+from simplefeed.client.walk import (
+    MAX_PAGES,
+    Progress,
+    entry_numbered,
+    new_entries,
+    starting_point,
+)
 
 if TYPE_CHECKING:
     from simplefeed.client.checker import Checker
@@ -557,6 +563,41 @@ class Consumer:
         """Forget a parked entry; whether there was one."""
         return self.state.unpark(self.url, entry_id)
 
+    def reset(self, to: Start | int) -> Checkpoint:
+        """Move the checkpoint, back or forward, and return it: to ``"start"`` (every entry is
+        new again), ``"now"`` (the feed's newest entry counts as processed) or a sequence
+        number (the entries after it are new). For a server whose database was restored from
+        a backup that lost entries this consumer had read (it stops with
+        :class:`LastEntryVanished`): the number of the last entry the restore kept.
+
+        Reads the entry point, and for a number walks back to the page holding it, each page
+        checked as a pass checks it (the errors of :meth:`entries`; :class:`NoSuchEntry` for
+        a number the feed does not hold), holding the state file's right to process as
+        :meth:`entries` does. The cached archived pages are forgotten (a restored server may
+        have frozen other pages under their URLs); parked entries are kept."""
+        if isinstance(to, bool) or (not isinstance(to, int) and to not in ("start", "now")):
+            raise ValueError(f"to must be 'start', 'now' or a sequence number, not {to!r}")
+        if isinstance(to, int) and to < 0:
+            raise ValueError("a sequence number is not negative")
+        with self.state.processing():
+            self.fetcher.forget_archived_pages()
+            self.fetcher.forget(self.url)  # a copy from before a restore, fresh for seconds more
+            try:
+                head = self._pages.head(self.url, None)
+                if to == "now":
+                    checkpoint = starting_point(self._pages, head)
+                else:
+                    number = 0 if to == "start" else int(to)
+                    checkpoint = entry_numbered(self._pages, head, number, max_pages=self.max_pages)
+            finally:
+                self._pages.end_pass()
+            self._save(checkpoint)
+            if head.newest_seq is not None:
+                self.state.save_head(self.url, head.newest_seq, self.clock())
+            else:  # a page had just frozen: the head as last seen may be from before a restore
+                self.state.forget_head(self.url)
+        return checkpoint
+
     def status(self) -> Status:
         return Status(
             self.url,
@@ -681,7 +722,9 @@ class Consumer:
         if checkpoint is not None and newest is not None and newest < checkpoint.seq:
             log.warning(  # nothing new (walk.new_entries)
                 "%s: its newest entry (sequence %d) is older than the last processed (%d): an"
-                " older copy of the entry point (a cache, a server in a fault)?",
+                " older copy of the entry point (a cache, a server in a fault)? Or the server's"
+                " database was restored from a backup that lost entries read here: then move"
+                " the checkpoint to its head (`simplefeed consumer reset`, Consumer.reset)",
                 self.url,
                 newest,
                 checkpoint.seq,

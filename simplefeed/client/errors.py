@@ -4,6 +4,7 @@
 
     SimplefeedError
     └── ClientError                     anything the consumer raises on purpose
+        ├── NoSuchEntry                 .seq: Consumer.reset to a number the feed does not hold
         ├── FetchError                  .url: a document could not be retrieved
         │   ├── RetriesExhausted        .attempts: network errors, timeouts, 5xx until the limit
         │   ├── UnexpectedStatus        .status: an answer that retrying cannot fix (4xx, 3xx);
@@ -78,6 +79,17 @@ class ClientError(SimplefeedError):
             return text
         before, _, after = text.rpartition(self.setting)
         return f"{before}{names[self.setting]}{after}"
+
+
+class NoSuchEntry(ClientError):
+    """The feed holds no entry of the sequence number asked for (:meth:`Consumer.reset`)."""
+
+    def __init__(self, url: str, seq: int, newest: int | None) -> None:
+        held = "no entry" if newest is None else f"entries 1 to {newest}"
+        super().__init__(f"{url}: the feed holds no entry numbered {seq} (it holds {held})")
+        self.url = url
+        self.seq = seq
+        self.newest = newest
 
 
 class FetchError(ClientError):

@@ -386,6 +386,9 @@ class StateFile:
             (feed_url, seq, now),
         )
 
+    def forget_head(self, feed_url: str) -> None:
+        self._write_cache("DELETE FROM heads WHERE feed_url = ?", (feed_url,))
+
     def heads(self) -> dict[str, Head]:
         rows = self._all("SELECT feed_url, head_seq, seen_at FROM heads", ())
         with damaged_values(self.path, "head"):

@@ -77,6 +77,7 @@ from simplefeed.client.errors import (
     LastEntryVanished,
     LinkLoop,
     MalformedPage,
+    NoSuchEntry,
     RepeatedEntry,
     SequenceGap,
     TooManyPages,
@@ -90,6 +91,7 @@ __all__ = [
     "PageSource",
     "Progress",
     "ReadAhead",
+    "entry_numbered",
     "new_entries",
     "starting_point",
     "verify",
@@ -161,6 +163,37 @@ def starting_point(source: PageSource, head: Page) -> Checkpoint:
         verify(page, older)
         _archived(prev, older)
         page = older
+
+
+def entry_numbered(
+    source: PageSource, head: Page, seq: int, *, max_pages: int = MAX_PAGES
+) -> Checkpoint:
+    """The checkpoint that means "every entry up to ``seq`` is processed": the entry numbered
+    ``seq`` (walking back from ``head`` through outlines, each page checked as a pass checks
+    it), or, for 0, the point before the first entry. :class:`NoSuchEntry` when the feed holds
+    no entry of that number."""
+    if seq == 0:
+        return Checkpoint("", 0, head.permanent_url)
+    back = _Back(head, seq, None, max_pages)
+    page: Page | Outline = head
+    back.passed(head)
+    while back.oldest is None or back.oldest > seq:  # every entry passed is newer, or none
+        prev = page.prev_archive
+        if prev is None:
+            break
+        back.step(prev)
+        older = _read_back(source, prev)
+        verify(page, older)
+        back.arrived(prev, older)
+        assert older.newest_seq is not None
+        if older.newest_seq < seq:
+            break  # older entries only: the number is on ``page`` if anywhere
+        page = older
+    whole = page if isinstance(page, Page) else source.page(page.url)
+    for entry in whole.entries:
+        if entry.seq == seq:
+            return Checkpoint(entry.id, seq, entry.page_url)
+    raise NoSuchEntry(head.url, seq, back.newest)
 
 
 def new_entries(

@@ -1,0 +1,388 @@
+"""Moving a consumer's checkpoint: ``Consumer.reset`` and ``simplefeed consumer reset``.
+
+What it is for: a server's database restored from a backup that lost entries a consumer had
+read. The consumer then stops (exit 4, its last entry gone), and neither reading everything
+again nor skipping to the newest is right: it goes on after the last entry the restore kept.
+Against the real app in-process (the restore made on its SQLite file), through the commands
+against the real app on a socket, and end to end with uWSGI and the README's backup.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner, Result
+
+from bench.servers import UwsgiServer, sqlite_backup
+from simplefeed.app import create_app
+from simplefeed.cli import main
+from simplefeed.client import (
+    Checkpoint,
+    DigestMismatch,
+    LastEntryVanished,
+    NoSuchEntry,
+    StateError,
+    StateFile,
+)
+from simplefeed.core import Simplefeed
+from simplefeed.settings import Settings
+from tests.conftest import FakeClock
+from tests.test_client import BASE, RECENT, CountingApp, consume, make_consumer, publish
+from tests.test_client_faults import Rewriting
+from tests.test_client_live import LiveServer
+
+
+@pytest.fixture
+def database_url(tmp_path: Path, sqlite_template: Path) -> str:
+    """SQLite only: the checkpoint is the consumer's state file's business, and a restore is
+    made here by copying the server's file."""
+    path = tmp_path / "simplefeed.sqlite3"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def server(core: Simplefeed) -> CountingApp:
+    return CountingApp(create_app(core.settings, core=core))
+
+
+@pytest.fixture
+def state_path(tmp_path: Path) -> Path:
+    return tmp_path / "consumer.sqlite3"
+
+
+def database_file(settings: Settings) -> Path:
+    return Path(settings.database_url.removeprefix("sqlite:///"))
+
+
+def restored(core: Simplefeed, backup: Path, clock: FakeClock) -> Simplefeed:
+    """The service stopped, its database replaced by ``backup``, started again (random entry
+    ids from here on: none of the lost entries' comes back)."""
+    core.close()
+    database = database_file(core.settings)
+    for leftover in ("-wal", "-shm"):
+        database.with_name(database.name + leftover).unlink(missing_ok=True)
+    shutil.copyfile(backup, database)
+    return Simplefeed(core.settings, clock=clock)
+
+
+def test_after_a_restore_lost_entries_read_the_consumer_goes_on_after_the_last_kept(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path, tmp_path: Path
+) -> None:
+    kept = publish(core, 7)  # page 1 frozen; 6 and 7 on the working page
+    backup = tmp_path / "backup.sqlite3"
+    sqlite_backup(database_file(core.settings), backup)
+    publish(core, 2)  # 8 and 9: only on the working page, lost by the restore
+    assert [e.seq for e in consume(server, state_path, clock)] == list(range(1, 10))
+    core = restored(core, backup, clock)
+    try:
+        app = CountingApp(create_app(core.settings, core=core))
+        clock.advance(11)  # later (and past the entry point's max-age)
+        since = publish(core, 2, prefix="since")  # 8 and 9 again, other entries
+        with pytest.raises(LastEntryVanished):  # the same head had the same ETag: 304, []
+            consume(app, state_path, clock)
+        with make_consumer(app, state_path, clock) as consumer:
+            assert consumer.reset(7) == Checkpoint(kept[6], 7, f"{BASE}/pages/2")
+            head = consumer.status().head
+            assert head is not None and head.seq == 9  # not the 9 of before the restore
+        got = consume(app, state_path, clock)
+        assert [(e.seq, e.id, e.title) for e in got] == [
+            (8, since[0], "since 8"),
+            (9, since[1], "since 9"),
+        ]
+    finally:
+        core.close()
+
+
+def test_reset_reads_the_entry_point_from_the_server_not_the_cache(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path, tmp_path: Path
+) -> None:
+    """The copy of the entry point a run cached a second before the restore is fresh for its
+    max-age (10 s here); the reset asks the server, so "now" is the restored feed's newest
+    entry, not the lost one it cached (which the next run would not find)."""
+    publish(core, 7)
+    backup = tmp_path / "backup.sqlite3"
+    sqlite_backup(database_file(core.settings), backup)
+    lost = publish(core, 2)
+    consume(server, state_path, clock)
+    core = restored(core, backup, clock)
+    try:
+        app = CountingApp(create_app(core.settings, core=core))
+        clock.advance(1)
+        since = publish(core, 2, prefix="since")
+        with make_consumer(app, state_path, clock) as consumer:
+            now = consumer.reset("now")
+        assert now == Checkpoint(since[1], 9, f"{BASE}/pages/2") and since[1] != lost[1]
+        publish(core, 1, prefix="next")
+        clock.advance(11)
+        assert [e.title for e in consume(app, state_path, clock)] == ["next 10"]
+    finally:
+        core.close()
+
+
+def test_cached_pages_of_the_history_before_a_restore_are_not_trusted(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path, tmp_path: Path
+) -> None:
+    """A page that could not be taken back was moved out of the archive (README): the restored
+    service freezes another page under its URL. The consumer's cached copy of the old one is
+    forgotten by the reset, which walks back through the server's pages as they are now;
+    without that, the reset stopped on the cached copy (DigestMismatch)."""
+    kept = publish(core, 7)
+    backup = tmp_path / "backup.sqlite3"
+    sqlite_backup(database_file(core.settings), backup)
+    publish(core, 8)  # pages 2 and 3 frozen (6-10, 11-15) after the backup
+    assert [e.seq for e in consume(server, state_path, clock)] == list(range(1, 16))
+    pages = core.settings.archive_dir / "pages"
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for path in pages.iterdir():
+        if path.name.split(".")[0] in ("2", "3"):
+            path.rename(aside / path.name)
+    core = restored(core, backup, clock)
+    try:
+        app = CountingApp(create_app(core.settings, core=core))
+        since = publish(core, 8, prefix="since")  # pages 2 and 3 frozen again, other entries
+        clock.advance(11)
+        with make_consumer(app, state_path, clock) as consumer:
+            assert consumer.reset(7) == Checkpoint(kept[6], 7, f"{BASE}/pages/2")
+        assert app.count("/pages/2", 200) == 1  # read from the server, not the cache
+        got = consume(app, state_path, clock)
+        assert [(e.seq, e.id) for e in got] == list(zip(range(8, 16), since, strict=True))
+    finally:
+        core.close()
+
+
+def test_reset_to_a_number_back_or_forward_to_start_and_to_now(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
+) -> None:
+    ids = publish(core, 23)  # pages 1-4 frozen, 21-23 on the working page
+    consume(server, state_path, clock)
+    with make_consumer(server, state_path, clock) as consumer:
+        assert consumer.reset(12) == Checkpoint(ids[11], 12, f"{BASE}/pages/3")
+    assert [e.seq for e in consume(server, state_path, clock)] == list(range(13, 24))
+    with make_consumer(server, state_path, clock) as consumer:
+        assert consumer.reset(22) == Checkpoint(ids[21], 22, f"{BASE}/pages/5")
+    assert [e.seq for e in consume(server, state_path, clock)] == [23]
+    with make_consumer(server, state_path, clock) as consumer:
+        assert consumer.reset(5) == Checkpoint(ids[4], 5, f"{BASE}/pages/1")  # the oldest page
+    assert [e.seq for e in consume(server, state_path, clock)] == list(range(6, 24))
+    for start in ("start", 0):
+        with make_consumer(server, state_path, clock) as consumer:
+            assert consumer.reset(start).seq == 0
+        # A consumer that would start from now has a checkpoint: it reads everything.
+        got = consume(server, state_path, clock, start="now")
+        assert [e.seq for e in got] == list(range(1, 24))
+    with make_consumer(server, state_path, clock) as consumer:
+        consumer.reset(3)
+        assert consumer.reset("now") == Checkpoint(ids[22], 23, f"{BASE}/pages/5")
+    assert consume(server, state_path, clock) == []
+    publish(core, 2)
+    clock.advance(11)
+    assert [e.seq for e in consume(server, state_path, clock)] == [24, 25]
+
+
+def test_a_number_the_feed_does_not_hold_moves_nothing(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
+) -> None:
+    ids = publish(core, 10)  # pages 1 and 2 frozen, the working page empty
+    consume(server, state_path, clock)
+    before = Checkpoint(ids[9], 10, f"{BASE}/pages/2")
+    with make_consumer(server, state_path, clock) as consumer:
+        assert consumer.checkpoint == before
+        with pytest.raises(NoSuchEntry) as info:
+            consumer.reset(11)
+        assert str(info.value) == (
+            f"{RECENT}: the feed holds no entry numbered 11 (it holds entries 1 to 10)"
+        )
+        assert (info.value.seq, info.value.newest) == (11, 10)
+        assert consumer.checkpoint == before
+        # The newest entry is on the archived page behind the empty entry point.
+        assert consumer.reset(10) == before
+        for wrong in (-1, "later", True, 2.0):
+            with pytest.raises(ValueError, match="sequence number"):
+                consumer.reset(wrong)  # type: ignore[arg-type]
+    with StateFile(state_path) as state:
+        assert state.load_checkpoint(RECENT) == before
+
+
+def test_reset_keeps_parked_entries_and_waits_for_no_running_consumer(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
+) -> None:
+    publish(core, 6)
+
+    def failing(entry: object) -> None:
+        raise ValueError("cannot")
+
+    with make_consumer(server, state_path, clock, on_error="park") as consumer:
+        consumer.run(failing)
+        assert len(consumer.parked()) == 6
+    with make_consumer(server, state_path, clock) as consumer:
+        consumer.reset(2)
+        assert [p.seq for p in consumer.parked()] == [1, 2, 3, 4, 5, 6]
+        with (
+            make_consumer(server, state_path, clock) as other,
+            pytest.raises(StateError, match="another consumer"),
+        ):
+            for _entry in consumer.entries():
+                other.reset(0)
+    with make_consumer(server, state_path, clock) as consumer:  # the other moved nothing
+        assert consumer.checkpoint is not None and consumer.checkpoint.seq == 2
+
+
+def test_a_page_the_chain_does_not_vouch_for_stops_the_reset(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
+) -> None:
+    publish(core, 12)
+    consume(server, state_path, clock)
+    with StateFile(state_path) as state:
+        checkpoint = state.load_checkpoint(RECENT)
+
+    def edit(path: str, body: bytes) -> bytes:
+        return body.replace(b"event 3", b"event X") if path == "/pages/1" else body
+
+    altered = Rewriting(server, edit, digests=True)
+    with make_consumer(altered, state_path, clock) as consumer, pytest.raises(DigestMismatch):
+        consumer.reset(2)
+    with StateFile(state_path) as state:
+        assert state.load_checkpoint(RECENT) == checkpoint
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def live(settings: Settings) -> Iterator[LiveServer]:
+    server = LiveServer(settings)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_the_command_moves_the_checkpoint_and_says_from_where_to_where(
+    live: LiveServer, tmp_path: Path
+) -> None:
+    state = str(tmp_path / "state.sqlite3")
+    ids = live.publish(12)
+    assert cli("consume", live.recent, "--state", state).exit_code == 0
+    moved = cli("consumer", "reset", "--state", state, "--to", "9")
+    assert moved.exit_code == 0, moved.stderr
+    assert moved.stdout == ""
+    assert moved.stderr == (
+        f"{live.recent}: the checkpoint moved from seq 12 ({ids[11]}) to seq 9 ({ids[8]});"
+        " 0 parked entries kept\n"
+    )
+    again = cli("consume", live.recent, "--state", state)
+    assert [line.split("\t")[0] for line in again.stdout.splitlines()] == ["10", "11", "12"]
+    start = cli("consumer", "reset", "--state", state, "--to", "start")
+    assert start.exit_code == 0
+    assert "to before the first entry;" in start.stderr
+    now = cli("consumer", "reset", "--state", state, "--to", "now", "--url", live.recent)
+    assert now.exit_code == 0
+    assert f"from before the first entry to seq 12 ({ids[11]});" in now.stderr
+    assert json.loads(cli("consumer", "status", "--state", state, "--json").stdout)["lag"] == 0
+
+
+@pytest.mark.parametrize(
+    ("to", "said"),
+    [
+        ("13", "the feed holds no entry numbered 13 (it holds entries 1 to 12)"),
+        ("-1", "'-1': start, now, or a sequence number (0 or more)"),
+        ("later", "'later': start, now, or a sequence number (0 or more)"),
+        ("١٢", "start, now, or a sequence number (0 or more)"),  # digits, not ASCII ones
+    ],
+)
+def test_the_command_refuses_a_position_the_feed_does_not_have(
+    live: LiveServer, tmp_path: Path, to: str, said: str
+) -> None:
+    state = tmp_path / "state.sqlite3"
+    live.publish(12)
+    assert cli("consume", live.recent, "--state", str(state)).exit_code == 0
+    refused = cli("consumer", "reset", "--state", str(state), "--to", to)
+    assert refused.exit_code == 2
+    assert said in refused.stderr and "--to" in refused.stderr
+    with StateFile(state) as file:
+        checkpoint = file.load_checkpoint(live.recent)
+    assert checkpoint is not None and checkpoint.seq == 12
+
+
+def test_the_command_exits_as_consume_does_when_the_server_cannot_be_read(
+    settings: Settings, tmp_path: Path
+) -> None:
+    state = str(tmp_path / "state.sqlite3")
+    server = LiveServer(settings)
+    recent = server.recent
+    try:
+        server.publish(3)
+        assert cli("consume", recent, "--state", state).exit_code == 0
+    finally:
+        server.close()
+    gone = cli("consumer", "reset", "--state", state, "--to", "1", "--timeout", "0.5")
+    assert gone.exit_code == 5, gone.stderr
+    assert gone.stderr.startswith(f"simplefeed consumer: error: {recent}: gave up after")
+    assert len(gone.stderr.splitlines()) == 1
+    with StateFile(state) as file:
+        checkpoint = file.load_checkpoint(recent)
+    assert checkpoint is not None and checkpoint.seq == 3
+
+
+@pytest.mark.e2e
+def test_a_restore_that_lost_entries_read_with_the_real_commands(tmp_path: Path) -> None:
+    """README's way, with real processes: the running service's SQLite file backed up, two
+    more entries published and read by `simplefeed consume`, the service stopped and the
+    backup restored (those two are in no file: lost), new entries published. The consumer
+    stops (exit 4) naming `simplefeed consumer reset`; reset to the last entry the restore
+    kept, it reads exactly the entries published since."""
+    s = UwsgiServer.scratch(
+        tmp_path / "service", page_size=5, extra_env={"SIMPLEFEED_RECENT_MAX_AGE": "0"}
+    )
+    state = tmp_path / "consumer.sqlite3"
+    database = s.workdir / "simplefeed.sqlite3"
+
+    def publish(first: int, n: int) -> None:
+        events = [{"title": f"e{i}"} for i in range(first, first + n)]
+        reply = httpx.post(
+            s.url("/entries"), json=events, headers={"Authorization": f"Bearer {s.token}"}
+        )
+        assert reply.status_code == 201, reply.text
+
+    def consume(expect: int = 0) -> tuple[list[str], str]:
+        done = s.cli("consume", s.url("/recent"), "--state", str(state), "--jsonl", check=False)
+        assert done.returncode == expect, done.stderr
+        return [json.loads(line)["title"] for line in done.stdout.splitlines()], done.stderr
+
+    try:
+        s.start()
+        publish(1, 12)  # pages 1 and 2 frozen, 11 and 12 on the working page
+        backup = tmp_path / "backup.sqlite3"
+        sqlite_backup(database, backup)
+        publish(13, 2)  # on the working page only
+        assert consume()[0] == [f"e{i}" for i in range(1, 15)]
+        port = s.port
+        s.stop()
+        for leftover in ("-wal", "-shm"):
+            database.with_name(database.name + leftover).unlink(missing_ok=True)
+        shutil.copyfile(backup, database)
+        s.start(port=port)
+        publish(100, 4)  # sequence numbers 13-16 again: other entries
+        stopped, said = consume(expect=4)
+        assert stopped == []
+        assert "is no longer in the feed" in said
+        assert f"`simplefeed consumer reset --state {state} --to SEQ`" in said
+        status = json.loads(s.cli("consumer", "status", "--state", str(state), "--json").stdout)
+        assert status["checkpoint"]["seq"] == 14
+        moved = s.cli("consumer", "reset", "--state", str(state), "--to", "12")
+        assert "to seq 12 (" in moved.stderr
+        assert consume()[0] == ["e100", "e101", "e102", "e103"]
+        assert s.problems() == []
+    finally:
+        s.stop()
