@@ -178,13 +178,9 @@ def entry_numbered(
     page: Page | Outline = head
     back.passed(head)
     while back.oldest is None or back.oldest > seq:  # every entry passed is newer, or none
-        prev = page.prev_archive
-        if prev is None:
+        older = back.older(source, page)
+        if older is None:
             break
-        back.step(prev)
-        older = _read_back(source, prev)
-        verify(page, older)
-        back.arrived(prev, older)
         assert older.newest_seq is not None
         if older.newest_seq < seq:
             break  # older entries only: the number is on ``page`` if anywhere
@@ -336,6 +332,19 @@ class _Back:
         self.trail.arrived(url, page)
         self.chain.append(page.sha256)
 
+    def older(self, source: PageSource, page: Page | Outline) -> Page | Outline | None:
+        """The page ``page``'s ``prev-archive`` link leads to, read (its outline when the
+        source gives one) and checked: against the link's digest, and as :meth:`arrived`
+        says; None at the first page."""
+        prev = page.prev_archive
+        if prev is None:
+            return None
+        self.step(prev)
+        older = _read_back(source, prev)
+        verify(page, older)
+        self.arrived(prev, older)
+        return older
+
 
 def _read_back(source: PageSource, url: str) -> Page | Outline:
     """The page at ``url`` as walking back reads it: its outline when the source gives one."""
@@ -351,15 +360,8 @@ def _walk_back_to_start(
     back = _Back(head, 0, progress, max_pages)
     page: Page | Outline = head
     back.passed(head)
-    while True:
-        prev = page.prev_archive
-        if prev is None:
-            break
-        back.step(prev)
-        older = _read_back(source, prev)
-        verify(page, older)
+    while (older := back.older(source, page)) is not None:
         page = older
-        back.arrived(prev, page)
     if isinstance(page, Outline):
         page = source.page(page.url)
         if page.prev_archive is not None:  # the outline missed a link the page has
@@ -385,21 +387,14 @@ def _walk_back_to_entry(
     page: Page | Outline = head
     back.passed(head)
     looked = True  # head holds no such entry
-    while True:
-        prev = page.prev_archive
-        if prev is None:
-            break  # the first page
-        back.step(prev)
-        older = _read_back(source, prev)
-        verify(page, older)
-        back.arrived(prev, older)
+    while (older := back.older(source, page)) is not None:  # None: at the first page
         assert older.newest_seq is not None
         if older.newest_seq < checkpoint.seq:
             back.chain.pop()  # past it: the newer page it must be on is the last kept
             break
         page = older
         oldest = page.oldest_seq
-        looked = checkpoint.page_url in (prev, page.permanent_url) or (
+        looked = checkpoint.page_url in (page.url, page.permanent_url) or (
             oldest is not None and oldest <= checkpoint.seq
         )
         if looked:
