@@ -193,6 +193,19 @@ class UwsgiServer:
         """A producer token minted with ``simplefeed token create ARGS`` (printed on stdout)."""
         return self.cli("token", "create", *args).stdout.strip()
 
+    def publish(self, events: list[dict[str, Any]]) -> httpx.Response:
+        """POST ``events`` to ``/entries`` as a producer does, with this server's token; the
+        201 answer, or :class:`ServerError` with what the server said."""
+        reply = httpx.post(
+            self.url("/entries"),
+            json=events,
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=30,
+        )
+        if reply.status_code != 201:
+            raise ServerError(f"publishing answered {reply.status_code}: {reply.text}")
+        return reply
+
     def _prepare(self) -> None:
         """Migrate the database with ``simplefeed db upgrade`` unless it is at the newest schema
         already (a migrated copy of the tests' template), and mint the producer token.

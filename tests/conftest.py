@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import falcon.testing
-import httpx
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -329,13 +328,7 @@ def shipped_with_entries(workdir: Path, processes: int) -> Iterator[UwsgiServer]
         page_size=10,
         processes=processes,
     ) as s:
-        r = httpx.post(
-            s.url("/entries"),
-            json=[{"title": f"e{i}"} for i in range(25)],
-            headers={"Authorization": f"Bearer {s.token}"},
-            timeout=30,
-        )
-        assert r.status_code == 201, r.text
+        s.publish([{"title": f"e{i}"} for i in range(25)])
         yield s
 
 

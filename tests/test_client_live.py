@@ -673,12 +673,8 @@ def test_against_uwsgi_documents_come_compressed_and_digests_hold(tmp_path: Path
         page_size=20,
         processes=1,
     )
-    with server, httpx.Client(timeout=30) as http:
-        batch = [{"title": f"event {i}", "content": f"payload {i}"} for i in range(105)]
-        response = http.post(
-            server.url("/entries"), json=batch, headers={"Authorization": f"Bearer {server.token}"}
-        )
-        assert response.status_code == 201, response.text
+    with server:
+        server.publish([{"title": f"event {i}", "content": f"payload {i}"} for i in range(105)])
         with Consumer(server.url("/recent"), tmp_path / "state.sqlite3") as consumer:
             assert [e.seq for e in consumer.entries()] == list(range(1, 106))
             stats = consumer.fetcher.stats

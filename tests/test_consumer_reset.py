@@ -14,7 +14,6 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from click.testing import CliRunner, Result
 
@@ -349,11 +348,7 @@ def test_a_restore_that_lost_entries_read_with_the_real_commands(tmp_path: Path)
     database = s.workdir / "simplefeed.sqlite3"
 
     def publish(first: int, n: int) -> None:
-        events = [{"title": f"e{i}"} for i in range(first, first + n)]
-        reply = httpx.post(
-            s.url("/entries"), json=events, headers={"Authorization": f"Bearer {s.token}"}
-        )
-        assert reply.status_code == 201, reply.text
+        s.publish([{"title": f"e{i}"} for i in range(first, first + n)])
 
     def consume(expect: int = 0) -> tuple[list[str], str]:
         done = s.cli("consume", s.url("/recent"), "--state", str(state), "--jsonl", check=False)

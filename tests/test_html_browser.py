@@ -46,10 +46,7 @@ def test_feed_pages_in_headless_chromium(tmp_path: Path) -> None:
         events.append(
             {"title": "a <script> in the title", "content": "<img src=x onerror=alert(1)>"}
         )  # fmt: skip
-        reply = httpx.post(
-            s.url("/entries"), json=events, headers={"Authorization": f"Bearer {s.token}"}
-        )
-        assert reply.status_code == 201, reply.text  # 8 entries: pages 1-2 frozen, 3 working
+        s.publish(events)  # 8 entries: pages 1-2 frozen, 3 working
 
         with sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)

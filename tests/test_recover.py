@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import falcon.testing
-import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
@@ -539,11 +538,7 @@ def test_an_operators_restore_then_recovery_with_the_real_commands(tmp_path: Pat
     database = s.workdir / "simplefeed.sqlite3"
 
     def publish(first: int, n: int) -> None:
-        events = [{"title": f"e{i}"} for i in range(first, first + n)]
-        reply = httpx.post(
-            s.url("/entries"), json=events, headers={"Authorization": f"Bearer {s.token}"}
-        )
-        assert reply.status_code == 201, reply.text
+        s.publish([{"title": f"e{i}"} for i in range(first, first + n)])
 
     def consumed() -> list[str]:
         done = s.cli("consume", s.url("/recent"), "--state", str(state), "--jsonl")
