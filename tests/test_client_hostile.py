@@ -17,6 +17,7 @@ import gzip
 import json
 import os
 import re
+import signal
 import socket
 import socketserver
 import struct
@@ -900,3 +901,38 @@ def test_an_entry_id_too_long_for_the_environment_still_reaches_the_handler(
         del os.environ["FAIL"]
     assert run.code == 3 and "handler failed on entry 'urn:h:iii" in run.stderr, run.stderr[:300]
     assert len(run.stderr) < 2000, run.stderr[:300]
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_reset_stopped_while_a_server_drips_exits_130_and_moves_nothing(
+    hostile: Callable[[dict[str, Send]], Hostile], tmp_path: Path, stop: signal.Signals
+) -> None:
+    """`consumer reset` reads the feed; a server that drips its answer holds it until
+    --max-time. Stopped meanwhile, it said "Aborted!" and exited 1 (click's way), a status the
+    consumer commands do not document; now as consume: one line, 130, the checkpoint as it
+    was."""
+    server = hostile({})
+    server.routes["/recent"] = drip(atom(server.base, [(1, "one"), (2, "two")]))
+    recent = f"{server.base}/recent"
+    state = tmp_path / "s.sqlite3"
+    before = Checkpoint("urn:h:2", 2, recent)
+    with StateFile(state) as file:
+        file.save_checkpoint(recent, before, now=1.0)
+    child = subprocess.Popen(
+        [*simplefeed_command(), "consumer", "reset", "--state", str(state), "--to", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=clean_environ(),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not server.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.requests, "the reset did not ask for the entry point"
+    finally:
+        child.send_signal(stop)
+        _, stderr = child.communicate(timeout=30)
+    assert child.returncode == 130, stderr
+    assert stderr.decode() == "simplefeed consumer: interrupted\n"
+    with StateFile(state) as file:
+        assert file.load_checkpoint(recent) == before

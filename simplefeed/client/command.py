@@ -608,6 +608,8 @@ class _ReportingGroup(click.Group):
     (exit 70) as ``consume`` does."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        # SIGTERM stops a retry or a reset as Ctrl-C does (exit 130), as for consume.
+        terminate = signal.signal(signal.SIGTERM, _interrupt)
         try:
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
@@ -616,8 +618,14 @@ class _ReportingGroup(click.Group):
             code = {StateError: EXIT_STATE, FeedError: EXIT_FEED, FetchError: EXIT_HTTP}
             click.echo(f"simplefeed consumer: error: {one_line(exc.naming(FLAGS))}", err=True)
             sys.exit(next(c for kind, c in code.items() if isinstance(exc, kind)))
+        except KeyboardInterrupt:
+            # click said "Aborted!" and exited 1, a status the group does not document.
+            click.echo("simplefeed consumer: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
         except Exception as exc:
             sys.exit(internal_error("simplefeed consumer", exc, debug=ctx.params["debug"]))
+        finally:
+            signal.signal(signal.SIGTERM, terminate)
 
 
 @click.group("consumer", cls=_ReportingGroup)
@@ -629,7 +637,7 @@ def consumer_group(debug: bool) -> None:
     Exit codes: 0 done; 2 usage (no such state file, an unknown entry id, an ambiguous
     state file, a number the feed does not hold); 3 a retried handler failed again; 4 and 5
     (reset) as for consume: the feed broke the protocol, HTTP failed; 6 state file unusable;
-    70 internal error.
+    70 internal error; 130 interrupted (SIGINT or SIGTERM).
     """
 
 
