@@ -307,6 +307,7 @@ def test_status_of_a_state_file_no_consumer_has_run_on_says_so(tmp_path: Path) -
         "checkpoint": None,
         "head": None,
         "lag": None,
+        "past_head": False,
         "parked": 0,
     }
 

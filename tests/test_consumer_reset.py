@@ -98,6 +98,37 @@ def test_after_a_restore_lost_entries_read_the_consumer_goes_on_after_the_last_k
         core.close()
 
 
+def test_a_checkpoint_past_the_restored_head_is_seen_in_the_status(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path, tmp_path: Path
+) -> None:
+    """Restored to 7 and published to once since, the feed's head (8) is behind the
+    checkpoint (9): the consumer finds nothing new, with a warning, until the head passes it.
+    The status kept the checkpoint as the head, lag 0, as if all were well; it now keeps the
+    head as read and says the checkpoint is past it."""
+    publish(core, 7)
+    backup = tmp_path / "backup.sqlite3"
+    sqlite_backup(database_file(core.settings), backup)
+    publish(core, 2)
+    consume(server, state_path, clock)
+    core = restored(core, backup, clock)
+    try:
+        app = CountingApp(create_app(core.settings, core=core))
+        clock.advance(11)
+        publish(core, 1, prefix="since")
+        assert consume(app, state_path, clock) == []
+        with make_consumer(app, state_path, clock) as consumer:
+            status = consumer.status()
+            assert status.head is not None and status.head.seq == 8
+            assert status.past_head and status.lag == 0
+            text = cli("consumer", "status", "--state", str(state_path)).stdout
+            assert "  warning     the checkpoint is past the head: an older copy" in text
+            consumer.reset(7)
+            assert not consumer.status().past_head
+        assert [e.title for e in consume(app, state_path, clock)] == ["since 8"]
+    finally:
+        core.close()
+
+
 def test_reset_reads_the_entry_point_from_the_server_not_the_cache(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path, tmp_path: Path
 ) -> None:
@@ -288,7 +319,8 @@ def test_the_command_moves_the_checkpoint_and_says_from_where_to_where(
     now = cli("consumer", "reset", "--state", state, "--to", "now", "--url", live.recent)
     assert now.exit_code == 0
     assert f"from before the first entry to seq 12 ({ids[11]});" in now.stderr
-    assert json.loads(cli("consumer", "status", "--state", state, "--json").stdout)["lag"] == 0
+    status = json.loads(cli("consumer", "status", "--state", state, "--json").stdout)
+    assert (status["lag"], status["past_head"]) == (0, False)
 
 
 @pytest.mark.parametrize(

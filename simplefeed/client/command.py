@@ -829,6 +829,7 @@ def _status_json(status: Status) -> str:
         else {"id": checkpoint.entry_id, "seq": checkpoint.seq, "page": checkpoint.page_url},
         "head": None if head is None else {"seq": head.seq, "seen_at": _iso(head.seen_at)},
         "lag": status.lag,
+        "past_head": status.past_head,
         "parked": status.parked,
     }
     return json_text(record)
@@ -837,7 +838,7 @@ def _status_json(status: Status) -> str:
 #: ``status --json`` before any consumer ran: an entry point's object, nothing known (printing
 #: nothing read as a command that did nothing).
 _NO_ENTRY_POINT_JSON = json_text(
-    {"url": None, "checkpoint": None, "head": None, "lag": None, "parked": 0}
+    {"url": None, "checkpoint": None, "head": None, "lag": None, "past_head": False, "parked": 0}
 )
 
 
@@ -857,6 +858,12 @@ def _status_text(status: Status) -> str:
         else f"  head        seq {head.seq}  seen {_iso(head.seen_at)}"
     )
     lines.append(f"  lag         {'unknown' if status.lag is None else status.lag}")
+    if status.past_head:
+        lines.append(
+            "  warning     the checkpoint is past the head: an older copy of the feed (a cache),"
+            " or its server restored from a backup that lost entries read here (then"
+            " `simplefeed consumer reset --to` its head)"
+        )
     lines.append(f"  parked      {status.parked}")
     return "\n".join(lines)
 

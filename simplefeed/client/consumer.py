@@ -136,6 +136,14 @@ class Status:
             return None
         return max(0, self.head.seq - (self.checkpoint.seq if self.checkpoint else 0))
 
+    @property
+    def past_head(self) -> bool:
+        """Whether the checkpoint is past the head as last seen: the entry point read was an
+        older copy (a cache), or the server's database was restored from a backup that lost
+        entries read here (then :meth:`Consumer.reset` to its head)."""
+        head, checkpoint = self.head, self.checkpoint
+        return head is not None and checkpoint is not None and checkpoint.seq > head.seq
+
 
 class _HttpPages:
     """The consumer's page source: fetch, parse, then let the cache keep what parsed.
@@ -747,10 +755,11 @@ class Consumer:
         finally:
             self._pages.end_pass()
         caught_up = self.checkpoint
-        if caught_up is not None and (newest is None or newest < caught_up.seq):
-            # The entry point held no entries (a page had just frozen) or was an older copy:
-            # the newest entry of the feed seen is the last one processed, not an older head
-            # (`consumer status` showed a head behind the checkpoint).
+        if caught_up is not None and newest is None:
+            # The entry point held no entries (a page had just frozen): the newest entry of the
+            # feed seen is the last one processed, not an older head (`consumer status` showed
+            # a head behind the checkpoint). An entry point whose newest entry is older than
+            # the checkpoint's is kept as the head: `consumer status` says so (past_head).
             self.state.save_head(self.url, caught_up.seq, self.clock())
 
     # -- checkpoints ---------------------------------------------------------------------
