@@ -651,7 +651,8 @@ def test_a_postgresql_backup_made_and_restored_the_readme_s_way(
 ) -> None:
     """README's PostgreSQL backup (`pg_dump -Fc`) and restore (`pg_restore --no-owner` into a
     new, empty database), then `archive recover`: the pages frozen after the dump come back,
-    and the restored sequences hand out new ids (a feed, a token) without a clash."""
+    the restored sequences hand out new ids (a feed, a token) without a clash, and the recent
+    document at the head of before the restore, with other entries, has another ETag."""
     if postgres is None:
         pytest.skip("PostgreSQL half skipped: set SIMPLEFEED_TEST_POSTGRES_URL to run it")
     url = postgres.new_database()
@@ -672,6 +673,8 @@ def test_a_postgresql_backup_made_and_restored_the_readme_s_way(
             dump = tmp_path / "backup.dump"
             subprocess.run(["pg_dump", "-Fc", "-f", str(dump), libpq(url)], check=True, timeout=60)
             core.publish("events", [Event(title=f"e{i}") for i in range(7, 23)])
+            head = core.feed("events")
+            etag_before = core.live(head, "recent").etag
         finally:
             core.close()
         postgres._admin(f'CREATE DATABASE "{name}"')
@@ -692,6 +695,10 @@ def test_a_postgresql_backup_made_and_restored_the_readme_s_way(
             restored.publish("events", [Event(title=f"e{i}") for i in range(23, 25)])
             assert restored.feed("events").head_seq == 22  # 20 taken back (e20-e22: in no file)
             assert restored.verify_archive().problems == []
+            restored.publish("events", [Event(title="e25")])
+            again = restored.feed("events")
+            assert again.head_seq == head.head_seq  # the head of before, with other entries
+            assert restored.live(again, "recent").etag != etag_before  # no 304 for a lost copy
         finally:
             restored.close()
     finally:
