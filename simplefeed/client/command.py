@@ -631,7 +631,7 @@ class _ReportingGroup(click.Group):
 @click.group("consumer", cls=_ReportingGroup)
 @click.option("--debug", is_flag=True, help="On an internal error (exit 70), print the traceback.")
 def consumer_group(debug: bool) -> None:
-    """Work on a consumer's state file: parked entries, where it stands.
+    """Work on a consumer's state file: parked entries, where it stands, moving it.
 
     \b
     Exit codes: 0 done; 2 usage (no such state file, an unknown entry id, an ambiguous
