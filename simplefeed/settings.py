@@ -282,7 +282,8 @@ def socket_address(value: str) -> tuple[str, int]:
     """The host and port of SIMPLEFEED_HTTP_SOCKET (``host:port``, ``[v6]:port``, ``:port``
     for every address, given as 0.0.0.0), or :class:`ConfigError`."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535 or " " in host:
+    spaced = any(c.isspace() or not c.isprintable() for c in host)  # a newline, a tab, ESC
+    if not sep or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535 or spaced:
         raise ConfigError(
             f"SIMPLEFEED_HTTP_SOCKET must be HOST:PORT (as 127.0.0.1:8080), got {value!r}"
         )

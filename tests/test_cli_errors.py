@@ -286,6 +286,24 @@ def test_a_setting_set_but_empty_is_refused_naming_it(tmp_path: Path, name: str)
     )
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["127.0.0.1\n:8080", "127.0.0.1\t:8080", "bad\x1bhost:8080", "a b:80", "h:\uff18\uff10"],
+)
+def test_an_http_socket_whose_host_holds_a_control_or_a_space_is_refused(
+    tmp_path: Path, value: str
+) -> None:
+    """A newline, a tab or ESC in the host went through to uWSGI's configuration (only a space
+    was refused); so did a port of non-ASCII digits."""
+    assert one_line_error(run(tmp_path, "config", SIMPLEFEED_HTTP_SOCKET=value)) == (
+        f"Error: SIMPLEFEED_HTTP_SOCKET must be HOST:PORT (as 127.0.0.1:8080), got {value!r}".replace(
+            "\n", "\\n"
+        )
+        .replace("\t", "\\t")
+        .replace("\x1b", "\\x1b")
+    )
+
+
 def test_uwsgi_s_load_refuses_an_empty_setting_in_one_critical_line(tmp_path: Path) -> None:
     assert wsgi_refusal(tmp_path, SIMPLEFEED_BASE_URL="") == (
         "not starting: SIMPLEFEED_BASE_URL is set but empty: unset it or give a value"
