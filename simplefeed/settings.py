@@ -184,6 +184,13 @@ class Settings:
         http_socket = env.get("SIMPLEFEED_HTTP_SOCKET")
         if http_socket is not None:
             socket_address(http_socket)  # checked here, used by `serve` and uWSGI's load
+        uwsgi_socket = env.get("SIMPLEFEED_UWSGI_SOCKET")
+        if uwsgi_socket is not None and _spaced(uwsgi_socket):
+            # uWSGI bound "/run/sf\nock" as /run/sf, where nginx's uwsgi_pass does not look.
+            raise ConfigError(
+                "SIMPLEFEED_UWSGI_SOCKET must be a socket's path or HOST:PORT, without spaces or"
+                f" control characters, got {uwsgi_socket!r}"
+            )
         return cls(
             database_url=database_url,
             # Absolute from here on: every path a command prints says which directory it was
@@ -282,12 +289,23 @@ def socket_address(value: str) -> tuple[str, int]:
     """The host and port of SIMPLEFEED_HTTP_SOCKET (``host:port``, ``[v6]:port``, ``:port``
     for every address, given as 0.0.0.0), or :class:`ConfigError`."""
     host, sep, port = value.rpartition(":")
-    spaced = any(c.isspace() or not c.isprintable() for c in host)  # a newline, a tab, ESC
-    if not sep or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535 or spaced:
+    if (
+        not sep
+        or not port.isascii()
+        or not port.isdigit()
+        or not 1 <= int(port) <= 65535
+        or _spaced(host)
+    ):
         raise ConfigError(
             f"SIMPLEFEED_HTTP_SOCKET must be HOST:PORT (as 127.0.0.1:8080), got {value!r}"
         )
     return host.removeprefix("[").removesuffix("]") or "0.0.0.0", int(port)
+
+
+def _spaced(text: str) -> bool:
+    """Whether ``text`` holds a space or a control character (a newline, a tab, ESC): no
+    socket address does, and uWSGI cuts an address at a newline."""
+    return any(c.isspace() or not c.isprintable() for c in text)
 
 
 def is_loopback(host: str) -> bool:

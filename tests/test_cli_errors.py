@@ -296,11 +296,19 @@ def test_an_http_socket_whose_host_holds_a_control_or_a_space_is_refused(
     """A newline, a tab or ESC in the host went through to uWSGI's configuration (only a space
     was refused); so did a port of non-ASCII digits."""
     assert one_line_error(run(tmp_path, "config", SIMPLEFEED_HTTP_SOCKET=value)) == (
-        f"Error: SIMPLEFEED_HTTP_SOCKET must be HOST:PORT (as 127.0.0.1:8080), got {value!r}".replace(
-            "\n", "\\n"
-        )
-        .replace("\t", "\\t")
-        .replace("\x1b", "\\x1b")
+        f"Error: SIMPLEFEED_HTTP_SOCKET must be HOST:PORT (as 127.0.0.1:8080), got {value!r}"
+    )
+
+
+def test_a_uwsgi_socket_with_a_control_or_a_space_is_refused(tmp_path: Path) -> None:
+    """uWSGI bound SIMPLEFEED_UWSGI_SOCKET="/tmp/s<newline>ock" as /tmp/s, without a word, where
+    nginx's uwsgi_pass would not look."""
+    done = run(
+        tmp_path, "serve", SIMPLEFEED_UWSGI_SOCKET="/tmp/s\nock", SIMPLEFEED_BASE_URL="http://x"
+    )
+    assert one_line_error(done) == (
+        "Error: SIMPLEFEED_UWSGI_SOCKET must be a socket's path or HOST:PORT, without spaces or"
+        " control characters, got '/tmp/s\\nock'"
     )
 
 
