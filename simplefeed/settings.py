@@ -152,10 +152,12 @@ class Settings:
             raw = env.get(name)
             if raw is None:
                 return default
-            try:
-                value = int(raw)
-            except ValueError:
-                raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+            # Decimal ASCII digits only: Python's int() also reads "2_00" and fullwidth digits
+            # as 200, which uWSGI (it reads SIMPLEFEED_THREADS and SIMPLEFEED_PROCESSES itself)
+            # reads as 2 and 0.
+            if not _DECIMAL.fullmatch(raw.strip()):
+                raise ConfigError(f"{name} must be an integer, got {raw!r}")
+            value = int(raw)
             if value < minimum:
                 raise ConfigError(f"{name} must be at least {minimum}, got {value}")
             if maximum is not None and value > maximum:
@@ -300,6 +302,9 @@ def socket_address(value: str) -> tuple[str, int]:
             f"SIMPLEFEED_HTTP_SOCKET must be HOST:PORT (as 127.0.0.1:8080), got {value!r}"
         )
     return host.removeprefix("[").removesuffix("]") or "0.0.0.0", int(port)
+
+
+_DECIMAL = re.compile(r"-?[0-9]+")
 
 
 def _spaced(text: str) -> bool:

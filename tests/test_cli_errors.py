@@ -337,6 +337,17 @@ def test_absurd_thread_process_and_body_sizes_are_refused(
     assert json.loads(done.stdout)[name] == most
 
 
+@pytest.mark.parametrize("value", ["2_00", "\uff12\uff10\uff10", "0x10", "1e3", "20.0"])
+def test_a_number_setting_is_decimal_digits_as_uwsgi_reads_it(tmp_path: Path, value: str) -> None:
+    """Python's int() took SIMPLEFEED_THREADS=2_00 as 200 and fullwidth digits as 200: uWSGI,
+    which reads the variable itself, runs 2 threads, or none."""
+    for name in ("SIMPLEFEED_THREADS", "SIMPLEFEED_PAGE_SIZE"):
+        line = one_line_error(run(tmp_path, "config", **{name: value}))
+        assert line == f"Error: {name} must be an integer, got {value!r}"
+    done = run(tmp_path, "config", "--json", SIMPLEFEED_THREADS=" 16 ")
+    assert json.loads(done.stdout)["SIMPLEFEED_THREADS"] == 16
+
+
 def test_commands_warn_of_a_misspelt_setting_and_run_on_the_default(tmp_path: Path) -> None:
     """`SIMPLEFEED_PAGESIZE=10` was ignored without a word: every new feed got pages of 100."""
     done = run(tmp_path, "config", "--json", SIMPLEFEED_PAGESIZE="10")
