@@ -203,7 +203,12 @@ def serve(
     env["SIMPLEFEED_PROCESSES"] = str(processes)
     env["SIMPLEFEED_THREADS"] = str(settings.threads)
     env["SIMPLEFEED_ARCHIVE_DIR"] = str(settings.archive_dir.resolve())
-    settings.archive_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        settings.archive_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # it ended `serve` with a traceback
+        raise click.ClickException(
+            f"cannot make the archive directory {settings.archive_dir}: {exc.strerror or exc}"
+        ) from None
     # Prometheus counters of this run's workers, removed when uWSGI exits (or, when it was
     # killed, by the next run's serve).
     from simplefeed import metrics
@@ -558,7 +563,7 @@ def _archive_and_database(doing: str, relation: str, settings: Settings) -> str:
     absolute terms (a cron job run from another directory checked another archive)."""
     from simplefeed.settings import database_shown
 
-    return (
+    return one_line(  # a newline in the directory's name forged a line of the report
         f"{doing} archive {settings.archive_dir} {relation} database"
         f" {database_shown(settings.database_url)}"
     )

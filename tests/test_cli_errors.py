@@ -438,12 +438,24 @@ def test_behind_a_proxy_the_base_url_is_needed(tmp_path: Path) -> None:
     )
     done = run(tmp_path, "serve", "--port", str(free_port()), SIMPLEFEED_UWSGI_SOCKET=upstream)
     assert one_line_error(done) == "Error: " + advice
-    # A value that would forge a second line of the error is escaped, as every error's is.
-    forged = run(tmp_path, "serve", SIMPLEFEED_UWSGI_SOCKET=f"{upstream}\nError: forged")
-    assert one_line_error(forged).startswith(
-        f"Error: SIMPLEFEED_UWSGI_SOCKET={upstream}\\nError: forged puts the service behind"
-    )
     assert wsgi_refusal(tmp_path, SIMPLEFEED_UWSGI_SOCKET=upstream) == "not starting: " + advice
+
+
+def test_a_value_that_would_forge_a_second_line_of_an_error_is_escaped(tmp_path: Path) -> None:
+    """Every operator command's error is one line whatever it quotes (a newline in a setting
+    forged a second `Error:` line), and so is the report's first line; an archive directory
+    that cannot be made ended `serve` with a traceback."""
+    assert run(tmp_path, "db", "upgrade").returncode == 0
+    forged = "/dev/null/x\nError: forged"
+    done = run(tmp_path, "serve", "--port", str(free_port()), SIMPLEFEED_ARCHIVE_DIR=forged)
+    assert one_line_error(done) == (
+        "Error: cannot make the archive directory /dev/null/x\\nError: forged: Not a directory"
+    )
+    verified = run(tmp_path, "archive", "verify", SIMPLEFEED_ARCHIVE_DIR=forged)
+    assert verified.stdout.splitlines()[0].startswith(
+        "checking archive /dev/null/x\\nError: forged against database"
+    )
+    assert len(verified.stdout.splitlines()) == 1 and len(verified.stderr.splitlines()) == 1
 
 
 def test_serve_listens_where_simplefeed_http_socket_says_unless_told_otherwise(
