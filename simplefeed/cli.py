@@ -547,12 +547,12 @@ def archive_rebuild(feed_name: str | None) -> None:
          or --feed naming no feed
     """
     with _could_not_check(), _core() as core:
-        click.echo(_archive_and_database("rebuilding", "from", core.settings))
+        _report(_archive_and_database("rebuilding", "from", core.settings))
         report = core.rebuild_archive(feed_name)
     for path in report.restored:
-        click.echo(f"restored {path}")
+        _report(f"restored {path}")
     for problem in report.unwritten:
-        click.echo(problem, err=True)
+        _report(problem, err=True)
     click.echo(f"checked {report.checked} frozen pages, restored {len(report.restored)}")
     if report.unwritten:
         raise click.ClickException(f"{len(report.unwritten)} page files could not be written")
@@ -563,10 +563,16 @@ def _archive_and_database(doing: str, relation: str, settings: Settings) -> str:
     absolute terms (a cron job run from another directory checked another archive)."""
     from simplefeed.settings import database_shown
 
-    return one_line(  # a newline in the directory's name forged a line of the report
+    return (
         f"{doing} archive {settings.archive_dir} {relation} database"
         f" {database_shown(settings.database_url)}"
     )
+
+
+def _report(line: str, *, err: bool = False) -> None:
+    """Print one line of an archive command's report, escaped as errors are: its paths and
+    problems name files, and a newline in the archive directory's name forged lines."""
+    click.echo(one_line(line), err=err)
 
 
 @archive.command("rebase")
@@ -608,7 +614,7 @@ def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
             )
     unwritten = [problem for r in rebased for problem in r.unwritten]
     for problem in unwritten:
-        click.echo(f"{problem} (`simplefeed archive rebuild` writes it)", err=True)
+        _report(f"{problem} (`simplefeed archive rebuild` writes it)", err=True)
     if unwritten:
         raise click.ClickException(f"{len(unwritten)} page files could not be written")
     if os.environ.get("SIMPLEFEED_BASE_URL") != settings.base_url:
@@ -639,7 +645,7 @@ def archive_recover(feed_name: str | None) -> None:
          base URL, the default feed), or --feed naming no feed
     """
     with _could_not_check(), _core() as core:
-        click.echo(_archive_and_database("recovering", "into", core.settings))
+        _report(_archive_and_database("recovering", "into", core.settings))
         core.check_base_url()
         core.check_default_feed_pages()
         recovered = core.recover_archive(feed_name)
@@ -654,17 +660,17 @@ def archive_recover(feed_name: str | None) -> None:
             )
         if r.problem is not None:
             failed += 1
-            click.echo(
+            _report(
                 f"feed {r.feed!r}: {r.problem}; it and the files after it stay in the archive,"
                 " and the service does not start while they are there (README: A database"
                 " older than the archive)",
                 err=True,
             )
         for path in r.written:
-            click.echo(f"wrote again {path} (taken back from a copy, or missing)")
+            _report(f"wrote again {path} (taken back from a copy, or missing)")
         for problem in r.unwritten:
             failed += 1
-            click.echo(f"{problem} (`simplefeed archive rebuild` writes it)", err=True)
+            _report(f"{problem} (`simplefeed archive rebuild` writes it)", err=True)
     if not recovered:
         click.echo("no page file past the database's frozen pages: nothing to take back")
     if failed:
@@ -689,10 +695,10 @@ def archive_verify(feed_name: str | None) -> None:
          pages), a setting, or --feed naming no feed
     """
     with _could_not_check(), _core() as core:
-        click.echo(_archive_and_database("checking", "against", core.settings))
+        _report(_archive_and_database("checking", "against", core.settings))
         report = core.verify_archive(feed_name)
     for problem in report.problems:
-        click.echo(problem, err=True)
+        _report(problem, err=True)
     problems = len(report.problems)
     click.echo(
         f"checked {report.checked} frozen pages, {problems} problem{'' if problems == 1 else 's'}"

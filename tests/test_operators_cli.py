@@ -636,6 +636,32 @@ def test_archive_verify_exits_1_naming_a_damaged_page_file_which_rebuild_restore
     ok(cli(core, tmp_path, "archive", "verify"))
 
 
+def test_the_archive_reports_name_a_directory_with_a_newline_on_one_line(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    """A newline in the archive directory's name forged lines in `archive verify`'s and
+    `rebuild`'s reports (each path a problem or a file restored names): each is one line."""
+    settings = replace(core.settings, archive_dir=tmp_path / "arch\nError: forged")
+    forged = Simplefeed(settings, clock=core.clock)
+    try:
+        page1 = frozen_archive(forged) / "1"
+    finally:
+        forged.close()
+    page1.unlink()
+    shown = str(page1).replace("\n", "\\n")
+    checked = cli_on(settings, tmp_path, "archive", "verify")
+    assert checked.returncode == 1, (checked.stdout, checked.stderr)
+    assert checked.stderr.splitlines() == [
+        f"{shown}: missing (`simplefeed archive rebuild` writes it)"
+    ]
+    assert checked.stdout.splitlines()[0].startswith(f"checking archive {tmp_path}/arch\\nError")
+    rebuilt = cli_on(settings, tmp_path, "archive", "rebuild")
+    assert ok(rebuilt).splitlines()[1:] == [
+        f"restored {shown}",
+        "checked 2 frozen pages, restored 1",
+    ]
+
+
 def test_archive_verify_exits_2_on_usage_and_its_help_gives_every_status(
     core: Simplefeed, tmp_path: Path
 ) -> None:
