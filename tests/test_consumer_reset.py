@@ -31,7 +31,16 @@ from simplefeed.client import (
 from simplefeed.core import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock
-from tests.test_client import BASE, RECENT, CountingApp, consume, make_consumer, publish
+from tests.test_client import (
+    BASE,
+    RECENT,
+    CountingApp,
+    consume,
+    forget_checkpoint,
+    make_consumer,
+    publish,
+    stored_checkpoint,
+)
 from tests.test_client_faults import Rewriting
 from tests.test_client_live import LiveServer
 
@@ -216,6 +225,33 @@ def test_reset_to_a_number_back_or_forward_to_start_and_to_now(
     assert [e.seq for e in consume(server, state_path, clock)] == [24, 25]
 
 
+def test_a_new_consumer_starts_after_a_number(
+    core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
+) -> None:
+    """``start=SEQ``: a consumer without a checkpoint begins after entry SEQ (it took
+    ``"now"`` once, then a reset); one with a checkpoint goes on from it."""
+    ids = publish(core, 23)  # pages 1-4 frozen, 21-23 on the working page
+    with (
+        make_consumer(server, state_path, clock, start=99) as consumer,
+        pytest.raises(NoSuchEntry, match=r"no entry numbered 99 \(it holds entries 1 to 23\)"),
+    ):
+        consumer.run(lambda entry: None)
+    assert stored_checkpoint(state_path) is None
+    got = consume(server, state_path, clock, start=12)
+    assert [(e.seq, e.id) for e in got] == list(zip(range(13, 24), ids[12:], strict=True))
+    assert stored_checkpoint(state_path) == Checkpoint(ids[22], 23, f"{BASE}/pages/5")
+    publish(core, 1)
+    clock.advance(11)
+    assert [e.seq for e in consume(server, state_path, clock, start=3)] == [24]
+    forget_checkpoint(state_path)
+    assert [e.seq for e in consume(server, state_path, clock, start=0)] == list(range(1, 25))
+    forget_checkpoint(state_path)
+    assert [e.seq for e in consume(server, state_path, clock, start=24)] == []
+    for wrong in (-1, "later", True, 2.0, None):
+        with pytest.raises(ValueError, match=r"start.*sequence number"):
+            make_consumer(server, state_path, clock, start=wrong)
+
+
 def test_a_number_the_feed_does_not_hold_moves_nothing(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
 ) -> None:
@@ -344,6 +380,31 @@ def test_the_command_refuses_a_position_the_feed_does_not_have(
     with StateFile(state) as file:
         checkpoint = file.load_checkpoint(live.recent)
     assert checkpoint is not None and checkpoint.seq == 12
+
+
+def test_consume_from_a_number(live: LiveServer, tmp_path: Path) -> None:
+    state = tmp_path / "state.sqlite3"
+    ids = live.publish(12)
+    for refused, said in (
+        (
+            "13",
+            f"--from 13: {live.recent}: the feed holds no entry numbered 13 (it holds"
+            " entries 1 to 12)",
+        ),
+        ("later", "'later': start, now, or a sequence number (0 or more)"),
+        ("-2", "'-2': start, now, or a sequence number (0 or more)"),
+        ("\u0661\u0662", "start, now, or a sequence number (0 or more)"),  # Arabic-Indic 12
+    ):
+        result = cli("consume", live.recent, "--state", str(state), "--from", refused)
+        assert result.exit_code == 2, result.stderr
+        assert said in result.stderr
+        assert result.stdout == ""
+    with StateFile(state) as file:
+        assert file.load_checkpoint(live.recent) is None
+    got = cli("consume", live.recent, "--state", str(state), "--from", "9", "--jsonl")
+    assert got.exit_code == 0, got.stderr
+    read = [json.loads(line) for line in got.stdout.splitlines()]
+    assert [(r["seq"], r["id"]) for r in read] == [(10, ids[9]), (11, ids[10]), (12, ids[11])]
 
 
 def test_the_command_exits_as_consume_does_when_the_server_cannot_be_read(

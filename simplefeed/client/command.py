@@ -2,7 +2,7 @@
 
 ::
 
-    simplefeed consume URL --state FILE [--from start|now] [--jsonl | --exec CMD] [--follow]
+    simplefeed consume URL --state FILE [--from start|now|SEQ] [--jsonl | --exec CMD] [--follow]
                            [--parser feedparser|lxml] [--checkpoint entry|page]
                            [--max-size BYTES] [--max-time SECONDS] [--max-pages N]
                            [--allow-redirect-origin ORIGIN]... [--wait SECONDS]
@@ -99,6 +99,7 @@ from simplefeed.lines import escape_field, one_line
 __all__ = ["EXIT_CODES", "consume", "consumer_group"]
 
 EXIT_OK = 0
+EXIT_USAGE = 2
 EXIT_HANDLER = 3
 EXIT_FEED = 4
 EXIT_HTTP = 5
@@ -109,7 +110,7 @@ EXIT_INTERRUPTED = 130
 
 EXIT_CODES = {
     EXIT_OK: "caught up",
-    2: "usage error",
+    EXIT_USAGE: "usage error",
     EXIT_HANDLER: "handler failed (--exec exited non-zero, or output failed)",
     EXIT_FEED: "feed broke the protocol (not Atom, link loop, a link to another origin, sequence "
     "gap, repeated id, digest mismatch, entry gone)",
@@ -147,6 +148,16 @@ class Seconds(click.FloatRange):
         if not math.isfinite(seconds):
             self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
         return seconds
+
+
+def _place(ctx: click.Context, param: click.Parameter, value: str) -> str | int:
+    """A place in a feed (``--from``, ``--to``): ``start``, ``now`` or a sequence number, in
+    ASCII digits (``int`` also takes other scripts' digits and ``1_0``)."""
+    if value in ("start", "now"):
+        return value
+    if value.isascii() and value.isdigit():
+        return int(value)
+    raise click.BadParameter(f"{value!r}: start, now, or a sequence number (0 or more)")
 
 
 def _http_urls(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -289,10 +300,12 @@ class _ProgressBars:
 @click.option(
     "--from",
     "start",
-    type=click.Choice(["start", "now"]),
     default="start",
     show_default=True,
-    help="Without a checkpoint: read the whole history, or only entries published from now on.",
+    metavar="start|now|SEQ",
+    callback=_place,
+    help="Without a checkpoint: read the whole history, only entries published from now on, or "
+    "the entries after sequence number SEQ (exit 2 if the feed does not hold it).",
 )
 @click.option("--jsonl", is_flag=True, help="Print one JSON object per entry.")
 @click.option(
@@ -389,7 +402,7 @@ class _ProgressBars:
 def _consume(
     url: str,
     state_path: Path,
-    start: Start,
+    start: Start | int,
     jsonl: bool,
     exec_command: str | None,
     follow: bool,
@@ -480,7 +493,7 @@ def _run(
     state_path: Path,
     handler: Callable[[FeedEntry], None],
     *,
-    start: Start,
+    start: Start | int,
     follow: bool,
     checkpoint_every: CheckpointEvery,
     timeout: float,
@@ -532,6 +545,8 @@ def _run(
         return EXIT_OK
     except HandlerError as exc:
         return _fail(EXIT_HANDLER, exc.naming(FLAGS), bars)
+    except NoSuchEntry as exc:  # --from SEQ: found out only by reading the feed
+        return _fail(EXIT_USAGE, f"--from {exc.seq}: {exc}", bars)
     except LastEntryVanished as exc:
         return _fail(
             EXIT_FEED,
@@ -732,14 +747,6 @@ def _drop(state_path: Path, url: str | None, entry_id: str) -> None:
                 raise click.UsageError(f"not parked: {entry_id}")
 
 
-def _reset_to(ctx: click.Context, param: click.Parameter, value: str) -> str | int:
-    if value in ("start", "now"):
-        return value
-    if value.isascii() and value.isdigit():
-        return int(value)
-    raise click.BadParameter(f"{value!r}: start, now, or a sequence number (0 or more)")
-
-
 @consumer_group.command("reset")
 @_STATE
 @_URL
@@ -747,7 +754,7 @@ def _reset_to(ctx: click.Context, param: click.Parameter, value: str) -> str | i
     "--to",
     required=True,
     metavar="start|now|SEQ",
-    callback=_reset_to,
+    callback=_place,
     help="start: every entry is new again; now: only what is published next; SEQ: the entries "
     "after sequence number SEQ.",
 )

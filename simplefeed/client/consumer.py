@@ -358,7 +358,7 @@ class Consumer:
         url: str,
         state: str | PathLike[str] | StateFile,
         *,
-        start: Start = "start",
+        start: Start | int = "start",
         checkpoint_every: CheckpointEvery = "entry",
         transport: Transport | None = None,
         timeout: float = 10.0,
@@ -380,7 +380,8 @@ class Consumer:
         an open :class:`StateFile`, which the caller closes).
 
         - ``start``: where a consumer without a checkpoint begins: ``"start"``, the whole
-          history, or ``"now"``, what comes next.
+          history; ``"now"``, what comes next; or a sequence number, the entries after it
+          (:class:`NoSuchEntry` on the first pass when the feed holds no entry of it).
         - ``checkpoint_every``: ``"entry"`` (a crash repeats at most one entry) or ``"page"``
           (at most one page; faster).
         - ``parser``: ``"feedparser"`` (its checks besides the strict reading) or ``"lxml"``.
@@ -406,8 +407,7 @@ class Consumer:
             raise ValueError(f"on_error must be 'stop' or 'park', not {on_error!r}")
         if max_parked is not None and max_parked < 0:
             raise ValueError("max_parked must not be negative")
-        if start not in ("start", "now"):
-            raise ValueError(f"start must be 'start' or 'now', not {start!r}")
+        _check_position("start", start)
         if checkpoint_every not in ("entry", "page"):
             raise ValueError(
                 f"checkpoint_every must be 'entry' or 'page', not {checkpoint_every!r}"
@@ -583,20 +583,13 @@ class Consumer:
         a number the feed does not hold), holding the state file's right to process as
         :meth:`entries` does. The cached archived pages are forgotten (a restored server may
         have frozen other pages under their URLs); parked entries are kept."""
-        if isinstance(to, bool) or (not isinstance(to, int) and to not in ("start", "now")):
-            raise ValueError(f"to must be 'start', 'now' or a sequence number, not {to!r}")
-        if isinstance(to, int) and to < 0:
-            raise ValueError("a sequence number is not negative")
+        _check_position("to", to)
         with self.state.processing():
             self.fetcher.forget_archived_pages()
             self.fetcher.forget(self.url)  # a copy from before a restore, fresh for seconds more
             try:
                 head = self._pages.head(self.url, None)
-                if to == "now":
-                    checkpoint = starting_point(self._pages, head)
-                else:
-                    number = 0 if to == "start" else int(to)
-                    checkpoint = entry_numbered(self._pages, head, number, max_pages=self.max_pages)
+                checkpoint = self._position(head, 0 if to == "start" else to)
             finally:
                 self._pages.end_pass()
             self._save(checkpoint)
@@ -723,8 +716,8 @@ class Consumer:
         if head.newest_seq is not None:
             self.state.save_head(self.url, head.newest_seq, self.clock())
         checkpoint = self.checkpoint
-        if checkpoint is None and self.start == "now":
-            checkpoint = starting_point(self._pages, head)
+        if checkpoint is None and self.start != "start":
+            checkpoint = self._position(head, self.start)
             self._save(checkpoint)
         newest = head.newest_seq
         if checkpoint is not None and newest is not None and newest < checkpoint.seq:
@@ -761,6 +754,13 @@ class Consumer:
             # a head behind the checkpoint). An entry point whose newest entry is older than
             # the checkpoint's is kept as the head: `consumer status` says so (past_head).
             self.state.save_head(self.url, caught_up.seq, self.clock())
+
+    def _position(self, head: Page, to: Literal["now"] | int) -> Checkpoint:
+        """The checkpoint at the feed's newest entry (``"now"``) or at the entry numbered
+        ``to``, read from ``head`` on."""
+        if to == "now":
+            return starting_point(self._pages, head)
+        return entry_numbered(self._pages, head, to, max_pages=self.max_pages)
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -826,3 +826,11 @@ def _close_writer_state() -> None:
 def _describe(error: BaseException) -> str:
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _check_position(name: str, value: object) -> None:
+    """Refuse a place in the feed that is not ``"start"``, ``"now"`` or a sequence number."""
+    if isinstance(value, bool) or (not isinstance(value, int) and value not in ("start", "now")):
+        raise ValueError(f"{name} must be 'start', 'now' or a sequence number, not {value!r}")
+    if isinstance(value, int) and value < 0:
+        raise ValueError(f"{name}: a sequence number is not negative")
