@@ -31,7 +31,7 @@ from simplefeed.client.command import FLAGS
 from simplefeed.client.parse import Outline, Page, parse_page
 from simplefeed.client.poll import next_interval
 from simplefeed.client.state import CachedDocument
-from simplefeed.client.walk import new_entries, starting_point
+from simplefeed.client.walk import Parting, new_entries, parting, starting_point
 from simplefeed.model import Document, DocumentKind, Entry, Event, Feed, Link
 
 BASE = "http://feeds.example.test"
@@ -363,7 +363,79 @@ def test_starting_point_is_the_newest_entry_or_before_the_first() -> None:
     assert seqs(empty_head, empty, start) == []
 
 
+def test_parting_finds_the_last_entry_read_that_the_feed_holds_as_read() -> None:
+    """A feed of 14 (urn:test:N at N) against what a consumer read: where they part."""
+    head, pages = feed_pages(14)  # pages 1-4 of 3, 13 and 14 on the working page
+    source = Outlines(pages.pages)
+    read = {n: f"urn:test:{n}" for n in range(6, 15)}
+    assert parting(source, head, read) == Parting(14, ())  # all held: nothing lost
+    assert source.asked == [f"{BASE}/pages/{n}" for n in (4, 3, 2)]  # back to 6's page only
+    other = read | {10: "urn:lost:10", 11: "urn:lost:11", 12: "urn:lost:12", 13: "urn:lost:13"}
+    lost = ((10, "urn:lost:10"), (11, "urn:lost:11"), (12, "urn:lost:12"), (13, "urn:lost:13"))
+    assert parting(source, head, other) == Parting(9, (*lost, (14, "urn:test:14")))
+    # The lowest number held otherwise counts, not an entry held as read past it (12 here).
+    assert parting(source, head, read | {10: "urn:lost:10"}).agreed == 9
+    # Read past the feed's newest entry: those are lost, the rest held.
+    beyond = read | {15: "urn:lost:15", 16: "urn:lost:16"}
+    assert parting(source, head, beyond) == Parting(14, ((15, "urn:lost:15"), (16, "urn:lost:16")))
+    # Not even the oldest entry remembered is held as read: where they part is not known.
+    assert parting(source, head, {6: "urn:x:6", 7: "urn:test:7"}) == Parting(
+        None, ((6, "urn:x:6"), (7, "urn:test:7"))
+    )
+    # A feed behind every entry read (restored to fewer entries than the oldest remembered).
+    short, shorter = feed_pages(4)
+    assert parting(shorter, short, {6: "urn:test:6"}) == Parting(None, ((6, "urn:test:6"),))
+
+
 # -- the state file ------------------------------------------------------------------------
+
+
+def test_the_state_file_remembers_the_last_entries_processed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the checkpoint, in its transaction: the entries it covers; the oldest beyond the
+    bound, and those past a checkpoint moved back, are forgotten."""
+    monkeypatch.setattr("simplefeed.client.state.PROCESSED_KEPT", 5)
+    url = f"{BASE}/recent"
+    path = tmp_path / "state.sqlite3"
+
+    def cp(seq: int) -> Checkpoint:
+        return Checkpoint(f"urn:test:{seq}", seq, f"{BASE}/pages/1")
+
+    with StateFile(path) as state:
+        state.save_checkpoint(url, cp(3), 1.0, [(n, f"urn:test:{n}") for n in (1, 2, 3)])
+        state.save_checkpoint(f"{BASE}/other", cp(1), 1.0, [(1, "urn:other:1")])
+        assert state.processed(url) == {1: "urn:test:1", 2: "urn:test:2", 3: "urn:test:3"}
+        state.save_checkpoint(url, cp(7), 2.0, [(n, f"urn:test:{n}") for n in (4, 5, 6, 7)])
+        assert list(state.processed(url)) == [3, 4, 5, 6, 7]  # the last five
+        assert state.processed_id(url, 7) == "urn:test:7"
+        assert state.processed_id(url, 2) is None
+        state.save_checkpoint(url, cp(5), 3.0)  # moved back (a reset): 6 and 7 forgotten
+        assert list(state.processed(url)) == [3, 4, 5]
+        state.clear_checkpoint(url)
+        assert state.processed(url) == {}
+        assert state.processed(f"{BASE}/other") == {1: "urn:other:1"}
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+    db.close()
+
+
+def test_a_checkpoint_and_the_entries_it_covers_are_written_together(tmp_path: Path) -> None:
+    """A write that fails part way leaves neither: the checkpoint never covers entries the
+    file does not remember, nor the reverse."""
+    url = f"{BASE}/recent"
+    path = tmp_path / "state.sqlite3"
+    with StateFile(path) as state:
+        state.save_checkpoint(url, Checkpoint("urn:test:1", 1, f"{BASE}/pages/1"), 1.0, [(1, "a")])
+        with pytest.raises(StateError, match="write failed"):
+            state.save_checkpoint(
+                url,
+                Checkpoint("urn:test:3", 3, f"{BASE}/pages/1"),
+                2.0,
+                [(2, "b"), (3, None)],  # type: ignore[list-item]  # NOT NULL: refused
+            )
+        assert state.load_checkpoint(url) == Checkpoint("urn:test:1", 1, f"{BASE}/pages/1")
+        assert state.processed(url) == {1: "a"}
 
 
 def test_state_file_keeps_checkpoints_and_documents_across_reopening(tmp_path: Path) -> None:
@@ -426,7 +498,7 @@ def test_a_version_2_state_file_is_read_and_upgraded(tmp_path: Path) -> None:
     with StateFile(path) as state:
         assert state.get_document("u2") == coded
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
     db.close()
 
 
@@ -489,8 +561,8 @@ def test_a_state_file_is_marked_as_one(tmp_path: Path) -> None:
     with StateFile(path) as state:
         assert state.load_checkpoint(f"{BASE}/recent") is None
     assert file_state(path) == (
-        ["checkpoints", "documents", "heads", "parked"],
-        3,
+        ["checkpoints", "documents", "heads", "parked", "processed"],
+        4,
         0x53466373,
         "wal",
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from simplefeed.client import (
     DigestMismatch,
     LastEntryVanished,
     NoSuchEntry,
+    Parting,
     StateError,
     StateFile,
 )
@@ -108,23 +110,41 @@ def test_after_a_restore_lost_entries_read_the_consumer_goes_on_after_the_last_k
 
 
 def test_a_checkpoint_past_the_restored_head_is_seen_in_the_status(
-    core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path, tmp_path: Path
+    core: Simplefeed,
+    server: CountingApp,
+    clock: FakeClock,
+    state_path: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Restored to 7 and published to once since, the feed's head (8) is behind the
-    checkpoint (9): the consumer finds nothing new, with a warning, until the head passes it.
-    The status kept the checkpoint as the head, lag 0, as if all were well; it now keeps the
-    head as read and says the checkpoint is past it."""
-    publish(core, 7)
+    """Restored to 7, the feed's head is behind the checkpoint (9). Not yet published to, it
+    holds what was read here: as an older copy of the entry point would, nothing new, with a
+    warning. Published to once since, its newest entry (8) is another than the one read at 8:
+    the consumer stops at once (it found nothing new, with a warning, until the head passed
+    the checkpoint), saying where the feed parts from what it read. The status kept the
+    checkpoint as the head, lag 0, as if all were well; it now keeps the head as read and says
+    the checkpoint is past it."""
+    ids = publish(core, 7)
     backup = tmp_path / "backup.sqlite3"
     sqlite_backup(database_file(core.settings), backup)
-    publish(core, 2)
+    ids += publish(core, 2)
     consume(server, state_path, clock)
     core = restored(core, backup, clock)
     try:
         app = CountingApp(create_app(core.settings, core=core))
         clock.advance(11)
-        publish(core, 1, prefix="since")
         assert consume(app, state_path, clock) == []
+        assert "its newest entry (sequence 7) is older than the last processed (9)" in caplog.text
+        clock.advance(11)
+        publish(core, 1, prefix="since")
+        with pytest.raises(LastEntryVanished) as info:
+            consume(app, state_path, clock)
+        assert info.value.parting == Parting(7, ((8, ids[7]), (9, ids[8])))
+        assert str(info.value) == (
+            f"{RECENT}: the last processed entry '{ids[8]}' is no longer in the feed; the feed"
+            " holds the entries processed here up to sequence 7, not the 2 processed after it"
+            f" (8 '{ids[7]}', 9 '{ids[8]}')"
+        )
         with make_consumer(app, state_path, clock) as consumer:
             status = consumer.status()
             assert status.head is not None and status.head.seq == 8
@@ -134,6 +154,61 @@ def test_a_checkpoint_past_the_restored_head_is_seen_in_the_status(
             consumer.reset(7)
             assert not consumer.status().past_head
         assert [e.title for e in consume(app, state_path, clock)] == ["since 8"]
+    finally:
+        core.close()
+
+
+@pytest.mark.parametrize("every", ["entry", "page"])
+def test_the_consumer_remembers_what_it_read_to_tell_where_a_restored_feed_parts(
+    core: Simplefeed,
+    server: CountingApp,
+    clock: FakeClock,
+    state_path: Path,
+    tmp_path: Path,
+    every: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Checkpoints per entry or per page, the state file remembers each entry processed (the
+    last PROCESSED_KEPT): a restore that lost fewer is told exactly; one that lost more is
+    told, but not where the feed parts; a state file that remembers none (written by a
+    release before) says what it said before."""
+    monkeypatch.setattr("simplefeed.client.state.PROCESSED_KEPT", 4)
+    ids = publish(core, 12)  # pages 1 and 2 frozen, 11 and 12 on the working page
+    backup = tmp_path / "backup.sqlite3"
+    sqlite_backup(database_file(core.settings), backup)
+    ids += publish(core, 2)  # 13 and 14: lost by the restore
+    consume(server, state_path, clock, checkpoint_every=every)
+    with StateFile(state_path) as state:
+        assert state.processed(RECENT) == {n: ids[n - 1] for n in range(11, 15)}
+    core = restored(core, backup, clock)
+    try:
+        app = CountingApp(create_app(core.settings, core=core))
+        clock.advance(11)
+        publish(core, 5, prefix="since")  # 13-17
+        with pytest.raises(LastEntryVanished) as info:
+            consume(app, state_path, clock, checkpoint_every=every)
+        lost = ((13, ids[12]), (14, ids[13]))
+        assert info.value.parting == Parting(12, lost)
+        assert f"not the 2 processed after it (13 '{ids[12]}', 14 '{ids[13]}')" in str(info.value)
+        more = ((15, "urn:lost:15"), (16, "urn:lost:16"))
+        with StateFile(state_path) as state:  # two more lost: more than remembered
+            state.save_checkpoint(RECENT, Checkpoint(more[1][1], 16, f"{BASE}/pages/4"), 1.0, more)
+        with pytest.raises(LastEntryVanished) as info:
+            consume(app, state_path, clock, checkpoint_every=every)
+        assert info.value.parting == Parting(None, (*lost, *more))
+        assert str(info.value).endswith(
+            "is no longer in the feed; the feed parts from what was processed here before"
+            " sequence 13, the oldest of the 4 entries remembered (where, is not known)"
+        )
+        with sqlite3.connect(state_path) as db:  # as a release before kept it
+            db.execute("DELETE FROM processed")
+        db.close()
+        with pytest.raises(LastEntryVanished) as info:
+            consume(app, state_path, clock, checkpoint_every=every)
+        assert info.value.parting is None
+        assert str(info.value).endswith(
+            "is no longer in the feed (walked back to where its sequence number would be)"
+        )
     finally:
         core.close()
 
@@ -432,8 +507,8 @@ def test_a_restore_that_lost_entries_read_with_the_real_commands(tmp_path: Path)
     """README's way, with real processes: the running service's SQLite file backed up, two
     more entries published and read by `simplefeed consume`, the service stopped and the
     backup restored (those two are in no file: lost), new entries published. The consumer
-    stops (exit 4) naming `simplefeed consumer reset`; reset to the last entry the restore
-    kept, it reads exactly the entries published since."""
+    stops (exit 4) naming the two entries lost and `simplefeed consumer reset` to the last
+    entry the restore kept; reset there, it reads exactly the entries published since."""
     s = UwsgiServer.scratch(
         tmp_path / "service", page_size=5, extra_env={"SIMPLEFEED_RECENT_MAX_AGE": "0"}
     )
@@ -464,8 +539,11 @@ def test_a_restore_that_lost_entries_read_with_the_real_commands(tmp_path: Path)
         publish(100, 4)  # sequence numbers 13-16 again: other entries
         stopped, said = consume(expect=4)
         assert stopped == []
-        assert "is no longer in the feed" in said
-        assert f"`simplefeed consumer reset --state {state} --to SEQ`" in said
+        assert (
+            "is no longer in the feed; the feed holds the entries processed here up to sequence"
+            " 12, not the 2 processed after it (13 '"
+        ) in said
+        assert f"`simplefeed consumer reset --state {state} --to 12` goes on after" in said
         status = json.loads(s.cli("consumer", "status", "--state", str(state), "--json").stdout)
         assert status["checkpoint"]["seq"] == 14
         moved = s.cli("consumer", "reset", "--state", str(state), "--to", "12")

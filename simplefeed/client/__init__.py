@@ -51,11 +51,11 @@ from simplefeed.client.errors import (
 from simplefeed.client.fetch import Bounds, RetryPolicy
 from simplefeed.client.poll import PollPolicy
 from simplefeed.client.state import Checkpoint, Head, Parked, StateFile
-from simplefeed.client.walk import Progress
+from simplefeed.client.walk import Parting, Progress
 
 #: The public surface: the consumer, what it yields, how it is configured, what it raises,
-#: and what its methods return (:class:`Status`, :class:`Head`, :class:`Parked`) or its
-#: ``progress`` callback receives (:class:`Progress`).
+#: and what its methods return (:class:`Status`, :class:`Head`, :class:`Parked`), its
+#: ``progress`` callback receives (:class:`Progress`) or its errors carry (:class:`Parting`).
 #: Everything else (the walk, the fetcher, the parsers) is reachable through its module and may
 #: change without notice.
 __all__ = [
@@ -79,6 +79,7 @@ __all__ = [
     "NoSuchEntry",
     "NotAtom",
     "Parked",
+    "Parting",
     "PollPolicy",
     "Progress",
     "RedirectRefused",

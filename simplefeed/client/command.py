@@ -548,12 +548,18 @@ def _run(
     except NoSuchEntry as exc:  # --from SEQ: found out only by reading the feed
         return _fail(EXIT_USAGE, f"--from {exc.seq}: {exc}", bars)
     except LastEntryVanished as exc:
+        reset = f"simplefeed consumer reset --state {shlex.quote(str(state_path))} --to"
+        agreed = None if exc.parting is None else exc.parting.agreed
         return _fail(
             EXIT_FEED,
             f"{exc.naming(FLAGS)} (checkpoint untouched; if the server's database was restored"
-            " from a backup, `simplefeed consumer reset --state"
-            f" {shlex.quote(str(state_path))} --to SEQ` moves it to SEQ, the last entry the"
-            " restore kept: the entries after it are read next)",
+            + (
+                f" from a backup, `{reset} SEQ` moves it to SEQ, the last entry the restore"
+                " kept: the entries after it are read next)"
+                if agreed is None
+                else f" from a backup that lost them, `{reset} {agreed}` goes on after the"
+                " last entry it kept, with what was published since)"
+            ),
             bars,
         )
     except FeedError as exc:

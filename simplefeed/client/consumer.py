@@ -69,9 +69,11 @@ from typing import TYPE_CHECKING, Literal
 
 from simplefeed.client.entry import FeedEntry
 from simplefeed.client.errors import (
+    ClientError,
     DigestMismatch,
     FeedError,
     HandlerError,
+    LastEntryVanished,
     NotAtom,
     StateError,
     Stopped,
@@ -101,6 +103,7 @@ from simplefeed.client.walk import (
     Progress,
     entry_numbered,
     new_entries,
+    parting,
     starting_point,
 )
 
@@ -457,6 +460,8 @@ class Consumer:
         # Per page: the last processed entry, until its page is done (its checkpoint is
         # made then, not for every entry).
         self._pending: FeedEntry | None = None
+        # ... and the sequence numbers and ids of the entries processed since the checkpoint.
+        self._unsaved: list[tuple[int, str]] = []
         # Per page: the checkpoint's durable write runs on a thread of its own (its own
         # connection) while the walk reads the next pages; it is waited for before the next
         # page's first entry is handed over.
@@ -715,22 +720,14 @@ class Consumer:
         head = self._pages.head(self.url, wait)
         if head.newest_seq is not None:
             self.state.save_head(self.url, head.newest_seq, self.clock())
-        checkpoint = self.checkpoint
-        if checkpoint is None and self.start != "start":
-            checkpoint = self._position(head, self.start)
-            self._save(checkpoint)
         newest = head.newest_seq
-        if checkpoint is not None and newest is not None and newest < checkpoint.seq:
-            log.warning(  # nothing new (walk.new_entries)
-                "%s: its newest entry (sequence %d) is older than the last processed (%d): an"
-                " older copy of the entry point (a cache, a server in a fault)? Or the server's"
-                " database was restored from a backup that lost entries read here: then move"
-                " the checkpoint to its head (`simplefeed consumer reset`, Consumer.reset)",
-                self.url,
-                newest,
-                checkpoint.seq,
-            )
         try:
+            checkpoint = self.checkpoint
+            if checkpoint is None and self.start != "start":
+                checkpoint = self._position(head, self.start)
+                self._save(checkpoint)
+            if checkpoint is not None and newest is not None and newest < checkpoint.seq:
+                self._behind(head, newest, checkpoint)
             yield from new_entries(
                 self._pages,
                 head,
@@ -739,6 +736,8 @@ class Consumer:
                 page_done=self._page_done,
                 max_pages=self.max_pages,
             )
+        except LastEntryVanished as exc:
+            raise self._parted(head, exc) from None
         except DigestMismatch:
             # A cached copy the server's chain no longer vouches for (the feed was re-rendered:
             # `archive rebase`), or a damaged one: the others were cached alike, so all go, and
@@ -755,6 +754,39 @@ class Consumer:
             # the checkpoint's is kept as the head: `consumer status` says so (past_head).
             self.state.save_head(self.url, caught_up.seq, self.clock())
 
+    def _behind(self, head: Page, newest: int, checkpoint: Checkpoint) -> None:
+        """The entry point's newest entry is older than the checkpoint's: an older copy of it
+        (nothing new yet: :func:`new_entries`), said in the log; or, when the entry read here
+        at that number was another, a feed that lost entries read here
+        (:class:`LastEntryVanished`)."""
+        read = self.state.processed_id(self.url, newest)
+        if read is not None and read != head.entries[-1].id:
+            raise LastEntryVanished(head.url, checkpoint.entry_id)
+        log.warning(
+            "%s: its newest entry (sequence %d) is older than the last processed (%d): an"
+            " older copy of the entry point (a cache, a server in a fault)? Or the server's"
+            " database was restored from a backup that lost entries read here: then move"
+            " the checkpoint to its head (`simplefeed consumer reset`, Consumer.reset)",
+            self.url,
+            newest,
+            checkpoint.seq,
+        )
+
+    def _parted(self, head: Page, vanished: LastEntryVanished) -> LastEntryVanished:
+        """``vanished``, saying where the feed parts from the entries read here when they are
+        remembered and the feed can be read back to them."""
+        read = self.state.processed(self.url)
+        if not read:
+            return vanished
+        try:
+            found = parting(self._pages, head, read, max_pages=self.max_pages)
+        except ClientError as exc:
+            log.warning(
+                "%s: cannot tell where the feed parts from what was read: %s", self.url, exc
+            )
+            return vanished
+        return LastEntryVanished(vanished.url, vanished.entry_id, found)
+
     def _position(self, head: Page, to: Literal["now"] | int) -> Checkpoint:
         """The checkpoint at the feed's newest entry (``"now"``) or at the entry numbered
         ``to``, read from ``head`` on."""
@@ -766,9 +798,10 @@ class Consumer:
 
     def _processed(self, entry: FeedEntry) -> None:
         if self.checkpoint_every == "entry":
-            self._save(_checkpoint_of(entry))
+            self._save(_checkpoint_of(entry), [(entry.seq, entry.id)])
         else:
             self._pending = entry
+            self._unsaved.append((entry.seq, entry.id))
 
     def _page_done(self) -> None:
         """The walk is past the last entry of a page, all of them processed: with checkpoints
@@ -780,10 +813,11 @@ class Consumer:
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="simplefeed-checkpoint")
         self._writing = self._writer.submit(
-            _save_in_background, self.state.path, self.url, pending, self.clock()
+            _save_in_background, self.state.path, self.url, pending, self.clock(), self._unsaved
         )
         self._saved = pending
         self._pending = None
+        self._unsaved = []
 
     def _wait_written(self) -> None:
         writing, self._writing = self._writing, None
@@ -793,12 +827,15 @@ class Consumer:
     def _flush(self) -> None:
         self._wait_written()
         if self._pending is not None:
-            self._save(_checkpoint_of(self._pending))
+            self._save(_checkpoint_of(self._pending), self._unsaved)
 
-    def _save(self, checkpoint: Checkpoint) -> None:
-        self.state.save_checkpoint(self.url, checkpoint, self.clock())
+    def _save(self, checkpoint: Checkpoint, processed: list[tuple[int, str]] | None = None) -> None:
+        """Store ``checkpoint`` with the entries ``processed`` since the one before (none:
+        the checkpoint was moved, not reached)."""
+        self.state.save_checkpoint(self.url, checkpoint, self.clock(), processed or ())
         self._saved = checkpoint
         self._pending = None
+        self._unsaved = []
 
 
 def _checkpoint_of(entry: FeedEntry) -> Checkpoint:
@@ -808,12 +845,14 @@ def _checkpoint_of(entry: FeedEntry) -> Checkpoint:
 _writer_state = threading.local()
 
 
-def _save_in_background(path: Path, url: str, checkpoint: Checkpoint, now: float) -> None:
+def _save_in_background(
+    path: Path, url: str, checkpoint: Checkpoint, now: float, processed: list[tuple[int, str]]
+) -> None:
     """On the checkpoint thread: store durably, through that thread's own connection."""
     state: StateFile | None = getattr(_writer_state, "file", None)
     if state is None:
         state = _writer_state.file = StateFile(path)
-    state.save_checkpoint(url, checkpoint, now)
+    state.save_checkpoint(url, checkpoint, now, processed)
 
 
 def _close_writer_state() -> None:

@@ -49,6 +49,7 @@ from simplefeed.lines import escape_field
 
 if TYPE_CHECKING:
     from simplefeed.client.entry import FeedEntry
+    from simplefeed.client.walk import Parting
 
 #: The most characters of a server's own words (its error message, its Content-Type) an error
 #: message quotes.
@@ -263,15 +264,36 @@ class ResponseTooLarge(FetchError):
 
 class LastEntryVanished(FeedError):
     """The last processed entry is not on the page its sequence number places it on (walking
-    back from the entry point), nor on the page its checkpoint names."""
+    back from the entry point), nor on the page its checkpoint names; or the feed's newest
+    entry is another than the one read at its number (a server's database restored from a
+    backup that lost entries, and published to since).
 
-    def __init__(self, url: str, entry_id: str) -> None:
-        super().__init__(
-            url,
-            f"the last processed entry '{quoted(entry_id)}' is no longer in the feed "
-            "(walked back to where its sequence number would be)",
-        )
+    Where the consumer remembers the entries it read (the state file's last
+    :data:`~simplefeed.client.state.PROCESSED_KEPT`), ``parting`` says where the feed parts
+    from them (:class:`~simplefeed.client.walk.Parting`: the last entry read that the feed
+    still holds at its number, and those read after it, which it does not)."""
+
+    def __init__(self, url: str, entry_id: str, parting: Parting | None = None) -> None:
+        said = f"the last processed entry '{quoted(entry_id)}' is no longer in the feed"
+        if parting is None:
+            said += " (walked back to where its sequence number would be)"
+        elif parting.agreed is None:
+            said += (
+                "; the feed parts from what was processed here before sequence"
+                f" {parting.lost[0][0]}, the oldest of the {len(parting.lost)} entries"
+                " remembered (where, is not known)"
+            )
+        else:
+            shown = ", ".join(f"{seq} '{quoted(entry)}'" for seq, entry in parting.lost[:3])
+            more = len(parting.lost) - 3
+            said += (
+                f"; the feed holds the entries processed here up to sequence {parting.agreed},"
+                f" not the {len(parting.lost)} processed after it ({shown}"
+                f"{f' and {more} more' if more > 0 else ''})"
+            )
+        super().__init__(url, said)
         self.entry_id = entry_id
+        self.parting = parting
 
 
 class HandlerError(ClientError):

@@ -1,6 +1,6 @@
 """The consumer's durable state: its checkpoint and its HTTP cache, in one SQLite file.
 
-Four tables, keyed by absolute URL:
+Five tables, keyed by absolute URL:
 
 ``checkpoints``  one row per entry point: the last processed entry's id, its sequence number and
                  the permanent URL of its page (``via`` / ``self``): a restart walks back from
@@ -22,6 +22,11 @@ Four tables, keyed by absolute URL:
                  durably, before the checkpoint moves past the entry.
 ``heads``        per entry point, the newest sequence number seen at its head and when: what
                  ``simplefeed consumer status`` reports the lag from.
+``processed``    per entry point, the sequence numbers and ids of the last :data:`PROCESSED_KEPT`
+                 entries processed (written with the checkpoint, in its transaction): what the
+                 consumer read, to tell where a feed that no longer holds its last entry (a
+                 server's database restored from a backup) parts from it, and which entries
+                 it read that the feed lost.
 
 The file runs in WAL mode. Checkpoint writes are committed with ``synchronous=FULL``: fsynced
 before :meth:`StateFile.save_checkpoint` returns, so a checkpoint that was acknowledged
@@ -29,7 +34,8 @@ survives a crash or a power cut. Cache writes are committed with ``synchronous=N
 all the same, but not fsynced on their own (the next checkpoint's fsync takes them along); a
 power cut may lose the last few, which costs a request each, never a wrong answer. That halves
 the fsyncs of a catch-up that stores its checkpoint once a page. Writes are single statements
-in autocommit mode (each its own transaction).
+in autocommit mode (each its own transaction), but for a checkpoint and the entries it
+covers (:meth:`StateFile.save_checkpoint`).
 
 The consumer only needs the two small protocols :class:`CheckpointStore` and :class:`PageCache`;
 :class:`StateFile` is the one implementation shipped.
@@ -43,7 +49,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
@@ -67,14 +73,18 @@ __all__ = [
 
 #: 3: documents.coding (version 2 kept bodies decoded: its rows are ``identity``). The trigger
 #: ``passed_page_forgotten`` came later without a new version: a file that has it is read alike
-#: by the versions before it, and opening a file adds it.
-SCHEMA_VERSION = 3
+#: by the versions before it, and opening a file adds it. 4: the table ``processed`` (a version
+#: 3 consumer would refuse a file with a table it does not know).
+SCHEMA_VERSION = 4
+#: How many of the last entries processed a state file remembers, per entry point: a restore
+#: that lost more than that many entries read here is told, but not where the feed parts.
+PROCESSED_KEPT = 10_000
 
 #: SQLite's ``PRAGMA application_id`` of a state file ("SFcs"): what it is, for ``file(1)``
 #: and for :class:`StateFile`, which opens no file another application marked.
 APPLICATION_ID = 0x53466373
 #: The tables of a state file: a file holding any other is not one.
-_TABLES = frozenset({"checkpoints", "parked", "heads", "documents"})
+_TABLES = frozenset({"checkpoints", "parked", "heads", "documents", "processed"})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -109,6 +119,12 @@ CREATE TABLE IF NOT EXISTS documents (
     max_age       REAL,
     coding        TEXT NOT NULL DEFAULT 'identity'
 );
+CREATE TABLE IF NOT EXISTS processed (
+    feed_url    TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    entry_id    TEXT NOT NULL,
+    PRIMARY KEY (feed_url, seq)
+) WITHOUT ROWID;
 CREATE TRIGGER IF NOT EXISTS passed_page_forgotten
 AFTER UPDATE OF page_url ON checkpoints
 WHEN old.page_url <> new.page_url
@@ -177,7 +193,13 @@ class Head:
 class CheckpointStore(Protocol):
     def load_checkpoint(self, feed_url: str) -> Checkpoint | None: ...
 
-    def save_checkpoint(self, feed_url: str, checkpoint: Checkpoint, now: float) -> None: ...
+    def save_checkpoint(
+        self,
+        feed_url: str,
+        checkpoint: Checkpoint,
+        now: float,
+        processed: Sequence[tuple[int, str]] = (),
+    ) -> None: ...
 
 
 class PageCache(Protocol):
@@ -317,18 +339,67 @@ class StateFile:
         with damaged_values(self.path, "checkpoint"):
             return Checkpoint(entry_id=row[0], seq=int(row[1]), page_url=row[2])
 
-    def save_checkpoint(self, feed_url: str, checkpoint: Checkpoint, now: float) -> None:
-        """Store durably (fsynced before returning)."""
-        self._write(
-            "INSERT INTO checkpoints (feed_url, entry_id, seq, page_url, saved_at) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (feed_url) DO UPDATE SET "
-            "entry_id = excluded.entry_id, seq = excluded.seq, page_url = excluded.page_url, "
-            "saved_at = excluded.saved_at",
-            (feed_url, checkpoint.entry_id, checkpoint.seq, checkpoint.page_url, now),
+    def save_checkpoint(
+        self,
+        feed_url: str,
+        checkpoint: Checkpoint,
+        now: float,
+        processed: Sequence[tuple[int, str]] = (),
+    ) -> None:
+        """Store durably (fsynced before returning), in one transaction with ``processed``,
+        the sequence numbers and ids of the entries processed since the checkpoint before.
+        The entries remembered past the checkpoint (it moved back) and those older than the
+        last :data:`PROCESSED_KEPT` are forgotten."""
+        seq = checkpoint.seq
+        try:
+            with self._lock:
+                self._set_durable(True)
+                db = self._db
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.execute(
+                        "INSERT INTO checkpoints (feed_url, entry_id, seq, page_url, saved_at) "
+                        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (feed_url) DO UPDATE SET "
+                        "entry_id = excluded.entry_id, seq = excluded.seq, "
+                        "page_url = excluded.page_url, saved_at = excluded.saved_at",
+                        (feed_url, checkpoint.entry_id, seq, checkpoint.page_url, now),
+                    )
+                    if processed:
+                        db.executemany(
+                            "INSERT OR REPLACE INTO processed (feed_url, seq, entry_id) "
+                            "VALUES (?, ?, ?)",
+                            [(feed_url, number, entry_id) for number, entry_id in processed],
+                        )
+                    db.execute(
+                        "DELETE FROM processed WHERE feed_url = ? AND (seq > ? OR seq <= ?)",
+                        (feed_url, seq, seq - PROCESSED_KEPT),
+                    )
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._failed("write", exc) from exc
+
+    def processed(self, feed_url: str) -> dict[int, str]:
+        """The entries processed last (at most :data:`PROCESSED_KEPT`): id by sequence
+        number."""
+        rows = self._all(
+            "SELECT seq, entry_id FROM processed WHERE feed_url = ? ORDER BY seq", (feed_url,)
         )
+        with damaged_values(self.path, "processed entry"):
+            return {int(row[0]): str(row[1]) for row in rows}
+
+    def processed_id(self, feed_url: str, seq: int) -> str | None:
+        """The id of the entry numbered ``seq`` processed here, if it is remembered."""
+        row = self._query(
+            "SELECT entry_id FROM processed WHERE feed_url = ? AND seq = ?", (feed_url, seq)
+        )
+        return None if row is None else str(row[0])
 
     def clear_checkpoint(self, feed_url: str) -> None:
         self._write("DELETE FROM checkpoints WHERE feed_url = ?", (feed_url,))
+        self._write("DELETE FROM processed WHERE feed_url = ?", (feed_url,))
 
     def checkpoints(self) -> dict[str, Checkpoint]:
         """Every entry point's checkpoint, by entry point."""
@@ -471,12 +542,16 @@ class StateFile:
         """Run one write; whether it changed a row."""
         try:
             with self._lock:
-                if durable != self._durable:
-                    self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-                    self._durable = durable
+                self._set_durable(durable)
                 return self._db.execute(sql, params).rowcount > 0  # autocommit: one transaction
         except sqlite3.Error as exc:
             raise self._failed("write", exc) from exc
+
+    def _set_durable(self, durable: bool) -> None:
+        """Commits from here on are fsynced (``durable``) or only atomic; under the lock."""
+        if durable != self._durable:
+            self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self._durable = durable
 
     @contextlib.contextmanager
     def processing(self) -> Iterator[None]:

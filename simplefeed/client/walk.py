@@ -67,7 +67,7 @@ without bound during one pass. Past the bound, or at a page that breaks these ru
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -89,10 +89,12 @@ __all__ = [
     "MAX_PAGES",
     "OutlineSource",
     "PageSource",
+    "Parting",
     "Progress",
     "ReadAhead",
     "entry_numbered",
     "new_entries",
+    "parting",
     "starting_point",
     "verify",
 ]
@@ -190,6 +192,53 @@ def entry_numbered(
         if entry.seq == seq:
             return Checkpoint(entry.id, seq, entry.page_url)
     raise NoSuchEntry(head.url, seq, back.newest)
+
+
+@dataclass(frozen=True)
+class Parting:
+    """Where a feed parts from the entries a consumer read: ``agreed``, the sequence number of
+    the last of them the feed holds at its number, each before it held as read too (None: not
+    even the oldest read is); ``lost``, those read after it (sequence number and id, oldest
+    first)."""
+
+    agreed: int | None
+    lost: tuple[tuple[int, str], ...]
+
+
+def parting(
+    source: PageSource, head: Page, read: Mapping[int, str], *, max_pages: int = MAX_PAGES
+) -> Parting:
+    """Compare the entries ``read`` (id by sequence number; not empty) with the feed, walking
+    back from ``head`` to the page of the oldest of them, each page checked as a pass checks
+    it. For a consumer whose last entry is no longer in the feed: a server's database restored
+    from a backup that lost entries it had read."""
+    lowest = min(read)
+    differs: int | None = None  # the lowest number at which the feed holds another entry
+    back = _Back(head, lowest - 1, None, max_pages)
+    page: Page | Outline = head
+    back.passed(head)
+    newest = head.newest_seq
+    while True:
+        whole = page if isinstance(page, Page) else source.page(page.url)
+        if newest is None:
+            newest = whole.newest_seq
+        for entry in whole.entries:
+            if read.get(entry.seq, entry.id) != entry.id and (
+                differs is None or entry.seq < differs
+            ):
+                differs = entry.seq
+        oldest = whole.oldest_seq
+        if oldest is not None and oldest <= lowest:
+            break
+        older = back.older(source, page)
+        if older is None:
+            break
+        page = older
+    held = [seq for seq in read if seq <= (newest or 0) and (differs is None or seq < differs)]
+    agreed = max(held) if held else None
+    return Parting(
+        agreed, tuple((seq, read[seq]) for seq in sorted(read) if agreed is None or seq > agreed)
+    )
 
 
 def new_entries(
