@@ -393,8 +393,9 @@ def test_parting_finds_the_last_entry_read_that_the_feed_holds_as_read() -> None
 def test_the_state_file_remembers_the_last_entries_processed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the checkpoint, in its transaction: the entries it covers; the oldest beyond the
-    bound, and those past a checkpoint moved back, are forgotten."""
+    """With the checkpoint, in its transaction: the entries it covers, a row a run; the
+    oldest runs beyond the bound, and the entries past a checkpoint moved back, are
+    forgotten."""
     monkeypatch.setattr("simplefeed.client.state.PROCESSED_KEPT", 5)
     url = f"{BASE}/recent"
     path = tmp_path / "state.sqlite3"
@@ -402,39 +403,55 @@ def test_the_state_file_remembers_the_last_entries_processed(
     def cp(seq: int) -> Checkpoint:
         return Checkpoint(f"urn:test:{seq}", seq, f"{BASE}/pages/1")
 
+    def ids(*seqs: int) -> list[tuple[int, str]]:
+        return [(n, f"urn:test:{n}") for n in seqs]
+
     with StateFile(path) as state:
-        state.save_checkpoint(url, cp(3), 1.0, [(n, f"urn:test:{n}") for n in (1, 2, 3)])
+        state.save_checkpoint(url, cp(3), 1.0, ids(1, 2, 3))
         state.save_checkpoint(f"{BASE}/other", cp(1), 1.0, [(1, "urn:other:1")])
-        assert state.processed(url) == {1: "urn:test:1", 2: "urn:test:2", 3: "urn:test:3"}
-        state.save_checkpoint(url, cp(7), 2.0, [(n, f"urn:test:{n}") for n in (4, 5, 6, 7)])
-        assert list(state.processed(url)) == [3, 4, 5, 6, 7]  # the last five
+        assert state.processed(url) == dict(ids(1, 2, 3))
+        state.save_checkpoint(url, cp(5), 2.0, ids(4, 5))
+        state.save_checkpoint(url, cp(9), 2.0, ids(6, 7, 8, 9))
+        assert list(state.processed(url)) == [4, 5, 6, 7, 8, 9]  # 1-3: older than the last 5
         assert state.processed_id(url, 7) == "urn:test:7"
-        assert state.processed_id(url, 2) is None
-        state.save_checkpoint(url, cp(5), 3.0)  # moved back (a reset): 6 and 7 forgotten
-        assert list(state.processed(url)) == [3, 4, 5]
+        assert state.processed_id(url, 3) is None
+        state.save_checkpoint(url, cp(7), 3.0)  # moved back (a reset): 8 and 9 forgotten
+        assert state.processed(url) == dict(ids(4, 5, 6, 7))
+        state.save_checkpoint(url, cp(5), 3.0)
+        assert state.processed(url) == dict(ids(4, 5))
+        state.save_checkpoint(url, cp(9), 4.0, [*ids(6, 7), (9, "urn:test:9")])  # 8 skipped
+        assert state.processed(url) == dict(ids(4, 5, 6, 7, 9))
         state.clear_checkpoint(url)
         assert state.processed(url) == {}
         assert state.processed(f"{BASE}/other") == {1: "urn:other:1"}
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+        db.execute(f"UPDATE processed SET entry_ids = '[1]' WHERE feed_url = '{BASE}/other'")
     db.close()
+    with StateFile(path) as state, pytest.raises(StateError, match="a damaged processed entr"):
+        state.processed(f"{BASE}/other")
 
 
 def test_a_checkpoint_and_the_entries_it_covers_are_written_together(tmp_path: Path) -> None:
-    """A write that fails part way leaves neither: the checkpoint never covers entries the
-    file does not remember, nor the reverse."""
+    """A write that fails part way (here the entries', after the checkpoint's) leaves
+    neither: the checkpoint never covers entries the file does not remember."""
     url = f"{BASE}/recent"
     path = tmp_path / "state.sqlite3"
+    first = Checkpoint("urn:test:1", 1, f"{BASE}/pages/1")
     with StateFile(path) as state:
-        state.save_checkpoint(url, Checkpoint("urn:test:1", 1, f"{BASE}/pages/1"), 1.0, [(1, "a")])
-        with pytest.raises(StateError, match="write failed"):
+        state.save_checkpoint(url, first, 1.0, [(1, "a")])
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TRIGGER full BEFORE INSERT ON processed BEGIN SELECT RAISE(ABORT, 'no"
+            " room'); END"
+        )
+    db.close()
+    with StateFile(path) as state:
+        with pytest.raises(StateError, match="write failed: no room"):
             state.save_checkpoint(
-                url,
-                Checkpoint("urn:test:3", 3, f"{BASE}/pages/1"),
-                2.0,
-                [(2, "b"), (3, None)],  # type: ignore[list-item]  # NOT NULL: refused
+                url, Checkpoint("urn:test:3", 3, f"{BASE}/pages/1"), 2.0, [(2, "b"), (3, "c")]
             )
-        assert state.load_checkpoint(url) == Checkpoint("urn:test:1", 1, f"{BASE}/pages/1")
+        assert state.load_checkpoint(url) == first
         assert state.processed(url) == {1: "a"}
 
 

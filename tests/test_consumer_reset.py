@@ -191,8 +191,12 @@ def test_the_consumer_remembers_what_it_read_to_tell_where_a_restored_feed_parts
         assert info.value.parting == Parting(12, lost)
         assert f"not the 2 processed after it (13 '{ids[12]}', 14 '{ids[13]}')" in str(info.value)
         more = ((15, "urn:lost:15"), (16, "urn:lost:16"))
-        with StateFile(state_path) as state:  # two more lost: more than remembered
-            state.save_checkpoint(RECENT, Checkpoint(more[1][1], 16, f"{BASE}/pages/4"), 1.0, more)
+        with sqlite3.connect(state_path) as db:  # two more lost: more than remembered
+            db.execute("DELETE FROM processed")
+        db.close()
+        with StateFile(state_path) as state:
+            checkpoint = Checkpoint(more[1][1], 16, f"{BASE}/pages/4")
+            state.save_checkpoint(RECENT, checkpoint, 1.0, (*lost, *more))
         with pytest.raises(LastEntryVanished) as info:
             consume(app, state_path, clock, checkpoint_every=every)
         assert info.value.parting == Parting(None, (*lost, *more))
