@@ -1,4 +1,5 @@
-"""Where a cold-start catch-up's time goes: the walk back against the rest, in one process.
+"""Where a cold-start catch-up's time goes: the walk back against the rest, in one process,
+and the most any consumer that walks back first could reach.
 
 ::
 
@@ -6,27 +7,68 @@
 
 Starts Simplefeed as shipped (``bench/servers.py``), seeds the default feed through its publish
 path (``bench/consume.py``'s corpus, pages of 100), then, each round in one process and one
-after the other: ``parse_page(..., parser="lxml")`` over every page held in memory (the raw
-rate, wall clock and CPU time), and a cold start of the lxml consumer with checkpoints per page
-(a fresh state file), its rate against the raw rate of the same round, and how long it walked
-back (until it handed over its first entry). On a shared machine the load changes from one
-minute to the next: only figures of one round are compared with each other.
+after the other:
+
+- ``parse_page(..., parser="lxml")`` over every page held in memory: the raw rate (wall clock
+  and CPU time), and its time a page, *parse*;
+- a cold start of the lxml consumer with checkpoints per page (a fresh state file): its rate
+  against the raw rate of the same round, how long it walked back (until it handed over its
+  first entry) and went forward, each a page;
+- the floor of a walk back: the same archived pages fetched one after the other (each link is
+  known only once the page before is read) over one kept-alive connection with the standard
+  library's ``http.client`` (no bounds, retries or cache: the least a client can do), each
+  decoded, hashed (SHA-256) and outlined as the consumer does, *floor* a page.
+
+Every entry of a cold start comes after its walk back (the chain of digests is anchored at the
+entry point, and the first page is the last reached), and memory stays flat only if the pages
+are parsed on the way forward, so a consumer in one interpreter spends at least *floor* +
+*parse* a page: the round's line ends with ``parse / (floor + parse)``, the most such a
+consumer could reach against the raw rate, and ``parse / (walk back + parse)``, the most this
+consumer's walk back leaves room for. On a shared machine the load changes from one minute to
+the next: only figures of one round are compared with each other.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import http.client
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._consume_run import feed_documents
 from bench.consume import seeded
+from simplefeed import codings
 from simplefeed.client import Consumer
-from simplefeed.client.parse import parse_page
+from simplefeed.client.fetch import ACCEPT_ENCODING
+from simplefeed.client.parse import outline_page, parse_page
 from simplefeed.client.walk import Progress
+
+
+def floor_walk(urls: list[str]) -> float:
+    """Seconds to fetch, decode, hash and outline ``urls`` one after the other over one
+    connection with ``http.client``."""
+    first = urlsplit(urls[0])
+    connection = http.client.HTTPConnection(first.hostname or "127.0.0.1", first.port)
+    started = time.perf_counter()
+    try:
+        for url in urls:
+            connection.request(
+                "GET", urlsplit(url).path, headers={"Accept-Encoding": ACCEPT_ENCODING}
+            )
+            response = connection.getresponse()
+            raw = response.read()
+            decoder = codings.Decoder(response.getheader("Content-Encoding"), 64 * 1024 * 1024)
+            body = decoder.decode(raw) + decoder.end() if decoder.codings else raw
+            hashlib.sha256(body).hexdigest()
+            outline_page(url, body)
+    finally:
+        connection.close()
+    return time.perf_counter() - started
 
 
 def main() -> None:
@@ -37,10 +79,12 @@ def main() -> None:
     with seeded(args.entries) as (server, workdir):
         url = server.url("/recent")
         pages = feed_documents(url)
+        archived = [at for at, _ in pages[1:]]  # the entry point is read before any walk
         for round_ in range(args.rounds):
             started, cpu = time.perf_counter(), time.process_time()
             parsed = sum(len(parse_page(u, b, parser="lxml").entries) for u, b in pages)
-            raw = parsed / (time.perf_counter() - started)
+            parse_seconds = time.perf_counter() - started
+            raw = parsed / parse_seconds
             raw_cpu = parsed / (time.process_time() - cpu)
             first_entry: list[float] = []
 
@@ -63,10 +107,23 @@ def main() -> None:
             seconds = time.perf_counter() - started
             rate, rate_cpu = count / seconds, count / (time.process_time() - cpu)
             back = (first_entry[0] if first_entry else started) - started
+            floor = floor_walk(archived)
+            n = len(archived)
+            per = {  # milliseconds a page
+                "parse": parse_seconds / len(pages) * 1000,
+                "back": back / n * 1000,
+                "forward": (seconds - back) / n * 1000,
+                "floor": floor / n * 1000,
+            }
             print(
                 f"round {round_ + 1}: raw {raw:,.0f}/s (CPU {raw_cpu:,.0f}/s); consumer "
                 f"{rate:,.0f}/s = {rate / raw:.2f} of raw (CPU {rate_cpu:,.0f}/s = "
-                f"{rate_cpu / raw_cpu:.2f}); walked back {back:.2f} s of {seconds:.2f} s",
+                f"{rate_cpu / raw_cpu:.2f}); walked back {back:.2f} s of {seconds:.2f} s; a page:"
+                f" parse {per['parse']:.2f} ms, walk back {per['back']:.2f}, forward"
+                f" {per['forward']:.2f}, floor of a walk back {per['floor']:.2f}; at most"
+                f" {per['parse'] / (per['floor'] + per['parse']):.2f} of raw for any consumer"
+                f" that walks back first, {per['parse'] / (per['back'] + per['parse']):.2f} with"
+                " this walk back",
                 flush=True,
             )
 
