@@ -432,6 +432,69 @@ def test_the_state_file_remembers_the_last_entries_processed(
         state.processed(f"{BASE}/other")
 
 
+def test_a_checkpoint_costs_the_same_however_many_entries_are_remembered(tmp_path: Path) -> None:
+    """With a checkpoint an entry (the default), the state file holds a run a checkpoint, up to
+    10,000: writing the next checkpoint and looking an entry up find their runs by the key. The
+    cost is counted in SQLite's own steps (its progress handler), not timed: the forgetting of
+    old runs read every row by its last number, and a save went from 0.13 to 0.45 ms."""
+    url = f"{BASE}/recent"
+
+    def steps(state: StateFile, seq: int) -> tuple[int, int]:
+        counted = [0]
+
+        def count() -> int:
+            counted[0] += 1
+            return 0
+
+        state._db.set_progress_handler(count, 1)
+        state.save_checkpoint(
+            url, Checkpoint(f"urn:{seq}", seq, f"{BASE}/pages/1"), 1.0, [(seq, f"urn:{seq}")]
+        )
+        saving = counted[0]
+        counted[0] = 0
+        assert state.processed_id(url, seq - 2) == f"urn:{seq - 2}"
+        looking = counted[0]
+        state._db.set_progress_handler(None, 1)
+        return saving, looking
+
+    with StateFile(tmp_path / "state.sqlite3") as state:
+        for seq in range(1, 100):
+            state.save_checkpoint(
+                url, Checkpoint(f"urn:{seq}", seq, f"{BASE}/pages/1"), 1.0, [(seq, f"urn:{seq}")]
+            )
+        few = steps(state, 100)
+        for seq in range(101, 3000):
+            state.save_checkpoint(
+                url, Checkpoint(f"urn:{seq}", seq, f"{BASE}/pages/1"), 1.0, [(seq, f"urn:{seq}")]
+            )
+        many = steps(state, 3000)
+    assert many[0] < 2 * few[0], (few, many)
+    assert many[1] < 2 * few[1], (few, many)
+
+
+def test_a_damaged_run_of_entries_remembered_is_said(tmp_path: Path) -> None:
+    """A run whose ids do not match its numbers (a file edited by hand) is a StateError naming
+    it, not an internal error, however it is read."""
+    url = f"{BASE}/recent"
+    path = tmp_path / "state.sqlite3"
+    with StateFile(path) as state:
+        state.save_checkpoint(
+            url, Checkpoint("urn:3", 3, f"{BASE}/pages/1"), 1.0, [(1, "a"), (2, "b"), (3, "c")]
+        )
+    with sqlite3.connect(path) as db:
+        db.execute("""UPDATE processed SET entry_ids = '["a"]'""")
+    db.close()
+    with StateFile(path) as state:
+        for read in (lambda: state.processed(url), lambda: state.processed_id(url, 3)):
+            with pytest.raises(
+                StateError,
+                match=r"a damaged processed entries .*1 ids for the entries numbered 1 to 3",
+            ):
+                read()
+        with pytest.raises(StateError, match="a damaged processed entries"):
+            state.save_checkpoint(url, Checkpoint("urn:2", 2, f"{BASE}/pages/1"), 2.0)  # moved back
+
+
 def test_a_checkpoint_and_the_entries_it_covers_are_written_together(tmp_path: Path) -> None:
     """A write that fails part way (here the entries', after the checkpoint's) leaves
     neither: the checkpoint never covers entries the file does not remember."""

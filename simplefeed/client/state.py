@@ -374,9 +374,14 @@ class StateFile:
                             "(feed_url, first_seq, last_seq, entry_ids) VALUES (?, ?, ?, ?)",
                             [(feed_url, *run) for run in _runs(processed)],
                         )
+                        # first_seq <= last_seq: the bound on it (the key) keeps the delete
+                        # to the runs it removes; on last_seq alone it read every row, and a
+                        # checkpoint an entry read 10,000 (0.13 ms a save became 0.45).
+                        oldest = seq - PROCESSED_KEPT
                         db.execute(
-                            "DELETE FROM processed WHERE feed_url = ? AND last_seq <= ?",
-                            (feed_url, seq - PROCESSED_KEPT),
+                            "DELETE FROM processed"
+                            " WHERE feed_url = ? AND first_seq <= ? AND last_seq <= ?",
+                            (feed_url, oldest, oldest),
                         )
                     else:
                         self._forget_processed_after(feed_url, seq)
@@ -390,16 +395,17 @@ class StateFile:
     def _forget_processed_after(self, feed_url: str, seq: int) -> None:
         """Within a transaction: forget the entries remembered past ``seq``."""
         rows = self._db.execute(
-            "SELECT first_seq, entry_ids FROM processed WHERE feed_url = ? AND last_seq > ?",
+            "SELECT first_seq, last_seq, entry_ids FROM processed"
+            " WHERE feed_url = ? AND last_seq > ?",
             (feed_url, seq),
         ).fetchall()
         self._db.execute(
             "DELETE FROM processed WHERE feed_url = ? AND last_seq > ?", (feed_url, seq)
         )
-        for first, entry_ids in rows:
+        for first, last, entry_ids in rows:
             if first <= seq:  # the run the checkpoint is in: its entries up to it stay
                 with damaged_values(self.path, "processed entries"):
-                    kept = _strings(entry_ids)[: seq - first + 1]
+                    kept = _run_ids(first, last, entry_ids)[: seq - first + 1]
                 self._db.execute(
                     "INSERT INTO processed (feed_url, first_seq, last_seq, entry_ids) "
                     "VALUES (?, ?, ?, ?)",
@@ -410,26 +416,31 @@ class StateFile:
         """The entries processed last (at least :data:`PROCESSED_KEPT` of them, when there
         were as many): id by sequence number."""
         rows = self._all(
-            "SELECT first_seq, entry_ids FROM processed WHERE feed_url = ? ORDER BY first_seq",
+            "SELECT first_seq, last_seq, entry_ids FROM processed WHERE feed_url = ?"
+            " ORDER BY first_seq",
             (feed_url,),
         )
         read: dict[int, str] = {}
         with damaged_values(self.path, "processed entries"):
-            for first, entry_ids in rows:
-                read.update(enumerate(_strings(entry_ids), start=int(first)))
+            for first, last, entry_ids in rows:
+                read.update(enumerate(_run_ids(first, last, entry_ids), start=first))
         return read
 
     def processed_id(self, feed_url: str, seq: int) -> str | None:
         """The id of the entry numbered ``seq`` processed here, if it is remembered."""
+        # The run starting last at or before ``seq`` (runs do not overlap), found on the key:
+        # a bound on last_seq too read every row before it.
         row = self._query(
-            "SELECT first_seq, entry_ids FROM processed "
-            "WHERE feed_url = ? AND first_seq <= ? AND last_seq >= ?",
-            (feed_url, seq, seq),
+            "SELECT first_seq, last_seq, entry_ids FROM processed"
+            " WHERE feed_url = ? AND first_seq <= ? ORDER BY first_seq DESC LIMIT 1",
+            (feed_url, seq),
         )
         if row is None:
             return None
         with damaged_values(self.path, "processed entries"):
-            return _strings(row[1])[seq - int(row[0])]
+            ids = _run_ids(*row)
+        first = row[0]
+        return ids[seq - first] if seq < first + len(ids) else None
 
     def clear_checkpoint(self, feed_url: str) -> None:
         self._write("DELETE FROM checkpoints WHERE feed_url = ?", (feed_url,))
@@ -659,10 +670,16 @@ def _object(text: str) -> dict[str, Any]:
     return value
 
 
-def _strings(text: str) -> list[str]:
+def _run_ids(first: object, last: object, text: object) -> list[str]:
+    """The ids of a run of entries processed, numbered ``first`` to ``last``, from its JSON
+    array (ValueError or TypeError when the row does not hold that)."""
+    if not isinstance(first, int) or not isinstance(last, int) or not isinstance(text, str):
+        raise TypeError("a run of entries that is not two numbers and a text")
     value = json.loads(text)
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise TypeError("not a JSON array of strings")
+    if len(value) != last - first + 1:
+        raise ValueError(f"{len(value)} ids for the entries numbered {first} to {last}")
     return value
 
 
