@@ -383,6 +383,26 @@ def test_archived_pages_are_fetched_once_and_kept_until_the_checkpoint_leaves_th
     assert all(server.count(f"/pages/{n}") == 1 for n in range(1, 16)), server.paths()
 
 
+@pytest.mark.parametrize(("parser", "ahead"), [("lxml", False), ("feedparser", True)])
+def test_pages_the_cache_keeps_are_read_ahead_only_for_feedparser_s_checks(
+    core: Simplefeed,
+    server: CountingApp,
+    clock: FakeClock,
+    state_path: Path,
+    parser: str,
+    ahead: bool,
+) -> None:
+    """Going forward through the pages it walked back, the lxml consumer reads each from the
+    cache when it is asked for: a read-ahead thread would only share the interpreter with the
+    one handling entries (8 % of a catch-up). With feedparser it still reads ahead, where its
+    checks may run in a helper process meanwhile."""
+    publish(core, 23)  # pages 1-4 frozen
+    with make_consumer(server, state_path, clock, parser=parser) as consumer:
+        assert len(list(consumer.entries())) == 23
+        assert (consumer._pages._ahead is not None) is ahead
+    assert server.paths() == ["/recent", "/pages/4", "/pages/3", "/pages/2", "/pages/1"]
+
+
 def test_the_cache_keeps_bodies_as_they_came_and_a_damaged_one_is_fetched_again(
     core: Simplefeed,
     server: CountingApp,

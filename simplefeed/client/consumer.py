@@ -168,9 +168,9 @@ class _HttpPages:
         self.head_seconds = 0.0
         #: The entry point's permanent redirect has been warned of (once per consumer).
         self.moved_warned = False
-        # Read-ahead: the one page the walk will ask for next, fetched (or read from the
-        # cache) and parsed on a thread of its own while the current page's entries are
-        # handled. One page at most: memory stays flat.
+        # Read-ahead: the one page the walk will ask for next, fetched (or, for feedparser's
+        # checks, read from the cache) and parsed on a thread of its own while the current
+        # page's entries are handled (:meth:`prefetch`). One page at most: memory stays flat.
         self._ahead: ThreadPoolExecutor | None = None
         self._next: tuple[str, Future[Page]] | None = None
         # feedparser's checks in a helper process (:mod:`simplefeed.client.checker`), from the
@@ -179,8 +179,16 @@ class _HttpPages:
         self._pages_read: Counter[str] = Counter()
 
     def prefetch(self, url: str) -> None:
-        """Start reading the page at ``url``, which :meth:`page` will be asked for next."""
+        """Start reading the page at ``url``, which :meth:`page` will be asked for next, on a
+        thread of its own when the read waits on something besides this interpreter: the
+        network, or the helper process making feedparser's checks. An archived page the cache
+        keeps, parsed with lxml, is read when it is asked for: on a thread it would only share
+        the interpreter with the one handling entries, and a catch-up going forward through
+        the pages it walked back took 8 % longer so (docs/benchmarks.md, "Consuming",
+        session 28)."""
         if self._next is not None:
+            return
+        if self.parser == "lxml" and self.fetcher.holds(url):
             return
         if self._ahead is None:
             self._ahead = ThreadPoolExecutor(1, thread_name_prefix="simplefeed-read-ahead")

@@ -419,6 +419,11 @@ class Fetcher:
             return
         self.cache.put_document(replace(fetched.document, immutable=immutable))
 
+    def holds(self, url: str) -> bool:
+        """Whether the cache keeps an archived page under ``url``: :meth:`get` answers it
+        without a request."""
+        return self.cache.holds_archived_page(url)
+
     def forget(self, url: str) -> None:
         """Drop what the cache holds for ``url`` (a body that turned out not to be usable)."""
         self.cache.delete_document(url)

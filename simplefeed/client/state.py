@@ -210,6 +210,8 @@ class PageCache(Protocol):
 
     def put_document(self, document: CachedDocument) -> None: ...
 
+    def holds_archived_page(self, url: str) -> bool: ...
+
     def delete_document(self, url: str) -> None: ...
     def delete_archived_pages(self) -> None: ...
 
@@ -549,6 +551,12 @@ class StateFile:
                 document.max_age,
                 document.coding,
             ),
+        )
+
+    def holds_archived_page(self, url: str) -> bool:
+        """Whether an archived page is kept under ``url`` (reused without a request)."""
+        return (
+            self._query("SELECT 1 FROM documents WHERE url = ? AND immutable", (url,)) is not None
         )
 
     def delete_document(self, url: str) -> None:
