@@ -28,7 +28,7 @@ Five tables, keyed by absolute URL:
                  what the consumer read, to tell where a feed that no longer holds its last
                  entry (a server's database restored from a backup) parts from it, and which
                  entries it read that the feed lost. A row a page rather than one an entry:
-                 100 rows written a page slowed a catch-up by a tenth.
+                 100 rows written a page slowed a catch-up by about 7 %.
 
 The file runs in WAL mode. Checkpoint writes are committed with ``synchronous=FULL``: fsynced
 before :meth:`StateFile.save_checkpoint` returns, so a checkpoint that was acknowledged
