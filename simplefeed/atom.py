@@ -83,6 +83,20 @@ GENERATOR = "Simplefeed"
 DOCUMENT_FORMAT = 3
 GENERATOR_URI = "https://simplefeed.dev/"
 
+#: The most bytes a document may take as rendered (an archived page, or a live document, which
+#: holds up to a page): within the 64 MiB a Simplefeed consumer reads of a response by default
+#: (``simplefeed.client.fetch.Bounds.max_bytes``), with room to spare. A page is frozen once and
+#: kept for good, so one a consumer cannot read would stop it there for good: the door refuses
+#: an entry that could make a page of its feed larger (:func:`max_entry_bytes`). JSON text that
+#: escapes heavily (``<`` is written ``\\u003c``) takes six bytes a character, so 22 entries
+#: within the body limit once made a 69 MB page.
+MAX_DOCUMENT_BYTES = 48 * 1024 * 1024
+#: What a document takes besides its entries, at the most: the feed's id, title (twice) and
+#: links, each within its own limit.
+_HEAD_BYTES = 64 * 1024
+#: What an entry takes besides its :data:`EntryParts`: its ``updated``, number and end tags.
+_NUMBERED_BYTES = 128
+
 
 #: The content types of ``model.SAME_CONTENT_TYPE``, each to the mode Atom carries it in.
 _SPELT: dict[str | None, ContentMode] = {
@@ -293,6 +307,28 @@ def entry_parts(entry: WritableEntry, locator_base: str) -> EntryParts:
         out.append("/>")
     out.append("<sf:seq>")
     return head, "".join(out)
+
+
+def max_entry_bytes(page_size: int) -> int:
+    """The most bytes an entry of a feed with pages of ``page_size`` may take as rendered: so
+    many of them and a document's head stay within :data:`MAX_DOCUMENT_BYTES`."""
+    return (MAX_DOCUMENT_BYTES - _HEAD_BYTES) // page_size
+
+
+def entry_bytes_bound(stored: str, locator_base: str) -> int:
+    """At least the bytes an entry takes as rendered, from what is stored of it (``stored``:
+    ``Event.canonical``), for the cost of a length: every character of a field is at least
+    one character there, and takes at most six bytes rendered (an XML or JSON escape), twelve
+    for a title written again as the summary; the markup besides, and an entry locator link,
+    take less than 4 KiB and the locator base."""
+    return 12 * len(stored) + 4096 + len(locator_base)
+
+
+def entry_bytes(entry: WritableEntry, locator_base: str) -> int:
+    """The bytes ``entry`` takes in a document, at the most (its ``updated`` and number
+    counted at their longest)."""
+    head, middle = entry_parts(entry, locator_base)
+    return len(head.encode("utf-8")) + len(middle.encode("utf-8")) + _NUMBERED_BYTES
 
 
 def entry_links(event: Event, entry_id: str, locator_base: str) -> tuple[Link, ...]:

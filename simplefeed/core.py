@@ -31,6 +31,7 @@ from simplefeed.errors import (
     EntryNotFound,
     FeedNotFound,
     FeedRetired,
+    InvalidEvent,
     InvalidFeed,
     InvalidLabel,
     PageNotFound,
@@ -709,6 +710,8 @@ class Simplefeed:
         # bounds the feed's append rate.
         now = self.clock()
         pending = appending.pending_entries(events, now, self._new_entry_id)
+        locator_base = self.urls(feed_name).locator_base
+        self._refuse_too_large(feed_name, pending, locator_base, credentials)
         # The ids to look up under the lock: the producer's, to answer replays and conflicts.
         look_up = [p.id for p in pending if p.event.id is not None]
         if pending and appending.ids_are_distinct(pending):
@@ -724,7 +727,6 @@ class Simplefeed:
             self.check_credentials(credentials, feed_name)
         # A batch may fill a page: its entries are written out now, all but their `updated` and
         # number, so that under the lock the page is only put together (atom.render's parts).
-        locator_base = self.urls(feed_name).locator_base
         parts = (
             {p.id: atom.entry_parts(p, locator_base) for p in pending} if len(pending) > 1 else {}
         )
@@ -808,6 +810,44 @@ class Simplefeed:
                 self._warned[subject] = now
                 log.warning("%s", warning)
         return said
+
+    def _refuse_too_large(
+        self,
+        feed_name: str,
+        pending: Sequence[PendingEntry],
+        locator_base: str,
+        credentials: auth.Credentials | None,
+    ) -> None:
+        """Refuse the batch if one of its entries would take more than a page of its feed
+        leaves each (:func:`atom.max_entry_bytes`): no page is ever larger than a consumer
+        reads. Only an entry the cheap bound leaves in doubt is written out to be measured. A
+        feed's page size is fixed when it is created: the feed as last appended to in this
+        process tells it, or else (its first publish here) a look-up, after the token's check,
+        so that a token's holder learns nothing of a feed it may not publish to."""
+        known = self._feeds.get(feed_name)
+        page_size = known.page_size if known is not None else None
+        for index, p in enumerate(pending):
+            bound = atom.entry_bytes_bound(p.data, locator_base)
+            if page_size is not None and bound <= atom.max_entry_bytes(page_size):
+                continue
+            if page_size is None:
+                if credentials is not None:
+                    self.check_credentials(credentials, feed_name)
+                page_size = self.feed(feed_name).page_size
+                if bound <= atom.max_entry_bytes(page_size):
+                    continue
+            size, limit = atom.entry_bytes(p, locator_base), atom.max_entry_bytes(page_size)
+            if size > limit:
+                batch = len(pending) > 1  # indexed as the door indexes a batch's events
+                where = f"[{index}]: " if batch else ""
+                raise InvalidEvent(
+                    f"{where}this entry would take {size:,} bytes in the feed's documents, over"
+                    f" the {limit:,} a page of feed {feed_name!r} leaves each of its {page_size}"
+                    f" entries (a page is at most {atom.MAX_DOCUMENT_BYTES // 2**20} MiB, what"
+                    " every consumer reads); characters written escaped take up to six bytes"
+                    " each (such as < > & in JSON or text content): send less",
+                    index=index if batch else None,
+                )
 
     def _new_entry_id(self) -> str:
         return f"urn:uuid:{self.new_uuid()}"

@@ -32,6 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from simplefeed import atom, markup, uris
 from simplefeed.errors import InvalidEvent, MalformedRequest, PayloadTooLarge
+from simplefeed.languages import PRIMARY_LANGUAGES
 from simplefeed.model import Author, Category, Event, Link, datetime_to_us, text_problem
 from simplefeed.settings import Limits
 
@@ -64,6 +65,15 @@ MAX_LINK_LENGTH = 2**63 - 1
 LINK_RELS = frozenset({"alternate", "enclosure", "related", "self", "via"})
 #: The prefix that makes a registered relation's name an IRI naming the same relation.
 IANA_RELATIONS = "http://www.iana.org/assignments/relation/"
+#: The registered relations, besides :data:`LINK_RELS`, an entry may name by an IRI under
+#: :data:`IANA_RELATIONS`: those the W3C Feed Validator knows as registered (its ``link.py``),
+#: but RFC 5005's, which name feed documents, not entries. Any other name under that prefix
+#: (``bogus``, ``Alternate``, none) draws "Unregistered link relationship", on a page kept for
+#: good.
+IANA_ENTRY_RELS = frozenset(
+    {"describedby", "edit", "edit-media", "hub", "license", "payment", "replies", "search"}
+    | {"service", "up"}
+)
 
 
 class _Strict(BaseModel):
@@ -422,14 +432,28 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
         where = f"links[{i}]"
         if link.type is not None and not _MEDIA_TYPE.match(link.type):
             raise c.fail(f"{where}.type", "must be a media type (type/subtype)")
-        if link.hreflang is not None and not _LANG.match(link.hreflang):
-            raise c.fail(f"{where}.hreflang", "must be a language tag (RFC 3066)")
-        if link.rel.lower().startswith(IANA_RELATIONS) and link.rel[len(IANA_RELATIONS) :] in (
-            LINK_RELS
-        ):
-            # RFC 4287 4.2.7.2: the same relation as the name, which the rules below are for.
+        if link.hreflang is not None:
+            if not _LANG.match(link.hreflang):
+                raise c.fail(f"{where}.hreflang", "must be a language tag (RFC 3066)")
+            primary = link.hreflang.split("-", 1)[0]
+            if primary.lower() not in PRIMARY_LANGUAGES:
+                raise c.fail(
+                    f"{where}.hreflang",
+                    f"must begin with an ISO 639 language code (en, fr-CA, zh-Hant), not"
+                    f" {primary!r}: feed validators flag any other",
+                )
+        if link.rel.lower().startswith(IANA_RELATIONS):
             name = link.rel[len(IANA_RELATIONS) :]
-            raise c.fail(f"{where}.rel", f"{link.rel} is the relation {name}: write {name!r}")
+            if name in LINK_RELS:
+                # RFC 4287 4.2.7.2: the same relation as the name, which the rules below are for.
+                raise c.fail(f"{where}.rel", f"{link.rel} is the relation {name}: write {name!r}")
+            if name not in IANA_ENTRY_RELS:
+                raise c.fail(
+                    f"{where}.rel",
+                    f"{link.rel} names no registered relation an entry may have that feed"
+                    f" validators know ({', '.join(sorted(IANA_ENTRY_RELS))}); name a relation"
+                    " of your own with an IRI of yours (https://example.com/rels/invoice)",
+                )
         if link.rel not in LINK_RELS:
             c.text(f"{where}.rel", link.rel, 2048)
             if not _IRI.match(link.rel):
