@@ -619,6 +619,13 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
         if xhtml:
             if namespace != XHTML_NS:
                 return f"<{el.tag}> is not an XHTML element"
+            if el.prefix is not None:
+                # The W3C validator warns "Avoid Namespace Prefix", on a page kept for good.
+                return (
+                    f"<{el.prefix}:{etree.QName(el).localname}> names XHTML with a prefix: write"
+                    f" <{etree.QName(el).localname}> (xhtml content is the content of a div"
+                    " that makes XHTML the default namespace)"
+                )
         elif namespace is None:
             return (
                 f"<{el.tag}> has no namespace; inline XML content must declare one "

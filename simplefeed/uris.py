@@ -12,6 +12,7 @@ and that the validator accepts without a warning are taken: ``http``, ``https``,
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import unicodedata
 import uuid
@@ -253,12 +254,32 @@ def iri_problem(value: str) -> str | None:
         authority = re.match(r"^\w+://([^/?#]*)", value)
         if authority is None or not authority[1]:
             return f"is not a {scheme} URL ({scheme}://host/...)"
-        # The host and port after any userinfo ('[' ']' of an IPv6 host are refused above).
-        port = authority[1].rpartition("@")[2].partition(":")[2]
+        # The host and port after any userinfo; an IPv6 host is in [ ] (RFC 3986 3.2.2).
+        hostport = authority[1].rpartition("@")[2]
+        if hostport.startswith("["):
+            host, closed, after = hostport[1:].partition("]")
+            if not closed or (after and not after.startswith(":")):
+                return "has a host in [ ] that does not end with ] (an IPv6 host: [2001:db8::1])"
+            if not _is_ipv6(host):
+                # A browser's URL parser throws on anything else there (IPvFuture, a zone id).
+                return f"has [{host[:40]}] as its host, not an IPv6 address"
+            port = after[1:]
+        else:
+            port = hostport.partition(":")[2]
         if port and not (port.isascii() and port.isdigit() and int(port) <= 65535):
             # WHATWG URL parsers (a browser's, Node's new URL()) throw on it.
             return f"has the port {port[:20]!r}, not one of 0-65535"
     return None
+
+
+def _is_ipv6(text: str) -> bool:
+    if "%" in text:  # a zone id: meaningful only on the host that wrote it
+        return False
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def email_problem(value: str) -> str | None:

@@ -140,6 +140,18 @@ def test_xhtml_belongs_in_xhtml_content(client: Client, core: Simplefeed) -> Non
     accepted(client, {"title": "x", "content": "<p>hello</p>", "content_type": "xhtml"})
 
 
+def test_xhtml_with_a_prefix_is_refused(client: Client, core: Simplefeed) -> None:
+    """A hostile producer's trial: the W3C validator warned "Avoid Namespace Prefix: h" on
+    the frozen page."""
+    for xhtml in (
+        "<h:div xmlns:h='http://www.w3.org/1999/xhtml'><h:p>x</h:p></h:div>",
+        "<p>a <h:b xmlns:h='http://www.w3.org/1999/xhtml'>b</h:b></p>",
+    ):
+        event = {"title": "x", "content": xhtml, "content_type": "xhtml"}
+        refused(client, core, event, "content", words=("names XHTML with a prefix",))
+    accepted(client, {"title": "x", "content": "<div><p>x</p></div>", "content_type": "xhtml"})
+
+
 def test_ordinary_inline_xml_is_accepted(client: Client) -> None:
     for content, content_type in [
         ('<order xmlns="urn:example:orders" id="7"><line qty="2">w</line></order>', "text/xml"),
@@ -721,6 +733,22 @@ def test_a_port_a_url_parser_refuses_is_refused(client: Client, core: Simplefeed
     for href in ("https://a.example:99999/", "https://a.example:80a/"):
         refused(client, core, {"title": "x", "links": [{"href": href}]}, "links[0].href")
     accepted(client, {"title": "x", "links": [{"href": "https://a.example:8443/"}]})
+
+
+def test_an_ipv6_host_is_a_host(client: Client, core: Simplefeed) -> None:
+    """An outside trial: ``http://[2001:db8::1]/`` was refused as having "the port
+    'db8::1]'" (the port was taken from the first colon)."""
+    for href in ("http://[2001:db8::1]/", "http://[::1]:8080/a", "https://[2001:db8::a:b]:443/"):
+        accepted(client, {"title": "x", "links": [{"href": href}]})
+        accepted(client, {"title": "x", "author": {"name": "a", "uri": href}})
+    for href, words in (
+        ("http://[::1]:99999/", ("port '99999'",)),
+        ("http://[::1]x/", ("does not end with ]",)),
+        ("http://[1::2::3]/", ("not an IPv6 address",)),
+        ("http://[1:2:3]/", ("not an IPv6 address",)),
+    ):
+        link = {"title": "x", "links": [{"href": href}]}
+        refused(client, core, link, "links[0].href", words=words)
 
 
 @pytest.mark.parametrize(
