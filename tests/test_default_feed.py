@@ -218,6 +218,17 @@ def test_archive_rebuild_and_rebase_refuse_to_write_a_feed_s_pages_elsewhere(
     assert not (core.settings.archive_dir / "feeds" / "events").exists()
 
 
+def test_archive_verify_says_the_default_feed_is_mistyped_not_that_files_differ(
+    core: Simplefeed, tmp_path: Path
+) -> None:
+    """An outside trial: it reported eight differences that were not (the pages looked for
+    at the other feed's files), and sent the operator to ``archive rebuild``."""
+    core.publish("events", [Event(title=f"e{i}") for i in range(5)])
+    verify = cli(core, tmp_path, "archive", "verify", default_feed="event")
+    assert one_line_error(verify, status=3) == f"Error: {MISTYPED}"
+    assert cli(core, tmp_path, "archive", "verify", default_feed="events").returncode == 0
+
+
 # -- the reverse: a named feed's frozen pages made the default feed's -----------------------
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import falcon.testing
@@ -19,7 +20,7 @@ from simplefeed.cli import main
 from simplefeed.core import Simplefeed
 from simplefeed.model import ATOM_NS, SF_NS
 from simplefeed.settings import Settings
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, migrate
 
 BASE = "http://feeds.example.test"
 PAGE_SIZE = 5  # the `settings` fixture's
@@ -179,3 +180,26 @@ def test_archive_verify_follows_the_chain(
     archive.write_page(page2, forged, page2.stat().st_mtime_ns // 1000)  # and its copies
     (problem,) = core.verify_archive().problems
     assert problem.startswith("feed 'events': page 3 gives page 2 the SHA-256 ")
+
+
+def test_archive_verify_names_the_default_feeds_files_a_new_database_lacks(
+    core: Simplefeed, client: falcon.testing.TestClient, settings: Settings, tmp_path: Path
+) -> None:
+    """An outside trial: an archive with the default feed's pages beside a new, empty
+    database passed ("checked 0 frozen pages, 0 problems"), while a named feed's files were
+    named; ``serve`` refuses such a database."""
+    post(client, 2 * PAGE_SIZE, "batch")
+    empty = f"sqlite:///{tmp_path / 'new.sqlite3'}"
+    migrate(empty)
+    other = Simplefeed(replace(settings, database_url=empty))
+    try:
+        problems = other.verify_archive().problems
+    finally:
+        other.store.close()
+    said = " a page of the default feed 'events', which the database does not have"
+    assert all(
+        p.endswith(said + " (`simplefeed archive recover` takes its pages back)") for p in problems
+    )
+    named = {p.split(":")[0] for p in problems}
+    pages = [core.page_path("events", n) for n in (1, 2)]
+    assert named == {f"{page}{suffix}" for page in pages for suffix in ("", ".gz", ".br")}
