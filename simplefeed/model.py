@@ -11,6 +11,10 @@ from typing import Any, Literal
 
 #: Our Atom extension namespace (a name, not a document): ``<sf:seq>`` carries the sequence number.
 SF_NS = "https://simplefeed.dev/ns/1.0"
+#: SQLite's ``PRAGMA application_id`` of a consumer's state file ("SFcs"): what it is, for
+#: ``file(1)``, for the consumer (which opens no file another application marked) and for
+#: ``db upgrade`` (which migrates none into a service database).
+STATE_FILE_APPLICATION_ID = 0x53466373
 #: RFC 5005 feed history namespace: ``<fh:archive/>`` marks an archived page.
 FH_NS = "http://purl.org/syndication/history/1.0"
 ATOM_NS = "http://www.w3.org/2005/Atom"

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from bench.servers import PROJECT_ROOT, clean_environ, free_port, simplefeed_command
+from simplefeed.client.state import StateFile
 from simplefeed.settings import misspelt_variables
 
 #: Every command that needs the database, with arguments that would otherwise succeed.
@@ -124,6 +125,32 @@ def test_unmigrated_sqlite_file_is_named_with_the_fix(tmp_path: Path) -> None:
     assert f"sqlite:///{path}" in line
     assert "no Simplefeed tables" in line
     assert "simplefeed db upgrade" in line
+
+
+def test_a_consumers_state_file_is_not_taken_for_the_service_database(tmp_path: Path) -> None:
+    """An outside trial: ``feed list`` on a consumer's state file said to run ``db upgrade``,
+    which filled it with the service's tables; every consumer command then refused it."""
+    path = tmp_path / "consumer.sqlite3"
+    StateFile(path).close()
+    url = f"sqlite:///{path}"
+    for args in (["feed", "list"], ["db", "upgrade"]):
+        line = one_line_error(run(tmp_path, *args, SIMPLEFEED_DATABASE_URL=url))
+        assert "is a Simplefeed consumer's state file" in line, line
+        assert "give SIMPLEFEED_DATABASE_URL a SQLite file of the service's own" in line
+    with sqlite3.connect(path) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    assert "alembic_version" not in tables and "checkpoints" in tables
+    StateFile(path).close()  # still the consumer's
+
+
+def test_a_database_url_naming_a_directory_says_so(tmp_path: Path) -> None:
+    """It said the file "does not exist; run `simplefeed db upgrade`", which then failed with
+    "unable to open database file"."""
+    (tmp_path / "dir").mkdir()
+    url = f"sqlite:///{tmp_path / 'dir'}"
+    for args in (["feed", "list"], ["db", "upgrade"]):
+        line = one_line_error(run(tmp_path, *args, SIMPLEFEED_DATABASE_URL=url))
+        assert "is a directory, not a SQLite file" in line, line
 
 
 def test_unreachable_postgres_is_one_line_with_the_password_masked(tmp_path: Path) -> None:

@@ -62,6 +62,7 @@ from urllib.parse import quote
 from simplefeed.client.entry import json_text
 from simplefeed.client.errors import StateError
 from simplefeed.codings import IDENTITY
+from simplefeed.model import STATE_FILE_APPLICATION_ID
 
 __all__ = [
     "CachedDocument",
@@ -82,9 +83,6 @@ SCHEMA_VERSION = 4
 #: that lost more than that many entries read here is told, but not where the feed parts.
 PROCESSED_KEPT = 10_000
 
-#: SQLite's ``PRAGMA application_id`` of a state file ("SFcs"): what it is, for ``file(1)``
-#: and for :class:`StateFile`, which opens no file another application marked.
-APPLICATION_ID = 0x53466373
 #: The tables of a state file: a file holding any other is not one.
 _TABLES = frozenset({"checkpoints", "parked", "heads", "documents", "processed"})
 
@@ -286,7 +284,7 @@ class StateFile:
                     "ALTER TABLE documents ADD COLUMN coding TEXT NOT NULL DEFAULT 'identity'"
                 )
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self._db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            self._db.execute(f"PRAGMA application_id={STATE_FILE_APPLICATION_ID}")
         except sqlite3.Error as exc:
             self._db.close()
             raise StateError(str(self.path), f"not a usable state file: {exc}") from exc
@@ -324,7 +322,7 @@ class StateFile:
             for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         }
         foreign = sorted(tables - _TABLES)
-        if application_id not in (0, APPLICATION_ID) or foreign:
+        if application_id not in (0, STATE_FILE_APPLICATION_ID) or foreign:
             held = f" (it holds {', '.join(foreign[:5])})" if foreign else ""
             raise StateError(
                 str(self.path),

@@ -6,6 +6,7 @@ it first (:func:`check_ready`), which never creates one.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +15,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from simplefeed.errors import DatabaseNotReady
+from simplefeed.model import STATE_FILE_APPLICATION_ID
 from simplefeed.settings import mask_url, sqlite_path
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ def upgrade(database_url: str) -> None:
 
     from alembic import command
 
+    _refuse_what_is_not_a_database_file(database_url)
     try:
         command.upgrade(alembic_config(database_url), "head")
     except CommandError as exc:  # a revision this release does not know: a newer one's
@@ -71,6 +74,38 @@ def create_sqlite_file(database_url: str) -> None:
 
 
 _FIX_URL = "check SIMPLEFEED_DATABASE_URL and that the database server is up"
+_FIX_FILE = "give SIMPLEFEED_DATABASE_URL a SQLite file of the service's own"
+
+
+def _refuse_what_is_not_a_database_file(database_url: str) -> None:
+    """Raise :class:`DatabaseNotReady` if the SQLite URL names a directory, or a file another
+    application marked as its own (``PRAGMA application_id``): a consumer's state file, which
+    ``db upgrade`` once filled with the service's tables, spoiling it for the consumer (an
+    outside trial; ``feed list`` had said to run ``db upgrade`` on it)."""
+    path = sqlite_path(database_url)
+    if path is None or not path.exists():
+        return
+    shown = f"{mask_url(database_url)} ({path})"
+    if path.is_dir():
+        raise DatabaseNotReady(shown, "is a directory, not a SQLite file", _FIX_FILE)
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            application_id = db.execute("PRAGMA application_id").fetchone()[0]
+    except sqlite3.DatabaseError:
+        return  # not SQLite, or unreadable: what opens it next says so
+    if application_id == STATE_FILE_APPLICATION_ID:
+        raise DatabaseNotReady(
+            shown,
+            "is a Simplefeed consumer's state file (`simplefeed consume --state`), not the"
+            " service's database",
+            _FIX_FILE,
+        )
+    if application_id != 0:
+        raise DatabaseNotReady(
+            shown,
+            f"is another application's SQLite file (application_id {application_id})",
+            _FIX_FILE,
+        )
 
 
 def _first_line(exc: DBAPIError) -> str:
@@ -83,7 +118,8 @@ def check_ready(database_url: str) -> None:
     newest schema. Creates nothing: a missing SQLite file is reported, not made."""
     shown = mask_url(database_url)
     path = sqlite_path(database_url)
-    if path is not None and not path.is_file():
+    _refuse_what_is_not_a_database_file(database_url)
+    if path is not None and not path.exists():
         raise DatabaseNotReady(f"{shown} ({path})", "does not exist")
     try:
         current = _current_revision(database_url)
