@@ -125,7 +125,7 @@ def config_command(as_json: bool) -> None:
     width = max(map(len, shown))
     for name, value in shown.items():
         note = f"  ({notes[name]})" if name in notes else ""
-        click.echo(f"{name:<{width}}  {value}{note}")
+        click.echo(f"{name:<{width}}  {'' if value is None else value}{note}".rstrip())
 
 
 @main.command()
@@ -188,9 +188,7 @@ def serve(
     problem = (
         _listen_problem(host, port)
         or unset_base_url_problem(listening, host, settings.base_url_given)
-        or proxied_base_url_problem(
-            os.environ.get("SIMPLEFEED_UWSGI_SOCKET"), settings.base_url_given
-        )
+        or proxied_base_url_problem(settings.uwsgi_socket, settings.base_url_given)
     )
     if problem is not None:
         raise click.ClickException(problem)

@@ -140,6 +140,8 @@ class Settings:
     page_size_given: bool = False
     #: SIMPLEFEED_HTTP_SOCKET (uwsgi.ini's HTTP address, ``host:port``) when it is set.
     http_socket: str | None = None
+    #: SIMPLEFEED_UWSGI_SOCKET (uwsgi.ini's uwsgi-protocol socket, for nginx) when it is set.
+    uwsgi_socket: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -232,11 +234,13 @@ class Settings:
             ),
             page_size_given="SIMPLEFEED_PAGE_SIZE" in env,
             http_socket=http_socket,
+            uwsgi_socket=uwsgi_socket,
         )
 
-    def describe(self) -> dict[str, str | int]:
+    def describe(self) -> dict[str, str | int | None]:
         """The effective settings by variable name, as the environment gives them (integers as
-        numbers; passwords masked): ``simplefeed config --json``."""
+        numbers; passwords masked; None: unset, nothing in its place): ``simplefeed config
+        --json``. uwsgi.ini's sockets too (``config`` left them out, a newcomer's trial)."""
         limits = self.limits
         return {
             "SIMPLEFEED_DATABASE_URL": mask_url(self.database_url),
@@ -251,6 +255,8 @@ class Settings:
             "SIMPLEFEED_MIN_FREE_BYTES": self.min_free_bytes,
             "SIMPLEFEED_PROCESSES": self.processes,
             "SIMPLEFEED_THREADS": self.threads,
+            "SIMPLEFEED_HTTP_SOCKET": self.http_socket or DEFAULT_HTTP_SOCKET,
+            "SIMPLEFEED_UWSGI_SOCKET": self.uwsgi_socket,
             "SIMPLEFEED_MAX_BODY_BYTES": limits.max_body_bytes,
             "SIMPLEFEED_MAX_BATCH": limits.max_batch,
             "SIMPLEFEED_MAX_TITLE_CHARS": limits.max_title_chars,
@@ -271,12 +277,19 @@ class Settings:
             notes["SIMPLEFEED_DATABASE_URL"] = f"file {path}"
         if not self.base_url_given:
             notes["SIMPLEFEED_BASE_URL"] = "default"
+        if self.http_socket is None:
+            notes["SIMPLEFEED_HTTP_SOCKET"] = "default; `serve --host`/`--port` listen elsewhere"
+        if self.uwsgi_socket is None:
+            notes["SIMPLEFEED_UWSGI_SOCKET"] = "unset: no uwsgi-protocol socket"
         return notes
 
 
 #: Variables uwsgi.ini reads besides the settings (``simplefeed serve`` sets the first from its
 #: options).
 UWSGI_VARIABLES = ("SIMPLEFEED_HTTP_SOCKET", "SIMPLEFEED_UWSGI_SOCKET")
+#: Where uwsgi.ini listens without SIMPLEFEED_HTTP_SOCKET (its own default: a test holds them
+#: equal).
+DEFAULT_HTTP_SOCKET = "127.0.0.1:8080"
 _PREFIX = "SIMPLEFEED_"
 #: The example base URL every message that asks for one gives.
 BASE_URL_EXAMPLE = "SIMPLEFEED_BASE_URL=https://feeds.example.com"
@@ -284,7 +297,7 @@ BASE_URL_EXAMPLE = "SIMPLEFEED_BASE_URL=https://feeds.example.com"
 
 def _known_names() -> tuple[str, ...]:
     """Every variable this project's server reads: the settings and uwsgi.ini's."""
-    return (*Settings().describe(), *UWSGI_VARIABLES)
+    return tuple(Settings().describe())
 
 
 def socket_address(value: str) -> tuple[str, int]:

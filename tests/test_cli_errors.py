@@ -22,7 +22,7 @@ import pytest
 
 from bench.servers import PROJECT_ROOT, clean_environ, free_port, simplefeed_command
 from simplefeed.client.state import StateFile
-from simplefeed.settings import misspelt_variables
+from simplefeed.settings import DEFAULT_HTTP_SOCKET, misspelt_variables
 
 #: Every command that needs the database, with arguments that would otherwise succeed.
 DATABASE_COMMANDS = [
@@ -199,6 +199,21 @@ def test_config_shows_effective_settings_with_secrets_masked(tmp_path: Path) -> 
     assert "hunter2" not in text.stdout and "again" not in text.stdout
     assert "postgresql+psycopg://operator:***@db.internal:5432/feeds?password=***" in text.stdout
     assert "SIMPLEFEED_METRICS" in text.stdout and "off" in text.stdout
+
+
+def test_config_shows_uwsgi_ini_s_sockets(tmp_path: Path) -> None:
+    """An outside trial: ``config`` left out the two variables uwsgi.ini reads."""
+    shown = json.loads(run(tmp_path, "config", "--json").stdout)
+    assert shown["SIMPLEFEED_HTTP_SOCKET"] == DEFAULT_HTTP_SOCKET
+    assert shown["SIMPLEFEED_UWSGI_SOCKET"] is None
+    assert f"set-ph = sf_http={DEFAULT_HTTP_SOCKET}\n" in (PROJECT_ROOT / "uwsgi.ini").read_text()
+    text = run(tmp_path, "config").stdout
+    assert re.search(rf"^SIMPLEFEED_HTTP_SOCKET +{DEFAULT_HTTP_SOCKET}  \(default;", text, re.M)
+    assert re.search(r"^SIMPLEFEED_UWSGI_SOCKET +\(unset", text, re.M), text
+    env = {"SIMPLEFEED_HTTP_SOCKET": "127.0.0.1:9", "SIMPLEFEED_UWSGI_SOCKET": "127.0.0.1:10"}
+    shown = json.loads(run(tmp_path, "config", "--json", **env).stdout)
+    assert shown["SIMPLEFEED_HTTP_SOCKET"] == "127.0.0.1:9"
+    assert shown["SIMPLEFEED_UWSGI_SOCKET"] == "127.0.0.1:10"
 
 
 def test_bad_setting_is_one_line(tmp_path: Path) -> None:
