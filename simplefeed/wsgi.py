@@ -76,9 +76,7 @@ if settings.http_socket is not None:  # (`simplefeed serve` sets SIMPLEFEED_BASE
     )
     if _problem is not None:
         refuse_to_start(_problem)
-_problem = proxied_base_url_problem(
-    os.environ.get("SIMPLEFEED_UWSGI_SOCKET"), settings.base_url_given
-)
+_problem = proxied_base_url_problem(settings.uwsgi_socket, settings.base_url_given)
 if _problem is not None:
     refuse_to_start(_problem)
 if uwsgi is not None and not hasattr(uwsgi, "sharedarea_memoryview"):
