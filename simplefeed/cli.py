@@ -310,9 +310,10 @@ def upgrade() -> None:
     from simplefeed.errors import FeedExists
     from simplefeed.settings import mask_url
     from simplefeed.store import upgrade as upgrade_schema
+    from simplefeed.store.schema import SCHEMA_REVISION
 
     settings = _settings()
-    upgrade_schema(settings.database_url)
+    before = upgrade_schema(settings.database_url)
     core = Simplefeed(settings)
     try:
         core.check_default_feed_pages()  # before the default feed is created
@@ -321,7 +322,13 @@ def upgrade() -> None:
             click.echo(f"created default feed {settings.default_feed!r}")
         except FeedExists:
             pass
-        click.echo(f"database is at the newest schema: {mask_url(settings.database_url)}")
+        shown = mask_url(settings.database_url)
+        if before == SCHEMA_REVISION:
+            click.echo(f"database is at the newest schema ({before}), nothing migrated: {shown}")
+        elif before is None:
+            click.echo(f"database created at the newest schema ({SCHEMA_REVISION}): {shown}")
+        else:
+            click.echo(f"database migrated from schema {before} to {SCHEMA_REVISION}: {shown}")
         core.check_archive()  # a database older than the archive (a restore) is said at once
         # Without SIMPLEFEED_BASE_URL the base URL is `serve --port`'s to decide: serve checks.
         if settings.base_url_given:

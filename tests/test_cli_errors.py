@@ -23,6 +23,7 @@ import pytest
 from bench.servers import PROJECT_ROOT, clean_environ, free_port, simplefeed_command
 from simplefeed.client.state import StateFile
 from simplefeed.settings import DEFAULT_HTTP_SOCKET, misspelt_variables
+from simplefeed.store.schema import SCHEMA_REVISION, alembic_config
 
 #: Every command that needs the database, with arguments that would otherwise succeed.
 DATABASE_COMMANDS = [
@@ -127,6 +128,18 @@ def test_unmigrated_sqlite_file_is_named_with_the_fix(tmp_path: Path) -> None:
     assert "simplefeed db upgrade" in line
 
 
+def test_db_upgrade_says_which_schema_it_migrated_from(tmp_path: Path) -> None:
+    """An outside trial: a run that migrated 0002 to the newest printed what a run that did
+    nothing prints, and the README's Upgrading relies on telling them apart."""
+    from alembic import command
+
+    url = f"sqlite:///{tmp_path / 'old.sqlite3'}"
+    command.upgrade(alembic_config(url), "0002")
+    done = run(tmp_path, "db", "upgrade", SIMPLEFEED_DATABASE_URL=url)
+    assert done.returncode == 0, done.stderr
+    assert f"database migrated from schema 0002 to {SCHEMA_REVISION}: {url}" in done.stdout
+
+
 def test_a_consumers_state_file_is_not_taken_for_the_service_database(tmp_path: Path) -> None:
     """An outside trial: ``feed list`` on a consumer's state file said to run ``db upgrade``,
     which filled it with the service's tables; every consumer command then refused it."""
@@ -164,6 +177,11 @@ def test_unreachable_postgres_is_one_line_with_the_password_masked(tmp_path: Pat
 def test_db_upgrade_creates_the_database_then_commands_work(tmp_path: Path) -> None:
     done = run(tmp_path, "db", "upgrade")
     assert done.returncode == 0, done.stderr
+    assert f"database created at the newest schema ({SCHEMA_REVISION})" in done.stdout
+    again = run(tmp_path, "db", "upgrade")
+    assert f"database is at the newest schema ({SCHEMA_REVISION}), nothing migrated" in (
+        again.stdout
+    )
     assert (tmp_path / "var" / "simplefeed.sqlite3").is_file()
     listed = run(tmp_path, "feed", "list")
     assert listed.returncode == 0, listed.stderr

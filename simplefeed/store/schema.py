@@ -41,15 +41,19 @@ def alembic_config(database_url: str) -> Config:
     return cfg
 
 
-def upgrade(database_url: str) -> None:
+def upgrade(database_url: str) -> str | None:
     """Create the database if need be (a SQLite file and its directory: alembic's environment
-    calls :func:`create_sqlite_file`) and migrate it to the newest schema."""
+    calls :func:`create_sqlite_file`) and migrate it to the newest schema. Returns the schema
+    it was at before (None: no Simplefeed tables, or no database), so that ``db upgrade`` can
+    say whether it changed anything (the README's Upgrading relies on knowing)."""
     from alembic.util import CommandError
 
     from alembic import command
 
     _refuse_what_is_not_a_database_file(database_url)
+    path = sqlite_path(database_url)
     try:
+        before = None if path is not None and not path.exists() else _current_revision(database_url)
         command.upgrade(alembic_config(database_url), "head")
     except CommandError as exc:  # a revision this release does not know: a newer one's
         current = _current_revision(database_url)
@@ -62,6 +66,7 @@ def upgrade(database_url: str) -> None:
         raise DatabaseNotReady(
             mask_url(database_url), f"could not be migrated: {_first_line(exc)}", _FIX_URL
         ) from None
+    return before
 
 
 def create_sqlite_file(database_url: str) -> None:
