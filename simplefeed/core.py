@@ -54,7 +54,13 @@ from simplefeed.model import (
     rfc3339,
     text_problem,
 )
-from simplefeed.settings import FEED_NAME_RE, MAX_PAGE_SIZE, Settings, sqlite_path
+from simplefeed.settings import (
+    FEED_NAME_RE,
+    MAX_FEED_TITLE,
+    MAX_PAGE_SIZE,
+    Settings,
+    sqlite_path,
+)
 from simplefeed.store import Appending, Store, TokenCheck, open_store
 
 log = logging.getLogger(__name__)
@@ -446,7 +452,9 @@ class Simplefeed:
                 f"feed name {name!r:.80}: use 1-64 of a-z 0-9 - _, starting with a letter or digit"
             )
         title = title or name
-        problem = text_problem(title, self.settings.limits.max_title_chars)
+        # Within the head every document leaves room for (atom.MAX_DOCUMENT_BYTES), however
+        # far SIMPLEFEED_MAX_TITLE_CHARS is raised for entries.
+        problem = text_problem(title, min(self.settings.limits.max_title_chars, MAX_FEED_TITLE))
         if problem is not None:
             raise InvalidFeed(f"feed title {title!r:.80} {problem}")
         if page_size is not None and not 1 <= page_size <= MAX_PAGE_SIZE:

@@ -25,7 +25,13 @@ def base_url_problem(url: str) -> str | None:
     """Why ``url`` cannot be the base URL every document's links are built on (frozen pages
     keep them for good), or None."""
     if not re.match(r"^https?://[^/\s]+(/[^\s]*)?\Z", url):
+        if re.match(r"^https?://", url, re.IGNORECASE):
+            return "has its scheme in capitals: write http:// or https://"
         return "is not an absolute http(s) URL"
+    if len(url) > MAX_BASE_URL:
+        # Every link of every document is built on it (atom.MAX_DOCUMENT_BYTES: a document's
+        # head is bounded).
+        return f"is longer than {MAX_BASE_URL} characters"
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -85,6 +91,11 @@ class Limits:
 #: json (the Simplefeed consumer's) stops near 1,000 levels less the caller's own stack, so
 #: content accepted deeper than that would stop every such reader at its page for good.
 MAX_JSON_DEPTH_LIMIT = 256
+#: The most characters of SIMPLEFEED_BASE_URL, and of a feed's title (whatever
+#: SIMPLEFEED_MAX_TITLE_CHARS allows an entry's): each is in every document's head, which
+#: atom.MAX_DOCUMENT_BYTES leaves 64 KiB.
+MAX_BASE_URL = 1024
+MAX_FEED_TITLE = 1024
 #: The most entries a page may hold (SIMPLEFEED_PAGE_SIZE, ``feed create --page-size``): a
 #: live document holds up to a page and is rendered whole; 10,000 entries are megabytes.
 MAX_PAGE_SIZE = 10_000

@@ -15,6 +15,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ import pytest
 
 from bench.servers import PROJECT_ROOT, clean_environ, free_port, simplefeed_command
 from simplefeed.client.state import StateFile
-from simplefeed.settings import DEFAULT_HTTP_SOCKET, misspelt_variables
+from simplefeed.core import Simplefeed
+from simplefeed.errors import InvalidFeed
+from simplefeed.settings import DEFAULT_HTTP_SOCKET, Settings, misspelt_variables
 from simplefeed.store.schema import SCHEMA_REVISION, alembic_config
 
 #: Every command that needs the database, with arguments that would otherwise succeed.
@@ -237,6 +240,35 @@ def test_config_shows_uwsgi_ini_s_sockets(tmp_path: Path) -> None:
 def test_bad_setting_is_one_line(tmp_path: Path) -> None:
     line = one_line_error(run(tmp_path, "feed", "list", SIMPLEFEED_LOG_LEVEL="chatty"))
     assert "SIMPLEFEED_LOG_LEVEL" in line
+
+
+@pytest.mark.parametrize(
+    ("base_url", "says"),
+    [
+        ("HTTP://LOCALHOST:18180", "has its scheme in capitals: write http:// or https://"),
+        ("https://feeds.example/" + "x" * 1010, "is longer than 1024 characters"),
+    ],
+)
+def test_a_base_url_in_capitals_or_too_long_is_said(
+    tmp_path: Path, base_url: str, says: str
+) -> None:
+    """An outside trial: a scheme in capitals was "not an absolute http(s) URL". Every
+    document's head holds the base URL, and the head is bounded (a page at most 48 MiB)."""
+    line = one_line_error(run(tmp_path, "config", SIMPLEFEED_BASE_URL=base_url))
+    assert says in line, line
+
+
+def test_a_feed_title_is_within_the_documents_head_whatever_entries_may_have(
+    settings: Settings,
+) -> None:
+    raised = replace(settings, limits=replace(settings.limits, max_title_chars=100_000))
+    core = Simplefeed(raised)
+    try:
+        with pytest.raises(InvalidFeed, match="feed title"):
+            core.create_feed("long", title="t" * 1025)
+        assert core.create_feed("long", title="t" * 1024).title == "t" * 1024
+    finally:
+        core.close()
 
 
 def test_a_live_document_is_not_cached_for_longer_than_a_day(tmp_path: Path) -> None:
