@@ -19,7 +19,7 @@ from sqlalchemy import Engine, create_engine
 
 from bench.servers import HOST, UwsgiServer, scratch_postgres_database
 from tests.test_door import POISON
-from tests.test_e2e_uwsgi import _serve, assert_json_error, snapshot
+from tests.test_e2e_uwsgi import PROCESSES, _serve, assert_json_error, snapshot
 
 pytestmark = pytest.mark.e2e
 
@@ -150,6 +150,26 @@ def test_each_rule_is_enforced_before_anything_is_stored(
     assert body.get("index") == case.index, body
     assert case.word.lower() in body["message"].lower(), body
     assert snapshot(uwsgi_server, http, db) == before
+
+
+def test_an_entry_over_its_share_of_a_page_is_refused_by_every_worker(
+    uwsgi_server: UwsgiServer, http: httpx.Client
+) -> None:
+    """Pages of 10,000 leave an entry 5,026 bytes: 1,000 characters written six bytes each
+    (``<`` in JSON text) are over it, in a body of 1 KB. Each worker's first publish to the
+    feed looks its page size up; later ones know it."""
+    uwsgi_server.cli("feed", "create", "wide", "--page-size", "10000")
+    url = uwsgi_server.url("/feeds/wide/entries")
+    heavy = {"title": "x", "content": '"' + "<" * 1000 + '"', "content_type": JSON}
+    for _ in range(3 * PROCESSES):
+        for body, index in ((heavy, None), ([{"title": "ok"}, heavy], 1)):
+            reply = assert_json_error(http.post(url, json=body), 422)
+            assert reply.get("index") == index and reply.get("field") is None, reply
+            assert "a page of feed 'wide' leaves each of its 10000 entries" in reply["message"]
+    fits = {"title": "x", "content": '"' + "<" * 700 + '"', "content_type": JSON}
+    assert http.post(url, json=fits).status_code == 201
+    feed = httpx.get(uwsgi_server.url("/feeds/wide/recent")).text
+    assert feed.count("<entry>") == 1
 
 
 def test_an_id_at_the_byte_limit_is_stored(uwsgi_server: UwsgiServer, http: httpx.Client) -> None:
