@@ -309,8 +309,8 @@ def upgrade() -> None:
     from simplefeed.core import Simplefeed
     from simplefeed.errors import FeedExists
     from simplefeed.settings import mask_url
+    from simplefeed.store import SCHEMA_REVISION
     from simplefeed.store import upgrade as upgrade_schema
-    from simplefeed.store.schema import SCHEMA_REVISION
 
     settings = _settings()
     before = upgrade_schema(settings.database_url)

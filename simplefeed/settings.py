@@ -25,7 +25,8 @@ def base_url_problem(url: str) -> str | None:
     """Why ``url`` cannot be the base URL every document's links are built on (frozen pages
     keep them for good), or None."""
     if not re.match(r"^https?://[^/\s]+(/[^\s]*)?\Z", url):
-        if re.match(r"^https?://", url, re.IGNORECASE):
+        scheme = re.match(r"^(https?)://", url, re.IGNORECASE)
+        if scheme is not None and not scheme[1].islower():
             return "has its scheme in capitals: write http:// or https://"
         return "is not an absolute http(s) URL"
     if len(url) > MAX_BASE_URL:

@@ -17,10 +17,11 @@ from sqlalchemy.engine import Engine, make_url
 from simplefeed.errors import ConfigError
 from simplefeed.settings import database_url_problem, mask_url
 from simplefeed.store.interface import Appending, Rebasing, Store, TokenCheck
-from simplefeed.store.schema import check_ready, upgrade
+from simplefeed.store.schema import SCHEMA_REVISION, check_ready, upgrade
 from simplefeed.store.sql import SqlStore
 
 __all__ = [
+    "SCHEMA_REVISION",
     "Appending",
     "Rebasing",
     "Store",
