@@ -834,17 +834,20 @@ class Simplefeed:
         so that a token's holder learns nothing of a feed it may not publish to."""
         known = self._feeds.get(feed_name)
         page_size = known.page_size if known is not None else None
+        limit = atom.max_entry_bytes(page_size) if page_size is not None else None
         for index, p in enumerate(pending):
             bound = atom.entry_bytes_bound(p.data, locator_base)
-            if page_size is not None and bound <= atom.max_entry_bytes(page_size):
+            if limit is not None and bound <= limit:
                 continue
             if page_size is None:
                 if credentials is not None:
                     self.check_credentials(credentials, feed_name)
                 page_size = self.feed(feed_name).page_size
-                if bound <= atom.max_entry_bytes(page_size):
+                limit = atom.max_entry_bytes(page_size)
+                if bound <= limit:
                     continue
-            size, limit = atom.entry_bytes(p, locator_base), atom.max_entry_bytes(page_size)
+            assert limit is not None
+            size = atom.entry_bytes(p, locator_base)
             if size > limit:
                 batch = len(pending) > 1  # indexed as the door indexes a batch's events
                 where = f"[{index}]: " if batch else ""
