@@ -41,7 +41,6 @@ def main() -> None:
         core = Simplefeed(settings)
         core.create_feed(settings.default_feed)
         name = settings.default_feed
-        base = core.urls(name).locator_base
         for size in (1, 100):
             body = batch(size)
             events, _ = parse_events(read_body(body), Limits(), 0)
@@ -65,7 +64,6 @@ def main() -> None:
                         "publish_us": round(p * 1e6, 1),
                         "rule_us": round(r * 1e6, 2),
                         "share": round(r / p, 5),
-                        "locator_base": base,
                     }
                 )
             )

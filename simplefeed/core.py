@@ -1191,14 +1191,10 @@ class Simplefeed:
                         " (`simplefeed archive recover` takes its pages back; or remove them)"
                     )
             default = self.settings.default_feed
-            if default not in known:
+            if default not in known and self.page_path(default, 1).exists():
                 # The default feed's pages are not under feeds/: a database without the feed
                 # (a new one beside an old archive) left them unchecked, and verify passed.
-                for path in archive.stray_files(self.page_path(default, 1).parent, 0):
-                    problems.append(
-                        f"{path}: a page of the default feed {default!r}, which the database"
-                        " does not have (`simplefeed archive recover` takes its pages back)"
-                    )
+                problems.append(self._lost_feed_sentence(default))
         for feed in feeds:
             before: FrozenPage | None = None
             for page in self.store.iter_pages(feed.id):

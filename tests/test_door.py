@@ -371,12 +371,18 @@ def test_token_ids_beyond_the_column_are_invalid_tokens(client: Client, core: Si
 # -- the W3C validator agrees with the canonical forms ----------------------------------------
 
 
-def _validator_module(name: str) -> Any:
-    """A module of the W3C Feed Validator's source (``../shared/judges``, which CI has beside
+def _validator_source(name: str) -> Path:
+    """A file of the W3C Feed Validator's source (``../shared/judges``, which CI has beside
     the project; elsewhere the tests needing it skip, saying so)."""
     path = JUDGES / "feedvalidator" / f"{name}.py"
     if not path.exists():
         pytest.skip(f"{path} is absent: the W3C validator's source lives beside the project")
+    return path
+
+
+def _validator_module(name: str) -> Any:
+    """A module of the W3C Feed Validator's source (:func:`_validator_source`)."""
+    path = _validator_source(name)
     spec = importlib.util.spec_from_file_location(f"w3c_feedvalidator_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -1350,10 +1356,7 @@ def test_hreflangs_beginning_with_an_iso_639_code_are_accepted(client: Client) -
 
 
 def test_the_registered_relations_an_entry_may_name_by_iri_are_the_validators() -> None:
-    path = JUDGES / "feedvalidator" / "link.py"
-    if not path.exists():
-        pytest.skip(f"{path} is absent: the W3C validator's source lives beside the project")
-    source = path.read_text()
+    source = _validator_source("link").read_text()  # (it imports its package: read, not run)
 
     def names(attribute: str) -> set[str]:
         block = source.split(f"{attribute} = [", 1)[1].split("]", 1)[0]

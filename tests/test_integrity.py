@@ -196,10 +196,7 @@ def test_archive_verify_names_the_default_feeds_files_a_new_database_lacks(
         problems = other.verify_archive().problems
     finally:
         other.store.close()
-    said = " a page of the default feed 'events', which the database does not have"
-    assert all(
-        p.endswith(said + " (`simplefeed archive recover` takes its pages back)") for p in problems
-    )
-    named = {p.split(":")[0] for p in problems}
-    pages = [core.page_path("events", n) for n in (1, 2)]
-    assert named == {f"{page}{suffix}" for page in pages for suffix in ("", ".gz", ".br")}
+    (problem,) = problems  # one for the feed, as for a named feed's directory
+    page1 = core.page_path("events", 1).resolve()
+    assert problem.startswith(f"the archive has page 1 of feed 'events' ({page1}), which the")
+    assert "database does not have" in problem and "`simplefeed archive recover`" in problem
