@@ -293,6 +293,28 @@ class UwsgiServer:
             f"{self.log()}"
         )
 
+    _APP_READY = re.compile(r"^WSGI app 0 \(mountpoint=''\) ready in .* pid: (\d+)", re.M)
+
+    def wait_all_workers(self, timeout: float = 30.0) -> set[int]:
+        """Wait until every worker has loaded the app, and return their pids.
+
+        /healthz answers once one worker has (uwsgi.ini has lazy-apps): until the others have,
+        that worker takes every request, so a test of what several workers do waits here."""
+        if not self.processes:
+            raise ServerError("wait_all_workers needs the server's --processes")
+        deadline = time.monotonic() + timeout
+        while True:
+            this_run = self.log().rpartition("=== simplefeed serve on ")[2]
+            pids = {int(pid) for pid in self._APP_READY.findall(this_run)}
+            if len(pids) >= self.processes:
+                return pids
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"{len(pids)} of {self.processes} workers loaded the app within {timeout} s"
+                    f"\n{self.log()}"
+                )
+            time.sleep(0.05)
+
     def stop(self) -> None:
         """SIGTERM to the master (uwsgi.ini has die-on-term), wait; SIGKILL the group if need be."""
         process = self.process

@@ -469,6 +469,8 @@ def test_metrics_add_up_across_worker_processes(tmp_path: Path) -> None:
     # One thread per worker, and a connection per publish: each worker then takes one of the
     # producers' requests at a time (with 200 threads, one worker may take them all).
     with server(tmp_path, page_size=10, processes=3, extra_env={"SIMPLEFEED_THREADS": "1"}) as s:
+        # Until the other workers have loaded the app, the first one takes every request.
+        s.wait_all_workers()
         auth = {"Authorization": f"Bearer {s.token}"}
         ids = "tag:ops.simplefeed.test,2026:e"
         with httpx.Client(headers=auth) as client:
