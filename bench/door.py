@@ -3,6 +3,7 @@ database), the part of a publish that depends on what the producer sent.
 
     .venv/bin/python bench/door.py                # a batch of 1,000 JSON events, 15 rounds
     .venv/bin/python bench/door.py --events 100 --rounds 30
+    .venv/bin/python bench/door.py --content xhtml   # an order's note as XHTML (or html)
 
 Prints the median time per batch. Compare two checkouts by running this file from each
 (``PYTHONPATH=<checkout>``), alternating, on the same machine.
@@ -18,19 +19,32 @@ import time
 from simplefeed.settings import Limits
 from simplefeed.validation import parse_events, read_body
 
+#: An order's note as markup: a paragraph with emphasis and a link, and a list.
+NOTE = (
+    "<p>Order <em>{i}</em> shipped: <a href='https://shop.example/o/{i}'>track it</a>.</p>"
+    "<ul><li>one A-1</li><li>two B-2</li></ul>"
+)
 
-def batch(events: int) -> bytes:
-    """A shop's events: JSON content with integers, decimals, a list of objects and text."""
+
+def batch(events: int, content: str = "json") -> bytes:
+    """A shop's events: JSON content with integers, decimals, a list of objects and text; or
+    (``content`` html or xhtml) a note in markup."""
     return json.dumps(
         [
             {
                 "title": f"order {i} paid",
-                "content": {
-                    "order": i,
-                    "total": 12.5 + i / 100,
-                    "items": [{"sku": "A-1", "price": 3.25, "qty": 2}],
-                    "note": "thanks",
-                },
+                **(
+                    {
+                        "content": {
+                            "order": i,
+                            "total": 12.5 + i / 100,
+                            "items": [{"sku": "A-1", "price": 3.25, "qty": 2}],
+                            "note": "thanks",
+                        }
+                    }
+                    if content == "json"
+                    else {"content": NOTE.format(i=i), "content_type": content}
+                ),
                 "id": f"tag:shop.example,2026:{i}",
             }
             for i in range(events)
@@ -42,8 +56,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--content", choices=["json", "html", "xhtml"], default="json")
     args = parser.parse_args()
-    body, limits = batch(args.events), Limits()
+    body, limits = batch(args.events, args.content), Limits()
     times = []
     for _ in range(args.rounds):
         start = time.perf_counter()
@@ -51,7 +66,8 @@ def main() -> None:
         times.append(time.perf_counter() - start)
     median = statistics.median(times)
     print(
-        f"{median * 1000:.2f} ms per batch of {args.events} ({len(body)} bytes),"
+        f"{median * 1000:.2f} ms per batch of {args.events} {args.content} events"
+        f" ({len(body)} bytes),"
         f" median of {args.rounds}"
     )
 

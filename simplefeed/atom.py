@@ -48,6 +48,7 @@ import copy as copy_module
 import io
 import re
 from collections.abc import Mapping
+from html import escape
 from typing import Any, Protocol
 
 from feedgen.ext.base import BaseEntryExtension, BaseExtension
@@ -648,15 +649,67 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
         )
         if problem:
             return problem
+    if xhtml:
+        problem = markup.written_tree_problem(*html_reading(root))
+        if problem:
+            return f"feed readers pass XHTML on as HTML, which reads it otherwise: {problem}"
     return None
 
 
+def html_reading(div: Any) -> tuple[list[markup.Token], str]:
+    """The content of the XHTML ``div`` as HTML, as a generic reader passes XHTML content on
+    (feedparser gives it as a string; a page puts it in its HTML): its tokens, and its text.
+    Start tags with their attributes (those in no namespace), text, and an end tag for each
+    element but an empty void one; comments are left out. Iterative: no recursion however deep
+    the tree is."""
+    tokens: list[markup.Token] = []
+    out: list[str] = []
+
+    def text(value: str | None) -> None:
+        if value:
+            tokens.append(("text", value, ()))
+            out.append(escape(value, quote=False))
+
+    text(div.text)
+    stack: list[tuple[Any, Any]] = [(div, iter(div))]
+    while stack:
+        parent, children = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            if parent is not div:
+                tag = etree.QName(parent).localname
+                if len(parent) or parent.text or tag not in markup.VOID_ELEMENTS:
+                    tokens.append(("end", tag, ()))
+                    out.append(f"</{tag}>")
+                text(parent.tail)
+            continue
+        if not isinstance(child.tag, str):  # a comment: only its tail is read
+            text(child.tail)
+            continue
+        tag = etree.QName(child).localname
+        attributes = tuple((k, v) for k, v in child.attrib.items() if k[0] != "{")
+        tokens.append(("start", tag, attributes))
+        written = "".join(f' {name}="{escape(value)}"' for name, value in attributes)
+        out.append(f"<{tag}{written}>")
+        text(child.text)
+        stack.append((child, iter(child)))
+    return tokens, "".join(out)
+
+
 def _xhtml_policy_problem(el: Any) -> str | None:
-    """XHTML content holds what the HTML policy allows (:mod:`simplefeed.markup`)."""
+    """XHTML content holds what the HTML policy allows (:mod:`simplefeed.markup`), in a tree
+    HTML reads as it is written: feed readers pass XHTML content on as HTML."""
     tag = etree.QName(el).localname
     problem = markup.element_problem(tag)
     if problem:
         return problem
+    parent = etree.QName(el.getparent()).localname if el.getparent() is not None else "div"
+    if markup.ends_at(parent, tag):
+        return (
+            f"a <{tag}> in a <{parent}>: HTML ends the <{parent}> at it, and feed readers pass"
+            f" XHTML on as HTML (close the <{parent}> first)"
+        )
     for name, value in el.attrib.items():
         qname = etree.QName(name)
         if qname.namespace == XML_NS and qname.localname == "lang":

@@ -180,7 +180,7 @@ class _Tokens(HTMLParser):
         self._token(("start", tag, tuple((k, v or "") for k, v in attrs)))
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag not in _VOID:
+        if tag not in VOID_ELEMENTS:
             raw = self.get_starttag_text() or ""
             self._problem(
                 f"'/>' ends a <{tag}> ({raw[:60]!r}), and only a void element (br, img, ...) may"
@@ -364,7 +364,7 @@ def _untokenizable_problem(text: str) -> str | None:
 #: square of the depth (60,000 ``<div>``, 300 KB, took 4.7 s).
 MAX_NESTING = 100
 #: Void elements: they never hold others.
-_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "wbr"})
+VOID_ELEMENTS = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "wbr"})
 #: The open elements a start tag closes while one of them is the element open last, as every
 #: browser's parser closes them (HTML's optional end tags): a list item the one before, a row
 #: its last cell and itself, a block the paragraph it follows.
@@ -391,6 +391,14 @@ _CLOSES: dict[str, frozenset[str]] = {
     "option": frozenset({"option"}),
     "optgroup": frozenset({"option", "optgroup"}),
 }
+
+
+def ends_at(parent: str, child: str) -> bool:
+    """Whether HTML's parser ends a ``parent`` element, open last, at a ``child`` start tag in
+    it (an end tag HTML lets one leave out: a paragraph at a block, a list item at the next)."""
+    return parent in _CLOSES.get(child, _CLOSES_NOTHING)
+
+
 #: HTML's formatting elements: one left open is opened again by a browser in each block after
 #: it (800 ``<b>`` left open before 800 paragraphs, 17 KB, made nh3 write 12 MB in 4.9 s).
 _FORMATTING = frozenset(
@@ -483,7 +491,7 @@ def _tree(tokens: list[Token]) -> tuple[list[Placed], str | None]:
                     )
                 attrs = tuple(sorted(attrs)) if len(attrs) > 1 else attrs
                 placed.append((len(open_) - implied, "start", tag, attrs))
-            if tag not in _VOID:
+            if tag not in VOID_ELEMENTS:
                 open_.append(tag)
                 implied += tag in _IMPLIED
                 if len(open_) > MAX_NESTING:
@@ -498,7 +506,7 @@ def _tree(tokens: list[Token]) -> tuple[list[Placed], str | None]:
                         f"a </{tag}> where {open_last} is the formatting element open last",
                     )
                 formatting.pop()
-            if tag in _VOID:
+            if tag in VOID_ELEMENTS:
                 return (
                     placed,
                     f"an end tag </{tag}>: <{tag}> is a void element, written without one",
@@ -557,10 +565,27 @@ def html_problem(text: str) -> str | None:
             return f"a {kind} ({value[:40]!r}) is not allowed"
     if problem is not None:
         return problem
+    return _tree_problem(tokens, text)
+
+
+def written_tree_problem(tokens: list[Token], text: str) -> str | None:
+    """Why ``text``, HTML written from a tree as ``tokens`` (XHTML content as feed readers pass
+    it on: :func:`simplefeed.atom.html_reading`), is read as another tree or with an error by
+    HTML's parser, or None. The tags and attributes are the tree's, checked there."""
+    found = _NONCHARACTER.search(text)
+    if found is not None:
+        return f"holds U+{ord(found[0]):04X}, a noncharacter, which HTML's parser reads as an error"
+    return _tree_problem(tokens, text)
+
+
+def _tree_problem(tokens: list[Token], text: str) -> str | None:
+    """The tree ``tokens`` make (:func:`_tree`), and nh3's of ``text``: the same, or why not."""
     tree, problem = _tree(tokens)
     if problem is not None:
         return problem
     cleaned = _CLEANER.clean(text)
+    if cleaned == text:  # (nh3 wrote back what it read: the same tree)
+        return None
     # What nh3 writes is never much longer than what it read (escaping a bare '&' or '<' adds
     # at most four characters each), unless it built elements of its own.
     if len(cleaned) > 5 * len(text) + 1024 or _tree(_tokens(cleaned)[0])[0] != tree:

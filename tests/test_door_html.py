@@ -253,3 +253,80 @@ def test_a_noncharacter_is_refused(client: Client, core: Simplefeed, character: 
     ("Invalid codepoint in stream"), and an archived page holding one was "Invalid HTML" for
     good (a producer's trial)."""
     refused_html(client, core, f"<p>a {character} b</p>", "a noncharacter")
+
+
+# -- XHTML, as readers pass it on ---------------------------------------------------------
+# feedparser gives xhtml content as a string of HTML, which a reader puts in its page; a
+# browser's DOMParser keeps the XML tree, but a reader that serializes it does the same. Each
+# of these is well-formed XML the judge accepts, and HTML builds another tree of it: a
+# producer's trial found them accepted while the README said XHTML follows the HTML policy.
+
+
+@pytest.mark.parametrize(
+    "xhtml,words",
+    [
+        ('<a href="http://x.example/">1<a href="http://y.example/">2</a></a>', "an <a> in an <a>"),
+        ("<h1>a<h2>b</h2></h1>", "a <h2> in a <h1>"),
+        ("<p>one<div>two</div></p>", "a <div> in a <p>: HTML ends the <p> at it"),
+        ("<p>one<p>two</p></p>", "a <p> in a <p>"),
+        ("<ul><li>one<li>two</li></li></ul>", "a <li> in a <li>"),
+        ("<p>one<span><div>two</div></span></p>", "reads otherwise than it is written"),
+        ("<table>text<tr><td>x</td></tr></table>", "reads otherwise than it is written"),
+        ("<p>a<br>b</br></p>", "<br> is a void element"),
+        pytest.param("<div>" * 101 + "x" + "</div>" * 101, "nested more than 100", id="deep"),
+        ("<p>a \ufdd0</p>", "a noncharacter"),
+    ],
+)
+def test_xhtml_that_html_reads_otherwise_is_refused(
+    client: Client, core: Simplefeed, xhtml: str, words: str
+) -> None:
+    event = {"title": "t", "content_type": "xhtml", "content": xhtml}
+    refused(client, core, event, "content", words=(words, "feed readers pass XHTML on as HTML"))
+
+
+#: Ordinary XHTML, which HTML reads as it is written: accepted, and passes the judge.
+VALID_XHTML = [
+    "<p>a</p><p>b</p><div><p>c</p></div>",
+    "<ul><li>one</li><li>two<ul><li>three</li></ul></li></ul>",
+    "<p>a <em>b</em> <a href='http://x.example/'>c</a><br/>d<img src='http://x.example/a.png'"
+    " alt='a'/></p>",
+    "<table><tr><td>1</td></tr></table>",  # HTML adds the tbody, as in html content
+    "<table>\n<tbody><tr><th>h</th></tr></tbody>\n</table>",
+    "<p/><span/><p>a<!-- a comment -->b &amp; &lt;c&gt;</p>",
+    "<p xml:lang='fr' title='\"q\" &amp; &apos;a&apos;'>bonjour</p>",
+    "<pre>\nfirst line\n</pre>",
+    "<dl><dt>a</dt><dd><p>b</p></dd></dl>",
+    "<blockquote><p>q</p></blockquote><h2>T <a href='/x'>link</a></h2>",
+]
+
+
+def test_ordinary_xhtml_is_accepted_and_passes_the_judge(
+    judge_ready: None, client: Client, clock: FakeClock, tmp_path: Path
+) -> None:
+    clock.now = START_US
+    for i, xhtml in enumerate(VALID_XHTML):
+        clock.advance(1)
+        accepted(client, {"title": f"valid {i}", "content_type": "xhtml", "content": xhtml})
+    docs = documents(client, f"{BASE}/recent")
+    problems = unexplained(docs, judge(docs, tmp_path), {})
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_html_reading_of_xhtml_is_what_feedparser_passes_on() -> None:
+    """The reading checked is the one a generic reader gets: feedparser's string of the
+    content, parsed as HTML, is the same tree."""
+    import feedparser
+    from lxml import etree
+
+    from simplefeed import atom
+
+    xhtml = "<p title='&quot;x&quot;'>a<br/><span/>b &amp; &lt;<em>c</em><!-- d -->e</p>"
+    div = etree.fromstring(f'<div xmlns="{atom.XHTML_NS}">{xhtml}</div>')
+    feed = (
+        '<feed xmlns="http://www.w3.org/2005/Atom"><entry><content type="xhtml">'
+        f"{etree.tostring(div, encoding='unicode')}</content></entry></feed>"
+    )
+    passed_on = feedparser.parse(feed, sanitize_html=False).entries[0].content[0].value
+    tokens, text = atom.html_reading(div)
+    assert markup._tree(tokens) == markup._tree(markup._tokens(text)[0])
+    assert markup._tree(tokens) == markup._tree(markup._tokens(passed_on)[0])
