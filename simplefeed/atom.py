@@ -704,7 +704,8 @@ def _xhtml_policy_problem(el: Any) -> str | None:
     problem = markup.element_problem(tag)
     if problem:
         return problem
-    parent = etree.QName(el.getparent()).localname if el.getparent() is not None else "div"
+    above = el.getparent()
+    parent = etree.QName(above).localname if above is not None else "div"  # (the content's div)
     if markup.ends_at(parent, tag):
         return (
             f"a <{tag}> in a <{parent}>: HTML ends the <{parent}> at it, and feed readers pass"

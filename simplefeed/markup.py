@@ -18,10 +18,11 @@ instructions. It then checks each tag, attribute and URL as Python's HTML tokeni
 and table parts may be closed by HTML's implied end tags), no heading in a heading, no ``a`` in
 an ``a``. Last, that nh3, which parses as browsers do (html5ever), builds the same tree, with
 the same tags, attributes and text at the same depths, so markup that a browser reads
-differently from Python cannot slip through. XML content (SVG and other XML media types) may
-not hold ``script`` or ``handler`` elements, ``on*`` attributes, URL attributes with a scheme
-other than http, https or mailto, or a ``javascript:``, ``vbscript:`` or ``data:`` URL in any
-attribute.
+differently from Python cannot slip through. XHTML content is held to the same tree, written
+as HTML as feed readers pass it on (:func:`written_tree_problem`). XML content (SVG and other
+XML media types) may not hold ``script`` or ``handler`` elements, ``on*`` attributes, URL
+attributes with a scheme other than http, https or mailto, or a ``javascript:``,
+``vbscript:`` or ``data:`` URL in any attribute.
 """
 
 from __future__ import annotations
@@ -547,10 +548,9 @@ _NONCHARACTER = re.compile(
 
 def html_problem(text: str) -> str | None:
     """Why ``text`` may not be HTML content, or None. See the module's docstring."""
-    found = _NONCHARACTER.search(text)
-    if found is not None:
-        return f"holds U+{ord(found[0]):04X}, a noncharacter, which HTML's parser reads as an error"
-    problem = _untokenizable_problem(text) or _ampersand_problem(text)
+    problem = (
+        _noncharacter_problem(text) or _untokenizable_problem(text) or _ampersand_problem(text)
+    )
     if problem is not None:
         return problem
     tokens, problem = _tokens(text)
@@ -572,10 +572,14 @@ def written_tree_problem(tokens: list[Token], text: str) -> str | None:
     """Why ``text``, HTML written from a tree as ``tokens`` (XHTML content as feed readers pass
     it on: :func:`simplefeed.atom.html_reading`), is read as another tree or with an error by
     HTML's parser, or None. The tags and attributes are the tree's, checked there."""
+    return _noncharacter_problem(text) or _tree_problem(tokens, text)
+
+
+def _noncharacter_problem(text: str) -> str | None:
     found = _NONCHARACTER.search(text)
-    if found is not None:
-        return f"holds U+{ord(found[0]):04X}, a noncharacter, which HTML's parser reads as an error"
-    return _tree_problem(tokens, text)
+    if found is None:
+        return None
+    return f"holds U+{ord(found[0]):04X}, a noncharacter, which HTML's parser reads as an error"
 
 
 def _tree_problem(tokens: list[Token], text: str) -> str | None:
