@@ -39,10 +39,16 @@ import nh3
 #: ``HTMLValidator.acceptable_elements``, feedvalidator/validators.py beside the judge script:
 #: ``bdo`` draws "content should not contain bdo tag", ``rtc`` "Non-html tag"); and ruby
 #: annotations, which feedparser's sanitiser drops while keeping their text, so that
-#: ``<ruby>漢<rt>kan</rt></ruby>`` reads back as "漢kan" in feedparser-based readers.
-EXCLUDED_TAGS = frozenset({"bdo", "rtc"} | {"ruby", "rt", "rp"})
+#: ``<ruby>漢<rt>kan</rt></ruby>`` reads back as "漢kan" in feedparser-based readers; and the
+#: others its sanitiser drops (not in its ``acceptable_elements``), keeping their text: a
+#: ``<summary>`` would run into the body of its ``<details>``, a ``<bdi>`` no longer isolate
+#: right-to-left text, a ``<mark>`` no longer mark, a ``<wbr>`` no longer break (a reader's
+#: trial of what feedparser-based readers show).
+EXCLUDED_TAGS = frozenset(
+    {"bdo", "rtc"} | {"ruby", "rt", "rp"} | {"bdi", "data", "hgroup", "mark", "summary", "wbr"}
+)
 #: nh3's tags, less :data:`EXCLUDED_TAGS`: nh3's tags that are in the validator's acceptable
-#: elements, but for ruby.
+#: elements and in feedparser's, but for ruby.
 ALLOWED_TAGS: frozenset[str] = frozenset(nh3.ALLOWED_TAGS) - EXCLUDED_TAGS
 #: nh3's attributes per allowed tag, and (ammonia's default generic attributes) on every tag.
 ALLOWED_ATTRIBUTES: dict[str, frozenset[str]] = {
@@ -82,6 +88,7 @@ _CLEANER = nh3.Cleaner(
 # What browsers strip from a URL before reading its scheme (the URL Standard): leading and
 # trailing C0 controls and spaces, and tabs and newlines anywhere.
 _URL_STRIP = re.compile(r"[\t\n\r]")
+_C0_AND_SPACE = "".join(map(chr, range(0x21)))
 #: A URL's scheme (RFC 3986 3.1) and its colon, at the start of a string.
 SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 _SCRIPT_URL = re.compile("|".join(f"{s}:" for s in SCRIPT_SCHEMES))
@@ -96,15 +103,28 @@ _END_TAG_START = re.compile(r"</[A-Za-z]")
 
 def url_scheme(value: str) -> str | None:
     """The scheme a browser reads in ``value`` (lower case), or None for a relative URL."""
-    cleaned = _URL_STRIP.sub("", value).strip("".join(map(chr, range(0x21))))
+    cleaned = _URL_STRIP.sub("", value).strip(_C0_AND_SPACE)
     match = SCHEME.match(cleaned)
     return match.group(1).lower() if match else None
 
 
 def url_problem(value: str, schemes: frozenset[str]) -> str | None:
-    """Why ``value`` may not be a URL here, or None (a relative reference has no scheme)."""
+    """Why ``value`` may not be a URL in content, or None.
+
+    A relative reference (no scheme) must begin with '/' (from the root: ``/x``, ``//host/x``)
+    or '#' (within the document): readers resolve it against the document they read the entry
+    in, the recent document and then its page, so ``x``, ``../x``, ``?q`` or an empty one
+    would lead to two places, on an archived page for good."""
     scheme = url_scheme(value)
-    if scheme is not None and scheme not in schemes:
+    if scheme is None:
+        if not _URL_STRIP.sub("", value).strip(_C0_AND_SPACE).startswith(("/", "#")):
+            return (
+                f"the relative URL {value[:60]!r}, which readers resolve against the document"
+                " they read it in (the recent document, then its page): write it absolute, or"
+                " from the root ('/...')"
+            )
+        return None
+    if scheme not in schemes:
         return f"a {scheme}: URL, and only {', '.join(sorted(schemes))} URLs are allowed"
     return None
 

@@ -287,12 +287,17 @@ def parse_event(raw: Any, limits: Limits, now_us: int, index: int | None) -> Eve
 
 #: Unicode categories a reader shows nothing for: spaces, separators, controls and format
 #: characters (U+200B ZERO WIDTH SPACE, U+2060 WORD JOINER, bidi marks).
-_INVISIBLE = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf"})
+#: What shows nothing by itself: spaces, line and paragraph separators, controls, format
+#: characters (U+200B, bidi marks), and combining marks with no letter to sit on.
+_INVISIBLE = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Mn", "Me"})
+#: Letters and symbols that show nothing: the Hangul fillers (default-ignorable in Unicode) and
+#: the blank Braille pattern (a reader's trial: each passed as a title, shown blank).
+_BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 
 
 def _blank(value: str) -> bool:
     """Whether a reader would show nothing of ``value`` (a title of U+200B passed as text)."""
-    return all(unicodedata.category(ch) in _INVISIBLE for ch in value)
+    return all(ch in _BLANK_GLYPHS or unicodedata.category(ch) in _INVISIBLE for ch in value)
 
 
 class _Checker:
@@ -314,10 +319,15 @@ class _Checker:
         return value
 
     def optional(self, field: str, value: str | None, max_chars: int) -> str | None:
-        """An optional text field: absent, or not empty (an empty one would read back as
-        absent, or the W3C validator calls it blank)."""
+        """An optional text field: absent, or holding something a reader shows (an empty one
+        would read back as absent, or the W3C validator calls it blank; readers strip one of
+        only spaces to nothing)."""
         if value == "":
             raise self.fail(field, "must not be empty (leave it out instead)")
+        if value is not None and _blank(value):
+            raise self.fail(
+                field, "must not be only spaces and invisible characters (leave it out instead)"
+            )
         return self.text(field, value, max_chars)
 
     def iri(self, field: str, value: str | None, max_chars: int) -> str | None:
@@ -383,6 +393,13 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
                 "content_type", f"{content_type}: send XHTML as xhtml (the content of a div)"
             )
     content = _content(c, ev.content, content_type, limits)
+    if content is None and content_type is not None:
+        # It would be kept (a replay without it would differ) and say nothing: the entry is
+        # written without content.
+        raise c.fail(
+            "content_type",
+            "is given without content (a JSON null is content only as JSON text: \"null\")",
+        )
     if content is not None and content_type is None and not isinstance(ev.content, str):
         content_type = "application/json"
 
@@ -592,6 +609,13 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
     mode = atom.content_mode(
         content_type if content_type else (None if isinstance(raw, str) else "application/json")
     )
+    if mode in ("text", "html", "xhtml", "textual") and isinstance(raw, str) and _blank(raw):
+        # Readers strip it to nothing, and read the entry as having no content (or none).
+        raise c.fail(
+            "content",
+            "must not be only spaces and invisible characters (leave it out for an entry"
+            " without content)",
+        )
     if not isinstance(raw, str):
         if mode != "json":
             raise c.fail("content", "a JSON value (not a string) needs a JSON content_type")

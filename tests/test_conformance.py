@@ -104,8 +104,7 @@ JSON_VALUE = {
 CORPUS: list[Case] = [
     # -- content, every way it is carried -------------------------------------------------
     one({"title": "No content"}),
-    # (Empty content, summaries, labels and link titles are refused: tests/test_door.py.)
-    one({"title": "Blank content", "content": " ", "summary": "\n"}),
+    # (Empty or blank content, summaries, labels and link titles are refused: tests/test_door.py.)
     one({"title": "Plain text", "content": "Just words."}),
     one(
         {"title": "Text that looks like HTML", "content": "a </b> &amp; b", "content_type": "text"},

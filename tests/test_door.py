@@ -842,6 +842,76 @@ def test_a_text_a_reader_shows_nothing_of_is_refused(
     accepted(client, {"title": "a\u200bb", "author": "\u200ex", "categories": ["\u00adt"]})
 
 
+@pytest.mark.parametrize(
+    "event,field",
+    [
+        ({"title": "\u3164\u3164"}, "title"),  # Hangul fillers: letters that show nothing
+        ({"title": "\u115f\u1160 \uffa0"}, "title"),
+        ({"title": "\u2800"}, "title"),  # the blank Braille pattern
+        ({"title": "\u0301\u0301"}, "title"),  # combining marks with nothing to sit on
+        ({"title": "x", "summary": "   "}, "summary"),
+        ({"title": "x", "summary": "\n\u200b"}, "summary"),
+        ({"title": "x", "content": " "}, "content"),
+        ({"title": "x", "content": "\n", "content_type": "html"}, "content"),
+        ({"title": "x", "content": " \n ", "content_type": "xhtml"}, "content"),
+        ({"title": "x", "content": "\r\n", "content_type": "text/csv"}, "content"),
+        ({"title": "x", "categories": [{"term": "t", "label": "  "}]}, "categories[0].label"),
+        ({"title": "x", "links": [{"href": "https://example.com/", "title": " "}]}, "links[0].title"),  # noqa: E501
+    ],
+)  # fmt: skip
+def test_a_text_readers_read_as_nothing_is_refused(
+    client: Client, core: Simplefeed, event: dict[str, Any], field: str
+) -> None:
+    """A reader's trial: each was accepted, and readers showed a blank title, or stripped the
+    summary or content to nothing (feedparser: "", @rowanmanning/feed-parser: null), as if
+    it had not been sent, which ``""`` is refused for. Octets are data: spaces are kept."""
+    refused(client, core, event, field, words=("invisible",))
+    refused(client, core, [{"title": "ok"}, event], field, index=1)
+    accepted(client, {"title": "\u3164x", "summary": " a ", "content": "\n b \n"})
+    accepted(client, {"title": "e\u0301", "content": " ", "content_type": "application/x-thing"})
+
+
+@pytest.mark.parametrize(
+    "event", [{"content_type": "application/json"}, {"content": None, "content_type": "text/csv"}]
+)
+def test_a_content_type_without_content_is_refused(
+    client: Client, core: Simplefeed, event: dict[str, Any]
+) -> None:
+    """The entry was written without content, and a reader read it as none; the type was
+    kept, so the same event sent again without it was a 409 (a reader's trial)."""
+    refused(client, core, {"title": "x", **event}, "content_type", words=("without content",))
+    accepted(client, {"title": "x", "content": "null", "content_type": "application/json"})
+
+
+@pytest.mark.parametrize(
+    "content,content_type",
+    [
+        ('<p><a href="other">o</a></p>', "html"),
+        ('<p><img src="pic.png" alt="p"></p>', "html"),
+        ('<blockquote cite="../q">q</blockquote>', "html"),
+        ('<a href="?page=2">next</a>', "html"),
+        ('<a href="">this</a>', "html"),
+        ('<p><a href="x/y">o</a></p>', "xhtml"),
+        ('<svg xmlns="http://www.w3.org/2000/svg"><image href="pic.png"/></svg>', "image/svg+xml"),
+    ],
+)
+def test_a_relative_url_in_content_that_two_documents_resolve_apart_is_refused(
+    client: Client, core: Simplefeed, content: str, content_type: str
+) -> None:
+    """Readers resolve a URL in content against the document they read the entry in: from
+    /feeds/b3/recent, ``other`` was /feeds/b3/other; from its page, /feeds/b3/pages/other (a
+    reader's trial, feedparser and others). A URL from the root or within the document means
+    the same in both."""
+    event = {"title": "x", "content": content, "content_type": content_type}
+    refused(client, core, event, "content", words=("relative URL", "from the root"))
+    for fine in ("/other", "//cdn.example.com/a.png", "#note", "https://example.com/x"):
+        accepted(
+            client, {"title": "x", "content": f'<a href="{fine}">o</a>', "content_type": "html"}
+        )
+    svg = '<svg xmlns="http://www.w3.org/2000/svg"><use href="#g"/></svg>'
+    accepted(client, {"title": "x", "content": svg, "content_type": "image/svg+xml"})
+
+
 @pytest.mark.parametrize("char", ["\x7f", "\x80", "\x85", "\x9f", "\ufffd"])
 @pytest.mark.parametrize(
     "event,field",
