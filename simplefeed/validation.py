@@ -398,7 +398,7 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
         # written without content.
         raise c.fail(
             "content_type",
-            "is given without content (a JSON null is content only as JSON text: \"null\")",
+            'is given without content (a JSON null is content only as JSON text: "null")',
         )
     if content is not None and content_type is None and not isinstance(ev.content, str):
         content_type = "application/json"
