@@ -484,6 +484,43 @@ def test_an_entry_point_older_than_the_checkpoint_has_nothing_new(
     assert run.code == 0 and run.stdout == "6\turn:e:6\te6\n", run.stderr
 
 
+def test_an_entry_point_without_entries_older_than_the_checkpoint_has_nothing_new(
+    hostile: Callable[..., Hostile], tmp_path: Path
+) -> None:
+    """A stale copy of the entry point taken just after a page froze holds no entries: the
+    consumer walked back to the page before it, found only older entries, and stopped with
+    "no longer in the feed" and a `consumer reset` that would have read entries again (exit
+    4; a new user's trial through a caching proxy). The page before it holds the feed's
+    newest entry then: older than the checkpoint's, it is nothing new, as for a copy with
+    entries."""
+    server = hostile({})
+    base = server.base
+    p1 = doc(entries(1, 2, 3), self_url=f"{base}/p/1", next_url=f"{base}/p/2", archive=True)
+
+    def recent(*seqs: int) -> bytes:
+        return doc(
+            entries(*seqs),
+            self_url=f"{base}/recent",
+            via=f"{base}/p/2",
+            prev=f"{base}/p/1",
+            prev_sha=sha(p1),
+        )
+
+    server.routes.update({"/recent": answer(recent(4)), "/p/1": answer(p1)})
+    url = f"{base}/recent"
+    state = tmp_path / "s.sqlite3"
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 0 and run.stdout.count("\n") == 4, run.stderr
+    server.routes["/recent"] = answer(recent())  # as it was when page 1 had just frozen
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 0 and run.stdout == "", run.stderr
+    assert "its newest entry (sequence 3) is older than the last processed (4)" in run.stderr
+    assert checkpoint_of(state, url) == Checkpoint("urn:e:4", 4, f"{base}/p/2")
+    server.routes["/recent"] = answer(recent(4, 5))
+    run = consume(url, state, timeout=RUN_TIMEOUT)
+    assert run.code == 0 and run.stdout == "5\turn:e:5\te5\n", run.stderr
+
+
 def test_damaged_cached_pages_cost_one_failed_run_not_one_each(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:

@@ -734,14 +734,13 @@ class Consumer:
             if checkpoint is None and self.start != "start":
                 checkpoint = self._position(head, self.start)
                 self._save(checkpoint)
-            if checkpoint is not None and newest is not None and newest < checkpoint.seq:
-                self._behind(head, newest, checkpoint)
             yield from new_entries(
                 self._pages,
                 head,
                 checkpoint,
                 progress=self.progress,
                 page_done=self._page_done,
+                behind=lambda page: self._behind(page, checkpoint),
                 max_pages=self.max_pages,
             )
         except LastEntryVanished as exc:
@@ -762,14 +761,17 @@ class Consumer:
             # the checkpoint's is kept as the head: `consumer status` says so (past_head).
             self.state.save_head(self.url, caught_up.seq, self.clock())
 
-    def _behind(self, head: Page, newest: int, checkpoint: Checkpoint) -> None:
-        """The entry point's newest entry is older than the checkpoint's: an older copy of it
-        (nothing new yet: :func:`new_entries`), said in the log; or, when the entry read here
-        at that number was another, a feed that lost entries read here
+    def _behind(self, page: Page, checkpoint: Checkpoint | None) -> None:
+        """The feed's newest entry, on ``page`` (the entry point, or the page before an entry
+        point without entries), is older than the checkpoint's: an older copy of the entry
+        point (nothing new yet: :func:`new_entries`), said in the log; or, when the entry read
+        here at that number was another, a feed that lost entries read here
         (:class:`LastEntryVanished`)."""
+        assert checkpoint is not None and page.newest_seq is not None
+        newest = page.newest_seq
         read = self.state.processed_id(self.url, newest)
-        if read is not None and read != head.entries[-1].id:
-            raise LastEntryVanished(head.url, checkpoint.entry_id)
+        if read is not None and read != page.entries[-1].id:
+            raise LastEntryVanished(page.url, checkpoint.entry_id)
         log.warning(
             "%s: its newest entry (sequence %d) is older than the last processed (%d): an"
             " older copy of the entry point (a cache, a server in a fault)? Or the server's"

@@ -248,11 +248,14 @@ def new_entries(
     *,
     progress: ProgressFn | None = None,
     page_done: Callable[[], None] = lambda: None,
+    behind: Callable[[Page], None] = lambda page: None,
     max_pages: int = MAX_PAGES,
 ) -> Iterator[FeedEntry]:
     """The entries after ``checkpoint``, oldest first (everything when it is None).
     ``page_done`` is called when the walk is past a page's last entry (resumed after it) and
-    about to read on to the next page. ``progress``, when given, is told of each page passed
+    about to read on to the next page. ``behind`` is called with the page holding the feed's
+    newest entry, and nothing is yielded, when that entry is older than the checkpoint's (an
+    older copy of the entry point). ``progress``, when given, is told of each page passed
     walking back and each entry yielded (no report is made for nobody). ``max_pages``: the
     most pages walked back (:class:`MalformedPage` past it)."""
     # Each pass forward is made before it runs, so that the page it starts from is not also
@@ -281,12 +284,15 @@ def new_entries(
             head.url, head.entries[position + 1 :], checkpoint.seq, checkpoint, _Ids(head)
         )
         return
-    if head.newest_seq is not None and head.newest_seq < checkpoint.seq:
+    top = head if head.newest_seq is not None else _below_empty(source, head)
+    if top is not None and top.newest_seq is not None and top.newest_seq < checkpoint.seq:
         # An older copy of the entry point than one read before (a CDN's edge, a server
         # answering from what it last served while its database is down): nothing new yet.
         # Once it shows the checkpoint's number again, the entry there must be the checkpoint's.
         # (The consumer says so in its log.)
+        behind(top)
         return
+    del top
 
     page, position, chain = _walk_back_to_entry(source, head, checkpoint, progress, max_pages)
     forward = _forward(
@@ -294,6 +300,18 @@ def new_entries(
     )
     del page
     yield from forward
+
+
+def _below_empty(source: PageSource, head: Page) -> Page | None:
+    """The page before ``head``, an entry point without entries (a page had just frozen when
+    it was served), read whole and checked: it holds the feed's newest entry. None at a feed
+    without entries."""
+    if head.prev_archive is None:
+        return None
+    below = source.page(head.prev_archive)
+    verify(head, below)
+    _archived(head.prev_archive, below)
+    return below
 
 
 class _Trail:
