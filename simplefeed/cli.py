@@ -21,7 +21,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 import click
 
@@ -34,6 +33,7 @@ from simplefeed.settings import (
     base_url_problem,
     misspelt_variables,
     proxied_base_url_problem,
+    service_url_problem,
     socket_address,
     unset_base_url_problem,
 )
@@ -254,15 +254,6 @@ def listen_address(
                 f" give one of them"
             )
     return env_host, env_port, f"SIMPLEFEED_HTTP_SOCKET={http_socket}"
-
-
-def _feed_url_problem(url: str) -> str | None:
-    """Why ``url``, a valid base URL, is more likely one of the service's own URLs pasted in
-    (a feed's /recent, its entries), or None: publish appends ``/entries`` to it."""
-    segments = urlsplit(url).path.rstrip("/").split("/")
-    if segments[-1] in ("recent", "entries") or segments[-2:-1] == ["pages"]:
-        return "is one of the service's URLs, not its base URL (name a feed with --feed)"
-    return None
 
 
 def _listen_problem(host: str, port: int) -> str | None:
@@ -747,8 +738,10 @@ def publish(
             "a producer token is needed: --token or SIMPLEFEED_TOKEN"
             " (`simplefeed token create` mints one)"
         )
-    problem = None if url is None else base_url_problem(url) or _feed_url_problem(url)
+    problem = None if url is None else base_url_problem(url)
     if problem is not None:
+        if service_url_problem(url or ""):
+            problem += " (name a feed with --feed)"
         raise click.BadParameter(f"{url!r} {problem}", param_hint="--url")
     if feed_name is not None and not FEED_NAME_RE.match(feed_name):
         raise click.BadParameter(f"{feed_name!r} is not a feed name", param_hint="--feed")

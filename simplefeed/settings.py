@@ -46,6 +46,22 @@ def base_url_problem(url: str) -> str | None:
         return "has a query or a fragment: page URLs are built by appending to it"
     if BAD_PERCENT.search(url):
         return "has a % not followed by two hex digits"
+    return service_url_problem(url)
+
+
+def service_url_problem(url: str) -> str | None:
+    """Why ``url`` is more likely one of the service's own URLs pasted in (a feed's
+    ``/recent``, its ``/entries``, a page) than the URL the service is served at, or None:
+    links are built by appending to it (``.../recent/pages/1``), on frozen pages for good."""
+    try:
+        segments = urlsplit(url).path.rstrip("/").split("/")
+    except ValueError:  # not a URL: base_url_problem says so
+        return None
+    if segments[-1] in ("recent", "entries") or segments[-2:-1] == ["pages"]:
+        return (
+            "is one of the service's URLs (a recent document, the entries, a page), not the URL"
+            " the service is served at"
+        )
     return None
 
 

@@ -169,6 +169,24 @@ def test_a_database_url_naming_a_directory_says_so(tmp_path: Path) -> None:
         assert "is a directory, not a SQLite file" in line, line
 
 
+def test_a_relative_database_path_not_found_says_where_it_was_looked_for(tmp_path: Path) -> None:
+    """From another directory than the service's (cron's, a home directory), the default
+    relative URL names no file, and the one fix given was `db upgrade`, which made an empty
+    database there that `archive verify` then passed (a new user's trial). The message says
+    the path is relative to where the command runs."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for args in (["feed", "list"], ["archive", "verify"]):
+        done = run(elsewhere, *args)  # the default SIMPLEFEED_DATABASE_URL, relative
+        line = one_line_error(done, failed_status(args))
+        assert f"({elsewhere / 'var' / 'simplefeed.sqlite3'}) does not exist" in line, line
+        assert "its path is relative to the directory the command runs in" in line, line
+        assert not (elsewhere / "var" / "simplefeed.sqlite3").exists()
+    absolute = f"sqlite:///{tmp_path / 'none.sqlite3'}"
+    line = one_line_error(run(elsewhere, "feed", "list", SIMPLEFEED_DATABASE_URL=absolute))
+    assert line.endswith("does not exist; run `simplefeed db upgrade`"), line
+
+
 def test_unreachable_postgres_is_one_line_with_the_password_masked(tmp_path: Path) -> None:
     url = f"postgresql+psycopg://operator:hunter2@127.0.0.1:{free_port()}/simplefeed"
     line = one_line_error(run(tmp_path, "token", "list", SIMPLEFEED_DATABASE_URL=url))
@@ -247,6 +265,10 @@ def test_bad_setting_is_one_line(tmp_path: Path) -> None:
     [
         ("HTTP://LOCALHOST:18180", "has its scheme in capitals: write http:// or https://"),
         ("https://feeds.example/" + "x" * 1010, "is longer than 1024 characters"),
+        # A new user's trial: each was taken, and every link built on it (.../recent/pages/1).
+        ("http://localhost:18180/recent", "is one of the service's URLs"),
+        ("http://localhost:18180/feeds/x/entries/", "is one of the service's URLs"),
+        ("https://feeds.example/sf/pages/3", "is one of the service's URLs"),
     ],
 )
 def test_a_base_url_in_capitals_or_too_long_is_said(
@@ -671,9 +693,13 @@ def test_archive_verify_and_rebuild_name_the_archive_and_database_absolutely(
         (["--content", "hi"], "", "--content, --content-type and --id go with --title"),
         (["--id", "urn:x:1"], "", "--content, --content-type and --id go with --title"),
         # A feed's own URL pasted as the base URL: posted to .../recent/entries, a 404.
-        (["--url", "http://127.0.0.1:9/recent", "--title", "t"], "", "not its base URL"),
-        (["--url", "http://127.0.0.1:9/feeds/o/entries", "--title", "t"], "", "not its base URL"),
-        (["--url", "http://127.0.0.1:9/pages/3", "--title", "t"], "", "not its base URL"),
+        (
+            ["--url", "http://127.0.0.1:9/recent", "--title", "t"],
+            "",
+            "not the URL the service is served at (name a feed with --feed)",
+        ),
+        (["--url", "http://127.0.0.1:9/feeds/o/entries", "--title", "t"], "", "service's URLs"),
+        (["--url", "http://127.0.0.1:9/pages/3", "--title", "t"], "", "service's URLs"),
     ],
 )
 def test_publish_says_what_is_wrong_with_its_input_in_one_line(

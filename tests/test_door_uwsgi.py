@@ -114,7 +114,7 @@ REFUSALS = {
         {"title": "x", "author": {"name": "a", "email": "mailto:a@x.org"}}, 422, "author.email"
     ),
     "html-script": Refusal(
-        {"title": "x", "content": '<img src="x" onerror="alert(1)">', "content_type": "html"},
+        {"title": "x", "content": '<img src="/x" onerror="alert(1)">', "content_type": "html"},
         422,
         "content",
         word="onerror",

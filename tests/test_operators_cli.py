@@ -540,6 +540,8 @@ def test_archive_rebase_renders_every_frozen_page_with_the_new_base_url(
     )
     bad = cli(core, tmp_path, "archive", "rebase", "https://feeds.test/?v=2")
     assert bad.returncode == 2 and "has a query or a fragment" in bad.stderr, bad.stderr
+    bad = cli(core, tmp_path, "archive", "rebase", "https://feeds.test/recent")
+    assert bad.returncode == 2 and "is one of the service's URLs" in bad.stderr, bad.stderr
 
 
 def test_archive_rebase_names_page_files_it_could_not_write(

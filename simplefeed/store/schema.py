@@ -125,6 +125,16 @@ def check_ready(database_url: str) -> None:
     path = sqlite_path(database_url)
     _refuse_what_is_not_a_database_file(database_url)
     if path is not None and not path.exists():
+        if not database_url.partition(":///")[2].startswith("/"):
+            # A command run from another directory (cron's, a home directory) than the
+            # service's: `db upgrade` there would make an empty database that passes checks.
+            raise DatabaseNotReady(
+                f"{shown} ({path})",
+                "does not exist",
+                "its path is relative to the directory the command runs in: run it in the"
+                " service's directory (or set SIMPLEFEED_DATABASE_URL to an absolute path), or"
+                " `simplefeed db upgrade` to create the database here",
+            )
         raise DatabaseNotReady(f"{shown} ({path})", "does not exist")
     try:
         current = _current_revision(database_url)
