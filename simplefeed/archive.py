@@ -290,15 +290,25 @@ def chain_problem(before: FrozenPage, after: FrozenPage, given: str | None) -> s
     )
 
 
-def stray_files(directory: Path, frozen: int) -> list[Path]:
-    """Page files in ``directory`` for pages beyond the ``frozen`` ones (no page URL should
-    find them: a copy from another database, or a restore gone wrong)."""
+def stray_files(directory: Path, frozen: int) -> list[tuple[int, Path]]:
+    """Page files (and copies) in ``directory`` for pages beyond the ``frozen`` ones, by page
+    number and path, in order (no page URL should find them: a database older than the
+    archive, a copy from another database, or a restore gone wrong)."""
     try:
         numbered = [(_page_number(p.name), p) for p in directory.iterdir()]
     except FileNotFoundError:
         return []
-    stray = [(n, p) for n, p in numbered if n is not None and n > frozen]
-    return [p for _, p in sorted(stray)]
+    return sorted((n, p) for n, p in numbered if n is not None and n > frozen)
+
+
+def past_gap(strays: list[tuple[int, Path]], frozen: int) -> tuple[int, list[tuple[int, Path]]]:
+    """The first page after the ``frozen`` ones that no file of ``strays`` holds, and those
+    past it: ``archive recover`` takes back only the pages that follow the frozen ones."""
+    numbers = {n for n, _ in strays}
+    missing = frozen + 1
+    while missing in numbers:
+        missing += 1
+    return missing, [(n, p) for n, p in strays if n > missing]
 
 
 def _page_number(name: str) -> int | None:

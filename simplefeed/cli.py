@@ -181,7 +181,7 @@ def serve(
     try:
         core.check_base_url()
         core.check_default_feed()
-        core.check_archive()
+        core.check_archive(every_file=True)
         page_size = core.default_feed_page_size_warning()
     finally:
         core.close()
@@ -320,7 +320,8 @@ def upgrade() -> None:
             click.echo(f"database created at the newest schema ({SCHEMA_REVISION}): {shown}")
         else:
             click.echo(f"database migrated from schema {before} to {SCHEMA_REVISION}: {shown}")
-        core.check_archive()  # a database older than the archive (a restore) is said at once
+        # A database older than the archive (a restore), or part of the archive lost: at once.
+        core.check_archive(every_file=True)
         # Without SIMPLEFEED_BASE_URL the base URL is `serve --port`'s to decide: serve checks.
         if settings.base_url_given:
             core.check_base_url()

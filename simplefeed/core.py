@@ -509,22 +509,25 @@ class Simplefeed:
         if found:
             raise BaseUrlMismatch(found)
 
-    def check_archive(self) -> None:
+    def check_archive(self, *, every_file: bool = False) -> None:
         """Raise :class:`ArchiveAhead` if the archive has a page file past a feed's frozen
         pages (see :meth:`_archive_ahead`): checked when the service starts and by ``db
-        upgrade``, before anything freezes over those files."""
-        found = [p for p in map(self._archive_ahead, self.store.feeds()) if p is not None]
-        if found:
-            raise ArchiveAhead(found)
+        upgrade``, before anything freezes over those files. ``every_file``: past a gap too
+        (the feed's directory listed: ``serve`` and ``db upgrade``, once; each worker looks
+        for the next page's file only)."""
+        found = [self._archive_ahead(feed, every_file=every_file) for feed in self.store.feeds()]
+        if any(found):
+            raise ArchiveAhead([p for p in found if p is not None])
 
-    def _archive_ahead(self, feed: Feed) -> str | None:
+    def _archive_ahead(self, feed: Feed, *, every_file: bool = False) -> str | None:
         """A sentence if the file of ``feed``'s page after its frozen ones is there: only a
         database older than the archive leaves one (files are written after their page's
-        commit). One ``stat`` per feed."""
+        commit). One ``stat`` per feed; ``every_file``: if it is not there, the feed's
+        directory listed for a page file past the gap (part of the archive lost too)."""
         frozen = feed.head_seq // feed.page_size
         path = self.page_path(feed.name, frozen + 1)
         if not path.exists():
-            return None
+            return self._past_gap(feed.name, frozen) if every_file else None
         return (
             f"the archive has page {frozen + 1} of feed {feed.name!r} ({path.resolve()}), but the"
             f" database has {frozen} frozen pages: it is older than the archive (restored from"
@@ -532,6 +535,23 @@ class Simplefeed:
             " and caches hold, over files holding entries it lacks: take their pages back"
             " with `simplefeed archive recover`, or restore a database backup made after the"
             " archive's newest page (README: A database older than the archive)"
+        )
+
+    def _past_gap(self, feed_name: str, frozen: int) -> str | None:
+        """A sentence if the archive has a page file of the feed past the first page after its
+        ``frozen`` ones that no file holds, or None. Lists the feed's directory."""
+        strays = archive.stray_files(self.page_path(feed_name, 1).parent, frozen)
+        missing, past = archive.past_gap(strays, frozen)
+        if not past:
+            return None
+        number, path = past[0]
+        return (
+            f"the archive has page {number} of feed {feed_name!r} ({path.resolve()}), but not"
+            f" page {missing}, and the database has {frozen} frozen pages: part of the archive"
+            f" is lost, so `simplefeed archive recover` cannot take page {number} back, and it"
+            " would freeze again over a file holding other entries: restore the archive's"
+            f" missing page files from a backup of it, or move the files past page {frozen}"
+            " aside (README: A database older than the archive)"
         )
 
     def check_default_feed(self) -> None:
@@ -1207,11 +1227,18 @@ class Simplefeed:
                         problems.append(f"feed {feed.name!r}: {problem}")
                 before = page
             frozen = before.number if before is not None else 0
-            directory = self.page_path(feed.name, 1).parent
-            for path in archive.stray_files(directory, frozen):
+            strays = archive.stray_files(self.page_path(feed.name, 1).parent, frozen)
+            missing, past = archive.past_gap(strays, frozen)
+            for number, path in strays:
                 problems.append(
-                    f"{path}: feed {feed.name!r} has no frozen page {path.name}"
-                    " (`simplefeed archive recover` takes it back)"
+                    f"{path}: feed {feed.name!r} has no frozen page {number}"
+                    + (
+                        f" (nor the archive page {missing}, so `simplefeed archive recover`"
+                        " cannot take it back: restore the archive's missing page files from"
+                        " a backup of it, or move it aside)"
+                        if (number, path) in past
+                        else " (`simplefeed archive recover` takes it back)"
+                    )
                 )
         return archive.VerifyReport(checked, problems)
 
@@ -1377,7 +1404,8 @@ class Simplefeed:
         written: list[Path] = []
         unwritten: list[str] = []
         problem: str | None = None
-        files = self._page_files(feed.name, feed.head_seq // feed.page_size + 1, RECOVERY_BATCH + 1)
+        frozen = feed.head_seq // feed.page_size
+        files = self._page_files(feed.name, frozen + 1, RECOVERY_BATCH + 1)
         while problem is None and files:
             problem = self._written_elsewhere(feed.name, files[0])
             if problem is not None:
@@ -1393,6 +1421,9 @@ class Simplefeed:
             # The file after the batch, read to vouch for its last page, starts the next one.
             after = files[RECOVERY_BATCH]
             files = [after, *self._page_files(feed.name, after.number + 1, RECOVERY_BATCH)]
+        if problem is None:
+            # Pages past a gap stay: said, since the service does not start while they are.
+            problem = self._past_gap(feed.name, numbers[-1] if numbers else frozen)
         pages_range = range(numbers[0], numbers[-1] + 1) if numbers else range(0)
         return Recovered(feed.name, pages_range, entries, problem, unwritten, written)
 
