@@ -461,6 +461,30 @@ def test_the_command_refuses_a_position_the_feed_does_not_have(
     assert checkpoint is not None and checkpoint.seq == 12
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["reset", "--to", "1"],
+        ["reset", "--to", "1", "--url", "http://localhost:9/recent"],
+        ["drop", "urn:x:1"],
+        ["retry", "--exec", "true"],
+    ],
+)
+def test_a_command_on_a_state_file_no_consumer_ran_on_says_so_and_changes_nothing(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """A new user's trial: on an empty file (`touch`), `reset` said "the state file holds 0
+    entry points; name one with --url", then with --url "... is not in the state file (it
+    has: )", and the file had become a state file of 40960 bytes."""
+    state = tmp_path / "state.sqlite3"
+    state.touch()
+    refused = cli("consumer", args[0], "--state", str(state), *args[1:])
+    assert refused.exit_code == 2
+    assert "no consumer has run on this state file yet" in refused.stderr, refused.stderr
+    assert "simplefeed consume URL --state FILE" in refused.stderr
+    assert state.stat().st_size == 0
+
+
 def test_consume_from_a_number(live: LiveServer, tmp_path: Path) -> None:
     state = tmp_path / "state.sqlite3"
     ids = live.publish(12)

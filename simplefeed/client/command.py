@@ -673,14 +673,28 @@ def _entry_points(state: StateFile, url: str | None) -> list[str]:
                 f"an entry point of the state file {problem}, which the consumer no longer takes"
             )
     if url is not None:
+        if not known:
+            raise click.UsageError(_NO_CONSUMER_YET)
         if url not in known:
             raise click.UsageError(f"{url} is not in the state file (it has: {', '.join(known)})")
         return [url]
     return known
 
 
-def _one_entry_point(state: StateFile, url: str | None) -> str:
-    known = _entry_points(state, url)
+#: What a command that works on one entry point says of a state file no consumer has run on.
+_NO_CONSUMER_YET = (
+    "no consumer has run on this state file yet (it holds no entry point): run"
+    " `simplefeed consume URL --state FILE` first"
+)
+
+
+def _one_entry_point(state_path: Path, url: str | None) -> str:
+    """The entry point the state file holds (``url``, when it holds several), found in it
+    read-only: a command that cannot go on changes nothing (an empty file stays empty)."""
+    with StateFile(state_path, read_only=True) as state:
+        known = _entry_points(state, url)
+    if not known:
+        raise click.UsageError(_NO_CONSUMER_YET)
     if len(known) != 1:
         raise click.UsageError(
             f"the state file holds {len(known)} entry points; name one with --url"
@@ -728,14 +742,13 @@ def _retry(
     """Run CMD again on parked entries (all, or the IDs given), oldest first, forgetting each
     that succeeds."""
     handler = _exec_handler(exec_command)
-    with StateFile(state_path) as state:
-        feed_url = _one_entry_point(state, url)
-        with Consumer(feed_url, state) as consumer:
-            known = {p.entry_id for p in consumer.parked()}
-            unknown = [i for i in entry_ids if i not in known]
-            if unknown:
-                raise click.UsageError(f"not parked: {', '.join(unknown)}")
-            succeeded, failed = consumer.retry(handler, entry_ids)
+    feed_url = _one_entry_point(state_path, url)
+    with StateFile(state_path) as state, Consumer(feed_url, state) as consumer:
+        known = {p.entry_id for p in consumer.parked()}
+        unknown = [i for i in entry_ids if i not in known]
+        if unknown:
+            raise click.UsageError(f"not parked: {', '.join(unknown)}")
+        succeeded, failed = consumer.retry(handler, entry_ids)
     click.echo(f"{succeeded} succeeded, {failed} failed (still parked)", err=True)
     sys.exit(EXIT_HANDLER if failed else EXIT_OK)
 
@@ -746,11 +759,10 @@ def _retry(
 @click.argument("entry_id", metavar="ID")
 def _drop(state_path: Path, url: str | None, entry_id: str) -> None:
     """Forget one parked entry (it will not be handled again)."""
-    with StateFile(state_path) as state:
-        feed_url = _one_entry_point(state, url)
-        with Consumer(feed_url, state) as consumer:
-            if not consumer.drop(entry_id):
-                raise click.UsageError(f"not parked: {entry_id}")
+    feed_url = _one_entry_point(state_path, url)
+    with StateFile(state_path) as state, Consumer(feed_url, state) as consumer:
+        if not consumer.drop(entry_id):
+            raise click.UsageError(f"not parked: {entry_id}")
 
 
 @consumer_group.command("reset")
@@ -782,21 +794,23 @@ def _reset(
     read (consume stops, exit 4: "the last processed entry ... is no longer in the feed"),
     --to SEQ, the number of the last entry the restore kept, goes on with what was published
     since, each entry once."""
-    with StateFile(state_path) as state:
-        feed_url = _one_entry_point(state, url)
-        with Consumer(
+    feed_url = _one_entry_point(state_path, url)
+    with (
+        StateFile(state_path) as state,
+        Consumer(
             feed_url,
             state,
             timeout=timeout,
             max_pages=max_pages,
             allow_redirect_origins=redirect_origins,
-        ) as consumer:
-            before = consumer.checkpoint
-            try:
-                after = consumer.reset(to)
-            except NoSuchEntry as exc:
-                raise click.BadParameter(str(exc), param_hint="--to") from None
-            parked = consumer.status().parked
+        ) as consumer,
+    ):
+        before = consumer.checkpoint
+        try:
+            after = consumer.reset(to)
+        except NoSuchEntry as exc:
+            raise click.BadParameter(str(exc), param_hint="--to") from None
+        parked = consumer.status().parked
     click.echo(
         f"{escape_field(feed_url)}: the checkpoint moved from {_position(before)} to"
         f" {_position(after)}; {parked} parked {'entry' if parked == 1 else 'entries'} kept",
