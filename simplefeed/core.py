@@ -452,9 +452,10 @@ class Simplefeed:
                 f"feed name {name!r:.80}: use 1-64 of a-z 0-9 - _, starting with a letter or digit"
             )
         title = title or name
-        # Within the head every document leaves room for (atom.MAX_DOCUMENT_BYTES), however
-        # far SIMPLEFEED_MAX_TITLE_CHARS is raised for entries.
-        problem = text_problem(title, min(self.settings.limits.max_title_chars, MAX_FEED_TITLE))
+        # Within the head every document leaves room for (atom.MAX_DOCUMENT_BYTES). The
+        # operator's, not a producer's: SIMPLEFEED_MAX_TITLE_CHARS is for entries' titles
+        # (lowered, it stopped `db upgrade` creating the default feed, without naming itself).
+        problem = text_problem(title, MAX_FEED_TITLE)
         if problem is not None:
             raise InvalidFeed(f"feed title {title!r:.80} {problem}")
         if page_size is not None and not 1 <= page_size <= MAX_PAGE_SIZE:
