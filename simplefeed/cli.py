@@ -31,6 +31,7 @@ from simplefeed.settings import (
     MAX_PROCESSES,
     Settings,
     base_url_problem,
+    loopback_base_url_warning,
     misspelt_variables,
     proxied_base_url_problem,
     service_url_problem,
@@ -192,8 +193,13 @@ def serve(
     )
     if problem is not None:
         raise click.ClickException(problem)
-    if page_size is not None:  # (said once nothing stops it: a refusal is one line)
-        click.echo(f"simplefeed: warning: {page_size}", err=True)
+    warnings = (
+        page_size,
+        loopback_base_url_warning(listening, host, base_url) if settings.base_url_given else None,
+    )
+    for warning in warnings:  # (said once nothing stops it: a refusal is one line)
+        if warning is not None:
+            click.echo(f"simplefeed: warning: {warning}", err=True)
     env = dict(os.environ)
     env["SIMPLEFEED_BASE_URL"] = base_url
     env["SIMPLEFEED_HTTP_SOCKET"] = settings.http_socket or f"{host}:{port}"

@@ -377,6 +377,28 @@ def unset_base_url_problem(listening: str, host: str, base_url_given: bool) -> s
     )
 
 
+def loopback_base_url_warning(listening: str, host: str, base_url: str) -> str | None:
+    """A warning if the service listens beyond this machine (on ``host``; ``listening`` says
+    where that came from) while SIMPLEFEED_BASE_URL names this machine's loopback, or None.
+    Not refused: readers on this machine, or reaching a container's published port as
+    localhost, follow such links rightly; readers elsewhere follow them to their own."""
+    if is_loopback(host):
+        return None
+    try:
+        named = urlsplit(base_url).hostname or ""
+    except ValueError:
+        return None
+    if not is_loopback(named):
+        return None
+    return (
+        f"{listening} listens beyond this machine, but SIMPLEFEED_BASE_URL={base_url} links"
+        " to its loopback: readers elsewhere follow every link (frozen pages' for good) to"
+        " their own machine; right only if every reader reaches the service as localhost"
+        f" (a container's published port). Else set the URL readers reach it at, e.g."
+        f" {BASE_URL_EXAMPLE} (`simplefeed archive rebase` moves frozen pages' links)"
+    )
+
+
 def proxied_base_url_problem(uwsgi_socket: str | None, base_url_given: bool) -> str | None:
     """Why the service may not run behind a proxy (SIMPLEFEED_UWSGI_SOCKET: nginx's
     ``uwsgi_pass``) without SIMPLEFEED_BASE_URL, or None: the links would then say

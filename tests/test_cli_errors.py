@@ -533,6 +533,23 @@ def test_serve_beyond_loopback_needs_the_base_url(tmp_path: Path) -> None:
     assert "serving on" not in done.stderr
 
 
+def test_serve_beyond_loopback_with_links_to_loopback_is_warned_of() -> None:
+    """A new user's trial: refused a base URL unset, an operator sets the localhost one the
+    frozen pages have, and the service listens beyond the machine with links to it. Warned,
+    not refused: readers reaching a container's published port as localhost follow them
+    rightly."""
+    from simplefeed.settings import loopback_base_url_warning
+
+    for base in ("http://localhost:8080", "http://127.0.0.1:8080/sf", "http://[::1]:8080"):
+        said = loopback_base_url_warning("serve --host 0.0.0.0", "0.0.0.0", base)
+        assert said is not None and said.startswith(
+            f"serve --host 0.0.0.0 listens beyond this machine, but SIMPLEFEED_BASE_URL={base}"
+            " links to its loopback"
+        )
+    assert loopback_base_url_warning("x", "127.0.0.1", "http://localhost:8080") is None
+    assert loopback_base_url_warning("x", "0.0.0.0", "https://feeds.example.com") is None
+
+
 def test_uwsgi_s_load_refuses_listening_beyond_loopback_without_the_base_url(
     tmp_path: Path,
 ) -> None:
