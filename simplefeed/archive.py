@@ -33,6 +33,7 @@ from pathlib import Path
 from lxml import etree
 
 from simplefeed import codings
+from simplefeed.errors import ArchiveUnreadable
 from simplefeed.model import ATOM_NS, FrozenPage
 
 log = logging.getLogger(__name__)
@@ -296,8 +297,10 @@ def stray_files(directory: Path, frozen: int) -> list[tuple[int, Path]]:
     archive, a copy from another database, or a restore gone wrong)."""
     try:
         numbered = [(_page_number(p.name), p) for p in directory.iterdir()]
-    except FileNotFoundError:
+    except FileNotFoundError:  # no archive there yet: nothing stray
         return []
+    except OSError as exc:
+        raise ArchiveUnreadable(directory, f"cannot be read ({exc.strerror or exc})") from exc
     return sorted((n, p) for n, p in numbered if n is not None and n > frozen)
 
 

@@ -177,6 +177,12 @@ def serve(
         host, given["host"], port, given["port"], settings.http_socket
     )
     check_ready(settings.database_url)
+    try:  # (before the archive is checked: it lists the directory)
+        settings.archive_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # it ended `serve` with a traceback
+        raise click.ClickException(
+            f"cannot make the archive directory {settings.archive_dir}: {exc.strerror or exc}"
+        ) from None
     base_url = settings.base_url if settings.base_url_given else f"http://localhost:{port}"
     core = Simplefeed(dataclasses.replace(settings, base_url=base_url))
     try:
@@ -207,12 +213,6 @@ def serve(
     env["SIMPLEFEED_PROCESSES"] = str(processes)
     env["SIMPLEFEED_THREADS"] = str(settings.threads)
     env["SIMPLEFEED_ARCHIVE_DIR"] = str(settings.archive_dir.resolve())
-    try:
-        settings.archive_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # it ended `serve` with a traceback
-        raise click.ClickException(
-            f"cannot make the archive directory {settings.archive_dir}: {exc.strerror or exc}"
-        ) from None
     # Prometheus counters of this run's workers, removed when uWSGI exits (or, when it was
     # killed, by the next run's serve).
     from simplefeed import metrics

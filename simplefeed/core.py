@@ -524,13 +524,29 @@ class Simplefeed:
         """A sentence if the file of ``feed``'s page after its frozen ones is there: only a
         database older than the archive leaves one (files are written after their page's
         commit). One ``stat`` per feed; ``every_file``: if it is not there, the feed's
-        directory listed for a page file past the gap (part of the archive lost too)."""
+        directory listed for a page file past the gap (part of the archive lost too).
+
+        A file found is looked at against the feed read again: another process may have
+        frozen its page since ``feed`` was read (a worker starting while the service
+        publishes: its refusal ended the whole uWSGI instance), and a file is written only
+        after its page's commit, so the feed read after the file was seen holds that page."""
         frozen = feed.head_seq // feed.page_size
-        path = self.page_path(feed.name, frozen + 1)
+        while True:
+            found = self._ahead_of(feed.name, frozen, every_file)
+            if found is None:
+                return None
+            now = self.store.feed(feed.name).head_seq // feed.page_size
+            if now <= frozen:
+                return found
+            frozen = now
+
+    def _ahead_of(self, feed_name: str, frozen: int, every_file: bool) -> str | None:
+        """:meth:`_archive_ahead` for a feed of ``frozen`` pages, as the archive is now."""
+        path = self.page_path(feed_name, frozen + 1)
         if not path.exists():
-            return self._past_gap(feed.name, frozen) if every_file else None
+            return self._past_gap(feed_name, frozen) if every_file else None
         return (
-            f"the archive has page {frozen + 1} of feed {feed.name!r} ({path.resolve()}), but the"
+            f"the archive has page {frozen + 1} of feed {feed_name!r} ({path.resolve()}), but the"
             f" database has {frozen} frozen pages: it is older than the archive (restored from"
             " a backup?), and its next pages would freeze with other entries under URLs readers"
             " and caches hold, over files holding entries it lacks: take their pages back"

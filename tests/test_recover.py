@@ -292,6 +292,26 @@ def lose(core: Simplefeed, *numbers: int) -> None:
             archive.encoded_path(path, coding).unlink(missing_ok=True)
 
 
+def test_a_page_another_process_froze_since_the_feed_was_read_is_not_ahead(
+    core: Simplefeed, settings: Settings, clock: FakeClock
+) -> None:
+    """CI: a uWSGI worker loading the app late (lazy-apps) while the others published read the
+    feed at 7 frozen pages, found the file of page 8, which another worker froze meanwhile,
+    refused to start ("the database is older than the archive") and ended the whole uWSGI
+    instance. The feed is read again once a file is found: a file is written after its page's
+    commit."""
+    core.publish("events", [Event(title=f"e{i}") for i in range(7)])
+    stale = core.feed("events")  # 1 frozen page, as the late worker read it
+    other = Simplefeed(settings, clock=clock)
+    try:
+        other.publish("events", [Event(title=f"f{i}") for i in range(10)])  # pages 2 and 3
+    finally:
+        other.close()
+    assert core.page_path("events", 2).exists() and core.page_path("events", 3).exists()
+    assert core._archive_ahead(stale) is None
+    assert core._archive_ahead(stale, every_file=True) is None
+
+
 def test_a_page_file_past_a_gap_is_said_by_every_command_that_meets_it(
     trial: Trial, tmp_path: Path
 ) -> None:
