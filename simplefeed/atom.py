@@ -580,6 +580,10 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
     doctype: str = root.getroottree().docinfo.doctype  # type: ignore[union-attr]
     if doctype:
         return "DOCTYPE declarations are not allowed"
+    for comment in root.iter(etree.Comment):
+        problem = _comment_problem(str(comment.text), xhtml)
+        if problem:
+            return problem
     for node in (*root.itersiblings(preceding=True), *root.itersiblings(), *root.iter(etree.PI)):
         # The rendered document would not hold them (only the root element goes into it, and
         # feedgen's parser drops processing instructions): refused, never silently dropped.
@@ -656,12 +660,30 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
     return None
 
 
+def _comment_problem(text: str, xhtml: bool) -> str | None:
+    """Why a comment holding ``text`` may not be in inline content, or None. HTML reads
+    ``<!-->`` and ``<!--->`` as a whole comment, and what follows as markup: a reader that
+    puts the content in its page ran the ``<img onerror>`` after one (a producer's trial).
+    XHTML holds none, as HTML content holds none (feedparser drops them)."""
+    if xhtml:
+        return (
+            f"a comment (<!--{text[:40]}-->) is not allowed: xhtml content holds none, as html"
+            " content holds none (feed readers drop them)"
+        )
+    if text.startswith((">", "->")):
+        return (
+            f"a comment beginning <!--{text[:2]} is not allowed: HTML's parser ends it there and"
+            " reads what follows as markup"
+        )
+    return None
+
+
 def html_reading(div: Any) -> tuple[list[markup.Token], str]:
     """The content of the XHTML ``div`` as HTML, as a generic reader passes XHTML content on
     (feedparser gives it as a string; a page puts it in its HTML): its tokens, and its text.
     Start tags with their attributes (those in no namespace), text, and an end tag for each
-    element but an empty void one; comments are left out. Iterative: no recursion however deep
-    the tree is."""
+    element but an empty void one (comments are refused before). Iterative: no recursion
+    however deep the tree is."""
     tokens: list[markup.Token] = []
     out: list[str] = []
 
@@ -683,9 +705,6 @@ def html_reading(div: Any) -> tuple[list[markup.Token], str]:
                     tokens.append(("end", tag, ()))
                     out.append(f"</{tag}>")
                 text(parent.tail)
-            continue
-        if not isinstance(child.tag, str):  # a comment: only its tail is read
-            text(child.tail)
             continue
         tag = etree.QName(child).localname
         attributes = tuple((k, v) for k, v in child.attrib.items() if k[0] != "{")
@@ -723,9 +742,17 @@ def _xhtml_policy_problem(el: Any) -> str | None:
     return None
 
 
+#: XML vocabularies browsers render inline, resolving their URL attributes (XLink's are
+#: refused: feedparser reads them as feed structure).
+_RENDERED_NAMESPACES = frozenset(
+    {"http://www.w3.org/2000/svg", "http://www.w3.org/1998/Math/MathML"}
+)
+
+
 def _xml_script_problem(el: Any) -> str | None:
     attributes = [(etree.QName(name).localname, value) for name, value in el.attrib.items()]
-    return markup.xml_script_problem(etree.QName(el).localname, attributes)
+    rendered = etree.QName(el).namespace in _RENDERED_NAMESPACES
+    return markup.xml_script_problem(etree.QName(el).localname, attributes, rendered=rendered)
 
 
 #: Feed-vocabulary namespaces, in lower case, as feedparser compares them, without a trailing

@@ -55,8 +55,13 @@ ALLOWED_ATTRIBUTES: dict[str, frozenset[str]] = {
     tag: frozenset(names) for tag, names in nh3.ALLOWED_ATTRIBUTES.items() if tag in ALLOWED_TAGS
 }
 GENERIC_ATTRIBUTES = frozenset({"lang", "title"})
-#: URL schemes allowed in HTML and XHTML content (nh3's).
-HTML_URL_SCHEMES: frozenset[str] = frozenset(nh3.ALLOWED_URL_SCHEMES)
+#: URL schemes allowed in HTML and XHTML content: nh3's that feedparser's sanitiser keeps (its
+#: ``ACCEPTABLE_URI_SCHEMES``): it writes a ``tel:``, ``xmpp:``, ``geo:``, ``webcal:`` link as
+#: ``href=""``, a link to nothing in every feedparser-based reader (a producer's trial).
+HTML_URL_SCHEMES: frozenset[str] = frozenset(nh3.ALLOWED_URL_SCHEMES) & frozenset(
+    {"ftp", "http", "https", "irc", "ircs", "magnet", "mailto", "mms", "news", "nntp", "sip"}
+    | {"ssh"}
+)
 #: URL schemes allowed in the event's URLs (links, author URIs, category schemes): nh3's that
 #: the W3C Feed Validator knows as registered, and identifiers' ``urn`` and ``tag``. Its
 #: others (``magnet``, ``webcal``, ``irc``, ``geo``, ``sms``, ...) draw "URI scheme not IANA
@@ -76,7 +81,8 @@ URL_ATTRIBUTES = frozenset(
         "profile", "src", "srcset", "usemap",
     }
 )  # fmt: skip
-XML_SCRIPT_ELEMENTS = frozenset({"script", "handler"})
+#: ``style`` styles the whole page a reader puts the content in, not the content alone.
+XML_SCRIPT_ELEMENTS = frozenset({"script", "handler", "style"})
 
 _CLEANER = nh3.Cleaner(
     tags=set(ALLOWED_TAGS),
@@ -108,16 +114,24 @@ def url_scheme(value: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
-def url_problem(value: str, schemes: frozenset[str]) -> str | None:
+#: How a relative URL in content may begin: from the root (``/x``, ``//host/x``), the same
+#: from every document; in SVG, ``#id`` too, an element of the SVG itself (``<use>``).
+FROM_THE_ROOT = ("/",)
+FROM_THE_ROOT_OR_WITHIN = ("/", "#")
+
+
+def url_problem(
+    value: str, schemes: frozenset[str], relative: tuple[str, ...] = FROM_THE_ROOT
+) -> str | None:
     """Why ``value`` may not be a URL in content, or None.
 
-    A relative reference (no scheme) must begin with '/' (from the root: ``/x``, ``//host/x``)
-    or '#' (within the document): readers resolve it against the document they read the entry
-    in, the recent document and then its page, so ``x``, ``../x``, ``?q`` or an empty one
-    would lead to two places, on an archived page for good."""
+    A relative reference (no scheme) must begin with one of ``relative``: readers resolve it
+    against the document they read the entry in, the recent document and then its page, so
+    ``x``, ``../x``, ``?q``, an empty one or (feedparser resolves HTML's links) ``#x`` would
+    lead to two places, on an archived page for good."""
     scheme = url_scheme(value)
     if scheme is None:
-        if not _URL_STRIP.sub("", value).strip(_C0_AND_SPACE).startswith(("/", "#")):
+        if not _URL_STRIP.sub("", value).strip(_C0_AND_SPACE).startswith(relative):
             return (
                 f"the relative URL {value[:60]!r}, which readers resolve against the document"
                 " they read it in (the recent document, then its page): write it absolute, or"
@@ -592,6 +606,8 @@ def written_tree_problem(tokens: list[Token], text: str) -> str | None:
     """Why ``text``, HTML written from a tree as ``tokens`` (XHTML content as feed readers pass
     it on: :func:`simplefeed.atom.html_reading`), is read as another tree or with an error by
     HTML's parser, or None. The tags and attributes are the tree's, checked there."""
+    if "\r" in text:  # (only &#13; makes one in XML, as in HTML, which refuses it)
+        return "holds a carriage return (&#13;), which HTML reads as a line feed"
     return _noncharacter_problem(text) or _tree_problem(tokens, text)
 
 
@@ -620,17 +636,21 @@ def _tree_problem(tokens: list[Token], text: str) -> str | None:
     return None
 
 
-def xml_script_problem(tag: str, attributes: Iterable[tuple[str, str]]) -> str | None:
+def xml_script_problem(
+    tag: str, attributes: Iterable[tuple[str, str]], *, rendered: bool
+) -> str | None:
     """Why an element of inline XML content (``tag`` and attributes by local name) could run
-    script in a reader that renders it (SVG, say), or None."""
+    script in a reader that renders it (SVG, say), or None. ``rendered``: a vocabulary
+    browsers render (SVG, MathML), whose URL attributes they resolve; elsewhere an
+    ``action`` or ``data`` is a value, held only to the schemes."""
     if tag.lower() in XML_SCRIPT_ELEMENTS:
-        return f"<{tag}> elements are not allowed (they run script)"
+        return f"<{tag}> elements are not allowed (they run script or style the reader's page)"
     for name, value in attributes:
         lower = name.lower()
         if lower.startswith("on"):
             return f"the event handler attribute {name!r} of <{tag}> is not allowed"
-        if lower in URL_ATTRIBUTES:
-            problem = url_problem(value, XML_URL_SCHEMES)
+        if lower in URL_ATTRIBUTES and (rendered or url_scheme(value) is not None):
+            problem = url_problem(value, XML_URL_SCHEMES, FROM_THE_ROOT_OR_WITHIN)
             if problem:
                 return f"the {name} of <{tag}> is {problem}"
         squeezed = _URL_STRIP.sub("", value).replace(" ", "").lower()

@@ -295,9 +295,20 @@ _INVISIBLE = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Mn", "Me"})
 _BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 
 
+#: Format characters drawn as glyphs (Unicode's Prepended_Concatenation_Mark: the Arabic
+#: number sign, the end of ayah, ...): a title of one shows it.
+_VISIBLE_FORMAT = frozenset(
+    "\u0600\u0601\u0602\u0603\u0604\u0605\u06dd\u070f\u0890\u0891\u08e2\U000110bd\U000110cd"
+)
+
+
 def _blank(value: str) -> bool:
     """Whether a reader would show nothing of ``value`` (a title of U+200B passed as text)."""
-    return all(ch in _BLANK_GLYPHS or unicodedata.category(ch) in _INVISIBLE for ch in value)
+    return all(
+        ch in _BLANK_GLYPHS
+        or (unicodedata.category(ch) in _INVISIBLE and ch not in _VISIBLE_FORMAT)
+        for ch in value
+    )
 
 
 class _Checker:

@@ -868,6 +868,7 @@ def test_a_text_readers_read_as_nothing_is_refused(
     refused(client, core, event, field, words=("invisible",))
     refused(client, core, [{"title": "ok"}, event], field, index=1)
     accepted(client, {"title": "\u3164x", "summary": " a ", "content": "\n b \n"})
+    accepted(client, {"title": "\u06dd", "summary": "\u0600"})  # format characters drawn as glyphs
     accepted(client, {"title": "e\u0301", "content": " ", "content_type": "application/x-thing"})
 
 
@@ -891,6 +892,8 @@ def test_a_content_type_without_content_is_refused(
         ('<blockquote cite="../q">q</blockquote>', "html"),
         ('<a href="?page=2">next</a>', "html"),
         ('<a href="">this</a>', "html"),
+        ('<a href="#fn1">1</a>', "html"),  # feedparser resolves it: .../recent#fn1, .../pages/1#fn1
+        ('<a href="#fn1">1</a>', "xhtml"),
         ('<p><a href="x/y">o</a></p>', "xhtml"),
         ('<svg xmlns="http://www.w3.org/2000/svg"><image href="pic.png"/></svg>', "image/svg+xml"),
     ],
@@ -904,12 +907,20 @@ def test_a_relative_url_in_content_that_two_documents_resolve_apart_is_refused(
     the same in both."""
     event = {"title": "x", "content": content, "content_type": content_type}
     refused(client, core, event, "content", words=("relative URL", "from the root"))
-    for fine in ("/other", "//cdn.example.com/a.png", "#note", "https://example.com/x"):
-        accepted(
-            client, {"title": "x", "content": f'<a href="{fine}">o</a>', "content_type": "html"}
-        )
+    for fine in ("/other", "//cdn.example.com/a.png", "https://example.com/x"):
+        link = f'<a href="{fine}">o</a>'
+        accepted(client, {"title": "x", "content": link, "content_type": "html"})
+    # Within the SVG itself; and values, not URLs, in a vocabulary no browser renders.
     svg = '<svg xmlns="http://www.w3.org/2000/svg"><use href="#g"/></svg>'
     accepted(client, {"title": "x", "content": svg, "content_type": "image/svg+xml"})
+    values = '<event xmlns="urn:example:ev" action="created" data="x" src="db-1" href="item-7"/>'
+    accepted(client, {"title": "x", "content": values, "content_type": "application/xml"})
+    scripted = {
+        "title": "x",
+        "content": '<event xmlns="urn:example:ev" action="javascript:alert(1)"/>',
+        "content_type": "application/xml",
+    }
+    refused(client, core, scripted, "content")
 
 
 @pytest.mark.parametrize("char", ["\x7f", "\x80", "\x85", "\x9f", "\ufffd"])
