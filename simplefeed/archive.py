@@ -296,12 +296,13 @@ def stray_files(directory: Path, frozen: int) -> list[tuple[int, Path]]:
     number and path, in order (no page URL should find them: a database older than the
     archive, a copy from another database, or a restore gone wrong)."""
     try:
-        numbered = [(_page_number(p.name), p) for p in directory.iterdir()]
+        names = os.listdir(directory)  # (names only: a Path for each of 300,000 took 1.2 s)
     except FileNotFoundError:  # no archive there yet: nothing stray
         return []
     except OSError as exc:
         raise ArchiveUnreadable(directory, f"cannot be read ({exc.strerror or exc})") from exc
-    return sorted((n, p) for n, p in numbered if n is not None and n > frozen)
+    numbered = ((_page_number(name), name) for name in names)
+    return sorted((n, directory / name) for n, name in numbered if n is not None and n > frozen)
 
 
 def past_gap(strays: list[tuple[int, Path]], frozen: int) -> tuple[int, list[tuple[int, Path]]]:
@@ -314,11 +315,15 @@ def past_gap(strays: list[tuple[int, Path]], frozen: int) -> tuple[int, list[tup
     return missing, [(n, p) for n, p in strays if n > missing]
 
 
+_COPY_SUFFIXES = frozenset(codings.SUFFIXES.values())
+
+
 def _page_number(name: str) -> int | None:
     """The page number a page file's or copy's name gives (``7``, ``7.gz``), or None."""
-    for suffix in codings.SUFFIXES.values():
-        name = name.removesuffix(suffix)
-    return int(name) if name.isdigit() and name[0] != "0" else None
+    stem, dot, rest = name.partition(".")
+    if dot and dot + rest not in _COPY_SUFFIXES:
+        return None
+    return int(stem) if stem.isascii() and stem.isdigit() and stem[0] != "0" else None
 
 
 @dataclass(frozen=True)
