@@ -221,7 +221,16 @@ def serve(
     env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     uwsgi = Path(sys.executable).with_name("uwsgi")
     argv = [str(uwsgi) if uwsgi.exists() else "uwsgi", "--ini", str(ini)]
+    if uwsgi.exists():
+        # pyuwsgi's uwsgi is a script, which uWSGI runs again on a reload (SIGHUP) with the
+        # interpreter it found under it: not the venv's, which lacks the venv's packages, and
+        # the service ended. This one runs it as it ran first (its argv: the script, then ours).
+        argv += ["--binary-path", sys.executable]
+    # Removed when uWSGI exits, and so before a reload too: made again after it, before the
+    # workers load the app (they found it gone, and the service ended).
+    owner = metrics_dir / metrics.RUN_OWNER
     argv += ["--hook-as-user-atexit", f"exec:rm -rf {metrics_dir}"]
+    argv += ["--hook-as-user", f"exec:mkdir -p {metrics_dir} && echo {os.getpid()} > {owner}"]
     if user is not None:
         argv += _drop_privileges(user, metrics_dir)
     elif os.geteuid() == 0:

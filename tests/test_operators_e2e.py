@@ -526,3 +526,44 @@ def test_metrics_add_up_across_worker_processes(tmp_path: Path) -> None:
         )
         assert metrics_dir.is_dir()
     assert not metrics_dir.exists(), "the run's metrics files outlived the server"
+
+
+def test_a_graceful_reload_brings_the_service_back(tmp_path: Path) -> None:
+    """A fault trial: `kill -HUP` on the master (uWSGI's graceful reload) ended the service.
+    uWSGI ran again the interpreter under pyuwsgi's script, not the venv's ("No module named
+    'pyuwsgi'"), and had removed the metrics directory (its exit hook runs before a reload),
+    which every new worker then failed on. Now it comes back, with its entries, and goes on."""
+    with server(tmp_path, page_size=5) as s:
+        auth = {"Authorization": f"Bearer {s.token}"}
+        for i in range(7):
+            assert (
+                httpx.post(s.url("/entries"), json={"title": f"e{i}"}, headers=auth).status_code
+                == 201
+            )
+        assert s.process is not None
+        os.kill(s.process.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while "gracefully (RE)spawned uWSGI master process" not in s.log():
+            assert s.running and time.monotonic() < deadline, s.log()[-3000:]
+            time.sleep(0.1)
+        healthy = None
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                healthy = httpx.get(s.url("/healthz")).status_code
+                if healthy == 200:
+                    break
+            time.sleep(0.1)
+        assert healthy == 200, s.log()[-3000:]
+        after = httpx.post(s.url("/entries"), json={"title": "after"}, headers=auth)
+        assert (after.status_code, after.json()["seq"]) == (201, 8)
+        assert httpx.get(s.url("/metrics")).status_code == 200
+        assert "Traceback" not in s.log()
+        metrics_dir = Path(
+            dict(
+                item.split("=", 1)
+                for item in Path(f"/proc/{s.process.pid}/environ").read_text().split("\0")
+                if "=" in item
+            )["PROMETHEUS_MULTIPROC_DIR"]
+        )
+        assert metrics_dir.is_dir()
+    assert not metrics_dir.exists()
