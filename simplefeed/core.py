@@ -1245,7 +1245,7 @@ class Simplefeed:
                 before = page
             frozen = before.number if before is not None else 0
             strays = archive.stray_files(self.page_path(feed.name, 1).parent, frozen)
-            missing, past = archive.past_gap(strays, frozen)
+            missing, _ = archive.past_gap(strays, frozen)
             for number, path in strays:
                 problems.append(
                     f"{path}: feed {feed.name!r} has no frozen page {number}"
@@ -1253,7 +1253,7 @@ class Simplefeed:
                         f" (nor the archive page {missing}, so `simplefeed archive recover`"
                         " cannot take it back: restore the archive's missing page files from"
                         " a backup of it, or move it aside)"
-                        if (number, path) in past
+                        if number > missing
                         else " (`simplefeed archive recover` takes it back)"
                     )
                 )

@@ -107,10 +107,15 @@ _MARKUP = re.compile(r"""<(?:[A-Za-z][^>"']*+(?:(?:"[^"]*+"|'[^']*+')[^>"']*+)*+
 _END_TAG_START = re.compile(r"</[A-Za-z]")
 
 
+def _as_browsers_read(value: str) -> str:
+    """``value`` as a browser reads a URL: without tabs and line breaks, nor C0 controls and
+    spaces around it."""
+    return _URL_STRIP.sub("", value).strip(_C0_AND_SPACE)
+
+
 def url_scheme(value: str) -> str | None:
     """The scheme a browser reads in ``value`` (lower case), or None for a relative URL."""
-    cleaned = _URL_STRIP.sub("", value).strip(_C0_AND_SPACE)
-    match = SCHEME.match(cleaned)
+    match = SCHEME.match(_as_browsers_read(value))
     return match.group(1).lower() if match else None
 
 
@@ -129,15 +134,17 @@ def url_problem(
     against the document they read the entry in, the recent document and then its page, so
     ``x``, ``../x``, ``?q``, an empty one or (feedparser resolves HTML's links) ``#x`` would
     lead to two places, on an archived page for good."""
-    scheme = url_scheme(value)
-    if scheme is None:
-        if not _URL_STRIP.sub("", value).strip(_C0_AND_SPACE).startswith(relative):
+    read = _as_browsers_read(value)
+    match = SCHEME.match(read)
+    if match is None:
+        if not read.startswith(relative):
             return (
                 f"the relative URL {value[:60]!r}, which readers resolve against the document"
                 " they read it in (the recent document, then its page): write it absolute, or"
                 " from the root ('/...')"
             )
         return None
+    scheme = match.group(1).lower()
     if scheme not in schemes:
         return f"a {scheme}: URL, and only {', '.join(sorted(schemes))} URLs are allowed"
     return None

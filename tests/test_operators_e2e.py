@@ -465,6 +465,15 @@ def scrape(s: UwsgiServer) -> dict[str, float]:
     return values
 
 
+def metrics_directory(s: UwsgiServer) -> Path:
+    """The run's metrics directory, as the running master's environment names it."""
+    assert s.process is not None
+    environ = Path(f"/proc/{s.process.pid}/environ").read_text().split("\0")
+    return Path(
+        dict(item.split("=", 1) for item in environ if "=" in item)["PROMETHEUS_MULTIPROC_DIR"]
+    )
+
+
 def test_metrics_add_up_across_worker_processes(tmp_path: Path) -> None:
     # One thread per worker, and a connection per publish: each worker then takes one of the
     # producers' requests at a time (with 200 threads, one worker may take them all).
@@ -517,13 +526,7 @@ def test_metrics_add_up_across_worker_processes(tmp_path: Path) -> None:
             assert m['simplefeed_frozen_pages{feed="events"}'] == 2
             assert 0 <= m['simplefeed_head_age_seconds{feed="events"}'] < 600
 
-        metrics_dir = Path(
-            dict(
-                item.split("=", 1)
-                for item in Path(f"/proc/{s.process.pid}/environ").read_text().split("\0")
-                if "=" in item
-            )["PROMETHEUS_MULTIPROC_DIR"]
-        )
+        metrics_dir = metrics_directory(s)
         assert metrics_dir.is_dir()
     assert not metrics_dir.exists(), "the run's metrics files outlived the server"
 
@@ -558,12 +561,6 @@ def test_a_graceful_reload_brings_the_service_back(tmp_path: Path) -> None:
         assert (after.status_code, after.json()["seq"]) == (201, 8)
         assert httpx.get(s.url("/metrics")).status_code == 200
         assert "Traceback" not in s.log()
-        metrics_dir = Path(
-            dict(
-                item.split("=", 1)
-                for item in Path(f"/proc/{s.process.pid}/environ").read_text().split("\0")
-                if "=" in item
-            )["PROMETHEUS_MULTIPROC_DIR"]
-        )
+        metrics_dir = metrics_directory(s)
         assert metrics_dir.is_dir()
     assert not metrics_dir.exists()

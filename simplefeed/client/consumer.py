@@ -740,7 +740,7 @@ class Consumer:
                 checkpoint,
                 progress=self.progress,
                 page_done=self._page_done,
-                behind=lambda page: self._behind(page, checkpoint),
+                behind=self._behind,
                 max_pages=self.max_pages,
             )
         except LastEntryVanished as exc:
@@ -761,14 +761,14 @@ class Consumer:
             # the checkpoint's is kept as the head: `consumer status` says so (past_head).
             self.state.save_head(self.url, caught_up.seq, self.clock())
 
-    def _behind(self, page: Page, checkpoint: Checkpoint | None) -> None:
+    def _behind(self, page: Page, checkpoint: Checkpoint) -> None:
         """The feed's newest entry, on ``page`` (the entry point, or the page before an entry
         point without entries), is older than the checkpoint's: an older copy of the entry
         point (nothing new yet: :func:`new_entries`), said in the log; or, when the entry read
         here at that number was another, a feed that lost entries read here
         (:class:`LastEntryVanished`)."""
-        assert checkpoint is not None and page.newest_seq is not None
         newest = page.newest_seq
+        assert newest is not None
         read = self.state.processed_id(self.url, newest)
         if read is not None and read != page.entries[-1].id:
             raise LastEntryVanished(page.url, checkpoint.entry_id)

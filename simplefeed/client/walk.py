@@ -248,16 +248,16 @@ def new_entries(
     *,
     progress: ProgressFn | None = None,
     page_done: Callable[[], None] = lambda: None,
-    behind: Callable[[Page], None] = lambda page: None,
+    behind: Callable[[Page, Checkpoint], None] = lambda page, checkpoint: None,
     max_pages: int = MAX_PAGES,
 ) -> Iterator[FeedEntry]:
     """The entries after ``checkpoint``, oldest first (everything when it is None).
     ``page_done`` is called when the walk is past a page's last entry (resumed after it) and
     about to read on to the next page. ``behind`` is called with the page holding the feed's
-    newest entry, and nothing is yielded, when that entry is older than the checkpoint's (an
-    older copy of the entry point). ``progress``, when given, is told of each page passed
-    walking back and each entry yielded (no report is made for nobody). ``max_pages``: the
-    most pages walked back (:class:`MalformedPage` past it)."""
+    newest entry and the checkpoint, and nothing is yielded, when that entry is older than the
+    checkpoint's (an older copy of the entry point). ``progress``, when given, is told of
+    each page passed walking back and each entry yielded (no report is made for nobody).
+    ``max_pages``: the most pages walked back (:class:`MalformedPage` past it)."""
     # Each pass forward is made before it runs, so that the page it starts from is not also
     # held here: it is let go of as soon as the pass moves on to the next one.
     if checkpoint is None or checkpoint.seq == 0:
@@ -290,7 +290,7 @@ def new_entries(
         # answering from what it last served while its database is down): nothing new yet.
         # Once it shows the checkpoint's number again, the entry there must be the checkpoint's.
         # (The consumer says so in its log.)
-        behind(top)
+        behind(top, checkpoint)
         return
     del top
 
