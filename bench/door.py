@@ -16,8 +16,8 @@ import json
 import statistics
 import time
 
+from simplefeed.door.events import parse_events, read_body
 from simplefeed.settings import Limits
-from simplefeed.validation import parse_events, read_body
 
 #: An order's note as markup: a paragraph with emphasis and a link, and a list.
 NOTE = (

@@ -3,7 +3,7 @@ minimal WSGI app, loaded by uWSGI with the shipped options that shape a long-pol
 of 200 threads, ``http11-socket``, ``tcp-nodelay``, ``thunder-lock``, ``sharedarea``).
 
 Each process holds its long-polls on one condition, each waiter woken waking the next (as
-simplefeed.changes does), and answers them from one gzipped body rendered once per version. A
+changes.py does), and answers them from one gzipped body rendered once per version. A
 ``POST /entries`` appends the title to a file and counts a version in uWSGI's shared area; a
 thread per process looks at that count every 10 ms (as Simplefeed's SQLite watcher looks at
 ``data_version``). No database, no validation, no logging: what uWSGI's threads cost by

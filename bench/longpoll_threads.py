@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.servers import simplefeed_command
 from simplefeed import logs
 from simplefeed.app import create_app
-from simplefeed.core import Simplefeed
 from simplefeed.model import Event
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Settings
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -72,7 +72,7 @@ def call(app: WsgiApp, env: dict[str, Any]) -> str:
 
 class Floor:
     """An app that holds a request while its If-None-Match is the current version, then
-    answers; each waiter woken wakes the next, as simplefeed.changes does."""
+    answers; each waiter woken wakes the next, as simplefeed.service.changes does."""
 
     def __init__(self) -> None:
         self.version = 0

@@ -23,11 +23,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.door import batch
-from simplefeed import appending
-from simplefeed.core import Simplefeed
+from simplefeed.door.events import parse_events, read_body
+from simplefeed.rules import appending
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Limits, Settings
 from simplefeed.store import upgrade
-from simplefeed.validation import parse_events, read_body
 
 
 def main() -> None:

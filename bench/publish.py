@@ -210,7 +210,9 @@ def baseline_ini(workdir: Path) -> Path:
         source,
     )
     if count != 1:
-        raise SystemExit("uwsgi.ini has no `module = simplefeed.wsgi:application` line to swap")
+        raise SystemExit(
+            "uwsgi.ini has no `module = simplefeed.runtime.wsgi:application` line to swap"
+        )
     path = workdir / "baseline-uwsgi.ini"
     path.write_text(swapped)
     return path
@@ -485,9 +487,10 @@ def count_baseline(url: str) -> int:
 
 def seed(url: str, workdir: Path, n: int) -> dict[str, float]:
     """Put ``n`` entries in the default feed, move its head, freeze every full page for real."""
-    from simplefeed import archive, atom, paging
-    from simplefeed.core import Simplefeed
+    from simplefeed import archive, atom
     from simplefeed.model import Entry, Event, FrozenPage
+    from simplefeed.rules import paging
+    from simplefeed.service.core import Simplefeed
     from simplefeed.settings import Settings
     from simplefeed.store.sql import page_row
     from simplefeed.store.tables import pages as pages_table

@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.servers import clean_environ, simplefeed_command, sqlite_backup
-from simplefeed.core import Simplefeed
 from simplefeed.model import Author, Category, Event
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Settings
 from simplefeed.store import schema
 
@@ -54,8 +54,8 @@ def recover_command(batch: int | None) -> list[str]:
     if batch is None:
         return [*simplefeed_command(), "archive", "recover"]
     program = (
-        f"import simplefeed.core\nsimplefeed.core.RECOVERY_BATCH = {batch}\n"
-        "from simplefeed.cli import main\nmain(['archive', 'recover'])\n"
+        f"import simplefeed.service.core\nsimplefeed.service.core.RECOVERY_BATCH = {batch}\n"
+        "from simplefeed.runtime.cli import main\nmain(['archive', 'recover'])\n"
     )
     return [sys.executable, "-c", program]
 

@@ -213,8 +213,8 @@ class UwsgiServer:
         Both in this process when they can be: each command is a Python starting and importing
         the package (~1 s); the tests start dozens of servers. The commands themselves are
         tested as such in tests/test_operators_cli.py."""
-        from simplefeed.core import Simplefeed
         from simplefeed.errors import DatabaseNotReady
+        from simplefeed.service.core import Simplefeed
         from simplefeed.settings import Settings
         from simplefeed.store import check_ready
 

@@ -7,7 +7,7 @@
 
 Each run is a fresh interpreter with ``PYTHONPATH`` set to one checkout, on one migrated SQLite
 database: ``simplefeed feed list`` as an operator runs it (the ``cli`` case), and what each
-uWSGI worker does before its first request, ``import simplefeed.wsgi`` (the ``worker`` case:
+uWSGI worker does before its first request, ``import simplefeed.runtime.wsgi`` (the ``worker`` case:
 settings, the database check, the app). The checkouts alternate run by run, so both see the
 same load on the machine; printed: the median CPU seconds (user + system, of the child) and
 wall seconds per case and checkout, and the ratio after/before of the CPU medians.
@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.servers import clean_environ
 
 CASES = {
-    "cli": "import sys\nfrom simplefeed.cli import main\nmain(['feed', 'list'])\n",
-    "worker": "import simplefeed.wsgi\n",
+    "cli": "import sys\nfrom simplefeed.runtime.cli import main\nmain(['feed', 'list'])\n",
+    "worker": "import simplefeed.runtime.wsgi\n",
 }
 
 
@@ -67,7 +67,11 @@ def main() -> None:
         env["SIMPLEFEED_DATABASE_URL"] = f"sqlite:///{workdir}/simplefeed.sqlite3"
         env["SIMPLEFEED_ARCHIVE_DIR"] = os.path.join(workdir, "archive")
         subprocess.run(
-            [sys.executable, "-c", "from simplefeed.cli import main\nmain(['db', 'upgrade'])"],
+            [
+                sys.executable,
+                "-c",
+                "from simplefeed.runtime.cli import main\nmain(['db', 'upgrade'])",
+            ],
             env={**env, "PYTHONPATH": str(checkouts["after"])},
             capture_output=True,
             check=False,

@@ -144,7 +144,7 @@ class LineHandler(logging.Handler):
     waiting, so the order of a process's lines is the order they were logged in. The threads
     adding lines take no lock (``StreamHandler`` held its lock across the write and the flush:
     docs/benchmarks.md, "Long-poll", session 8). :meth:`flush` writes what waits (the logging
-    module calls it at exit; a uWSGI worker at its end: simplefeed/wsgi.py); a process killed
+    module calls it at exit; a uWSGI worker at its end: runtime/wsgi.py); a process killed
     outright loses at most ``batch_s`` of INFO lines."""
 
     def __init__(self, fd: int, batch_s: float = BATCH_S) -> None:

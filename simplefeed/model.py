@@ -284,7 +284,7 @@ class Entry:
 class PendingEntry:
     """An event on its way into a feed: its entry id (the producer's, or one made for it) and
     the time it happened (its own, or when it was received) are fixed; its sequence number and
-    ``updated`` are not yet (:mod:`simplefeed.appending` decides them under the feed's lock).
+    ``updated`` are not yet (:mod:`simplefeed.rules.appending` decides them under the feed's lock).
     ``fingerprint`` and ``data`` are :meth:`Event.canonical`, computed before the lock."""
 
     id: str
@@ -362,7 +362,8 @@ class Document:
     number: int
     updated_us: int
     links: tuple[tuple[str, str], ...]
-    #: Where entry locators start (``<prefix>/entries/``, see :class:`simplefeed.paging.Urls`):
+    #: Where entry locators start (``<prefix>/entries/``, see
+    #: :class:`simplefeed.rules.paging.Urls`):
     #: an entry without content links to ``locator_base`` + its percent-encoded id.
     locator_base: str
     entries: tuple[Entry, ...] = field(default=())

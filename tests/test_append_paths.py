@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from simplefeed.core import Simplefeed
 from simplefeed.errors import EntryConflict
 from simplefeed.model import Event
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Settings
 from simplefeed.store import postgres
 from tests.conftest import PG_ENV, START_US, FakeClock, PostgresDatabases, SequentialIds, query
@@ -162,8 +162,8 @@ def test_a_revoked_or_limited_token_is_refused_on_the_quick_path(
 ) -> None:
     """The quick path checks the token in the append itself: once the process knows the feed,
     a revoked token, one for another feed, or a wrong secret still store nothing."""
-    from simplefeed import auth
     from simplefeed.errors import Forbidden, Unauthorized
+    from simplefeed.rules import auth
 
     _, pg = both
     counts = _counting(monkeypatch)

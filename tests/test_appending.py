@@ -1,4 +1,4 @@
-"""The append decision (simplefeed.appending) without a database: examples, and properties
+"""The append decision (simplefeed.rules.appending) without a database: examples, and properties
 over generated heads, stored entries and batches (hypothesis)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simplefeed import paging
-from simplefeed.appending import appended_after, decide, ids_are_distinct, pending_entries
 from simplefeed.errors import EntryConflict
 from simplefeed.model import Appended, Event, Feed, PendingEntry, StoredEntry
+from simplefeed.rules import paging
+from simplefeed.rules.appending import appended_after, decide, ids_are_distinct, pending_entries
 
 NOW = 1_800_000_000_000_000
 

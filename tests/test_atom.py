@@ -26,7 +26,7 @@ import feedparser
 import pytest
 from lxml import etree
 
-from simplefeed.core import Simplefeed
+from simplefeed.service.core import Simplefeed
 from tests.atomcheck import ATOM_NS, FH_NS, SF_NS, check_atom
 from tests.conftest import START_US, FakeClock
 
@@ -168,7 +168,7 @@ CORPUS: list[Event | list[Event]] = [
         {"title": "Explicit tag id", "id": "tag:example.com,2027:event/1"},
         {"title": "Explicit http id", "id": "http://example.com/events/1?x=1&y=2#frag"},
         {"title": "Explicit uuid id", "id": "urn:uuid:6f1c2a4e-1d2b-4c3d-9e8f-0a1b2c3d4e5f"},
-        # Ids are URIs in canonical form: an IRI arrives percent-encoded (simplefeed.uris).
+        # Ids are URIs in canonical form: an IRI arrives percent-encoded (simplefeed.rules.uris).
         {"title": "Explicit IRI id", "id": "https://example.com/%C3%A9v%C3%A9nement/%C3%BC"},
     ],
     [
@@ -534,7 +534,8 @@ def test_the_direct_renderer_matches_feedgen_byte_for_byte(
     """The service renders with lxml directly (atom.render); feedgen (atom.render_with_feedgen) is
     the reference. Every document of the corpus, as archive, working page and recent document,
     and the golden events, must come out the same from both."""
-    from simplefeed import atom, paging
+    from simplefeed import atom
+    from simplefeed.rules import paging
 
     publish_corpus(client, clock)
     clock.advance(60)
@@ -633,7 +634,7 @@ def _documents() -> Any:
         optional(times),
         times,
     )
-    # Feed-level links are the server's own (simplefeed.paging); feedgen knows these relations.
+    # Feed-level links are the server's own (rules/paging.py); feedgen knows these relations.
     rels = st.sampled_from(["self", "current", "via", "prev-archive", "next-archive"])
     links = st.lists(st.tuples(rels, _xml_text(1)), max_size=3).map(tuple)
     return st.builds(

@@ -23,8 +23,8 @@ import pytest
 
 from bench.servers import PROJECT_ROOT, clean_environ, free_port, simplefeed_command
 from simplefeed.client.state import StateFile
-from simplefeed.core import Simplefeed
 from simplefeed.errors import InvalidFeed
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import DEFAULT_HTTP_SOCKET, Settings, misspelt_variables
 from simplefeed.store.schema import SCHEMA_REVISION, alembic_config
 
@@ -90,15 +90,17 @@ def python(cwd: Path, program: str, **env: str) -> subprocess.CompletedProcess[s
 
 
 def wsgi_loaded(cwd: Path, **env: str) -> tuple[int, list[dict[str, Any]]]:
-    """``import simplefeed.wsgi``, as a uWSGI worker loads it (here outside uWSGI), in ``cwd``
+    """``import simplefeed.runtime.wsgi``, as a uWSGI worker loads it (here outside uWSGI),
+    in ``cwd``
     with ``env`` added to a clean environment: its exit status and the JSON lines it logged
     (simplefeed.logs) on standard error."""
-    done = python(cwd, "import simplefeed.wsgi", **env)
+    done = python(cwd, "import simplefeed.runtime.wsgi", **env)
     return done.returncode, [json.loads(line) for line in done.stderr.strip().splitlines()]
 
 
 def wsgi_refusal(cwd: Path, **env: str) -> str:
-    """The message of the one CRITICAL line ``simplefeed.wsgi``'s load refuses with (status 1,
+    """The message of the one CRITICAL line ``simplefeed.runtime.wsgi``'s load refuses with
+    (status 1,
     a worker that could not load its app under uWSGI)."""
     status, logged = wsgi_loaded(cwd, **env)
     assert status == 1, logged
@@ -653,8 +655,8 @@ def test_archive_verify_and_rebuild_name_the_archive_and_database_absolutely(
     """A cron job run from $HOME, the database's URL absolute and SIMPLEFEED_ARCHIVE_DIR
     relative, checked a second, empty, archive: every line named relative paths, and nothing
     said which directory it was."""
-    from simplefeed.core import Simplefeed
     from simplefeed.model import Event
+    from simplefeed.service.core import Simplefeed
     from simplefeed.settings import Settings
 
     install, home = tmp_path / "install", tmp_path / "home"
@@ -832,7 +834,7 @@ def test_commands_on_a_ready_database_import_neither_alembic_nor_pydantic(tmp_pa
     assert run(tmp_path, "db", "upgrade", SIMPLEFEED_DATABASE_URL=url).returncode == 0
     program = (
         "import sys\n"
-        "from simplefeed.cli import main\n"
+        "from simplefeed.runtime.cli import main\n"
         "try:\n"
         "    main(['feed', 'list'])\n"
         "except SystemExit as exit:\n"

@@ -30,8 +30,8 @@ from simplefeed.client import (
     StateFile,
 )
 from simplefeed.client.walk import Progress
-from simplefeed.core import Simplefeed
 from simplefeed.model import Event
+from simplefeed.service.core import Simplefeed
 from tests.conftest import FakeClock
 
 BASE = "http://feeds.example.test"

@@ -37,8 +37,8 @@ from simplefeed.app import create_app
 from simplefeed.client import Checkpoint, Consumer, PollPolicy, RetryPolicy, StateFile, command
 from simplefeed.client.command import consume
 from simplefeed.client.parse import PARSERS
-from simplefeed.core import Simplefeed
 from simplefeed.model import Event
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import SequentialIds, page_files_reopened
 

@@ -19,9 +19,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from simplefeed.app import create_app
-from simplefeed.cli import main
 from simplefeed.client import Checkpoint, FeedEntry, StateError, StateFile, TooManyParked
-from simplefeed.core import Simplefeed
+from simplefeed.runtime.cli import main
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock
 from tests.test_client import CountingApp, make_consumer, publish, stored_checkpoint

@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from simplefeed import atom, paging
+from simplefeed import atom
 from simplefeed.app import create_app
 from simplefeed.client import (
     ClientError,
@@ -45,11 +45,12 @@ from simplefeed.client import (
     NotAtom,
 )
 from simplefeed.client.parse import PARSERS, Outline, Page, outline_page, parse_page
-from simplefeed.core import Simplefeed
+from simplefeed.door.events import MAX_EXACT_INTEGER, parse_event
 from simplefeed.errors import InvalidEvent
 from simplefeed.model import ATOM_NS, Document, DocumentKind, Entry, Event, Feed
+from simplefeed.rules import paging
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Limits
-from simplefeed.validation import MAX_EXACT_INTEGER, parse_event
 from tests.conftest import START_US, FakeClock
 
 BASE = "http://feeds.example.test"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from simplefeed import atom, paging
+from simplefeed import atom
 from simplefeed.client import (
     Bounds,
     Checkpoint,
@@ -33,6 +33,7 @@ from simplefeed.client.poll import next_interval
 from simplefeed.client.state import CachedDocument
 from simplefeed.client.walk import Parting, new_entries, parting, starting_point
 from simplefeed.model import Document, DocumentKind, Entry, Event, Feed, Link
+from simplefeed.rules import paging
 
 BASE = "http://feeds.example.test"
 T0 = 1_800_000_000_000_000

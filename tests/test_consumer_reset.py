@@ -20,7 +20,6 @@ from click.testing import CliRunner, Result
 
 from bench.servers import UwsgiServer, sqlite_backup
 from simplefeed.app import create_app
-from simplefeed.cli import main
 from simplefeed.client import (
     Checkpoint,
     DigestMismatch,
@@ -30,7 +29,8 @@ from simplefeed.client import (
     StateError,
     StateFile,
 )
-from simplefeed.core import Simplefeed
+from simplefeed.runtime.cli import main
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock
 from tests.test_client import (

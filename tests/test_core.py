@@ -9,9 +9,9 @@ import os
 import pytest
 
 from simplefeed import atom
-from simplefeed.core import Simplefeed
 from simplefeed.errors import EntryConflict, FeedExists, FeedNotFound, PageNotFound
 from simplefeed.model import Entry, Event
+from simplefeed.service.core import Simplefeed
 from tests.conftest import START_US, FakeClock
 
 

@@ -19,9 +19,9 @@ import pytest
 
 from simplefeed import atom
 from simplefeed.app import create_app
-from simplefeed.core import Simplefeed, default_feed_problem
 from simplefeed.errors import DefaultFeedMismatch
 from simplefeed.model import Event, Feed
+from simplefeed.service.core import Simplefeed, default_feed_problem
 from tests.conftest import FakeClock, query
 from tests.test_cli_errors import one_line_error, run, wsgi_refusal
 
@@ -163,7 +163,7 @@ def test_serve_refuses_a_default_feed_whose_name_is_not_the_frozen_pages(
 
 
 def test_uwsgi_s_load_refuses_it_in_one_critical_line(core: Simplefeed, tmp_path: Path) -> None:
-    """``simplefeed.wsgi`` as a uWSGI worker imports it (here outside uWSGI: status 1)."""
+    """``simplefeed.runtime.wsgi`` as a uWSGI worker imports it (here outside uWSGI: status 1)."""
     core.publish("events", [Event(title=f"e{i}") for i in range(5)])
     core.create_feed("event")
     s = core.settings

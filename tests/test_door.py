@@ -16,13 +16,15 @@ import falcon.testing
 import feedparser.mixin
 import pytest
 
-from simplefeed import appending, atom, auth, uris, validation
+from simplefeed import atom
 from simplefeed.client.fetch import Bounds
 from simplefeed.client.parse import parse_page
-from simplefeed.core import Simplefeed
+from simplefeed.door import events
+from simplefeed.door.languages import PRIMARY_LANGUAGES
+from simplefeed.door.namespaces import FEED_NAMESPACES
 from simplefeed.errors import Unauthorized
-from simplefeed.feed_namespaces import FEED_NAMESPACES
-from simplefeed.languages import PRIMARY_LANGUAGES
+from simplefeed.rules import appending, auth, uris
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Limits
 from tests.conftest import START_US, VALID_IRIS
 from tests.test_app import state
@@ -75,7 +77,7 @@ def accepted(client: Client, body: Any) -> None:
 
 
 def test_the_feed_namespace_table_is_feedparsers() -> None:
-    """simplefeed.feed_namespaces is a copy of the installed feedparser's table: when feedparser
+    """simplefeed.door.namespaces is a copy of the installed feedparser's table: when feedparser
     learns a namespace, this fails until the copy is regenerated (and so refused at the door)."""
     assert feedparser.mixin._FeedParserMixin.namespaces == FEED_NAMESPACES
 
@@ -1410,7 +1412,7 @@ def test_the_cheap_bound_on_an_entrys_size_is_a_bound(
         {"term": f"{short[:250]}{i}", "scheme": "urn:example:a", "label": short}
         for i in range(links)
     ]
-    parsed = validation.parse_event(event, Limits(), START_US, None)
+    parsed = events.parse_event(event, Limits(), START_US, None)
     (pending,) = appending.pending_entries([parsed], START_US, lambda: "urn:uuid:x")
     base = "https://example.com/" + "b" * 200 + "/entries/"
     assert atom.entry_bytes(pending, base) <= atom.entry_bytes_bound(pending.data, base)
@@ -1443,5 +1445,5 @@ def test_the_registered_relations_an_entry_may_name_by_iri_are_the_validators() 
         block = source.split(f"{attribute} = [", 1)[1].split("]", 1)[0]
         return set(re.findall(r"'([a-z-]+)'", block))
 
-    expected = names("validRelations") - names("rfc5005") - validation.LINK_RELS
-    assert expected == validation.IANA_ENTRY_RELS
+    expected = names("validRelations") - names("rfc5005") - events.LINK_RELS
+    assert expected == events.IANA_ENTRY_RELS

@@ -13,8 +13,8 @@ from pathlib import Path
 import falcon.testing
 import pytest
 
-from simplefeed import markup
-from simplefeed.core import Simplefeed
+from simplefeed.door import markup
+from simplefeed.service.core import Simplefeed
 from tests.conftest import FakeClock
 from tests.test_conformance import BASE, START_US, documents, judge, judge_ready, unexplained
 from tests.test_door import JUDGES, accepted, refused

@@ -32,9 +32,9 @@ from lxml import etree
 from simplefeed.app import create_app
 from simplefeed.client.parse import parse_page
 from simplefeed.client.tree import is_json
-from simplefeed.core import Simplefeed
-from simplefeed.feed_namespaces import FEED_NAMESPACES
-from simplefeed.validation import MAX_EXACT_INTEGER
+from simplefeed.door.events import MAX_EXACT_INTEGER
+from simplefeed.door.namespaces import FEED_NAMESPACES
+from simplefeed.service.core import Simplefeed
 from tests.conftest import START_US
 
 PAGE_SIZE = 3

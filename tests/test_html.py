@@ -7,7 +7,7 @@ import falcon.testing
 import pytest
 
 from simplefeed.app import create_app
-from simplefeed.core import Simplefeed
+from simplefeed.service.core import Simplefeed
 
 
 @pytest.fixture

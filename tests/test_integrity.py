@@ -16,9 +16,9 @@ from sqlalchemy import create_engine, text
 
 from simplefeed import archive
 from simplefeed.app import create_app
-from simplefeed.cli import main
-from simplefeed.core import Simplefeed
 from simplefeed.model import ATOM_NS, SF_NS
+from simplefeed.runtime.cli import main
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock, migrate
 

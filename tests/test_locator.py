@@ -9,8 +9,8 @@ from urllib.parse import quote
 import falcon.testing
 from lxml import etree
 
-from simplefeed.core import Simplefeed
 from simplefeed.model import ATOM_NS
+from simplefeed.service.core import Simplefeed
 from tests.conftest import FakeClock
 
 BASE = "http://feeds.example.test"

@@ -23,13 +23,13 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from bench.servers import UwsgiServer, scratch_postgres_database
-from simplefeed import changes
 from simplefeed import codings as codings_module
 from simplefeed.app import create_app
 from simplefeed.app.preconditions import preferred_wait
-from simplefeed.changes import Bell, NodeBell
-from simplefeed.core import Simplefeed
 from simplefeed.model import Feed
+from simplefeed.service import changes
+from simplefeed.service.changes import Bell, NodeBell
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Settings
 from simplefeed.store import sqlite as sqlite_store
 from simplefeed.store.interface import Pause
@@ -610,7 +610,7 @@ def test_waiters_in_every_uwsgi_process_are_woken_by_a_publish(tmp_path: Path) -
         waited = [r for r in replies if "preference-applied" in r.headers]
         assert waited and all(r.headers["preference-applied"] == "wait=20" for r in waited)
         assert srv.problems() == []
-        # Every worker heard the node's bell (simplefeed.wsgi.node_bell), none fell back.
+        # Every worker heard the node's bell (simplefeed.runtime.wsgi.node_bell), none fell back.
         assert "learn of this worker's publishes" not in srv.log()
 
 

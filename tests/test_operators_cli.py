@@ -30,10 +30,10 @@ from bench.servers import (
     simplefeed_command,
 )
 from simplefeed.app import create_app
-from simplefeed.cli import main
-from simplefeed.core import Simplefeed, base_url_problem
 from simplefeed.errors import BaseUrlMismatch, InvalidFeed
 from simplefeed.model import Event, Feed
+from simplefeed.runtime.cli import main
+from simplefeed.service.core import Simplefeed, base_url_problem
 from simplefeed.settings import Settings, mask_url
 from simplefeed.store.schema import SCHEMA_REVISION, alembic_config
 from tests.conftest import FakeClock, query

@@ -1,6 +1,6 @@
 """Pure paging rules, without I/O."""
 
-from simplefeed.paging import Urls, links, newly_full_pages, page_of, seq_range, working_page
+from simplefeed.rules.paging import Urls, links, newly_full_pages, page_of, seq_range, working_page
 
 
 def test_page_of_and_ranges_agree() -> None:

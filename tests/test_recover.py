@@ -5,7 +5,7 @@ An operator's trial, on a real SQLite file and a real PostgreSQL database: the c
 content kind and field (tests/test_atom.py) published through the app, a backup made part way
 (SQLite's backup API; a PostgreSQL copy of the database), more published, the backup restored
 beside the archive. The pages read back must render to the files' bytes, the entries must be
-the producer's (but for what the documents cannot tell, stated in simplefeed.recovery), and
+the producer's (but for what the documents cannot tell, stated in simplefeed.service.recovery), and
 what cannot be read back must be refused, named, with nothing of it stored.
 """
 
@@ -26,11 +26,13 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from bench.servers import UwsgiServer, sqlite_backup
-from simplefeed import archive, atom, codings, paging, recovery
+from simplefeed import archive, atom, codings
 from simplefeed.app import create_app
-from simplefeed.core import Simplefeed
 from simplefeed.errors import ArchiveAhead, FeedNotFound
 from simplefeed.model import Entry, Event, Feed, rfc3339
+from simplefeed.rules import paging
+from simplefeed.service import recovery
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock, PostgresDatabases
 from tests.test_atom import _batches
@@ -113,7 +115,7 @@ def trial(
 
 
 def as_pages_show_it(entry: Entry, locator_base: str) -> Event:
-    """The event as a page shows it (simplefeed.recovery's rules): what recovery stores."""
+    """The event as a page shows it (simplefeed.service.recovery's rules): what recovery stores."""
     event = entry.event
     mode = atom.content_mode(event.content_type)
     content_type = event.content_type
@@ -147,7 +149,7 @@ def test_recover_takes_back_every_page_and_the_feed_goes_on(
     trial: Trial, token: str, clock: FakeClock, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In one transaction, or (``batch``) two pages at a time."""
-    monkeypatch.setattr("simplefeed.core.RECOVERY_BATCH", batch)
+    monkeypatch.setattr("simplefeed.service.core.RECOVERY_BATCH", batch)
     core = trial.restored
     with pytest.raises(ArchiveAhead):
         core.check_archive()
@@ -195,7 +197,7 @@ def test_recover_takes_back_every_page_and_the_feed_goes_on(
     assert core.verify_archive().problems == []
     # A producer's retry of a taken-back event, spelt as its page shows it, is a replay: with
     # the time it happened (`published`), which the producer left to the server. Without it,
-    # the page cannot tell it was left out: a conflict (simplefeed.recovery).
+    # the page cannot tell it was left out: a conflict (simplefeed.service.recovery).
     (original,) = (e for e in trial.entries if e.id == "urn:example:order:7")
     assert original.seq > trial.backed_up_head and original.event.updated_us is None
     retry = {"title": "Explicit urn id", "id": original.id}
@@ -428,7 +430,7 @@ def test_an_edit_that_renders_alike_is_told_by_the_next_page(
 ) -> None:
     """An entry's title edited in a page file reads back and renders alike; the digest the next
     page recorded when it froze tells, in the same batch or the next one's first page."""
-    monkeypatch.setattr("simplefeed.core.RECOVERY_BATCH", batch)
+    monkeypatch.setattr("simplefeed.service.core.RECOVERY_BATCH", batch)
     core = trial.restored
     edited = trial.backed_up_head // 5 + 2
     path = core.page_path("events", edited)

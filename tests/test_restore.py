@@ -24,8 +24,8 @@ import pytest
 
 from bench.servers import sqlite_backup
 from simplefeed.app import create_app
-from simplefeed.core import Simplefeed
 from simplefeed.model import Event
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock
 from tests.test_cli_errors import one_line_error, run, wsgi_refusal
@@ -89,7 +89,7 @@ def test_serve_and_db_upgrade_refuse_a_database_older_than_the_archive(
     )
     assert said in line and "restore a database backup made after" in line
     assert said in one_line_error(run(tmp_path, "db", "upgrade", **environ(settings)))
-    # uWSGI's worker imports simplefeed.wsgi (here outside uWSGI: status 1, one CRITICAL line).
+    # uWSGI's worker imports runtime/wsgi.py (here outside uWSGI: status 1, one CRITICAL line).
     assert said in wsgi_refusal(tmp_path, **environ(settings))
 
 

@@ -187,7 +187,7 @@ def test_a_client_that_says_connection_close_has_its_connection_closed(
     connection after its response (and SHOULD say ``Connection: close``). uWSGI's
     http11-socket keeps every HTTP/1.1 connection open whatever the client says, so a client
     that reads to the end (urllib's requests say ``close``) waited 4 s for each answer, and a
-    worker's thread was held as long (simplefeed/wsgi.py, ``honour_close``)."""
+    worker's thread was held as long (simplefeed/runtime/wsgi.py, ``honour_close``)."""
     etag = httpx.get(server.url("/recent")).headers["etag"]
     line, _, rest = request_head.format(etag=etag, token=server.token).partition("\r\n")
     fields, _, body = rest.partition("\r\n\r\n")

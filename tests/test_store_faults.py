@@ -18,9 +18,9 @@ from sqlalchemy.engine import make_url
 
 from bench.servers import free_port
 from simplefeed.app import create_app
-from simplefeed.core import Simplefeed
 from simplefeed.errors import StoreUnavailable
 from simplefeed.model import Event
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import PG_ENV, FakeClock, PostgresDatabases, SequentialIds
 

@@ -27,9 +27,9 @@ from typing import NamedTuple
 
 from simplefeed import archive, codings
 from simplefeed.codings import CODINGS, IDENTITY, tagged
-from simplefeed.core import Live, Simplefeed
 from simplefeed.locks import Striped
 from simplefeed.model import DocumentKind, Feed
+from simplefeed.service.core import Live, Simplefeed
 
 log = logging.getLogger(__name__)
 

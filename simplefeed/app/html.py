@@ -17,11 +17,11 @@ from pathlib import Path
 import falcon
 import jinja2
 
-from simplefeed import paging
 from simplefeed.app import errors
-from simplefeed.core import Simplefeed
 from simplefeed.errors import FeedNotFound, NotFound
 from simplefeed.model import Entry, rfc3339
+from simplefeed.rules import paging
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import FEED_NAME_RE
 
 _TEMPLATES = jinja2.Environment(

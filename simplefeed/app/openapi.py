@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from simplefeed import __version__
-from simplefeed.validation import event_json_schemas
+from simplefeed.door.events import event_json_schemas
 
 REF = "#/components/schemas/{model}"
 

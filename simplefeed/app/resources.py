@@ -1,4 +1,5 @@
-"""Falcon resources. They translate HTTP to calls on :class:`~simplefeed.core.Simplefeed` and back;
+"""Falcon resources. They translate HTTP to calls on :class:`~simplefeed.service.core.Simplefeed`
+and back;
 domain errors propagate to the handlers in :mod:`simplefeed.app.errors`."""
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from typing import Any
 
 import falcon
 
-from simplefeed import archive, auth, codings, metrics, paging
+from simplefeed import archive, codings, metrics
 from simplefeed.app import caching, compression, errors, openapi, preconditions, waiting
 from simplefeed.app.caching import ArchivedPage, LiveValidators
 from simplefeed.codings import IDENTITY
-from simplefeed.core import Simplefeed
+from simplefeed.door.events import parse_events, read_body
 from simplefeed.errors import (
     FeedNotFound,
     LengthRequired,
@@ -36,8 +37,9 @@ from simplefeed.model import (
     Feed,
     FrozenPage,
 )
+from simplefeed.rules import auth, paging
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import FEED_NAME_RE
-from simplefeed.validation import parse_events, read_body
 
 #: A page number as URLs spell it: canonical decimal digits, no sign, no leading zero, at most
 #: 18 digits (what the static routes in uwsgi.ini and deploy/nginx match too).
@@ -139,7 +141,7 @@ class _FeedResource:
         (:meth:`has_current` of ``document(feed)``, the validators of the live document the
         URL names as of ``feed``; None if it names none then), wait for the feed to change,
         at most N seconds (capped by SIMPLEFEED_MAX_WAIT), holding no database connection
-        (:class:`~simplefeed.changes.Changes`). Returns the feed as last seen if it waited
+        (:class:`~simplefeed.service.changes.Changes`). Returns the feed as last seen if it waited
         (the caller answers from it, 200 or 304: the lookup a publish's waiters share), else
         None (the caller looks the feed up itself, as for any request).
         ``Preference-Applied: wait=N`` says it waited, or would have: a client whose copy is

@@ -9,7 +9,7 @@ instead. The app teaches it, whenever one of its long-polls finds the client's c
 document whose ETags are these. A request for a learnt path whose ``If-None-Match`` is one of
 those ETags, with nothing else that could change the answer (no other precondition, no query,
 a head within the app's bounds, a valid ``wait``), waits here while its feed stays that
-version (:meth:`Changes.wait <simplefeed.changes.Changes.wait>`, one of the node's waiting
+version (:meth:`Changes.wait <simplefeed.service.changes.Changes.wait>`, one of the node's waiting
 slots held; none free: the app declines it, as it does). When the wait ends, the first of the
 requests that waited alike (same method, path, ``Accept-Encoding``, ``If-None-Match``,
 ``Prefer``) goes to the app marked as waited (:data:`WAITED`), and the app answers it as it
@@ -29,10 +29,10 @@ from typing import Any, Protocol
 
 from simplefeed import logs
 from simplefeed.app import access, limits, preconditions
-from simplefeed.changes import Changes
 from simplefeed.errors import FeedNotFound, StoreUnavailable
 from simplefeed.locks import Striped
 from simplefeed.model import Feed
+from simplefeed.service.changes import Changes
 
 #: The environ key of a request that waited in the room: the feed as last seen.
 WAITED = "simplefeed.waited"
@@ -43,7 +43,7 @@ WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 class WaitingSlots(Protocol):
     """Room for long-polls (``Prefer: wait``) to wait, shared by the processes of a node
-    (:class:`simplefeed.wsgi.NodeWaitingSlots` under uWSGI)."""
+    (:class:`simplefeed.runtime.wsgi.NodeWaitingSlots` under uWSGI)."""
 
     def acquire(self) -> bool:
         """Take a place to wait, or False (at once) if none is free."""

@@ -56,7 +56,7 @@ consumer stands (checkpoint, head as last seen, lag, parked count), and moving i
 create one: a state file that does not exist is a usage error (exit 2).
 
 A progress bar is drawn on standard error while catching up over several pages, only when
-standard error is a terminal. The lead wires this command into ``simplefeed.cli`` with
+standard error is a terminal. The lead wires this command into ``simplefeed.runtime.cli`` with
 ``main.add_command(consume)``.
 """
 

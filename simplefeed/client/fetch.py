@@ -1,6 +1,7 @@
 """Retrieving documents over HTTP: the consumer's only user of httpx, the only user of tenacity.
 
-(``simplefeed publish``, a producer's one POST, sends it with httpx too: ``simplefeed/cli.py``.)
+(``simplefeed publish``, a producer's one POST, sends it with httpx too:
+``simplefeed/runtime/cli.py``.)
 
 One :class:`Fetcher` holds one transport (httpx's, over one connection pool), so every request
 of a consumer goes through one pool. It sends its requests to the transport itself, not

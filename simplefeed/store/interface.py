@@ -87,8 +87,8 @@ class Pause(Protocol):
     """What a watcher (:meth:`Store.watch`) waits on between looks, as on a
     ``threading.Event``: ``wait`` returns whether to stop, and may return before its timeout
     (a commit announced: look now), or after it, when every commit of the node is announced
-    (:attr:`simplefeed.changes.Bell.announces_node`: the looks are then for commits made
-    elsewhere, :data:`simplefeed.changes.UNANNOUNCED_LOOK_S` apart)."""
+    (:attr:`simplefeed.service.changes.Bell.announces_node`: the looks are then for commits made
+    elsewhere, :data:`simplefeed.service.changes.UNANNOUNCED_LOOK_S` apart)."""
 
     def is_set(self) -> bool: ...
 
@@ -216,7 +216,8 @@ class Store(ABC):
         any process or node, until ``stop`` is set; also after losing sight of the database
         for a while (anything may have changed then). A watcher that polls waits on ``stop``
         between looks: the wait ends early when a process of the node announces a commit.
-        Blocks: run it in a thread of its own (:class:`simplefeed.changes.Changes`). It holds
+        Blocks: run it in a thread of its own (:class:`simplefeed.service.changes.Changes`).
+        It holds
         one connection of its own, none of the store's others."""
 
     # -- the database itself -------------------------------------------------------------

@@ -134,7 +134,7 @@ _INSERT_PAGE = _compiled(sql.INSERT_PAGE)
 # crash can lose only a suffix of such appends, none acknowledged, and readers do not expose
 # them before that either (PostgresStore.flush_barrier's callers).
 #
-# `updated` follows the append decision's rule (simplefeed.appending),
+# `updated` follows the append decision's rule (simplefeed.rules.appending),
 # u_i = max(p_i, u_(i-1) + 1) with u_0 the feed's head_updated_us, in closed form:
 # u_i = i + max(u_0, m_i), m_i = max over j <= i of (p_j - j), the m_i computed by the client
 # (for one event: max(u_0 + 1, p_1)).

@@ -41,8 +41,9 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 #: How often a process's watcher (:meth:`SQLiteStore.watch`) looks for a commit, from the first
 #: request of that process that waits for one (``Prefer: wait``) on: a waiting consumer learns
 #: of an entry this much later at most, of a publish by this node's processes at once (they
-#: ring: :class:`simplefeed.changes.Bell`; where the bell is the node's, the watcher's own
-#: looks come :data:`simplefeed.changes.UNANNOUNCED_LOOK_S` apart instead). 500 looks a second
+#: ring: :class:`simplefeed.service.changes.Bell`; where the bell is the node's, the watcher's own
+#: looks come :data:`simplefeed.service.changes.UNANNOUNCED_LOOK_S` apart instead).
+#: 500 looks a second
 #: (2 ms) cost the server about a third more CPU per publish at 500 waiting consumers.
 WATCH_EVERY_S = 0.01
 

@@ -30,10 +30,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from simplefeed import atom, markup, uris
+from simplefeed import atom
+from simplefeed.door import markup
+from simplefeed.door.languages import PRIMARY_LANGUAGES
 from simplefeed.errors import InvalidEvent, MalformedRequest, PayloadTooLarge
-from simplefeed.languages import PRIMARY_LANGUAGES
 from simplefeed.model import Author, Category, Event, Link, datetime_to_us, text_problem
+from simplefeed.rules import uris
 from simplefeed.settings import Limits
 
 #: An IRI (RFC 3987), checked loosely: a scheme, then no spaces, controls or delimiters that
@@ -552,7 +554,7 @@ UPDATED_RANGE = "the accepted range, 1970-01-01T00:00:00Z to 5 minutes after the
 
 def _entry_id(c: _Checker, value: str | None, max_bytes: int) -> str | None:
     """A producer's entry id: at most ``max_bytes`` of UTF-8, a URI in canonical form of one
-    of :data:`simplefeed.uris.ID_SCHEMES` (see :mod:`simplefeed.uris`)."""
+    of :data:`simplefeed.rules.uris.ID_SCHEMES` (see :mod:`simplefeed.rules.uris`)."""
     if value is None:
         return None
     c.text("id", value)

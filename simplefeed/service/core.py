@@ -20,8 +20,7 @@ from urllib.parse import urlsplit
 
 from cachetools import TTLCache
 
-from simplefeed import appending, archive, atom, auth, metrics, paging, recovery
-from simplefeed.changes import Bell, Changes
+from simplefeed import archive, atom, metrics
 from simplefeed.errors import (
     ArchiveAhead,
     ArchiveUnreadable,
@@ -54,6 +53,9 @@ from simplefeed.model import (
     rfc3339,
     text_problem,
 )
+from simplefeed.rules import appending, auth, paging
+from simplefeed.service import recovery
+from simplefeed.service.changes import Bell, Changes
 from simplefeed.settings import (
     FEED_NAME_RE,
     MAX_FEED_TITLE,
@@ -351,7 +353,7 @@ class Simplefeed:
         bell: Bell | None = None,
     ) -> None:
         """``bell``: how this process's publishes reach the watchers of the node's other
-        processes (:class:`~simplefeed.changes.NodeBell` under uWSGI); default: this
+        processes (:class:`~simplefeed.service.changes.NodeBell` under uWSGI); default: this
         process's own. Closed and not used where the store's watcher is told of every commit
         (PostgreSQL's ``NOTIFY``): nothing to hasten there."""
         self.settings = settings
@@ -676,7 +678,8 @@ class Simplefeed:
     def create_token(self, *, feed: str | None = None, label: str | None = None) -> str:
         """Mint a token (optionally limited to one feed); returns it. Only its hash is kept.
         Its label is shown in a line of ``token list``: text of at most
-        :data:`auth.MAX_LABEL_CHARS <simplefeed.auth.MAX_LABEL_CHARS>` characters, on one line."""
+        :data:`auth.MAX_LABEL_CHARS <simplefeed.rules.auth.MAX_LABEL_CHARS>` characters, on one
+        line."""
         if label is not None:
             problem = auth.label_problem(label)
             if problem is not None:
@@ -744,7 +747,7 @@ class Simplefeed:
         With ``credentials`` (a producer's token), nothing is appended unless the token may
         publish to the feed (:class:`~simplefeed.errors.AuthError` otherwise); on the
         one-round-trip path that check is part of the append's own statements. Replays and
-        conflicts: see :mod:`simplefeed.appending`, which decides the append under the lock.
+        conflicts: see :mod:`simplefeed.rules.appending`, which decides the append under the lock.
         """
         # A full disk is met here, not halfway through a write.
         space = self.space_problems()
@@ -1310,7 +1313,7 @@ class Simplefeed:
         their entries and their bytes,
         in order, each page only if the entries read from its file, with those the database
         holds, render to the file's bytes exactly and the next page file vouches for them
-        (:func:`simplefeed.recovery.recoverable`), stopping at the first that cannot be. A
+        (:func:`simplefeed.service.recovery.recoverable`), stopping at the first that cannot be. A
         feed the database does not have (created after the backup) whose first page file is
         in the archive is created again as that page says: its uuid, title and page size.
 

@@ -1,4 +1,4 @@
-"""The WSGI entry point uWSGI loads (``module = simplefeed.wsgi:application``).
+"""The WSGI entry point uWSGI loads (``module = simplefeed.runtime.wsgi:application``).
 
 With ``lazy-apps`` each worker imports this after the fork, so each builds its own engine and pool,
 and sets up its own logging (JSON lines on standard error: uWSGI's log) and metrics files.
@@ -26,9 +26,9 @@ from typing import Any, NoReturn
 
 from simplefeed import logs, metrics
 from simplefeed.app import StartResponse, WsgiApp, create_app, requests_only
-from simplefeed.changes import Bell, NodeBell
-from simplefeed.core import Simplefeed
 from simplefeed.errors import ConfigError, DatabaseNotReady, StoreError
+from simplefeed.service.changes import Bell, NodeBell
+from simplefeed.service.core import Simplefeed
 from simplefeed.settings import (
     Settings,
     misspelt_variables,

@@ -40,7 +40,7 @@ from uuid import UUID
 
 from lxml import etree
 
-from simplefeed import atom, paging
+from simplefeed import atom
 from simplefeed.model import (
     ATOM_NS,
     SF_NS,
@@ -52,6 +52,7 @@ from simplefeed.model import (
     datetime_to_us,
     text_problem,
 )
+from simplefeed.rules import paging
 
 _A = f"{{{ATOM_NS}}}"
 _ENTRY = f"{_A}entry"

@@ -56,8 +56,8 @@ from feedgen.feed import FeedGenerator
 from feedgen.util import xml_fromstring
 from lxml import etree
 
-from simplefeed import markup, uris
-from simplefeed.feed_namespaces import FEED_NAMESPACES, USERLAND_RSS
+from simplefeed.door import markup
+from simplefeed.door.namespaces import FEED_NAMESPACES, USERLAND_RSS
 from simplefeed.model import (
     ATOM_NS,
     DISCOURAGED_CHAR,
@@ -73,7 +73,8 @@ from simplefeed.model import (
     Link,
     us_to_datetime,
 )
-from simplefeed.paging import locator_segment
+from simplefeed.rules import uris
+from simplefeed.rules.paging import locator_segment
 
 GENERATOR = "Simplefeed"
 #: The form of the documents this renderer writes. Live documents' ETags include it, so a release
@@ -560,7 +561,7 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
     Parsed as feedgen will parse it, with entity expansion, DTD loading and network access off;
     a DOCTYPE is refused outright (its entities could not be carried into the feed). Content
     under an XML media type must be namespaced, and in no namespace that feedparser reads as
-    feed structure (:mod:`simplefeed.feed_namespaces`): no element, attribute or namespace
+    feed structure (:mod:`simplefeed.door.namespaces`): no element, attribute or namespace
     declaration of one, and no prefix feedparser gives one (a reader that matches prefixes
     would read the element as the entry's own). XHTML is in that table: it belongs in
     ``xhtml`` content.
@@ -717,7 +718,7 @@ def html_reading(div: Any) -> tuple[list[markup.Token], str]:
 
 
 def _xhtml_policy_problem(el: Any) -> str | None:
-    """XHTML content holds what the HTML policy allows (:mod:`simplefeed.markup`), in a tree
+    """XHTML content holds what the HTML policy allows (:mod:`simplefeed.door.markup`), in a tree
     HTML reads as it is written: feed readers pass XHTML content on as HTML."""
     tag = etree.QName(el).localname
     problem = markup.element_problem(tag)

@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from simplefeed import paging
 from simplefeed.errors import EntryConflict
 from simplefeed.model import Appended, Entry, Event, Feed, PendingEntry, StoredEntry
+from simplefeed.rules import paging
 
 
 def pending_entries(

@@ -1,0 +1,1 @@
+"""The door: the checks on what producers send, before anything is stored."""

@@ -1,0 +1,1 @@
+"""Pure decisions, apart from every I/O: paging, appending, tokens, URIs."""

@@ -1,0 +1,1 @@
+"""The runtime: the command line and the WSGI entry point uWSGI loads."""

@@ -1,0 +1,1 @@
+"""The service: the facade over the store, the renderer and the archive."""
