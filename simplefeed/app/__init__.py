@@ -7,7 +7,16 @@ from typing import Any
 
 import falcon
 
-from simplefeed.app import access, compression, errors, html, limits, resources, waiting
+from simplefeed.app import (
+    access,
+    compression,
+    errors,
+    html,
+    limits,
+    repeats,
+    resources,
+    waiting,
+)
 from simplefeed.app.caching import http_date
 from simplefeed.errors import NotFound
 from simplefeed.service.core import Clock, Simplefeed, random_uuid, system_clock
@@ -28,7 +37,9 @@ def create_app(
     threads: int | None = None,
     waits: waiting.WaitingSlots | None = None,
 ) -> WsgiApp:
-    """The app: falcon's, behind the :class:`~waiting.WaitingRoom` of its long-polls.
+    """The app: falcon's, behind two fronts. :class:`~repeats.Repeats` answers plain polls of
+    a live document again while the feed is unchanged. The :class:`~waiting.WaitingRoom` holds
+    long-polls.
     ``threads``: how many requests a process serves at once (uWSGI's threads per worker), so
     that publishes waiting for the database never take them all
     (:func:`resources.writer_slots`); ``waits``: where long-polls wait, so that they never
@@ -45,7 +56,8 @@ def create_app(
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
 
-    room = waiting.WaitingRoom(app, core.changes, waits, settings.max_wait, rules.date)
+    front = repeats.Repeats(app, core.feed_head, rules.date)
+    room = waiting.WaitingRoom(front, core.changes, waits, settings.max_wait, rules.date)
     recent = resources.Recent(core, room)
     page = resources.Page(core, room)
     entries = resources.Entries(core, resources.writer_slots(threads))

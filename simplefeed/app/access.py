@@ -62,14 +62,10 @@ def answered(
         metrics.read(document, status, seconds)
     if status >= 400:
         metrics.error(status)
-    log.log(
-        logging.ERROR if status >= 500 else logging.INFO,
-        "%s %s %d",
-        method,
-        logs.clip(path, 96),
-        status,
-        extra={"fields": fields},
-    )
+    if status >= 500:
+        log.error("%s %s %d", method, logs.clip(path, 96), status, extra={"fields": fields})
+    else:
+        logs.info(log, f"{method} {logs.clip(path, 96)} {status}", fields)
 
 
 def _document(template: str | None) -> str | None:

@@ -13,7 +13,15 @@ from typing import Any
 import falcon
 
 from simplefeed import archive, codings, metrics
-from simplefeed.app import caching, compression, errors, openapi, preconditions, waiting
+from simplefeed.app import (
+    answers,
+    caching,
+    compression,
+    errors,
+    openapi,
+    preconditions,
+    waiting,
+)
 from simplefeed.app.caching import ArchivedPage, LiveValidators
 from simplefeed.codings import IDENTITY
 from simplefeed.door.events import parse_events, read_body
@@ -103,6 +111,8 @@ class _FeedResource:
         try:
             v = self.heads.validators(name, kind, feed)
             self.send_live(req, resp, v)
+            if v.last_modified_s is not None:  # final validators: the answer may be kept
+                req.env[answers.SERVED] = v.live.feed
         except StoreUnavailable:
             stale = self.heads.last_known(name, kind)
             if stale is None or not self.bodies.has(stale.live):

@@ -14,8 +14,9 @@ slots held; none free: the app declines it, as it does). When the wait ends, the
 requests that waited alike (same method, path, ``Accept-Encoding``, ``If-None-Match``,
 ``Prefer``) goes to the app marked as waited (:data:`WAITED`), and the app answers it as it
 answers a long-poll it held itself (``Preference-Applied``, ``Vary: Prefer``, the feed as last
-seen); the room keeps that :class:`Answer`, and the others that saw the same feed version get it
-with their own ``Date``, ``X-Request-Id``, access line and metrics, without the app. Anything
+seen). The room keeps that answer (:class:`~simplefeed.app.answers.Answers`), and the others
+that saw the same feed version get it with their own ``Date``, ``X-Request-Id``, access line and
+metrics, without the app. Anything
 else goes to the app as it came, which may hold it itself: the room only ever waits where the
 app would have.
 """
@@ -27,8 +28,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from simplefeed import logs
 from simplefeed.app import access, limits, preconditions
+from simplefeed.app.answers import MAX_DOCUMENTS, Answers, StartResponse, WsgiApp
 from simplefeed.errors import FeedNotFound, StoreUnavailable
 from simplefeed.locks import Striped
 from simplefeed.model import Feed
@@ -36,9 +37,6 @@ from simplefeed.service.changes import Changes
 
 #: The environ key of a request that waited in the room: the feed as last seen.
 WAITED = "simplefeed.waited"
-
-StartResponse = Callable[..., Any]
-WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 class WaitingSlots(Protocol):
@@ -62,34 +60,6 @@ class Held:
     etags: frozenset[str]
 
 
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    """The app's answer to a request that waited in the room, as it would answer every request
-    that waited for the same document alike (the same method, path, ``Accept-Encoding``,
-    ``If-None-Match`` and ``Prefer``) and saw the feed as ``feed``: everything but the
-    ``Date`` and ``X-Request-Id`` headers, and what its access line said."""
-
-    feed: Feed
-    status: str
-    headers: list[tuple[str, str]]
-    body: bytes
-    fields: dict[str, Any]
-    document: str | None
-
-
-#: The documents (paths) the room remembers, for what it holds and for its answers; past that it
-#: forgets them all and learns again (the long-polls meanwhile go to the app). Working pages that
-#: froze would otherwise pile up, one entry each.
-MAX_DOCUMENTS = 1024
-#: The answers kept per document and version: one per way of asking (method,
-#: ``Accept-Encoding``, ``If-None-Match``, ``Prefer``), which clients choose; the others are
-#: answered by the app each time.
-MAX_VARIANTS = 16
-
-#: Headers each answer has of its own.
-_OWN_HEADERS = frozenset({"date", access.REQUEST_ID_HEADER.lower()})
-
-
 class WaitingRoom:
     """A WSGI wrapper around ``app``: see the module's docstring. ``waits``: the node's
     waiting slots (None: no bound); ``max_wait``: SIMPLEFEED_MAX_WAIT; ``date``: the ``Date``
@@ -109,9 +79,8 @@ class WaitingRoom:
         self.date = date
         #: PATH_INFO -> what the app last said of it (one entry per live document's URL).
         self._held: dict[str, Held] = {}
-        #: PATH_INFO -> the feed version answered, and the app's answer to each way of asking
-        #: (the previous version's answers are dropped with it).
-        self._answers: dict[str, tuple[Feed, dict[tuple[str, ...], Answer]]] = {}
+        #: The app's answers to requests that waited, by the feed version they saw.
+        self.answers = Answers(date)
         self._answering = Striped()
         self.app = app
 
@@ -182,74 +151,11 @@ class WaitingRoom:
             env["HTTP_IF_NONE_MATCH"],
             env["HTTP_PREFER"],
         )
-        known = self._known(path, way, feed)
+        known = self.answers.get(path, way, feed)
         if known is not None:
-            return self._again(known, env, start_response)
+            return self.answers.again(known, env, start_response)
         with self._answering((path, *way)):  # one asks the app; those alike that woke wait
-            known = self._known(path, way, feed)
+            known = self.answers.get(path, way, feed)
             if known is not None:
-                return self._again(known, env, start_response)
-            got: list[Any] = []
-
-            def keep(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-                got[:] = [status, headers]
-                return start_response(status, headers, exc_info)
-
-            body = self.app(env, keep)
-            logged = env.get(access.LOGGED)
-            if (
-                got
-                and got[0][:3] in ("200", "304")
-                and logged is not None
-                and isinstance(body, list)
-                and all(isinstance(part, bytes) for part in body)
-            ):
-                answer = Answer(
-                    feed,
-                    got[0],
-                    [(k, v) for k, v in got[1] if k.lower() not in _OWN_HEADERS],
-                    b"".join(body),
-                    logged[0],
-                    logged[1],
-                )
-                self._keep(path, way, answer)
-            return body
-
-    def _known(self, path: str, way: tuple[str, ...], feed: Feed) -> Answer | None:
-        kept = self._answers.get(path)
-        if kept is None or kept[0] != feed:
-            return None
-        return kept[1].get(way)
-
-    def _keep(self, path: str, way: tuple[str, ...], answer: Answer) -> None:
-        kept = self._answers.get(path)
-        if kept is None or kept[0] != answer.feed:
-            if kept is None and len(self._answers) >= MAX_DOCUMENTS:
-                self._answers.clear()
-            self._answers[path] = (answer.feed, {way: answer})
-        elif len(kept[1]) < MAX_VARIANTS:
-            kept[1][way] = answer
-
-    def _again(
-        self, known: Answer, env: dict[str, Any], start_response: StartResponse
-    ) -> list[bytes]:
-        """``known`` once more, with this request's own ``Date``, request id and access line."""
-        rid = access.request_id(env)
-        start_response(
-            known.status,
-            [*known.headers, ("Date", self.date()), (access.REQUEST_ID_HEADER, rid)],
-        )
-        seconds = time.perf_counter() - env[access.STARTED]
-        token = logs.request_id.set(rid)
-        try:
-            access.answered(
-                env["REQUEST_METHOD"],
-                env["PATH_INFO"],
-                int(known.status[:3]),
-                {**known.fields, "duration_ms": round(seconds * 1000, 3)},
-                known.document,
-                seconds,
-            )
-        finally:
-            logs.request_id.reset(token)
-        return [known.body]
+                return self.answers.again(known, env, start_response)
+            return self.answers.ask(self.app, env, start_response, way, feed)

@@ -1,0 +1,159 @@
+"""The app's answers to requests for live documents, kept and given again while the feed is
+unchanged.
+
+A live document (the recent document, the working page) changes only when its feed does. So the
+app's answer to a request for one is the answer to every request asked alike while the feed
+stays that version: the same method, path, ``Accept-Encoding`` and ``If-None-Match`` (and
+``Prefer``, for a long-poll). :class:`Answers` keeps such answers, at most
+:data:`MAX_VARIANTS` ways of asking per document, for the feed's current version only. Each
+answer given again has the request's own ``Date``, ``X-Request-Id``, access line and metrics
+(:meth:`Answers.again`), so it is the app's answer, by construction.
+
+Two fronts use it: :class:`~simplefeed.app.waiting.WaitingRoom` for long-polls woken alike,
+and :class:`~simplefeed.app.repeats.Repeats` for the plain polls of a document.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from simplefeed import logs
+from simplefeed.app import access
+from simplefeed.model import Feed
+
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+#: The environ key where a resource leaves the feed it answered from, when the answer holds
+#: for every request asked alike while the feed stays that version: a live document, with
+#: validators that are final (Last-Modified is left out while its second runs), not a stale
+#: copy served while the database does not answer.
+SERVED = "simplefeed.served"
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """The app's answer to a request, as it answers every request asked alike while the feed
+    is ``feed``: everything but the ``Date`` and ``X-Request-Id`` headers, and what its access
+    line said."""
+
+    feed: Feed
+    status: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    fields: dict[str, Any]
+    document: str | None
+
+
+#: The documents (paths) kept at most; past that all are forgotten and learnt again. Working
+#: pages that froze would otherwise pile up, one entry each.
+MAX_DOCUMENTS = 1024
+#: The answers kept per document and version: one per way of asking, which clients choose.
+#: The others are answered by the app each time.
+MAX_VARIANTS = 16
+
+#: Headers each answer has of its own.
+_OWN_HEADERS = frozenset({"date", access.REQUEST_ID_HEADER.lower()})
+
+
+class Answers:
+    """Answers kept per document (``PATH_INFO``) for one version of its feed, one per way of
+    asking. ``date``: the ``Date`` header's value now."""
+
+    def __init__(self, date: Callable[[], str]) -> None:
+        self.date = date
+        #: PATH_INFO -> the feed version answered, and the answer to each way of asking (the
+        #: previous version's answers are dropped with it).
+        self._kept: dict[str, tuple[Feed, dict[tuple[str, ...], Answer]]] = {}
+
+    def feed(self, path: str) -> Feed | None:
+        """The feed version of the answers kept for ``path``, if any."""
+        kept = self._kept.get(path)
+        return kept[0] if kept is not None else None
+
+    def ways(self, path: str) -> int:
+        """How many ways of asking for ``path`` have an answer kept."""
+        kept = self._kept.get(path)
+        return len(kept[1]) if kept is not None else 0
+
+    def get(self, path: str, way: tuple[str, ...], feed: Feed) -> Answer | None:
+        """The answer kept for ``way`` of asking for ``path`` while the feed is ``feed``."""
+        kept = self._kept.get(path)
+        if kept is None or (kept[0] is not feed and kept[0] != feed):
+            return None
+        return kept[1].get(way)
+
+    def ask(
+        self,
+        app: WsgiApp,
+        env: dict[str, Any],
+        start_response: StartResponse,
+        way: tuple[str, ...],
+        feed: Feed | None = None,
+    ) -> Iterable[bytes]:
+        """The app's answer to the request, kept for ``way`` when it holds for every request
+        asked alike: a 200 or 304 with its body in memory, from the feed the resource served
+        (:data:`SERVED`), or ``feed`` when the caller gave the app that version to answer."""
+        got: list[Any] = []
+
+        def keep(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            got[:] = [status, headers]
+            return start_response(status, headers, exc_info)
+
+        body = app(env, keep)
+        served = feed if feed is not None else env.get(SERVED)
+        logged = env.get(access.LOGGED)
+        if (
+            served is not None
+            and got
+            and got[0][:3] in ("200", "304")
+            and logged is not None
+            and isinstance(body, list)
+            and all(isinstance(part, bytes) for part in body)
+        ):
+            answer = Answer(
+                served,
+                got[0],
+                [(k, v) for k, v in got[1] if k.lower() not in _OWN_HEADERS],
+                b"".join(body),
+                logged[0],
+                logged[1],
+            )
+            self._keep(env["PATH_INFO"], way, answer)
+        return body
+
+    def _keep(self, path: str, way: tuple[str, ...], answer: Answer) -> None:
+        kept = self._kept.get(path)
+        if kept is None or kept[0] != answer.feed:
+            if kept is None and len(self._kept) >= MAX_DOCUMENTS:
+                self._kept.clear()
+            self._kept[path] = (answer.feed, {way: answer})
+        elif len(kept[1]) < MAX_VARIANTS:
+            kept[1][way] = answer
+
+    def again(
+        self, known: Answer, env: dict[str, Any], start_response: StartResponse
+    ) -> list[bytes]:
+        """``known`` once more, with this request's own ``Date``, request id and access line."""
+        rid = access.request_id(env)
+        start_response(
+            known.status,
+            [*known.headers, ("Date", self.date()), (access.REQUEST_ID_HEADER, rid)],
+        )
+        seconds = time.perf_counter() - (env.get(access.STARTED) or time.perf_counter())
+        token = logs.request_id.set(rid)
+        try:
+            access.answered(
+                env["REQUEST_METHOD"],
+                env["PATH_INFO"],
+                int(known.status[:3]),
+                {**known.fields, "duration_ms": round(seconds * 1000, 3)},
+                known.document,
+                seconds,
+            )
+        finally:
+            logs.request_id.reset(token)
+        return [known.body]
