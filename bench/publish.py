@@ -205,7 +205,7 @@ def baseline_ini(workdir: Path) -> Path:
     """The project's uwsgi.ini with only the ``module`` line pointing at the baseline app."""
     source = (ROOT / "uwsgi.ini").read_text()
     swapped, count = re.subn(
-        r"(?m)^module\s*=\s*simplefeed\.wsgi:application\s*$",
+        r"(?m)^module\s*=\s*simplefeed\.runtime\.wsgi:application\s*$",
         "module = bench._publish_baseline:application",
         source,
     )

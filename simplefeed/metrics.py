@@ -27,6 +27,7 @@ from prometheus_client import (
     Counter,
     Histogram,
     generate_latest,
+    values,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
@@ -41,6 +42,19 @@ MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: uWSGI's master: it removes the directory when it exits).
 RUN_DIRECTORY_PREFIX = "simplefeed-metrics-"
 RUN_OWNER = "serve.pid"
+
+
+def _pid() -> int:
+    """This process's id, as the kernel gave it at its start or fork (no system call)."""
+    return _PIDS[0]
+
+
+_PIDS = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PIDS.__setitem__(0, os.getpid()))
+if os.environ.get(MULTIPROCESS_ENV):
+    # Each value written asks which process writes it, so as to start files of its own after a
+    # fork: by default a system call per value, three per read answered.
+    values.ValueClass = values.MultiProcessValue(process_identifier=_pid)  # type: ignore[no-untyped-call]
 
 #: This process's metrics (not prometheus_client's global registry: apps made in one test
 #: process share these, and nothing else registers here).

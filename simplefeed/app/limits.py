@@ -6,7 +6,6 @@ ones); the app answers heads over these bounds with a JSON 414 or 431.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,10 +19,6 @@ MAX_HEADER_BYTES = 16384
 MAX_HEADER_FIELDS = 100
 
 
-#: Whether an environ key is a header field's.
-_is_field = operator.methodcaller("startswith", "HTTP_")
-
-
 def head_problem(env: Mapping[str, Any]) -> falcon.HTTPError | None:
     """The error a request's head earns (414 for the target, 431 for the header fields), or
     None if it is within bounds."""
@@ -32,10 +27,8 @@ def head_problem(env: Mapping[str, Any]) -> falcon.HTTPError | None:
         return falcon.HTTPUriTooLong(
             description=f"the request target is over {MAX_TARGET_BYTES} bytes"
         )
-    # filter and map iterate in C: a comprehension cost 15 % of a /recent 304 answered again.
-    names = list(filter(_is_field, env))
-    size = sum(map(len, names)) + sum(map(len, map(env.__getitem__, names)))
-    if size > MAX_HEADER_BYTES or len(names) > MAX_HEADER_FIELDS:
+    fields = [len(k) + len(v) for k, v in env.items() if k.startswith("HTTP_")]
+    if sum(fields) > MAX_HEADER_BYTES or len(fields) > MAX_HEADER_FIELDS:
         return falcon.HTTPRequestHeaderFieldsTooLarge(
             description=f"the header fields are over {MAX_HEADER_BYTES} bytes in all,"
             f" or more than {MAX_HEADER_FIELDS}"
