@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 from simplefeed.errors import ConfigError
-from simplefeed.rules.uris import BAD_PERCENT
+from simplefeed.model import BAD_PERCENT
 
 #: Feed names appear in URLs and in archive paths, so they are restricted to a safe alphabet.
 FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}\Z")
@@ -100,7 +100,7 @@ class Limits:
     #: UTF-8 bytes of a producer's entry id. entries.entry_id is VARCHAR(1024) and sits in a
     #: unique index with the feed's id: 1,024 bytes keep the index row far under PostgreSQL's
     #: btree limit (about 2,700 bytes), on every backend alike. Ids are ASCII URIs in canonical
-    #: form (simplefeed.rules.uris), so bytes and characters count the same.
+    #: form (simplefeed.door.uris), so bytes and characters count the same.
     max_id_bytes: int = 1024
 
 

@@ -168,7 +168,7 @@ CORPUS: list[Event | list[Event]] = [
         {"title": "Explicit tag id", "id": "tag:example.com,2027:event/1"},
         {"title": "Explicit http id", "id": "http://example.com/events/1?x=1&y=2#frag"},
         {"title": "Explicit uuid id", "id": "urn:uuid:6f1c2a4e-1d2b-4c3d-9e8f-0a1b2c3d4e5f"},
-        # Ids are URIs in canonical form: an IRI arrives percent-encoded (simplefeed.rules.uris).
+        # Ids are URIs in canonical form: an IRI arrives percent-encoded (simplefeed.door.uris).
         {"title": "Explicit IRI id", "id": "https://example.com/%C3%A9v%C3%A9nement/%C3%BC"},
     ],
     [

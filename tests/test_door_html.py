@@ -328,16 +328,17 @@ def test_the_html_reading_of_xhtml_is_what_feedparser_passes_on() -> None:
     import feedparser
     from lxml import etree
 
-    from simplefeed import atom
+    from simplefeed.door.xml import html_reading
+    from simplefeed.model import XHTML_NS
 
     xhtml = "<p title='&quot;x&quot;'>a<br/><span/>b &amp; &lt;<em>c</em>e</p>"
-    div = etree.fromstring(f'<div xmlns="{atom.XHTML_NS}">{xhtml}</div>')
+    div = etree.fromstring(f'<div xmlns="{XHTML_NS}">{xhtml}</div>')
     feed = (
         '<feed xmlns="http://www.w3.org/2005/Atom"><entry><content type="xhtml">'
         f"{etree.tostring(div, encoding='unicode')}</content></entry></feed>"
     )
     passed_on = feedparser.parse(feed, sanitize_html=False).entries[0].content[0].value
-    tokens, text = atom.html_reading(div)
+    tokens, text = html_reading(div)
     assert markup._tree(tokens) == markup._tree(markup._tokens(text)[0])
     assert markup._tree(tokens) == markup._tree(markup._tokens(passed_on)[0])
 

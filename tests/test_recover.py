@@ -29,9 +29,8 @@ from bench.servers import UwsgiServer, sqlite_backup
 from simplefeed import archive, atom, codings
 from simplefeed.app import create_app
 from simplefeed.errors import ArchiveAhead, FeedNotFound
-from simplefeed.model import Entry, Event, Feed, rfc3339
-from simplefeed.rules import paging
-from simplefeed.service import Simplefeed, recovery
+from simplefeed.model import Entry, Event, Feed, Link, content_mode, locator_segment, rfc3339
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock, PostgresDatabases
 from tests.test_atom import _batches
@@ -116,7 +115,7 @@ def trial(
 def as_pages_show_it(entry: Entry, locator_base: str) -> Event:
     """The event as a page shows it (simplefeed.service.recovery's rules): what recovery stores."""
     event = entry.event
-    mode = atom.content_mode(event.content_type)
+    mode = content_mode(event.content_type)
     content_type = event.content_type
     if not event.content or mode == "text":
         content_type = None
@@ -126,7 +125,7 @@ def as_pages_show_it(entry: Entry, locator_base: str) -> Event:
     if summary == event.title and (not event.content or mode == "base64"):
         summary = None
     links = event.links
-    locator = atom.Link(href=locator_base + paging.locator_segment(entry.id))
+    locator = Link(href=locator_base + locator_segment(entry.id))
     if not event.content and links and links[-1] == locator:
         links = links[:-1]
     content = event.content
@@ -184,7 +183,7 @@ def test_recover_takes_back_every_page_and_the_feed_goes_on(
             assert after.event == before.event  # the database's own, untouched
             continue
         expected = as_pages_show_it(before, locator_base)
-        if atom.content_mode(before.event.content_type) in ("xml", "xhtml"):
+        if content_mode(before.event.content_type) in ("xml", "xhtml"):
             # The XML text as lxml writes it (the same infoset): it renders alike.
             expected = replace(expected, content=after.event.content)
             assert atom.entry_parts(after, locator_base) == atom.entry_parts(before, locator_base)
@@ -540,7 +539,7 @@ def test_recovered_pages_render_alike_for_generated_entries() -> None:
         )
         base = "http://feeds.example.test/entries/"
         body = atom.render(document(feed, written, base))
-        read = recovery.page_entries(body, base)
+        read = atom.page_entries(body, base)
         assert atom.render(document(feed, tuple(read), base)) == body
 
     check()

@@ -30,12 +30,19 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from simplefeed import atom
-from simplefeed.door import markup
+from simplefeed.door import markup, uris
 from simplefeed.door.languages import PRIMARY_LANGUAGES
+from simplefeed.door.xml import check_inline_xml
 from simplefeed.errors import InvalidEvent, MalformedRequest, PayloadTooLarge
-from simplefeed.model import Author, Category, Event, Link, datetime_to_us, text_problem
-from simplefeed.rules import uris
+from simplefeed.model import (
+    Author,
+    Category,
+    Event,
+    Link,
+    content_mode,
+    datetime_to_us,
+    text_problem,
+)
 from simplefeed.settings import Limits
 
 #: An IRI (RFC 3987), checked loosely: a scheme, then no spaces, controls or delimiters that
@@ -554,7 +561,7 @@ UPDATED_RANGE = "the accepted range, 1970-01-01T00:00:00Z to 5 minutes after the
 
 def _entry_id(c: _Checker, value: str | None, max_bytes: int) -> str | None:
     """A producer's entry id: at most ``max_bytes`` of UTF-8, a URI in canonical form of one
-    of :data:`simplefeed.rules.uris.ID_SCHEMES` (see :mod:`simplefeed.rules.uris`)."""
+    of :data:`simplefeed.door.uris.ID_SCHEMES` (see :mod:`simplefeed.door.uris`)."""
     if value is None:
         return None
     c.text("id", value)
@@ -619,7 +626,7 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
         # It would be written as no content at all (an empty <content/> is "blank" to the W3C
         # validator) and read back as absent.
         raise c.fail("content", "must not be empty (leave it out for an entry without content)")
-    mode = atom.content_mode(
+    mode = content_mode(
         content_type if content_type else (None if isinstance(raw, str) else "application/json")
     )
     if mode in ("text", "html", "xhtml", "textual") and isinstance(raw, str) and _blank(raw):
@@ -658,7 +665,7 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
     if len(text) > limits.max_content_chars:
         raise c.fail("content", f"is longer than {limits.max_content_chars} characters")
     if mode in ("xml", "xhtml"):
-        problem = atom.check_inline_xml(text, xhtml=mode == "xhtml")
+        problem = check_inline_xml(text, xhtml=mode == "xhtml")
         if problem:
             raise c.fail("content", f"is not usable as inline XML: {problem}")
     elif mode == "html":

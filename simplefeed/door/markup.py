@@ -611,7 +611,7 @@ def html_problem(text: str) -> str | None:
 
 def written_tree_problem(tokens: list[Token], text: str) -> str | None:
     """Why ``text``, HTML written from a tree as ``tokens`` (XHTML content as feed readers pass
-    it on: :func:`simplefeed.atom.html_reading`), is read as another tree or with an error by
+    it on: :func:`simplefeed.door.xml.html_reading`), is read as another tree or with an error by
     HTML's parser, or None. The tags and attributes are the tree's, checked there."""
     if "\r" in text:  # (only &#13; makes one in XML, as in HTML, which refuses it)
         return "holds a carriage return (&#13;), which HTML reads as a line feed"

@@ -7,9 +7,7 @@ a page freezes the moment it holds ``size`` entries, so the working page may be 
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
-from simplefeed.model import Document, DocumentKind, Entry, Feed
+from simplefeed.model import Document, DocumentKind, Entry, Feed, locator_segment
 
 
 def page_of(seq: int, size: int) -> int:
@@ -52,12 +50,6 @@ class Urls:
     def entry(self, entry_id: str) -> str:
         """The entry locator: redirects to the page that holds the entry."""
         return self.locator_base + locator_segment(entry_id)
-
-
-def locator_segment(entry_id: str) -> str:
-    """An entry id as one path segment: UTF-8, every byte but RFC 3986's unreserved ones
-    percent-encoded (so ``/``, ``?``, ``#`` and ``%`` in ids survive)."""
-    return quote(entry_id, safe="")
 
 
 def links(urls: Urls, kind: DocumentKind, number: int) -> tuple[tuple[str, str], ...]:

@@ -277,8 +277,8 @@ class Maintenance:
         not_there = f"the database does not have the feed, and {path}"
         files = self._page_files(name, 1, 2)
         try:
-            head = recovery.feed_head(files[0].bodies[0])
-        except recovery.PageUnreadable as exc:
+            head = atom.feed_head(files[0].bodies[0])
+        except atom.PageUnreadable as exc:
             return f"{not_there} {exc}"
         feed = Feed(0, name, head.uuid, head.title, head.page_size, head.created_us, 0, None, 0)
         elsewhere = self._written_elsewhere(name, files[0])
