@@ -26,6 +26,7 @@ import click
 
 from simplefeed.errors import SimplefeedError
 from simplefeed.lines import one_line
+from simplefeed.runtime import load_settings
 from simplefeed.settings import (
     MAX_PAGE_SIZE,
     MAX_PROCESSES,
@@ -44,7 +45,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _settings() -> Settings:
-    settings = Settings.from_env()
+    settings = load_settings()
     for warning in misspelt_variables():
         click.echo(f"simplefeed: warning: {warning}", err=True)
     return settings
@@ -122,7 +123,12 @@ def config_command(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(shown, indent=2))
         return
+    from simplefeed.store import database_file
+
     notes = settings.notes()
+    path = database_file(settings.database_url)
+    if path is not None:
+        notes["SIMPLEFEED_DATABASE_URL"] = f"file {path}"
     width = max(map(len, shown))
     for name, value in shown.items():
         note = f"  ({notes[name]})" if name in notes else ""
@@ -573,7 +579,7 @@ def archive_rebuild(feed_name: str | None) -> None:
 def _archive_and_database(doing: str, relation: str, settings: Settings) -> str:
     """The first line of ``archive rebuild`` and ``verify``: which directory and database, in
     absolute terms (a cron job run from another directory checked another archive)."""
-    from simplefeed.settings import database_shown
+    from simplefeed.store import database_shown
 
     return (
         f"{doing} archive {settings.archive_dir} {relation} database"
@@ -603,7 +609,7 @@ def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
     problem = base_url_problem(new_base_url)
     if problem is not None:
         raise click.BadParameter(f"{new_base_url!r} {problem}", param_hint="NEW_BASE_URL")
-    settings = Settings.from_env({**os.environ, "SIMPLEFEED_BASE_URL": new_base_url})
+    settings = load_settings({**os.environ, "SIMPLEFEED_BASE_URL": new_base_url})
     check_ready(settings.database_url)
     core = Simplefeed(settings)
     try:

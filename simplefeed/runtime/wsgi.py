@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 from simplefeed import logs, metrics
 from simplefeed.app import StartResponse, WsgiApp, create_app, requests_only
 from simplefeed.errors import ConfigError, DatabaseNotReady, StoreError
+from simplefeed.runtime import load_settings
 from simplefeed.service import Simplefeed
 from simplefeed.service.changes import Bell, NodeBell
 from simplefeed.settings import (
@@ -61,7 +62,7 @@ def refuse_to_start(reason: object) -> NoReturn:
 
 
 try:
-    settings = Settings.from_env()
+    settings = load_settings()
 except ConfigError as exc:
     logs.configure(Settings.log_level)
     refuse_to_start(exc)

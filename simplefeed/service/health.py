@@ -22,7 +22,7 @@ from simplefeed.rules import feeds as rules
 from simplefeed.service.chain import Chain
 from simplefeed.service.clock import Clock
 from simplefeed.service.pages import Pages
-from simplefeed.settings import FEED_NAME_RE, Settings, sqlite_path
+from simplefeed.settings import FEED_NAME_RE, Settings
 from simplefeed.store import Store
 
 __all__ = ["WARNING_INTERVAL_US", "Health", "HealthReport", "free_bytes"]
@@ -104,7 +104,7 @@ class Health:
     def space_problems(self) -> list[str]:
         """The directories a publish writes in with less free space than the settings ask."""
         directories = [self.settings.archive_dir]
-        database = sqlite_path(self.settings.database_url)
+        database = self.store.database_file
         if database is not None:
             directories.insert(0, database.parent)
         found = []

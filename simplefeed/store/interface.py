@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from simplefeed.model import Entry, Feed, FrozenPage, PendingEntry, StoredEntry, TokenRecord
@@ -103,6 +104,8 @@ class Store(ABC):
     #: Whether :meth:`watch` looks for commits at intervals, so that a commit announced by a
     #: process of the node makes it look sooner (else it is told of each commit).
     watch_polls: bool = False
+    #: The database's file on this machine, if it is one: /healthz watches its free space.
+    database_file: Path | None = None
 
     # -- feeds ---------------------------------------------------------------------------
 

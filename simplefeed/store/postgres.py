@@ -322,13 +322,30 @@ class _PostgresAppending(sql.SqlAppending):
             cursor.execute(_COMMIT, prepare=False)
 
 
+sql.translate_driver_errors(psycopg.Error)
+
+
 class PostgresStore(sql.SqlStore):
     """:class:`~simplefeed.store.interface.Store` on a PostgreSQL database."""
 
     backend = "postgresql"
+    title = "PostgreSQL"
+    url_form = "postgresql+psycopg://..."
     one_round_trip = True
     # No transaction left open between statements: each read sees the latest commit.
     autocommit_direct = True
+
+    @staticmethod
+    def takes(url: str) -> bool:
+        return sql.url_scheme(url) in ("postgresql", "postgres")
+
+    @staticmethod
+    def url_problem(url: str) -> str | None:
+        if sql.url_scheme(url) == "postgres":
+            return (
+                "uses the scheme postgres://, which SQLAlchemy does not know: write postgresql://"
+            )
+        return None
 
     def __init__(self, url: str) -> None:
         if not psycopg.Pipeline.is_supported():
