@@ -379,7 +379,9 @@ class Located:
 
 
 @dataclass(frozen=True)
-class FrozenPage:
+class ArchivedPage:
+    """A page archived for good: its bytes as rendered once, its ETag, and when it was archived."""
+
     feed_id: int
     number: int
     body: bytes

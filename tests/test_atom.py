@@ -515,7 +515,7 @@ def test_json_text_keeps_the_value_and_reads_as_no_markup() -> None:
 # -- determinism ----------------------------------------------------------------------------------
 
 
-def test_frozen_pages_rerender_byte_identical(
+def test_archived_pages_rerender_byte_identical(
     core: Simplefeed, client: falcon.testing.TestClient, clock: FakeClock
 ) -> None:
     publish_corpus(client, clock)

@@ -402,7 +402,7 @@ def _marks(columns: str) -> str:
     return ", ".join(f":{name}" for name in columns.split(", "))
 
 
-def test_base_url_problem_only_for_frozen_pages_with_another_base() -> None:
+def test_base_url_problem_only_for_archived_pages_with_another_base() -> None:
     def feed(head_seq: int, base_url: str | None) -> Feed:
         return Feed(1, "orders", "u", "orders", 5, 0, head_seq, None, 0, base_url=base_url)
 
@@ -465,7 +465,7 @@ def test_no_page_freezes_with_another_base_url_than_the_pages_before(
     assert core.page(core.feed("events"), 2).body.count(BASE.encode()) > 0
 
 
-def test_archive_rebase_renders_every_frozen_page_with_the_new_base_url(
+def test_archive_rebase_renders_every_archived_page_with_the_new_base_url(
     core: Simplefeed, clock: FakeClock, tmp_path: Path
 ) -> None:
     new = "https://feeds.new.test/sf"

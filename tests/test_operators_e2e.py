@@ -116,7 +116,7 @@ def uwsgi_until_it_stops(ini: Path, env: dict[str, str]) -> tuple[int, str]:
     return uwsgi.returncode, stderr
 
 
-def test_start_refuses_a_base_url_other_than_the_frozen_pages(tmp_path: Path) -> None:
+def test_start_refuses_a_base_url_other_than_the_archived_pages(tmp_path: Path) -> None:
     """The issue's trap: served with `--port` alone, pages froze with links to that port;
     started on another port, the service refuses (serve, db upgrade, uWSGI itself) instead of
     mixing links, and starts again with the pages' base URL."""

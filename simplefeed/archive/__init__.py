@@ -34,7 +34,7 @@ from lxml import etree
 
 from simplefeed import codings
 from simplefeed.errors import ArchiveUnreadable
-from simplefeed.model import ATOM_NS, FrozenPage
+from simplefeed.model import ATOM_NS, ArchivedPage
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def strong_etag(body: bytes) -> str:
     return '"' + hashlib.sha256(body).hexdigest() + '"'
 
 
-def page_sha256(page: FrozenPage) -> str:
+def page_sha256(page: ArchivedPage) -> str:
     """The lowercase hex SHA-256 of a frozen page's bytes: its ETag's, unless the page was
     frozen when ETags held half of it."""
     etag = page.etag.strip('"')
@@ -185,7 +185,7 @@ def entry_ids(page: bytes) -> list[str]:
     return [str(text) for text in found] if isinstance(found, list) else []
 
 
-def file_matches(path: Path, page: FrozenPage) -> bool:
+def file_matches(path: Path, page: ArchivedPage) -> bool:
     try:
         return path.read_bytes() == page.body
     except FileNotFoundError:
@@ -218,7 +218,7 @@ def empty_archive_problem(archive_dir: Path, holds: bool, frozen: int) -> str | 
     )
 
 
-def page_problems(path: Path, page: FrozenPage) -> list[str]:
+def page_problems(path: Path, page: ArchivedPage) -> list[str]:
     """How a frozen page disagrees with itself (its ETag and its bytes) or with its static
     file: the file missing or holding other bytes."""
     problems: list[str] = []
@@ -279,7 +279,7 @@ def read_with_copies(path: Path) -> tuple[tuple[bytes, ...], int] | None:
     return tuple(bodies), mtime_us
 
 
-def chain_problem(before: FrozenPage, after: FrozenPage, given: str | None) -> str | None:
+def chain_problem(before: ArchivedPage, after: ArchivedPage, given: str | None) -> str | None:
     """Whether ``after``'s prev-archive digest (``given``, its ``sf:sha256``) is the SHA-256
     of ``before``, the page before it. Pages frozen before digests were given carry none."""
     actual = hashlib.sha256(before.body).hexdigest()
@@ -362,7 +362,7 @@ def remove_stale_temp_files(directory: Path, now: float | None = None) -> list[P
     return removed
 
 
-def ensure_files(path: Path, page: FrozenPage) -> list[Path]:
+def ensure_files(path: Path, page: ArchivedPage) -> list[Path]:
     """Write the page's file and copies that are not already there with the right bytes; the
     paths written."""
     written: list[Path] = []

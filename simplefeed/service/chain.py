@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 
 from simplefeed import archive, atom
 from simplefeed.errors import StoreError
-from simplefeed.model import Document, DocumentKind, Entry, Feed, FrozenPage
+from simplefeed.model import ArchivedPage, Document, DocumentKind, Entry, Feed
 from simplefeed.rules import paging
 from simplefeed.settings import Settings
 from simplefeed.store import Store
@@ -14,7 +14,7 @@ from simplefeed.store import Store
 __all__ = ["Chain", "ReadPage"]
 
 #: Reads archived page N of a feed, or None if there is none.
-ReadPage = Callable[[int], FrozenPage | None]
+ReadPage = Callable[[int], ArchivedPage | None]
 
 
 class Chain:
@@ -91,7 +91,7 @@ class Chain:
         self._self_hrefs[feed.id] = (number, href)
         return href
 
-    def archived(self, feed: Feed, page: FrozenPage) -> None:
+    def archived(self, feed: Feed, page: ArchivedPage) -> None:
         """Remember ``page`` as the feed's newest archived page, once it is committed."""
         self._digests[feed.id] = (page.number, archive.page_sha256(page))
         self._self_hrefs[feed.id] = (page.number, self.urls(feed.name).page(page.number))

@@ -8,11 +8,11 @@ from pathlib import Path
 from simplefeed import archive
 from simplefeed.model import (
     Appended,
+    ArchivedPage,
     DocumentKind,
     Entry,
     Event,
     Feed,
-    FrozenPage,
     Located,
     TokenRecord,
 )
@@ -208,7 +208,7 @@ class Simplefeed:
         """The bytes of a live document if this process rendered this version."""
         return self._reading.cached_body(live)
 
-    def page(self, feed: Feed, number: int) -> FrozenPage:
+    def page(self, feed: Feed, number: int) -> ArchivedPage:
         """Archived page ``number`` of the feed."""
         return self._reading.page(feed, number)
 
@@ -226,7 +226,7 @@ class Simplefeed:
         """Where page ``number`` of the feed lives in the archive."""
         return self._pages.path(feed_name, number)
 
-    def restore_page_file(self, feed_name: str, page: FrozenPage) -> None:
+    def restore_page_file(self, feed_name: str, page: ArchivedPage) -> None:
         """Write a page's file again from the database, because it was found damaged."""
         self._pages.restore(feed_name, page)
 

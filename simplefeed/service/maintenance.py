@@ -8,7 +8,7 @@ from pathlib import Path
 
 from simplefeed import archive, atom
 from simplefeed.errors import ArchiveUnreadable, FeedNotFound, StoreError
-from simplefeed.model import Entry, Feed, FrozenPage, PendingEntry
+from simplefeed.model import ArchivedPage, Entry, Feed, PendingEntry
 from simplefeed.rules import feeds as rules
 from simplefeed.rules import paging
 from simplefeed.service import recovery
@@ -160,7 +160,7 @@ class Maintenance:
         """How many of the feed's pages were checked, and what differs."""
         checked = 0
         problems: list[str] = []
-        before: FrozenPage | None = None
+        before: ArchivedPage | None = None
         for page in self.store.iter_pages(feed.id):
             checked += 1
             problems += archive.page_problems(self.pages.path(feed.name, page.number), page)
@@ -217,7 +217,7 @@ class Maintenance:
                     first, last = paging.seq_range(number, feed.page_size)
                     entries = tuple(rebasing.entries_between(first, last))
                     body = self.chain.render(feed, "archive", number, entries, prev)
-                    page = FrozenPage(feed.id, number, body, archive.strong_etag(body), now)
+                    page = ArchivedPage(feed.id, number, body, archive.strong_etag(body), now)
                     old = rebasing.page(number)
                     if old is None or old.body != body:
                         changed += 1
@@ -376,7 +376,7 @@ class Maintenance:
 
     def _recover_batch(
         self, feed_name: str, files: list[recovery.PageFile]
-    ) -> tuple[list[FrozenPage], int, str | None]:
+    ) -> tuple[list[ArchivedPage], int, str | None]:
         """Take back what can be of the first :data:`RECOVERY_BATCH` files, in one transaction.
 
         The file after them, if given, vouches for the last. Returns the pages stored, how many
@@ -403,7 +403,7 @@ class Maintenance:
                 following=after[0] if after else None,
             )
             pages = [
-                FrozenPage(feed.id, file.number, body, archive.strong_etag(body), file.mtime_us)
+                ArchivedPage(feed.id, file.number, body, archive.strong_etag(body), file.mtime_us)
                 for file, body in found.pages
             ]
             new = [(e, _pending(e)) for e in found.entries if e.seq > feed.head_seq]

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from simplefeed import archive
-from simplefeed.model import FrozenPage
+from simplefeed.model import ArchivedPage
 from simplefeed.settings import Settings
 from simplefeed.store import Store
 
@@ -40,7 +40,7 @@ class Pages:
             self.settings.archive_dir, feed_name, self.settings.default_feed, number
         )
 
-    def write(self, feed_name: str, page: FrozenPage) -> bool:
+    def write(self, feed_name: str, page: ArchivedPage) -> bool:
         """Write the page's file and copies; whether they are written.
 
         A file holding another page, of other entries, is kept and said. Readers and caches may
@@ -64,12 +64,12 @@ class Pages:
         self._unwritten.pop(key, None)
         return True
 
-    def write_if_missing(self, feed_name: str, page: FrozenPage) -> None:
+    def write_if_missing(self, feed_name: str, page: ArchivedPage) -> None:
         """Write the page's file if it is not there."""
         if not self.path(feed_name, page.number).exists():
             self.write(feed_name, page)
 
-    def restore(self, feed_name: str, page: FrozenPage) -> None:
+    def restore(self, feed_name: str, page: ArchivedPage) -> None:
         """Write the page's file again from the database, because it was found damaged."""
         if self.write(feed_name, page):
             log.warning(
@@ -77,7 +77,7 @@ class Pages:
             )
 
     def ensure(
-        self, feed_name: str, pages: Iterable[FrozenPage]
+        self, feed_name: str, pages: Iterable[ArchivedPage]
     ) -> tuple[int, list[Path], list[str]]:
         """Write each page file and copy that is missing or holds other bytes.
 

@@ -15,7 +15,7 @@ from simplefeed.errors import (
     StorageLow,
     StoreError,
 )
-from simplefeed.model import Appended, Event, Feed, FrozenPage, PendingEntry
+from simplefeed.model import Appended, ArchivedPage, Event, Feed, PendingEntry
 from simplefeed.rules import appending, auth, paging
 from simplefeed.rules import feeds as rules
 from simplefeed.service.chain import Chain
@@ -125,14 +125,14 @@ class Publishing:
         decision: appending.Decision,
         now: int,
         parts: Mapping[str, atom.EntryParts],
-    ) -> list[FrozenPage]:
+    ) -> list[ArchivedPage]:
         """Render every page the append fills, for the append to store (under the lock)."""
         if not decision.full_pages:
             return []
         self._check_links(append)
         # Each page records the digest of the one before it: the first from the store, then
         # each from the page archived just before it, in memory.
-        pages: list[FrozenPage] = []
+        pages: list[ArchivedPage] = []
         for number in decision.full_pages:
             prev = (
                 archive.page_sha256(pages[-1])
@@ -164,7 +164,7 @@ class Publishing:
         decision: appending.Decision,
         parts: Mapping[str, atom.EntryParts],
         prev_sha256: str | None,
-    ) -> FrozenPage:
+    ) -> ArchivedPage:
         """Render page ``number``, which the append fills.
 
         The entries appended now are rendered from memory, from ``parts`` where prepared. Only
@@ -179,10 +179,10 @@ class Publishing:
         if first <= feed.head_seq:
             entries += append.entries_between(first, feed.head_seq)
         body = self.chain.render(feed, "archive", number, tuple(entries), prev_sha256, ready)
-        return FrozenPage(feed.id, number, body, archive.strong_etag(body), now_us)
+        return ArchivedPage(feed.id, number, body, archive.strong_etag(body), now_us)
 
     def _committed(
-        self, feed: Feed, decision: appending.Decision, pages: Sequence[FrozenPage]
+        self, feed: Feed, decision: appending.Decision, pages: Sequence[ArchivedPage]
     ) -> None:
         """What follows an append's commit: the pages' files, then the waiting consumers."""
         if pages:

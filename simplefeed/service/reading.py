@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from simplefeed import atom
 from simplefeed.errors import EntryNotFound, PageNotFound
 from simplefeed.locks import Striped
-from simplefeed.model import DocumentKind, Entry, Feed, FrozenPage, Located
+from simplefeed.model import ArchivedPage, DocumentKind, Entry, Feed, Located
 from simplefeed.rules import paging
 from simplefeed.service.chain import Chain
 from simplefeed.service.pages import Pages
@@ -87,7 +87,7 @@ class Reading:
             self._bodies[(live.feed.id, live.kind)] = (live.etag, body)
         return body
 
-    def page(self, feed: Feed, number: int) -> FrozenPage:
+    def page(self, feed: Feed, number: int) -> ArchivedPage:
         """Archived page ``number`` of the feed; its file is written if it is missing."""
         if not 1 <= number < paging.working_page(feed.head_seq, feed.page_size):
             raise PageNotFound(feed.name, number)

@@ -40,7 +40,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DisconnectionError
 
 from simplefeed.errors import ConfigError, FeedNotFound, StoreError
-from simplefeed.model import Entry, Feed, FrozenPage, PendingEntry, StoredEntry
+from simplefeed.model import ArchivedPage, Entry, Feed, PendingEntry, StoredEntry
 from simplefeed.store import sql
 from simplefeed.store.interface import Appending, Pause, TokenCheck
 from simplefeed.store.tables import entries, feeds
@@ -293,7 +293,7 @@ class _PostgresAppending(sql.SqlAppending):
         new: Sequence[tuple[Entry, PendingEntry]],
         *,
         modified_us: int,
-        pages: Sequence[FrozenPage] = (),
+        pages: Sequence[ArchivedPage] = (),
         base_url: str | None,
     ) -> None:
         """The writes sent together and synchronised once, with the ``COMMIT``: the feed's

@@ -34,7 +34,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, SQLAl
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from simplefeed.errors import FeedExists, FeedNotFound, StoreError, StoreUnavailable
-from simplefeed.model import Entry, Event, Feed, FrozenPage, StoredEntry, TokenRecord
+from simplefeed.model import ArchivedPage, Entry, Event, Feed, StoredEntry, TokenRecord
 from simplefeed.store.interface import Appending, Rebasing, Store
 from simplefeed.store.tables import entries, feeds, pages, tokens
 
@@ -52,7 +52,7 @@ class SqlAppending(Appending):
     def entries_between(self, first: int, last: int) -> list[Entry]:
         return entries_between(self.conn, self.feed.id, first, last)
 
-    def page(self, number: int) -> FrozenPage | None:
+    def page(self, number: int) -> ArchivedPage | None:
         return page_in(self.conn, self.feed.id, number)
 
 
@@ -64,10 +64,10 @@ class SqlRebasing(Rebasing):
     def entries_between(self, first: int, last: int) -> list[Entry]:
         return entries_between(self.conn, self.feed.id, first, last)
 
-    def page(self, number: int) -> FrozenPage | None:
+    def page(self, number: int) -> ArchivedPage | None:
         return page_in(self.conn, self.feed.id, number)
 
-    def replace_page(self, page: FrozenPage) -> None:
+    def replace_page(self, page: ArchivedPage) -> None:
         self.conn.execute(
             update(pages)
             .where(pages.c.feed_id == page.feed_id, pages.c.number == page.number)
@@ -238,9 +238,9 @@ def _entry_from(row: Row[tuple[object, ...]]) -> Entry:
     )
 
 
-def _page_from(row: Row[tuple[object, ...]]) -> FrozenPage:
+def _page_from(row: Row[tuple[object, ...]]) -> ArchivedPage:
     m = row._mapping
-    return FrozenPage(
+    return ArchivedPage(
         feed_id=m["feed_id"],
         number=m["number"],
         body=bytes(m["body"]),
@@ -249,7 +249,7 @@ def _page_from(row: Row[tuple[object, ...]]) -> FrozenPage:
     )
 
 
-def page_row(page: FrozenPage, page_size: int) -> dict[str, object]:
+def page_row(page: ArchivedPage, page_size: int) -> dict[str, object]:
     """The parameters of :data:`INSERT_PAGE` for a page of a feed with ``page_size``."""
     return {
         "feed_id": page.feed_id,
@@ -290,7 +290,7 @@ def entries_between(conn: Connection, feed_id: int, first: int, last: int) -> li
     return [_entry_from(r) for r in rows]
 
 
-def page_in(conn: Connection, feed_id: int, number: int) -> FrozenPage | None:
+def page_in(conn: Connection, feed_id: int, number: int) -> ArchivedPage | None:
     row = conn.execute(_PAGE, {"feed_id": feed_id, "n": number}).first()
     return None if row is None else _page_from(row)
 
@@ -619,11 +619,11 @@ class SqlStore(Store):
         with self.read() as conn:
             return find_entries(conn, feed_id, entry_ids)
 
-    def page(self, feed_id: int, number: int) -> FrozenPage | None:
+    def page(self, feed_id: int, number: int) -> ArchivedPage | None:
         with self.read_one() as conn:
             return page_in(conn, feed_id, number)
 
-    def iter_pages(self, feed_id: int, chunk: int = 64) -> Iterator[FrozenPage]:
+    def iter_pages(self, feed_id: int, chunk: int = 64) -> Iterator[ArchivedPage]:
         """Every frozen page of a feed in order, ``chunk`` at a time: a feed of millions of
         entries has tens of thousands of pages, too many bodies to hold at once."""
         after = 0

@@ -32,7 +32,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Engine, make_url
 
 from simplefeed.errors import DatabaseNotReady, FeedNotFound, StoreUnavailable
-from simplefeed.model import STATE_FILE_APPLICATION_ID, Entry, Feed, FrozenPage, PendingEntry
+from simplefeed.model import STATE_FILE_APPLICATION_ID, ArchivedPage, Entry, Feed, PendingEntry
 from simplefeed.settings import mask_url
 from simplefeed.store import sql
 from simplefeed.store.interface import Appending, Pause
@@ -123,7 +123,7 @@ class _SQLiteAppending(sql.SqlAppending):
         new: Sequence[tuple[Entry, PendingEntry]],
         *,
         modified_us: int,
-        pages: Sequence[FrozenPage] = (),
+        pages: Sequence[ArchivedPage] = (),
         base_url: str | None,
     ) -> None:
         if not new:
