@@ -357,7 +357,8 @@ class UwsgiServer:
         still importing the app under `lazy-apps` on a busy machine is interrupted with a
         traceback, which says nothing about any request.)"""
         log = self.log().split(SHUTDOWN_MARK, 1)[0]
-        found = [line for line in log.splitlines() if re.search(r'"status":5\d\d\b', line)]
+        # A 501 answers a method the client made up (BREW): no error of the server's.
+        found = [line for line in log.splitlines() if re.search(r'"status":(?!501)5\d\d\b', line)]
         if "Traceback" in log:
             found.append("a Python traceback in the uWSGI log")
         found += re.findall(r"(?m)^DAMN ! worker \d+ .*$", log)

@@ -748,6 +748,10 @@ BAD_INPUTS = {
     "post-to-recent": Bad("POST", "/recent", 405, b'{"title": "x"}'),
     "post-to-archived-page": Bad("POST", "/pages/1", 405, b'{"title": "x"}'),
     "delete-archived-page": Bad("DELETE", "/pages/1", 405),
+    # RFC 9110 15.6.2: a method the server does not know is not implemented (it was a 400).
+    "unknown-method": Bad("BREW", "/recent", 501),
+    "unknown-method-unknown-path": Bad("BREW", "/coffee", 501),
+    "unknown-method-on-entries": Bad("BREW", "/entries", 501, b'{"title": "x"}'),
 }
 
 

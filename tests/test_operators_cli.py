@@ -721,6 +721,12 @@ def test_archive_verify_exits_3_when_the_archive_directory_cannot_be_checked(
     done = cli(core, tmp_path, "archive", "verify")  # empty
     assert could_not_check(done) == empty
     assert done.stdout.splitlines()[0].startswith(f"checking archive {root} against database ")
+    # The repository's archive/ holds a README and a .gitignore: they are no page files.
+    (root / "README.md").write_text("Archived pages land here.\n")
+    (root / ".gitignore").write_text("*\n")
+    assert could_not_check(cli(core, tmp_path, "archive", "verify")) == empty
+    (root / "README.md").unlink()
+    (root / ".gitignore").unlink()
     (root / "pages").rmdir()
     root.rmdir()
     root.write_text("not a directory")

@@ -62,8 +62,9 @@ def answered(
         metrics.read(document, status, seconds)
     if status >= 400:
         metrics.error(status)
+    # A 501 answers a method the client made up, not a fault of the server's.
     log.log(
-        logging.ERROR if status >= 500 else logging.INFO,
+        logging.ERROR if status >= 500 and status != 501 else logging.INFO,
         "%s %s %d",
         method,
         logs.clip(path, 96),

@@ -201,8 +201,15 @@ class VerifyReport:
 
 
 def holds_files(archive_dir: Path) -> bool:
-    """Whether the archive directory exists and holds any file at all."""
-    return archive_dir.is_dir() and any(p.is_file() for p in archive_dir.rglob("*"))
+    """Whether the archive directory holds a file besides the two the repository keeps there."""
+    return archive_dir.is_dir() and any(
+        p.is_file() and not (p.parent == archive_dir and p.name in _REPOSITORY_FILES)
+        for p in archive_dir.rglob("*")
+    )
+
+
+#: The repository's archive/ holds these, to say what lands there: they are no pages.
+_REPOSITORY_FILES = frozenset({"README.md", ".gitignore"})
 
 
 def empty_archive_problem(archive_dir: Path, holds: bool, frozen: int) -> str | None:
