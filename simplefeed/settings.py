@@ -83,6 +83,29 @@ class Limits:
     #: form (simplefeed.door.uris), so bytes and characters count the same.
     max_id_bytes: int = 1024
 
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Limits:
+        """The limits the environment sets, the defaults for the others."""
+        return cls(
+            max_body_bytes=_integer(
+                env, "SIMPLEFEED_MAX_BODY_BYTES", cls.max_body_bytes, 1, MAX_BODY_BYTES_LIMIT
+            ),
+            max_batch=_integer(env, "SIMPLEFEED_MAX_BATCH", cls.max_batch, 1),
+            max_title_chars=_integer(env, "SIMPLEFEED_MAX_TITLE_CHARS", cls.max_title_chars, 1),
+            max_summary_chars=_integer(
+                env, "SIMPLEFEED_MAX_SUMMARY_CHARS", cls.max_summary_chars, 1
+            ),
+            max_content_chars=_integer(
+                env, "SIMPLEFEED_MAX_CONTENT_CHARS", cls.max_content_chars, 1
+            ),
+            max_json_depth=_integer(
+                env, "SIMPLEFEED_MAX_JSON_DEPTH", cls.max_json_depth, 1, MAX_JSON_DEPTH_LIMIT
+            ),
+            max_categories=_integer(env, "SIMPLEFEED_MAX_CATEGORIES", cls.max_categories, 0),
+            max_links=_integer(env, "SIMPLEFEED_MAX_LINKS", cls.max_links, 0),
+            max_id_bytes=_integer(env, "SIMPLEFEED_MAX_ID_BYTES", cls.max_id_bytes, 16, 1024),
+        )
+
 
 #: The most SIMPLEFEED_MAX_JSON_DEPTH may be. Readers decode JSON content recursively: Python's
 #: json (the Simplefeed consumer's) stops near 1,000 levels less the caller's own stack, so
@@ -153,27 +176,12 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings from ``environ`` (by default the process's); :class:`ConfigError` if
+        one is wrong."""
         env = os.environ if environ is None else environ
         for name in _known_names():
             if name in env and not env[name].strip():
                 raise ConfigError(f"{name} is set but empty: unset it or give a value")
-
-        def integer(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
-            raw = env.get(name)
-            if raw is None:
-                return default
-            # Decimal ASCII digits only: Python's int() also reads "2_00" and fullwidth digits
-            # as 200, which uWSGI (it reads SIMPLEFEED_THREADS and SIMPLEFEED_PROCESSES itself)
-            # reads as 2 and 0.
-            if not _DECIMAL.fullmatch(raw.strip()):
-                raise ConfigError(f"{name} must be an integer, got {raw!r}")
-            value = int(raw)
-            if value < minimum:
-                raise ConfigError(f"{name} must be at least {minimum}, got {value}")
-            if maximum is not None and value > maximum:
-                raise ConfigError(f"{name} must be at most {maximum}, got {value}")
-            return value
-
         base_url = env.get("SIMPLEFEED_BASE_URL") or cls.base_url
         problem = base_url_problem(base_url)
         if problem is not None:
@@ -191,53 +199,26 @@ class Settings:
         metrics = (env.get("SIMPLEFEED_METRICS") or "on").lower()
         if metrics not in ("on", "off"):
             raise ConfigError(f"SIMPLEFEED_METRICS must be on or off, got {metrics!r}")
-        http_socket = env.get("SIMPLEFEED_HTTP_SOCKET")
-        if http_socket is not None:
-            socket_address(http_socket)  # checked here, used by `serve` and uWSGI's load
-        uwsgi_socket = env.get("SIMPLEFEED_UWSGI_SOCKET")
-        if uwsgi_socket is not None and _spaced(uwsgi_socket):
-            # uWSGI bound "/run/sf\nock" as /run/sf, where nginx's uwsgi_pass does not look.
-            raise ConfigError(
-                "SIMPLEFEED_UWSGI_SOCKET must be a socket's path or HOST:PORT, without spaces or"
-                f" control characters, got {uwsgi_socket!r}"
-            )
+        http_socket, uwsgi_socket = _sockets(env)
         return cls(
             database_url=database_url,
-            # Absolute from here on: every path a command prints says which directory it was
-            # (a cron job run elsewhere checked another, empty, archive).
+            # Absolute from here on, so that every path a command prints says which directory
+            # it is (a cron job run elsewhere checked another, empty, archive).
             archive_dir=Path(env.get("SIMPLEFEED_ARCHIVE_DIR") or "archive").absolute(),
             base_url=base_url.rstrip("/"),
             base_url_given=bool(env.get("SIMPLEFEED_BASE_URL")),
-            page_size=integer("SIMPLEFEED_PAGE_SIZE", cls.page_size, 1, MAX_PAGE_SIZE),
-            recent_max_age=integer(
-                "SIMPLEFEED_RECENT_MAX_AGE", cls.recent_max_age, 0, MAX_RECENT_MAX_AGE
+            page_size=_integer(env, "SIMPLEFEED_PAGE_SIZE", cls.page_size, 1, MAX_PAGE_SIZE),
+            recent_max_age=_integer(
+                env, "SIMPLEFEED_RECENT_MAX_AGE", cls.recent_max_age, 0, MAX_RECENT_MAX_AGE
             ),
-            max_wait=integer("SIMPLEFEED_MAX_WAIT", cls.max_wait, 0, MAX_WAIT_LIMIT),
+            max_wait=_integer(env, "SIMPLEFEED_MAX_WAIT", cls.max_wait, 0, MAX_WAIT_LIMIT),
             default_feed=default_feed,
             log_level=log_level,
             metrics=metrics == "on",
-            min_free_bytes=integer("SIMPLEFEED_MIN_FREE_BYTES", cls.min_free_bytes, 0),
-            processes=integer("SIMPLEFEED_PROCESSES", cls.processes, 1, MAX_PROCESSES),
-            threads=integer("SIMPLEFEED_THREADS", cls.threads, 1, MAX_THREADS),
-            limits=Limits(
-                max_body_bytes=integer(
-                    "SIMPLEFEED_MAX_BODY_BYTES", Limits.max_body_bytes, 1, MAX_BODY_BYTES_LIMIT
-                ),
-                max_batch=integer("SIMPLEFEED_MAX_BATCH", Limits.max_batch, 1),
-                max_title_chars=integer("SIMPLEFEED_MAX_TITLE_CHARS", Limits.max_title_chars, 1),
-                max_summary_chars=integer(
-                    "SIMPLEFEED_MAX_SUMMARY_CHARS", Limits.max_summary_chars, 1
-                ),
-                max_content_chars=integer(
-                    "SIMPLEFEED_MAX_CONTENT_CHARS", Limits.max_content_chars, 1
-                ),
-                max_json_depth=integer(
-                    "SIMPLEFEED_MAX_JSON_DEPTH", Limits.max_json_depth, 1, MAX_JSON_DEPTH_LIMIT
-                ),
-                max_categories=integer("SIMPLEFEED_MAX_CATEGORIES", Limits.max_categories, 0),
-                max_links=integer("SIMPLEFEED_MAX_LINKS", Limits.max_links, 0),
-                max_id_bytes=integer("SIMPLEFEED_MAX_ID_BYTES", Limits.max_id_bytes, 16, 1024),
-            ),
+            min_free_bytes=_integer(env, "SIMPLEFEED_MIN_FREE_BYTES", cls.min_free_bytes, 0),
+            processes=_integer(env, "SIMPLEFEED_PROCESSES", cls.processes, 1, MAX_PROCESSES),
+            threads=_integer(env, "SIMPLEFEED_THREADS", cls.threads, 1, MAX_THREADS),
+            limits=Limits.from_env(env),
             page_size_given="SIMPLEFEED_PAGE_SIZE" in env,
             http_socket=http_socket,
             uwsgi_socket=uwsgi_socket,
@@ -287,6 +268,40 @@ class Settings:
         if self.uwsgi_socket is None:
             notes["SIMPLEFEED_UWSGI_SOCKET"] = "unset: no uwsgi-protocol socket"
         return notes
+
+
+def _integer(
+    env: Mapping[str, str], name: str, default: int, minimum: int, maximum: int | None = None
+) -> int:
+    """The integer variable ``name`` sets, within its bounds, or ``default`` if it is unset."""
+    raw = env.get(name)
+    if raw is None:
+        return default
+    # Decimal ASCII digits only. Python's int() also reads "2_00" and fullwidth digits as 200,
+    # which uWSGI reads as 2 and 0 (it reads SIMPLEFEED_THREADS and SIMPLEFEED_PROCESSES too).
+    if not _DECIMAL.fullmatch(raw.strip()):
+        raise ConfigError(f"{name} must be an integer, got {raw!r}")
+    value = int(raw)
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}, got {value}")
+    return value
+
+
+def _sockets(env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """SIMPLEFEED_HTTP_SOCKET and SIMPLEFEED_UWSGI_SOCKET, checked."""
+    http_socket = env.get("SIMPLEFEED_HTTP_SOCKET")
+    if http_socket is not None:
+        socket_address(http_socket)  # checked here, used by `serve` and uWSGI's load
+    uwsgi_socket = env.get("SIMPLEFEED_UWSGI_SOCKET")
+    if uwsgi_socket is not None and _spaced(uwsgi_socket):
+        # uWSGI bound "/run/sf\nock" as /run/sf, where nginx's uwsgi_pass does not look.
+        raise ConfigError(
+            "SIMPLEFEED_UWSGI_SOCKET must be a socket's path or HOST:PORT, without spaces or"
+            f" control characters, got {uwsgi_socket!r}"
+        )
+    return http_socket, uwsgi_socket
 
 
 #: Variables uwsgi.ini reads besides the settings (``simplefeed serve`` sets the first from its

@@ -525,7 +525,8 @@ command._ProgressBars.__call__ = report
 if sys.argv[1] == "consumer":
     from simplefeed.client.state import StateFile
     StateFile.parked = lambda self, *a: 1 / 0
-    command.consumer_group(sys.argv[2:], prog_name="simplefeed consumer")
+    from simplefeed.client.state_commands import consumer_group
+    consumer_group(sys.argv[2:], prog_name="simplefeed consumer")
 command.consume(sys.argv[1:], prog_name="simplefeed consume")
 """
 

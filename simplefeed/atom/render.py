@@ -248,34 +248,7 @@ def entry_parts(entry: WritableEntry, locator_base: str) -> EntryParts:
         if author.uri:
             out += ("<uri>", _text(author.uri), "</uri>")
         out.append("</author>")
-    mode = content_mode(event.content_type)
-    text = event.content
-    summary = event.summary
-    if not text:
-        # No content element: an alternate link instead (entry_links), and the title as the
-        # summary unless the producer gave one (RFC 4287 4.1.1.1 advises textual content).
-        if summary is None:
-            summary = event.title
-    elif mode == "base64":
-        assert event.content_type is not None
-        encoded = base64.b64encode(text.encode("utf-8")).decode("ascii")
-        out += ('<content type="', _attr(event.content_type), '">', encoded, "</content>")
-        if summary is None:
-            summary = event.title  # RFC 4287 4.1.1.1: Base64 content requires a summary
-    elif mode == "json":
-        assert event.content_type is not None
-        out += ('<content type="text" sf:type="', _attr(event.content_type), '">')
-        out += (_text(json_text(text)), "</content>")
-    else:
-        kind = _attr(atom_content_type(event.content_type))
-        if mode == "xml":
-            inline = _prefixed(etree.fromstring(text, _SAFE_PARSER))
-            body = etree.tostring(inline, encoding="unicode")
-        elif mode == "xhtml":
-            body = etree.tostring(xml_fromstring(f"{_XHTML_DIV}{text}</div>"), encoding="unicode")
-        else:
-            body = _text(text)
-        out += ('<content type="', kind, '">', body, "</content>")
+    summary = _write_content(out, event)
     if summary is not None:
         out.append(f"<summary>{_text(summary)}</summary>" if summary else "<summary/>")
     for cat in event.categories:
@@ -299,6 +272,38 @@ def entry_parts(entry: WritableEntry, locator_base: str) -> EntryParts:
         out.append("/>")
     out.append("<sf:seq>")
     return head, "".join(out)
+
+
+def _write_content(out: list[str], event: Event) -> str | None:
+    """Write the event's content element, if any, and return the summary the entry carries."""
+    mode = content_mode(event.content_type)
+    text = event.content
+    summary = event.summary
+    if not text:
+        # No content element, but an alternate link instead (entry_links). The title is the
+        # summary unless the producer gave one, because RFC 4287 4.1.1.1 advises text.
+        return event.title if summary is None else summary
+    if mode == "base64":
+        assert event.content_type is not None
+        encoded = base64.b64encode(text.encode("utf-8")).decode("ascii")
+        out += ('<content type="', _attr(event.content_type), '">', encoded, "</content>")
+        # RFC 4287 4.1.1.1: Base64 content requires a summary.
+        return event.title if summary is None else summary
+    if mode == "json":
+        assert event.content_type is not None
+        out += ('<content type="text" sf:type="', _attr(event.content_type), '">')
+        out += (_text(json_text(text)), "</content>")
+        return summary
+    kind = _attr(atom_content_type(event.content_type))
+    if mode == "xml":
+        inline = _prefixed(etree.fromstring(text, _SAFE_PARSER))
+        body = etree.tostring(inline, encoding="unicode")
+    elif mode == "xhtml":
+        body = etree.tostring(xml_fromstring(f"{_XHTML_DIV}{text}</div>"), encoding="unicode")
+    else:
+        body = _text(text)
+    out += ('<content type="', kind, '">', body, "</content>")
+    return summary
 
 
 def max_entry_bytes(page_size: int) -> int:

@@ -76,7 +76,7 @@ class _Commands(click.Group):
 
     _LAZY: ClassVar[dict[str, tuple[str, str]]] = {
         "consume": ("simplefeed.client.command", "consume"),
-        "consumer": ("simplefeed.client.command", "consumer_group"),
+        "consumer": ("simplefeed.client.state_commands", "consumer_group"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
