@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import io
 import re
+import shutil
+import subprocess
+import sys
 import tokenize
 from pathlib import Path
 
-from tests.markdown import ROOT
+import pytest
+
+from bench.servers import UwsgiServer, ensure_debian_binary, simplefeed_command
+from tests.markdown import ROOT, code_blocks, doc_text
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -118,3 +124,62 @@ def test_the_measure_splits_sentences_as_the_docs_report_them() -> None:
     assert [n for text in _markdown_prose(page) for n in sentence_lengths(text)] == [4, 3]
     code = '"""A docstring of five words."""\n# One comment\n# of two lines.\nx = 1\n'
     assert [n for text in _python_prose(code) for n in sentence_lengths(text)] == [5, 5]
+
+
+@pytest.mark.e2e
+def test_the_readme_s_publish_example_runs_as_written(tmp_path: Path) -> None:
+    """The README's shell example, against `simplefeed serve` on a free port: it mints a
+    token, publishes (201) and reads the entry back from /recent."""
+    (example,) = [block for block in code_blocks(doc_text("README.md"), "sh") if "curl" in block]
+    assert "localhost:8080" in example and ".venv/bin/simplefeed" in example
+    with UwsgiServer.scratch(tmp_path, processes=1) as server:
+        script = example.replace("localhost:8080", server.base_url).replace(
+            ".venv/bin/simplefeed", simplefeed_command()[0]
+        )
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            env=server.env(),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("HTTP/1.1 201 Created"), done.stdout
+    assert "<title>order paid</title>" in done.stdout
+    assert '{"order":42,"amount":"9.99"}' in done.stdout
+
+
+@pytest.mark.e2e
+def test_the_publish_guide_s_examples_publish_as_written(tmp_path: Path) -> None:
+    """The curl, Python and JavaScript examples of docs/how-to/publish.md, against `simplefeed
+    serve`: each publishes one event, and the curl one again is a replay, because of its id."""
+    guide = doc_text("docs/how-to/publish.md")
+    (curl,) = [block for block in code_blocks(guide, "sh") if block.startswith("curl")]
+    (python,) = code_blocks(guide, "python")
+    (javascript,) = code_blocks(guide, "javascript")
+    node = ensure_debian_binary("nodejs", lambda: shutil.which("node"))
+    with UwsgiServer.scratch(tmp_path, processes=1) as server:
+        env = {**server.env(), "TOKEN": server.token, "SIMPLEFEED_TOKEN": server.token}
+        (tmp_path / "publish.mjs").write_text(
+            javascript.replace("http://localhost:8080", server.base_url)
+        )
+
+        def run(*argv: str) -> str:
+            done = subprocess.run(
+                [arg.replace("http://localhost:8080", server.base_url) for arg in argv],
+                env=env,
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        assert run("bash", "-c", curl).startswith("HTTP/1.1 201 Created")
+        assert run("bash", "-c", curl).startswith("HTTP/1.1 200 OK")  # a replay: the same id
+        assert run(sys.executable, "-c", python) == "2\n"  # the sequence number
+        assert run(node, "publish.mjs") == "3\n"
