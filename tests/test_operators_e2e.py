@@ -205,7 +205,7 @@ def uwsgi_alone_env(s: UwsgiServer, tmp_path: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("state", ["missing", "empty", "at an older schema"])
 def test_uwsgi_alone_refuses_a_database_that_serve_refuses(tmp_path: Path, state: str) -> None:
-    """`uwsgi --ini uwsgi.ini` (README: possible) against a SQLite file that is not there, has
+    """`uwsgi --ini uwsgi.ini` (docs/how-to/run.md) against a SQLite file that is not there, has
     no tables or is at an older schema started and answered every request 503 "the database
     is unavailable". It now refuses as `serve` does, in one CRITICAL line with serve's words,
     and stops with the status of a worker that could not load its app (22), not 0."""
