@@ -126,29 +126,34 @@ def test_the_measure_splits_sentences_as_the_docs_report_them() -> None:
     assert [n for text in _python_prose(code) for n in sentence_lengths(text)] == [5, 5]
 
 
+def run_example(argv: list[str], server: UwsgiServer, cwd: Path, **env: str) -> str:
+    """Run an example as a reader of the docs would, against ``server``: its URL in place of
+    localhost:8080, its settings in the environment. Its standard output, once it exited 0."""
+    done = subprocess.run(
+        [re.sub(r"(http://)?localhost:8080", server.base_url, arg) for arg in argv],
+        env={**server.env(), **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 @pytest.mark.e2e
 def test_the_readme_s_publish_example_runs_as_written(tmp_path: Path) -> None:
     """The README's shell example, against `simplefeed serve` on a free port: it mints a
     token, publishes (201) and reads the entry back from /recent."""
     (example,) = [block for block in code_blocks(doc_text("README.md"), "sh") if "curl" in block]
     assert "localhost:8080" in example and ".venv/bin/simplefeed" in example
+    script = example.replace(".venv/bin/simplefeed", simplefeed_command()[0])
     with UwsgiServer.scratch(tmp_path, processes=1) as server:
-        script = example.replace("localhost:8080", server.base_url).replace(
-            ".venv/bin/simplefeed", simplefeed_command()[0]
-        )
-        done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script],
-            env=server.env(),
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("HTTP/1.1 201 Created"), done.stdout
-    assert "<title>order paid</title>" in done.stdout
-    assert '{"order":42,"amount":"9.99"}' in done.stdout
+        shown = run_example(["bash", "-euo", "pipefail", "-c", script], server, tmp_path)
+    assert shown.startswith("HTTP/1.1 201 Created"), shown
+    assert "<title>order paid</title>" in shown
+    assert '{"order":42,"amount":"9.99"}' in shown
 
 
 @pytest.mark.e2e
@@ -161,23 +166,13 @@ def test_the_publish_guide_s_examples_publish_as_written(tmp_path: Path) -> None
     (javascript,) = code_blocks(guide, "javascript")
     node = ensure_debian_binary("nodejs", lambda: shutil.which("node"))
     with UwsgiServer.scratch(tmp_path, processes=1) as server:
-        env = {**server.env(), "TOKEN": server.token, "SIMPLEFEED_TOKEN": server.token}
         (tmp_path / "publish.mjs").write_text(
             javascript.replace("http://localhost:8080", server.base_url)
         )
 
         def run(*argv: str) -> str:
-            done = subprocess.run(
-                [arg.replace("http://localhost:8080", server.base_url) for arg in argv],
-                env=env,
-                cwd=tmp_path,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            assert done.returncode == 0, done.stderr
-            return done.stdout
+            token = server.token
+            return run_example(list(argv), server, tmp_path, TOKEN=token, SIMPLEFEED_TOKEN=token)
 
         assert run("bash", "-c", curl).startswith("HTTP/1.1 201 Created")
         assert run("bash", "-c", curl).startswith("HTTP/1.1 200 OK")  # a replay: the same id
