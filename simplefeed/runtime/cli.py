@@ -40,7 +40,7 @@ from simplefeed.settings import (
 )
 
 #: The checkout this package runs from: uwsgi.ini lives there.
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _settings() -> Settings:
