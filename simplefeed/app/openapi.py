@@ -178,7 +178,13 @@ def build() -> dict[str, Any]:
         "paths": {**_feed_paths(), **_other_paths()},
         "components": {
             "schemas": _schemas(),
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A producer token, made by simplefeed token create",
+                }
+            },
         },
     }
 

@@ -26,7 +26,7 @@ def _backends() -> Iterator[type[SqlStore]]:
     """Each backend, its module imported only when it is asked for.
 
     PostgreSQL's driver and dialect take a quarter of a second to import, so a SQLite
-    database never imports them.
+    database never imports them (docs/explanation/decisions/startup.md).
     """
     from simplefeed.store.sqlite import SQLiteStore
 

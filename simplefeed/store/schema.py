@@ -105,10 +105,10 @@ def check_ready(database_url: str) -> None:
         raise DatabaseNotReady(shown, f"is at schema {current}, not the newest ({SCHEMA_REVISION})")
 
 
-#: What to do with a database a newer release migrated (README: Upgrading).
+#: What to do with a database a newer release migrated (docs/how-to/upgrade.md).
 _NEWER_FIX = (
     "run the release that migrated it, or restore the backup made before its `db upgrade`"
-    " (README: Upgrading)"
+    " (docs/how-to/upgrade.md)"
 )
 
 
