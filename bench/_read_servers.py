@@ -224,6 +224,7 @@ def nginx(
     *,
     listen: int,
     upstream: str,
+    archive_dir: Path,
     extra_server: str = "",
     workers: str = "auto",
 ) -> Child:
@@ -238,6 +239,7 @@ def nginx(
             "SIMPLEFEED_LISTEN": f"{HOST}:{listen}",
             "SIMPLEFEED_SERVER_NAME": "localhost",
             "SIMPLEFEED_UPSTREAM": upstream,
+            "SIMPLEFEED_ARCHIVE_DIR": str(archive_dir),
         },
     )
     (prefix / "simplefeed.conf").write_text(server)

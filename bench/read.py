@@ -281,6 +281,7 @@ class Bench:
             self.workdir / f"nginx-{processes}",
             listen=nport,
             upstream=f"{HOST}:{usock}",
+            archive_dir=self.archive,
             extra_server=plain,
         )
         self.stack.callback(proxy.stop)

@@ -449,6 +449,24 @@ def archive_url_parts(url: str) -> tuple[str, str]:
     return bucket, prefix
 
 
+def static_archive_problem(given: str | None, cwd: str) -> str | None:
+    """Why uWSGI's static route (uwsgi.ini) cannot serve the archive directory, or None.
+
+    The route takes SIMPLEFEED_ARCHIVE_DIR as ``given``, or ``archive`` in ``cwd``. uWSGI
+    serves a file only when its real path starts with the path asked for. A relative path, a
+    symbolic link or a trailing slash in it would leave every archived page without an answer.
+    """
+    path = given or os.path.join(cwd, "archive")
+    real = os.path.realpath(os.path.join(cwd, path))
+    if path == real:
+        return None
+    return (
+        f"SIMPLEFEED_ARCHIVE_DIR={path} is not the archive directory's real path, so uWSGI's"
+        f" static route would serve no archived page: set it to {real}"
+        " (`simplefeed serve` does so itself)"
+    )
+
+
 #: Names taken for settings that no fuzzy match finds (or finds wrong), by what follows
 #: SIMPLEFEED_: the setting meant, or the command's option.
 ALIASES = {
