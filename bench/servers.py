@@ -420,6 +420,32 @@ class S3Server:
             aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
         ).create_bucket(Bucket=name)
 
+    def public_read(self, bucket: str, prefix: str) -> None:
+        """Let anyone read the keys under ``prefix``, as a bucket behind a CDN or nginx is."""
+        import json
+
+        import boto3
+
+        env = self.environ()
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": "*",
+                    "Action": "s3:GetObject",
+                    "Resource": f"arn:aws:s3:::{bucket}/{prefix}/*",
+                }
+            ],
+        }
+        boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=self.REGION,
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        ).put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
+
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         server = Path(sys.executable).with_name("moto_server")

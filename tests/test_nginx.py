@@ -16,7 +16,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
@@ -88,25 +88,35 @@ http {{
 
 
 class Nginx:
-    """nginx in the foreground with the shipped server block, its own prefix, pid and logs."""
+    """nginx in the foreground with a shipped server block, its own prefix, pid and logs:
+    deploy/nginx/ in front of the service at ``upstream``, or ``template`` filled with
+    ``values`` (nginx's listening address is filled in here)."""
 
-    def __init__(self, nginx: str, prefix: Path, upstream: str, archive_dir: Path) -> None:
+    def __init__(
+        self,
+        nginx: str,
+        prefix: Path,
+        upstream: str = "",
+        archive_dir: Path | None = None,
+        *,
+        template: Path = TEMPLATE,
+        values: Mapping[str, str] | None = None,
+    ) -> None:
         prefix.mkdir(parents=True)
         # The block includes uwsgi_params relative to nginx's configuration directory, as in
         # /etc/nginx: the main file lives beside copies of Debian's.
         for name in ("mime.types", "uwsgi_params"):
             shutil.copy(Path("/etc/nginx") / name, prefix / name)
         self.port = free_port()
+        if values is None:
+            values = {
+                "SIMPLEFEED_SERVER_NAME": "localhost",
+                "SIMPLEFEED_UPSTREAM": upstream,
+                "SIMPLEFEED_ARCHIVE_DIR": str(archive_dir),
+            }
+        listen = {"SIMPLEFEED_LISTEN": f"{HOST}:{self.port}"}
         (prefix / "simplefeed.conf").write_text(
-            render_template(
-                TEMPLATE.read_text(),
-                {
-                    "SIMPLEFEED_LISTEN": f"{HOST}:{self.port}",
-                    "SIMPLEFEED_SERVER_NAME": "localhost",
-                    "SIMPLEFEED_UPSTREAM": upstream,
-                    "SIMPLEFEED_ARCHIVE_DIR": str(archive_dir),
-                },
-            )
+            render_template(template.read_text(), {**values, **listen})
         )
         conf = prefix / "nginx.conf"
         conf.write_text(

@@ -12,10 +12,10 @@ When it refuses, the object is read back: the same bytes are fine, other bytes r
 :class:`PageConflict`. Every other failure of boto3 or the store becomes
 :class:`ArchiveUnavailable`, here and nowhere else.
 
-boto3 rather than obstore: boto3 is the AWS SDK, so it reads the standard variables, profiles
-and instance roles exactly as operators expect, and its errors and retries are documented.
-Both send conditional puts that moto's server and S3 honour. obstore's one interface over GCS
-and Azure would only matter for a store without an S3 API.
+The client is boto3, not obstore. boto3 is the AWS SDK, so it reads the standard variables,
+profiles and instance roles exactly as operators expect, and its errors and retries are
+documented. Both send conditional puts that moto's server and S3 honour. obstore's one
+interface over GCS and Azure would only matter for a store without an S3 API.
 """
 
 from __future__ import annotations
