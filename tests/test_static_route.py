@@ -21,7 +21,14 @@ import brotli
 import httpx
 import pytest
 
-from bench.servers import HOST, PROJECT_ROOT, UwsgiServer, clean_environ, free_port
+from bench.servers import (
+    HOST,
+    PROJECT_ROOT,
+    UwsgiServer,
+    clean_environ,
+    free_port,
+    simplefeed_command,
+)
 from simplefeed.app.resources import ATOM_CONTENT_SECURITY_POLICY
 from simplefeed.settings import static_archive_problem
 
@@ -182,15 +189,22 @@ def test_a_forged_protocol_gets_no_answer(server: UwsgiServer, request_line: byt
     assert received == b""
 
 
-def direct_uwsgi(tmp_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """uWSGI started directly with the shipped uwsgi.ini, as an operator may."""
+def direct_uwsgi(
+    tmp_path: Path, env: dict[str, str], how: str = "uwsgi"
+) -> subprocess.Popen[bytes]:
+    """uWSGI started directly with the shipped uwsgi.ini, as an operator may, or (``how``
+    "serve") by ``simplefeed serve``."""
+    if how == "serve":
+        argv = [*simplefeed_command(), "serve"]
+    else:
+        argv = [
+            str(Path(sys.executable).with_name("uwsgi")),
+            "--ini",
+            str(PROJECT_ROOT / "uwsgi.ini"),
+        ]
     with (tmp_path / "direct.log").open("ab") as log:
         return subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("uwsgi")),
-                "--ini",
-                str(PROJECT_ROOT / "uwsgi.ini"),
-            ],
+            argv,
             env={**clean_environ(), "PYTHONPATH": str(PROJECT_ROOT), **env},
             cwd=tmp_path,
             stdin=subprocess.DEVNULL,
@@ -220,7 +234,10 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def test_pages_answer_with_no_database_at_all(server: UwsgiServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["serve", "uwsgi"])
+def test_pages_answer_with_no_database_at_all(
+    server: UwsgiServer, tmp_path: Path, how: str
+) -> None:
     """A service started while its database does not answer: the static route sends every
     archived page (and its 304), and /recent is a 503."""
     port = free_port()
@@ -234,6 +251,7 @@ def test_pages_answer_with_no_database_at_all(server: UwsgiServer, tmp_path: Pat
             "SIMPLEFEED_BASE_URL": server.base_url,
             "SIMPLEFEED_PROCESSES": "1",
         },
+        how,
     )
     base = f"http://{HOST}:{port}"
     try:
