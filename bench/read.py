@@ -121,7 +121,6 @@ class Bench:
         self.rows: list[Row] = []
         self.database_url = f"sqlite:///{workdir / 'simplefeed.sqlite3'}"
         self.archive = workdir / "archive"
-        self.static = workdir / "static"
         self.body_file = workdir / "recent.xml"
 
     # -- servers ------------------------------------------------------------------------------
@@ -166,9 +165,6 @@ class Bench:
                 r = client.post(server.url("/entries"), json=batch)
                 assert r.status_code == 201, r.text
         self.body_file.write_bytes(get(server.url("/recent")).content)
-        self.static.mkdir(exist_ok=True)
-        for suffix in ("", ".gz", ".br"):
-            shutil.copy(self.archive / "pages" / f"1{suffix}", self.static / f"page.xml{suffix}")
 
     # -- measuring ----------------------------------------------------------------------------
 
@@ -222,23 +218,25 @@ class Bench:
         etag = get(ours.url("/recent")).headers["etag"]
         mini, minimal = self.baseline(f"minimal-{processes}", processes)
         min_etag = get(minimal + "/recent").headers["etag"]
+        # uWSGI's plain static-map of the same file as the static route sends.
         ust, ustatic = self.baseline(
-            f"uwsgi-static-{processes}", processes, static_map=f"/static={self.static}"
+            f"uwsgi-static-{processes}", processes, static_map=f"/static={self.archive}"
         )
 
         # Archived pages from uWSGI as `simplefeed serve` runs alone (http11-socket): `ours`
         # has the uwsgi socket for nginx, and so an HTTP socket that closes every connection.
         alone = self.ours(f"alone-{processes}", processes)
         recent, page1 = ours.url("/recent"), alone.url("/pages/1")
+        same_file = ustatic + "/static/pages/1"
         page_bytes = (self.archive / "pages" / "1").read_bytes()
         inm, min_inm = {"If-None-Match": etag}, {"If-None-Match": min_etag}
         self.check(recent, 304, inm)
         self.check(minimal + "/recent", 304, min_inm)
         assert self.check(recent, 200) == self.check(minimal + "/recent", 200)
-        assert self.check(page1, 200) == page_bytes == self.check(ustatic + "/static/page.xml", 200)
+        assert self.check(page1, 200) == page_bytes == self.check(same_file, 200)
         for coding in ("gzip", "br"):
             accept = {"Accept-Encoding": coding}
-            for url in (page1, ustatic + "/static/page.xml"):
+            for url in (page1, same_file):
                 assert get(url, accept).headers["content-encoding"] == coding, url
         # Compressed: the client asks for gzip; its 304s carry the gzip ETag.
         gz = {"Accept-Encoding": "gzip"}
@@ -261,13 +259,13 @@ class Bench:
         self.pair(
             Row("targets", "archived page, uWSGI static route", p, [], "uWSGI static-map", 0.9),
             lambda: self.load(alone, page1),
-            lambda: self.load(ust, ustatic + "/static/page.xml"),
+            lambda: self.load(ust, same_file),
         )
         # What the static route saves: the same page through the app (a query string).
         self.pair(
             Row("more", "archived page through the app", p, [], "uWSGI static-map"),
             lambda: self.load(alone, page1 + "?app"),
-            lambda: self.load(ust, ustatic + "/static/page.xml"),
+            lambda: self.load(ust, same_file),
         )
         self.pair(
             Row("compressed", "/recent 304, gzip ETag", p, [], "minimal falcon 304", 0.8),
@@ -290,13 +288,13 @@ class Bench:
                     f"uWSGI static-map, its {coding} copy",
                 ),
                 lambda accept=accept: self.load(alone, page1, accept),  # type: ignore[misc]
-                lambda accept=accept: self.load(ust, ustatic + "/static/page.xml", accept),  # type: ignore[misc]
+                lambda accept=accept: self.load(ust, same_file, accept),  # type: ignore[misc]
             )
 
         nport, sport = free_port(), free_port()
         plain = (
             f"    server {{ listen {HOST}:{sport};"
-            f" location / {{ root {self.static}; gzip_static on; }} }}\n"
+            f" location / {{ root {self.archive}; gzip_static on; }} }}\n"
         )
         proxy = nginx(
             self.workdir / f"nginx-{processes}",
@@ -309,7 +307,7 @@ class Bench:
         via = f"http://{HOST}:{nport}"
         self.check(via + "/recent", 304, inm)
         assert self.check(via + "/pages/1", 200) == page_bytes
-        assert self.check(f"http://{HOST}:{sport}/page.xml", 200) == page_bytes
+        assert self.check(f"http://{HOST}:{sport}/pages/1", 200) == page_bytes
         self.pair(
             Row("more", "/recent 304 through nginx (uwsgi_pass)", p, [], "direct (http11-socket)"),
             lambda: self.load((proxy, ours), via + "/recent", inm),
@@ -318,14 +316,12 @@ class Bench:
         self.pair(
             Row("targets", "archived page, shipped nginx (static)", p, [], "nginx static"),
             lambda: self.load((proxy, ours), via + "/pages/1"),
-            lambda: self.load(proxy, f"http://{HOST}:{sport}/page.xml"),
+            lambda: self.load(proxy, f"http://{HOST}:{sport}/pages/1"),
         )
         self.pair(
             Row("compressed", "archived page gzip, shipped nginx", p, [], "nginx gzip_static"),
             lambda: self.load((proxy, ours), via + "/pages/1", {"Accept-Encoding": "gzip"}),
-            lambda: self.load(
-                proxy, f"http://{HOST}:{sport}/page.xml", {"Accept-Encoding": "gzip"}
-            ),
+            lambda: self.load(proxy, f"http://{HOST}:{sport}/pages/1", {"Accept-Encoding": "gzip"}),
         )
         if not self.args.no_bucket:
             self.run_bucket(processes, ours, page_bytes)

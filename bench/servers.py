@@ -408,25 +408,26 @@ class S3Server:
             "AWS_DEFAULT_REGION": self.REGION,
         }
 
-    def bucket(self, name: str) -> None:
+    def client(self) -> Any:
+        """A boto3 S3 client of this server."""
         import boto3
 
         env = self.environ()
-        boto3.client(
+        return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
             region_name=self.REGION,
             aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        ).create_bucket(Bucket=name)
+        )
+
+    def bucket(self, name: str) -> None:
+        self.client().create_bucket(Bucket=name)
 
     def public_read(self, bucket: str, prefix: str) -> None:
         """Let anyone read the keys under ``prefix``, as a bucket behind a CDN or nginx is."""
         import json
 
-        import boto3
-
-        env = self.environ()
         policy = {
             "Version": "2012-10-17",
             "Statement": [
@@ -438,13 +439,7 @@ class S3Server:
                 }
             ],
         }
-        boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name=self.REGION,
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        ).put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
+        self.client().put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
