@@ -490,7 +490,7 @@ def seed(url: str, workdir: Path, n: int) -> dict[str, float]:
     from simplefeed import archive, atom
     from simplefeed.model import Entry, Event, FrozenPage
     from simplefeed.rules import paging
-    from simplefeed.service.core import Simplefeed
+    from simplefeed.service import Simplefeed
     from simplefeed.settings import Settings
     from simplefeed.store.sql import page_row
     from simplefeed.store.tables import pages as pages_table
@@ -538,7 +538,7 @@ def seed(url: str, workdir: Path, n: int) -> dict[str, float]:
             Entry(seq=s, id=ids[s - 1], updated_us=base + s, published_us=base + s, event=event)
             for s in range(last, first - 1, -1)
         )
-        body_ = atom.render(core._document(feed, "archive", number, entries))
+        body_ = atom.render(core._chain.document(feed, "archive", number, entries))
         pages.append(FrozenPage(feed.id, number, body_, archive.strong_etag(body_), now))
         if len(pages) == 500 or number == n // feed.page_size:
             with engine.begin() as conn:

@@ -214,7 +214,7 @@ class UwsgiServer:
         the package (~1 s); the tests start dozens of servers. The commands themselves are
         tested as such in tests/test_operators_cli.py."""
         from simplefeed.errors import DatabaseNotReady
-        from simplefeed.service.core import Simplefeed
+        from simplefeed.service import Simplefeed
         from simplefeed.settings import Settings
         from simplefeed.store import check_ready
 

@@ -11,7 +11,7 @@ import falcon.testing
 import pytest
 
 from simplefeed.app import create_app, openapi
-from simplefeed.service.core import Live, Simplefeed
+from simplefeed.service import Live, Simplefeed
 from tests.conftest import FakeClock
 
 Client = falcon.testing.TestClient

@@ -26,7 +26,7 @@ import feedparser
 import pytest
 from lxml import etree
 
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.atomcheck import ATOM_NS, FH_NS, SF_NS, check_atom
 from tests.conftest import START_US, FakeClock
 
@@ -546,10 +546,10 @@ def test_the_direct_renderer_matches_feedgen_byte_for_byte(
         first, last = paging.seq_range(number, PAGE_SIZE)
         entries = tuple(core.store.entries_between(feed.id, first, min(last, feed.head_seq)))
         for kind in ("archive", "working", "recent"):
-            doc = core._document(feed, kind, number, entries)  # type: ignore[arg-type]
+            doc = core._chain.document(feed, kind, number, entries)  # type: ignore[arg-type]
             assert atom.render(doc) == atom.render_with_feedgen(doc), (number, kind)
             compared += 1
-    empty = core._document(feed, "recent", 1, ())
+    empty = core._chain.document(feed, "recent", 1, ())
     assert atom.render(empty) == atom.render_with_feedgen(empty)
     assert compared >= 18
 

@@ -24,7 +24,7 @@ import pytest
 from bench.servers import PROJECT_ROOT, clean_environ, free_port, simplefeed_command
 from simplefeed.client.state import StateFile
 from simplefeed.errors import InvalidFeed
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import DEFAULT_HTTP_SOCKET, Settings, misspelt_variables
 from simplefeed.store.schema import SCHEMA_REVISION, alembic_config
 
@@ -656,7 +656,7 @@ def test_archive_verify_and_rebuild_name_the_archive_and_database_absolutely(
     relative, checked a second, empty, archive: every line named relative paths, and nothing
     said which directory it was."""
     from simplefeed.model import Event
-    from simplefeed.service.core import Simplefeed
+    from simplefeed.service import Simplefeed
     from simplefeed.settings import Settings
 
     install, home = tmp_path / "install", tmp_path / "home"

@@ -20,7 +20,7 @@ from simplefeed.client import FeedEntry, FeedError
 from simplefeed.client import consumer as consumer_module
 from simplefeed.client.checker import HELLO, Checker, helps
 from simplefeed.client.parse import parse_page
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock
 from tests.test_client import CountingApp, consume, publish
 from tests.test_client_parse import DECL, HEAD, ROOT, b64, doc, entry

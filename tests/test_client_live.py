@@ -38,7 +38,7 @@ from simplefeed.client import Checkpoint, Consumer, PollPolicy, RetryPolicy, Sta
 from simplefeed.client.command import consume
 from simplefeed.client.parse import PARSERS
 from simplefeed.model import Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import SequentialIds, page_files_reopened
 

@@ -49,7 +49,7 @@ from simplefeed.door.events import MAX_EXACT_INTEGER, parse_event
 from simplefeed.errors import InvalidEvent
 from simplefeed.model import ATOM_NS, Document, DocumentKind, Entry, Event, Feed
 from simplefeed.rules import paging
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Limits
 from tests.conftest import START_US, FakeClock
 

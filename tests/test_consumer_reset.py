@@ -30,7 +30,7 @@ from simplefeed.client import (
     StateFile,
 )
 from simplefeed.runtime.cli import main
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock
 from tests.test_client import (

@@ -21,7 +21,8 @@ from simplefeed import atom
 from simplefeed.app import create_app
 from simplefeed.errors import DefaultFeedMismatch
 from simplefeed.model import Event, Feed
-from simplefeed.service.core import Simplefeed, default_feed_problem
+from simplefeed.rules.feeds import default_feed_problem
+from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock, query
 from tests.test_cli_errors import one_line_error, run, wsgi_refusal
 

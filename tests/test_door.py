@@ -24,7 +24,7 @@ from simplefeed.door.languages import PRIMARY_LANGUAGES
 from simplefeed.door.namespaces import FEED_NAMESPACES
 from simplefeed.errors import Unauthorized
 from simplefeed.rules import appending, auth, uris
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Limits
 from tests.conftest import START_US, VALID_IRIS
 from tests.test_app import state

@@ -14,7 +14,7 @@ import falcon.testing
 import pytest
 
 from simplefeed.door import markup
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock
 from tests.test_conformance import BASE, START_US, documents, judge, judge_ready, unexplained
 from tests.test_door import JUDGES, accepted, refused

@@ -13,7 +13,7 @@ import pytest
 from lxml import etree
 
 from simplefeed.app import create_app
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Limits, Settings
 from tests.atomcheck import check_atom
 from tests.test_app import state

@@ -32,8 +32,9 @@ from bench.servers import (
 from simplefeed.app import create_app
 from simplefeed.errors import BaseUrlMismatch, InvalidFeed
 from simplefeed.model import Event, Feed
+from simplefeed.rules.feeds import base_url_problem
 from simplefeed.runtime.cli import main
-from simplefeed.service.core import Simplefeed, base_url_problem
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings, mask_url
 from simplefeed.store.schema import SCHEMA_REVISION, alembic_config
 from tests.conftest import FakeClock, query

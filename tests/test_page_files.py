@@ -23,7 +23,7 @@ import pytest
 
 from simplefeed import archive, codings
 from simplefeed.app import caching
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import open_fds, shipped_with_entries
 from tests.test_integrity import post
 

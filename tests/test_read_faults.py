@@ -31,7 +31,7 @@ from bench.servers import free_port
 from simplefeed import codings
 from simplefeed.app import create_app
 from simplefeed.app.resources import STALE_CACHE_CONTROL
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import PG_ENV, FakeClock, PostgresDatabases, SequentialIds
 

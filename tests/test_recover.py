@@ -31,8 +31,7 @@ from simplefeed.app import create_app
 from simplefeed.errors import ArchiveAhead, FeedNotFound
 from simplefeed.model import Entry, Event, Feed, rfc3339
 from simplefeed.rules import paging
-from simplefeed.service import recovery
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed, recovery
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock, PostgresDatabases
 from tests.test_atom import _batches
@@ -149,7 +148,7 @@ def test_recover_takes_back_every_page_and_the_feed_goes_on(
     trial: Trial, token: str, clock: FakeClock, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In one transaction, or (``batch``) two pages at a time."""
-    monkeypatch.setattr("simplefeed.service.core.RECOVERY_BATCH", batch)
+    monkeypatch.setattr("simplefeed.service.maintenance.RECOVERY_BATCH", batch)
     core = trial.restored
     with pytest.raises(ArchiveAhead):
         core.check_archive()
@@ -310,8 +309,8 @@ def test_a_page_another_process_froze_since_the_feed_was_read_is_not_ahead(
     finally:
         other.close()
     assert core.page_path("events", 2).exists() and core.page_path("events", 3).exists()
-    assert core._archive_ahead(stale) is None
-    assert core._archive_ahead(stale, every_file=True) is None
+    assert core._health.archive_ahead(stale) is None
+    assert core._health.archive_ahead(stale, every_file=True) is None
 
 
 def test_a_page_file_past_a_gap_is_said_by_every_command_that_meets_it(
@@ -430,7 +429,7 @@ def test_an_edit_that_renders_alike_is_told_by_the_next_page(
 ) -> None:
     """An entry's title edited in a page file reads back and renders alike; the digest the next
     page recorded when it froze tells, in the same batch or the next one's first page."""
-    monkeypatch.setattr("simplefeed.service.core.RECOVERY_BATCH", batch)
+    monkeypatch.setattr("simplefeed.service.maintenance.RECOVERY_BATCH", batch)
     core = trial.restored
     edited = trial.backed_up_head // 5 + 2
     path = core.page_path("events", edited)

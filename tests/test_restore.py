@@ -25,7 +25,7 @@ import pytest
 from bench.servers import sqlite_backup
 from simplefeed.app import create_app
 from simplefeed.model import Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock
 from tests.test_cli_errors import one_line_error, run, wsgi_refusal

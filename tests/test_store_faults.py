@@ -20,7 +20,7 @@ from bench.servers import free_port
 from simplefeed.app import create_app
 from simplefeed.errors import StoreUnavailable
 from simplefeed.model import Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import PG_ENV, FakeClock, PostgresDatabases, SequentialIds
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from simplefeed.model import Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings, sqlite_path
 from simplefeed.store.sqlite import SQLiteStore, WalIndex
 from tests.conftest import open_fds
@@ -29,7 +29,7 @@ from tests.conftest import open_fds
 PUBLISHER = """
 import sys
 from pathlib import Path
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.model import Event
 from simplefeed.settings import Settings, sqlite_path
 

@@ -10,7 +10,7 @@ import falcon
 from simplefeed.app import access, compression, errors, html, limits, resources, waiting
 from simplefeed.app.caching import http_date
 from simplefeed.errors import NotFound
-from simplefeed.service.core import Clock, Simplefeed, random_uuid, system_clock
+from simplefeed.service import Clock, Simplefeed, random_uuid, system_clock
 from simplefeed.settings import Settings
 
 __all__ = ["create_app", "requests_only"]

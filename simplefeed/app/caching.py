@@ -29,7 +29,7 @@ from simplefeed import archive, codings
 from simplefeed.codings import CODINGS, IDENTITY, tagged
 from simplefeed.locks import Striped
 from simplefeed.model import DocumentKind, Feed
-from simplefeed.service.core import Live, Simplefeed
+from simplefeed.service import Live, Simplefeed
 
 log = logging.getLogger(__name__)
 

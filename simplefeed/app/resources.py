@@ -1,4 +1,4 @@
-"""Falcon resources. They translate HTTP to calls on :class:`~simplefeed.service.core.Simplefeed`
+"""Falcon resources. They translate HTTP to calls on :class:`~simplefeed.service.Simplefeed`
 and back;
 domain errors propagate to the handlers in :mod:`simplefeed.app.errors`."""
 
@@ -38,7 +38,7 @@ from simplefeed.model import (
     FrozenPage,
 )
 from simplefeed.rules import auth, paging
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import FEED_NAME_RE
 
 #: A page number as URLs spell it: canonical decimal digits, no sign, no leading zero, at most

@@ -54,7 +54,7 @@ def _settings() -> Settings:
 def _core() -> Iterator[Any]:
     """The core on the settings' database, checked ready first; closed when the command is
     done with it (its connections, its change watcher)."""
-    from simplefeed.service.core import Simplefeed
+    from simplefeed.service import Simplefeed
     from simplefeed.store import check_ready
 
     settings = _settings()
@@ -165,7 +165,7 @@ def serve(
     otherwise), else on HOST:PORT. Links in the documents use SIMPLEFEED_BASE_URL, or
     http://localhost:PORT when it is unset, which only a service on loopback may do.
     """
-    from simplefeed.service.core import Simplefeed
+    from simplefeed.service import Simplefeed
     from simplefeed.store import check_ready
 
     settings = _settings()
@@ -329,7 +329,7 @@ def upgrade() -> None:
     (unless another feed's frozen pages are at its URLs: a mistyped name is not created); then,
     if SIMPLEFEED_BASE_URL is set, check that no feed's frozen pages link elsewhere."""
     from simplefeed.errors import FeedExists
-    from simplefeed.service.core import Simplefeed
+    from simplefeed.service import Simplefeed
     from simplefeed.settings import mask_url
     from simplefeed.store import SCHEMA_REVISION
     from simplefeed.store import upgrade as upgrade_schema
@@ -613,7 +613,7 @@ def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
     Stop the service first, and start it again with SIMPLEFEED_BASE_URL=NEW_BASE_URL. Every
     changed page gets new bytes and a new ETag: consumers and caches fetch them again.
     """
-    from simplefeed.service.core import Simplefeed
+    from simplefeed.service import Simplefeed
     from simplefeed.store import check_ready
 
     problem = base_url_problem(new_base_url)

@@ -29,8 +29,8 @@ from typing import Any, NoReturn
 from simplefeed import logs, metrics
 from simplefeed.app import StartResponse, WsgiApp, create_app, requests_only
 from simplefeed.errors import ConfigError, DatabaseNotReady, StoreError
+from simplefeed.service import Simplefeed
 from simplefeed.service.changes import Bell, NodeBell
-from simplefeed.service.core import Simplefeed
 from simplefeed.settings import (
     Settings,
     misspelt_variables,
