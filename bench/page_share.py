@@ -1,4 +1,4 @@
-"""What the door's page-share rule costs a publish (docs/architecture.md, 2026-12-01, session 29).
+"""What the door's page-share rule costs a publish (docs/explanation/decisions/page-size.md).
 
     .venv/bin/python bench/page_share.py [--rounds 5]
 

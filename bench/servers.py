@@ -72,7 +72,7 @@ def _exited(pid: int) -> bool:
 
 
 def sqlite_backup(database: Path, backup: Path) -> None:
-    """An online, consistent copy of a SQLite database, as README's "Backing up" makes one
+    """An online, consistent copy of a SQLite database, as docs/how-to/backup.md makes one
     (the ``sqlite3`` backup API), both connections closed after."""
     source, copy = sqlite3.connect(database), sqlite3.connect(backup)
     try:

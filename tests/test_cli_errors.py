@@ -134,8 +134,8 @@ def test_unmigrated_sqlite_file_is_named_with_the_fix(tmp_path: Path) -> None:
 
 
 def test_db_upgrade_says_which_schema_it_migrated_from(tmp_path: Path) -> None:
-    """An outside trial: a run that migrated 0002 to the newest printed what a run that did
-    nothing prints, and the README's Upgrading relies on telling them apart."""
+    """A run that migrates says from which schema, and a run that did nothing says so: the
+    upgrade guide (docs/how-to/upgrade.md) relies on telling them apart."""
     from alembic import command
 
     url = f"sqlite:///{tmp_path / 'old.sqlite3'}"
@@ -807,7 +807,7 @@ def test_a_database_a_newer_release_migrated_says_so_in_one_line(tmp_path: Path)
     )
     fix = (
         "run the release that migrated it, or restore the backup made before its `db upgrade`"
-        " (README: Upgrading)"
+        " (docs/how-to/upgrade.md)"
     )
     for args in (["db", "upgrade"], *DATABASE_COMMANDS):
         done = run(tmp_path, *args, SIMPLEFEED_DATABASE_URL=url)

@@ -267,8 +267,8 @@ def test_a_noncharacter_is_refused(client: Client, core: Simplefeed, character: 
 # -- XHTML, as readers pass it on ---------------------------------------------------------
 # feedparser gives xhtml content as a string of HTML, which a reader puts in its page; a
 # browser's DOMParser keeps the XML tree, but a reader that serializes it does the same. Each
-# of these is well-formed XML the judge accepts, and HTML builds another tree of it: a
-# producer's trial found them accepted while the README said XHTML follows the HTML policy.
+# of these is well-formed XML the judge accepts, and HTML builds another tree of it, so
+# they are refused: XHTML follows the HTML policy (docs/reference/events.md).
 
 
 @pytest.mark.parametrize(

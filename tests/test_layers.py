@@ -1,4 +1,4 @@
-"""The layers as docs/architecture.md draws them, checked on the imports themselves."""
+"""The layers as docs/explanation/architecture.md draws them, checked on the imports themselves."""
 
 from __future__ import annotations
 

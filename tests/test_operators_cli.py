@@ -38,6 +38,7 @@ from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings, mask_url
 from simplefeed.store.schema import SCHEMA_REVISION, alembic_config
 from tests.conftest import FakeClock, query
+from tests.markdown import code_blocks, doc_text
 from tests.test_cli_errors import run
 
 BASE = "http://feeds.example.test"
@@ -596,7 +597,7 @@ def test_a_publish_that_would_freeze_under_another_base_url_is_a_503_and_healthz
 
 
 # `archive verify` and `archive rebuild` exit 1 for what they found, 3 when they could not
-# look (README: "Deploying the read path"): a cron job's `|| mail` tells the two apart.
+# look (docs/how-to/monitor.md, "Check the archive"): a cron job's `|| mail` tells the two apart.
 
 
 def frozen_archive(core: Simplefeed) -> Path:
@@ -765,14 +766,14 @@ def test_archive_rebuild_exits_1_naming_page_files_it_could_not_write(
     )
 
 
-def test_the_readme_s_cron_line_mails_a_failure_with_verify_s_status_in_the_subject(
+def test_the_monitor_guide_s_cron_line_mails_a_failure_with_verify_s_status_in_the_subject(
     core: Simplefeed, tmp_path: Path
 ) -> None:
-    """The README's crontab line, run as cron runs it (`sh -c`, from elsewhere), with `mail`
-    a stub: nothing for 0, and a subject saying 1 (run `archive rebuild`) or 3 (nothing was
-    checked) otherwise."""
-    readme = (PROJECT_ROOT / "README.md").read_text()
-    found = re.search(r"`0 \* \* \* \* (cd /srv/simplefeed && [^`]*verify[^`]*)`", readme)
+    """The crontab line of docs/how-to/monitor.md, run as cron runs it (`sh -c`, from
+    elsewhere), with `mail` a stub: nothing for 0, and a subject saying 1 (run `archive
+    rebuild`) or 3 (nothing was checked) otherwise."""
+    (crontab,) = code_blocks(doc_text("docs/how-to/monitor.md"), "cron")
+    found = re.fullmatch(r"0 \* \* \* \* (cd /srv/simplefeed && .*verify.*)\n", crontab)
     assert found is not None
     install, stubs, mailbox = tmp_path / "install", tmp_path / "bin", tmp_path / "mailbox"
     (install / ".venv" / "bin").mkdir(parents=True)

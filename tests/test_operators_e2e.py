@@ -136,7 +136,7 @@ def test_start_refuses_a_base_url_other_than_the_frozen_pages(tmp_path: Path) ->
     refusal = (
         f"feed 'events' has frozen pages linking to {old_base}, but the base URL is now "
         f"{new_base}: set SIMPLEFEED_BASE_URL={old_base} again, or move the feed to the new one "
-        f"with `simplefeed archive rebase {new_base} --feed events` (README: Operating it)"
+        f"with `simplefeed archive rebase {new_base} --feed events` (docs/how-to/rebase.md)"
     )
     refused = again.log().rsplit("=== simplefeed serve", 1)[1]  # the log is the first's too
     assert f"Error: {refusal}\n" in refused
@@ -150,7 +150,7 @@ def test_start_refuses_a_base_url_other_than_the_frozen_pages(tmp_path: Path) ->
     assert upgrade.stderr.splitlines() == [
         f"Error: feed 'events' has frozen pages linking to {old_base}, but the base URL is now "
         f"{other}: set SIMPLEFEED_BASE_URL={old_base} again, or move the feed to the new one "
-        f"with `simplefeed archive rebase {other} --feed events` (README: Operating it)"
+        f"with `simplefeed archive rebase {other} --feed events` (docs/how-to/rebase.md)"
     ]
 
     # uWSGI started without `serve`: every worker refuses to load the app, and uWSGI stops.
@@ -205,7 +205,7 @@ def uwsgi_alone_env(s: UwsgiServer, tmp_path: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("state", ["missing", "empty", "at an older schema"])
 def test_uwsgi_alone_refuses_a_database_that_serve_refuses(tmp_path: Path, state: str) -> None:
-    """`uwsgi --ini uwsgi.ini` (README: possible) against a SQLite file that is not there, has
+    """`uwsgi --ini uwsgi.ini` (docs/how-to/run.md) against a SQLite file that is not there, has
     no tables or is at an older schema started and answered every request 503 "the database
     is unavailable". It now refuses as `serve` does, in one CRITICAL line with serve's words,
     and stops with the status of a worker that could not load its app (22), not 0."""

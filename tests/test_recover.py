@@ -39,7 +39,7 @@ from tests.test_operators_cli import cli_on
 
 
 def backup(core: Simplefeed, tmp_path: Path, postgres: PostgresDatabases | None) -> str:
-    """A backup of the core's database, as README's "Backing up" makes one; the core is
+    """A backup of the core's database, as docs/how-to/backup.md makes one; the core is
     closed (a PostgreSQL database is copied with no session on it)."""
     url = core.settings.database_url
     if url.startswith("sqlite:///"):
@@ -570,7 +570,7 @@ def test_the_command_says_what_it_took_back_and_exits_by_the_outcome(
         f" ({(last - 1) * 5 - trial.backed_up_head} entries)"
     ]
     assert done.stderr.startswith(f"feed 'events': page {last}: its entries, read back,")
-    assert "README: A database older than the archive" in done.stderr
+    assert "(docs/how-to/backup.md)" in done.stderr
     # The operator puts the file back (from a cache, a copy): the rest is taken back.
     bad.write_bytes(trial.files[last])
     done = cli_on(settings, tmp_path, "archive", "recover")
@@ -608,8 +608,8 @@ def test_the_command_could_not_check(trial: Trial, tmp_path: Path, what: str) ->
 
 @pytest.mark.e2e
 def test_an_operators_restore_then_recovery_with_the_real_commands(tmp_path: Path) -> None:
-    """README's way, with real processes: a backup of the running service's SQLite file, more
-    published and read by a consumer, the service stopped and the backup restored. `db
+    """The backup guide's way, with real processes: a backup of the running service's SQLite
+    file, more published and read by a consumer, the service stopped and the backup restored. `db
     upgrade` refuses the database, `archive recover` takes the pages back, the service starts
     at the same URL, and the consumer goes on with exactly the entries published since."""
     # max-age 0: each consumer run looks at /recent again at once.
@@ -731,8 +731,8 @@ def test_a_database_lost_with_no_backup_is_rebuilt_from_the_archive(
 def test_a_postgresql_backup_made_and_restored_the_readme_s_way(
     tmp_path: Path, postgres: PostgresDatabases | None, clock: FakeClock
 ) -> None:
-    """README's PostgreSQL backup (`pg_dump -Fc`) and restore (`pg_restore --no-owner` into a
-    new, empty database), then `archive recover`: the pages frozen after the dump come back,
+    """The backup guide's PostgreSQL backup (`pg_dump -Fc`) and restore (`pg_restore --no-owner`
+    into a new, empty database), then `archive recover`: the pages frozen after the dump come back,
     the restored sequences hand out new ids (a feed, a token) without a clash, and the recent
     document at the head of before the restore, with other entries, has another ETag."""
     if postgres is None:

@@ -299,3 +299,11 @@ def test_static_archive_problem(tmp_path: Path) -> None:
     for given in ("archive", str(tmp_path / "link"), f"{real}/", f"{tmp_path}/x/../archive"):
         problem = static_archive_problem(given, str(tmp_path))
         assert problem is not None and str(real) in problem, given
+
+
+def test_a_range_gets_the_whole_page(server: UwsgiServer, http: httpx.Client) -> None:
+    """uWSGI's static serving ignores Range, as the app does (docs/reference/http-api.md)."""
+    page = file_of(server, "/pages/1").read_bytes()
+    for path, static in (("/pages/1", True), ("/pages/1?app", False)):
+        r = http.get(server.url(path), headers={"Range": "bytes=0-9"})
+        assert (r.status_code, r.content, by_uwsgi(r)) == (200, page, static), path

@@ -209,7 +209,7 @@ class PageFile:
     reads it through a :class:`PageStream` of its own, so a request costs no ``open``,
     ``fstat`` or ``close``. Each is a system call, which lets another thread take the
     interpreter, and under uWSGI's threads such hand-overs made an archived page cost 318 us of
-    CPU against /recent's 170 (docs/benchmarks.md, "Reading", session 16). Closed when no
+    CPU against /recent's 170 (docs/explanation/decisions/interpreter.md). Closed when no
     request and no cache holds it any more."""
 
     __slots__ = ("fd", "opened", "size")

@@ -276,7 +276,13 @@ def build() -> dict[str, Any]:
         },
         "components": {
             "schemas": schemas,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A producer token, made by simplefeed token create",
+                }
+            },
         },
     }
 

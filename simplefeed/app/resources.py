@@ -301,7 +301,7 @@ class Page(_FeedResource):
     database only whether the page is frozen (the feed's head); a missing file is written
     back from the database's bytes. No query after that: the shipped uWSGI and nginx
     configurations send archived pages here too, so every route evaluates conditional
-    requests alike and sends the same validators (docs/architecture.md, 2026-11-22).
+    requests alike and sends the same validators (docs/explanation/decisions/one-answer-per-url.md).
     """
 
     def __init__(self, core: Simplefeed, room: waiting.WaitingRoom | None = None) -> None:

@@ -458,8 +458,8 @@ def _consume(
         handler = _print_line
     # Everything loaded so far (the modules) stays while the command runs: the cyclic garbage
     # collector need not walk it again at each full collection, which a catch-up's pages make
-    # frequent: 7-10 % of a catch-up's time with lxml, 2-4 % with feedparser (docs/benchmarks.md,
-    # "Consuming", session 17, when both read every page ahead on a thread). Given back
+    # frequent: 7-10 % of a catch-up's time with lxml, 2-4 % with feedparser (measured with
+    # bench/consume.py, when both read every page ahead on a thread). Given back
     # after (a command run in-process, by tests, leaves the collector as it found it); the
     # library leaves the collector to the application.
     gc.freeze()

@@ -184,8 +184,8 @@ class _HttpPages:
         network, or the helper process making feedparser's checks. An archived page the cache
         keeps, parsed with lxml, is read when it is asked for: on a thread it would only share
         the interpreter with the one handling entries, and a catch-up going forward through
-        the pages it walked back took 8 % longer so (docs/benchmarks.md, "Consuming",
-        session 28)."""
+        the pages it walked back took 8 % longer so (docs/benchmarks.md,
+        "Consuming")."""
         if self._next is not None:
             return
         if self.parser == "lxml" and self.fetcher.holds(url):
@@ -327,7 +327,7 @@ class _HttpPages:
 
 
 #: A helper process for feedparser's checks starts in about 0.17 s, the time feedparser takes
-#: over 9 pages of 100 entries (docs/benchmarks.md, "Consuming", session 17): a pass that
+#: over 9 pages of 100 entries (docs/explanation/decisions/consumer-reading.md): a pass that
 #: walks back or reads ahead fewer pages than this has its pages checked in this process.
 HELPER_AFTER_PAGES = 8
 

@@ -92,7 +92,7 @@ def base_url_problem(feed: Feed, base_url: str) -> str | None:
     return (
         f"feed {feed.name!r} has frozen pages linking to {feed.base_url}, but the base URL is "
         f"now {base_url}: set SIMPLEFEED_BASE_URL={feed.base_url} again, or move the feed to "
-        f"the new one with {rebase} (README: Operating it)"
+        f"the new one with {rebase} (docs/how-to/rebase.md)"
     )
 
 

@@ -106,8 +106,8 @@ class _Commands(click.Group):
 def main() -> None:
     """Simplefeed: RFC 5005 archived Atom event feeds.
 
-    Configuration comes from SIMPLEFEED_* environment variables (see README.md;
-    `simplefeed config` shows the effective values).
+    Configuration comes from SIMPLEFEED_* environment variables (see
+    docs/reference/settings.md; `simplefeed config` shows the effective values).
     """
 
 
@@ -252,7 +252,7 @@ def serve(
     elif os.geteuid() == 0:
         click.echo(
             "simplefeed: started as root, so uWSGI runs as root and says so; pass --user NAME "
-            "to run it as NAME (README: Operating it)",
+            "to run it as NAME (docs/how-to/run.md)",
             err=True,
         )
     click.echo(
@@ -690,8 +690,8 @@ def archive_recover(feed_name: str | None) -> None:
             failed += 1
             _report(
                 f"feed {r.feed!r}: {r.problem}; it and the files after it stay in the archive,"
-                " and the service does not start while they are there (README: A database"
-                " older than the archive)",
+                " and the service does not start while they are there"
+                " (docs/how-to/backup.md)",
                 err=True,
             )
         for path in r.written:

@@ -141,15 +141,16 @@ class NodeWaitingSlots:
     threads. Waiting requests hold threads, and uWSGI hands connections to whichever worker has
     a thread in ``accept``, unevenly: with every thread of the node waiting, a producer's
     connection queued in the kernel until a wait ended (30 s). A bound per worker declined the
-    consumers of the busiest worker long before the node was full (docs/architecture.md,
-    2026-11-23). Two workers taking the last places at once may pass the bound by one each.
+    consumers of the busiest worker long before the node was full
+    (docs/explanation/decisions/long-poll.md). Two workers taking the last places at once may
+    pass the bound by one each.
 
     The area is read and written as memory (``sharedarea_memoryview``), not through
     ``sharedarea_read64``/``write64``: those release the interpreter lock around uWSGI's own
     lock, five times per long-poll, and the threads of a publish's burst queued for this
-    object's lock while its holder waited to get the interpreter back (docs/benchmarks.md,
-    "Long-poll", session 11). Each place is 8 aligned bytes written by one worker only: a
-    single store, so a reader never sees half of one."""
+    object's lock while its holder waited to get the interpreter back
+    (docs/explanation/decisions/long-poll.md). Each place is 8 aligned bytes written by one
+    worker only: a single store, so a reader never sees half of one."""
 
     def __init__(self) -> None:
         self._places = uwsgi.sharedarea_memoryview(0).cast("q")

@@ -217,7 +217,7 @@ class Health:
             " from a backup?), and its next pages would freeze with other entries under URLs"
             " readers and caches hold, over files holding entries it lacks: take their pages"
             " back with `simplefeed archive recover`, or restore a database backup made after"
-            " the archive's newest page (README: A database older than the archive)"
+            " the archive's newest page (docs/how-to/backup.md)"
         )
 
     def past_gap(self, feed_name: str, archived: int) -> str | None:
@@ -233,7 +233,7 @@ class Health:
             f" is lost, so `simplefeed archive recover` cannot take page {number} back, and it"
             " would freeze again over a file holding other entries: restore the archive's"
             f" missing page files from a backup of it, or move the files past page {archived}"
-            " aside (README: A database older than the archive)"
+            " aside (docs/how-to/backup.md)"
         )
 
     def lost_feed(self, name: str) -> str | None:

@@ -36,7 +36,7 @@ __all__ = [
 def _backend(url: str) -> type[SqlStore]:
     """The backend of ``url``'s database, its module imported only then: psycopg and
     SQLAlchemy's PostgreSQL dialect took a quarter of a second of every command's start and
-    every worker's on SQLite (docs/architecture.md, 2026-11-23, session 9)."""
+    every worker's on SQLite (docs/explanation/decisions/startup.md)."""
     problem = database_url_problem(url)
     if problem is not None:
         raise ConfigError(f"database URL {mask_url(url)!r} {problem}")

@@ -45,7 +45,7 @@ def upgrade(database_url: str) -> str | None:
     """Create the database if need be (a SQLite file and its directory: alembic's environment
     calls :func:`create_sqlite_file`) and migrate it to the newest schema. Returns the schema
     it was at before (None: no Simplefeed tables, or no database), so that ``db upgrade`` can
-    say whether it changed anything (the README's Upgrading relies on knowing)."""
+    say whether it changed anything (docs/how-to/upgrade.md relies on knowing)."""
     from alembic.util import CommandError
 
     from alembic import command
@@ -150,10 +150,10 @@ def check_ready(database_url: str) -> None:
         raise DatabaseNotReady(shown, f"is at schema {current}, not the newest ({SCHEMA_REVISION})")
 
 
-#: What to do with a database a newer release migrated (README: Upgrading).
+#: What to do with a database a newer release migrated (docs/how-to/upgrade.md).
 _NEWER_FIX = (
     "run the release that migrated it, or restore the backup made before its `db upgrade`"
-    " (README: Upgrading)"
+    " (docs/how-to/upgrade.md)"
 )
 
 

@@ -351,7 +351,7 @@ class SQLiteStore(sql.SqlStore):
         connection. Nothing on the way back from the cache releases the interpreter: under
         uWSGI's threads each statement did, and cost its thread a hand-over of the GIL to the
         others and back (``PRAGMA data_version`` on every request was 150 of a /recent 304's
-        330 us of CPU: docs/benchmarks.md, "Reading", session 16)."""
+        330 us of CPU: docs/explanation/decisions/interpreter.md)."""
         wal = self._wal_index()
         header = wal.header() if wal is not None else None
         if header is not None:
@@ -398,7 +398,7 @@ class SQLiteStore(sql.SqlStore):
         announces every commit (:class:`~simplefeed.store.interface.Pause`). It changes when
         any other connection, of any process, commits to the database. A look woken by a timer
         costs about 160 us of CPU (the thread woken, the read locks taken; 9 us back to back:
-        docs/benchmarks.md, "Long-poll", session 13). A connection that fails is closed and
+        docs/explanation/decisions/long-poll.md). A connection that fails is closed and
         another opened a second later."""
         while not stop.is_set():
             conn = None
