@@ -406,6 +406,59 @@ def proxied_base_url_problem(uwsgi_socket: str | None, base_url_given: bool) -> 
     )
 
 
+#: An S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending
+#: with a letter or a digit.
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+#: One segment of a key prefix: the characters a URL path carries as they are (RFC 3986
+#: "unreserved"), so that a CDN can map a path onto the bucket without escaping.
+_PREFIX_SEGMENT = re.compile(r"[A-Za-z0-9._~-]+\Z")
+
+
+def archive_url_parts(url: str) -> tuple[str, str]:
+    """The bucket and key prefix of SIMPLEFEED_ARCHIVE_URL (``s3://BUCKET/PREFIX``).
+
+    The prefix may be empty. Raises :class:`ConfigError` for anything else, because a page
+    written under a mistyped prefix would be at URLs that no one asks for.
+    """
+    example = "s3://BUCKET/PREFIX, e.g. s3://feeds-archive/simplefeed"
+    scheme, sep, rest = url.partition("://")
+    if scheme != "s3" or not sep:
+        raise ConfigError(f"SIMPLEFEED_ARCHIVE_URL must be {example}, got {url!r}")
+    bucket, _, prefix = rest.partition("/")
+    if not _BUCKET.match(bucket) or ".." in bucket:
+        raise ConfigError(
+            f"SIMPLEFEED_ARCHIVE_URL {url!r}: {bucket!r} is not an S3 bucket name (3 to 63"
+            " lowercase letters, digits, dots and hyphens)"
+        )
+    prefix = prefix.removesuffix("/")
+    segments = prefix.split("/") if prefix else []
+    for segment in segments:
+        if segment in (".", "..") or not _PREFIX_SEGMENT.match(segment):
+            raise ConfigError(
+                f"SIMPLEFEED_ARCHIVE_URL {url!r}: the key prefix {prefix!r} must be segments of"
+                " letters, digits, '.', '_', '~' and '-' between single slashes, none . or .."
+            )
+    return bucket, prefix
+
+
+def static_archive_problem(given: str | None, cwd: str) -> str | None:
+    """Why uWSGI's static route (uwsgi.ini) cannot serve the archive directory, or None.
+
+    The route takes SIMPLEFEED_ARCHIVE_DIR as ``given``, or ``archive`` in ``cwd``. uWSGI
+    serves a file only when its real path starts with the path asked for. A relative path, a
+    symbolic link or a trailing slash in it would leave every archived page without an answer.
+    """
+    path = given or os.path.join(cwd, "archive")
+    real = os.path.realpath(os.path.join(cwd, path))
+    if path == real:
+        return None
+    return (
+        f"SIMPLEFEED_ARCHIVE_DIR={path} is not the archive directory's real path, so uWSGI's"
+        f" static route would serve no archived page: set it to {real}"
+        " (`simplefeed serve` does so itself)"
+    )
+
+
 #: Names taken for settings that no fuzzy match finds (or finds wrong), by what follows
 #: SIMPLEFEED_: the setting meant, or the command's option.
 ALIASES = {

@@ -346,12 +346,15 @@ def test_access_log_one_json_line_per_request(tmp_path: Path) -> None:
         line = wait_for_line(s, request_id=again.headers["X-Request-Id"])
         assert (line["status"], line["bytes"]) == (304, 0)
 
-        # A frozen page (sent from its file): one line too.
-        page = httpx.get(s.url("/pages/1"))
+        # An archived page that the app sends (uWSGI sends the canonical URL's file itself,
+        # without the app, so without a line): one line too.
+        page = httpx.get(s.url("/pages/1?from=log"))
         assert page.status_code == 200
         line = wait_for_line(s, request_id=page.headers["X-Request-Id"])
         sent = int(page.headers["Content-Length"])
         assert (line["path"], line["status"], line["bytes"]) == ("/pages/1", 200, sent)
+        static = httpx.get(s.url("/pages/1"))
+        assert static.status_code == 200 and "X-Request-Id" not in static.headers
 
         # Refused with a request id the client can quote; a proxy's own id is kept.
         missing = httpx.get(s.url("/feeds/nope/recent"), headers={"X-Request-Id": "edge-42"})

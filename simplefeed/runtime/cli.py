@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import click
 
-from simplefeed.errors import SimplefeedError
+from simplefeed.errors import DatabaseNotReady, SimplefeedError
 from simplefeed.lines import one_line
 from simplefeed.runtime import load_settings
 from simplefeed.settings import (
@@ -182,7 +182,19 @@ def serve(
     host, port, listening = listen_address(
         host, given["host"], port, given["port"], settings.http_socket
     )
-    check_ready(settings.database_url)
+    try:
+        check_ready(settings.database_url)
+        database = True
+    except DatabaseNotReady as exc:
+        if exc.answered:
+            raise
+        # Archived pages need no database, so they answer through an outage and a restart.
+        click.echo(
+            f"simplefeed: warning: {exc}; serving anyway: archived pages are sent from their"
+            " files, and the rest answers 503 until the database answers",
+            err=True,
+        )
+        database = False
     try:  # (before the archive is checked: it lists the directory)
         settings.archive_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # it ended `serve` with a traceback
@@ -190,14 +202,18 @@ def serve(
             f"cannot make the archive directory {settings.archive_dir}: {exc.strerror or exc}"
         ) from None
     base_url = settings.base_url if settings.base_url_given else f"http://localhost:{port}"
-    core = Simplefeed(dataclasses.replace(settings, base_url=base_url))
-    try:
-        core.check_base_url()
-        core.check_default_feed()
-        core.check_archive(every_file=True)
-        page_size = core.default_feed_page_size_warning()
-    finally:
-        core.close()
+    page_size = None
+    # Without a database, a freeze still checks the base URL and the default feed, and never
+    # writes over a page file that holds another page.
+    if database:
+        core = Simplefeed(dataclasses.replace(settings, base_url=base_url))
+        try:
+            core.check_base_url()
+            core.check_default_feed()
+            core.check_archive(every_file=True)
+            page_size = core.default_feed_page_size_warning()
+        finally:
+            core.close()
     problem = (
         _listen_problem(host, port)
         or unset_base_url_problem(listening, host, settings.base_url_given)

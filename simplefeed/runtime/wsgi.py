@@ -8,7 +8,9 @@ shared area (``sharedarea = 1``: :class:`NodeWaitingSlots`), when the database a
 missing, empty or at an older schema (:func:`check_ready`), when a feed's frozen pages link
 to another base URL than the configured one (:meth:`Simplefeed.check_base_url`), and when the
 default feed does not exist or a feed's frozen pages are at other URLs than the configured
-default feed gives them (:meth:`Simplefeed.check_default_feed`); ``simplefeed serve``
+default feed gives them (:meth:`Simplefeed.check_default_feed`), and when the archive
+directory is not given by its real path, which uWSGI's static route needs
+(:func:`static_archive_problem`); ``simplefeed serve``
 checks the same before it starts uWSGI, so uWSGI started directly (``uwsgi --ini uwsgi.ini``)
 refuses what the command does. A database that does not answer is not checked here: the
 service starts and answers 503 until it does (each freeze checks the base URL and the
@@ -35,6 +37,7 @@ from simplefeed.settings import (
     misspelt_variables,
     proxied_base_url_problem,
     socket_address,
+    static_archive_problem,
     unset_base_url_problem,
 )
 from simplefeed.store import check_ready
@@ -85,6 +88,11 @@ if uwsgi is not None and not hasattr(uwsgi, "sharedarea_memoryview"):
         "uWSGI has no shared area, where the node counts its waiting long-polls: add"
         " `sharedarea = 1` to the uWSGI configuration (the shipped uwsgi.ini has it)"
     )
+
+if uwsgi is not None:
+    _problem = static_archive_problem(os.environ.get("SIMPLEFEED_ARCHIVE_DIR"), os.getcwd())
+    if _problem is not None:
+        refuse_to_start(_problem)
 
 
 def node_bell() -> Bell | None:
