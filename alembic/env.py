@@ -7,8 +7,7 @@ from logging.config import fileConfig
 
 from alembic import context
 from simplefeed.settings import Settings
-from simplefeed.store import make_engine
-from simplefeed.store.schema import create_sqlite_file
+from simplefeed.store import make_database_file, make_engine
 from simplefeed.store.tables import metadata
 
 config = context.config
@@ -29,7 +28,7 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    create_sqlite_file(url)  # the one maker of database files; the stores never make one
+    make_database_file(url)  # the one maker of database files; the stores never make one
     engine = make_engine(url)
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)

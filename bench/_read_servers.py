@@ -30,6 +30,7 @@ from bench.servers import HOST, PROJECT_ROOT, clean_environ, free_port
 BENCH_DIR = Path(__file__).resolve().parent
 REPORT_LUA = BENCH_DIR / "_read_report.lua"
 NGINX_TEMPLATE = PROJECT_ROOT / "deploy" / "nginx" / "simplefeed.conf.template"
+CDN_TEMPLATE = PROJECT_ROOT / "deploy" / "cdn" / "nginx.conf.template"
 UWSGI = Path(sys.executable).with_name("uwsgi")
 
 # -- uWSGI configurations ---------------------------------------------------------------------
@@ -64,6 +65,9 @@ def derive_ini(
         text = re.sub(r"(?m)^http11-socket = ", "http = ", text)
         text += "\nhttp-keepalive = 1\n"
     if static_map is not None:
+        # A plain static-map with its gzip copies: without the shipped static route's rules,
+        # which uWSGI would otherwise run before sending each file.
+        text = re.sub(r"(?m)^route[-a-z]* = .*\n", "", text)
         text += f"\nstatic-map = {static_map}\n"
     if threads is not None:
         text, n = re.subn(r"(?m)^threads = \d+$", f"threads = {threads}", text)
@@ -223,22 +227,27 @@ def nginx(
     prefix: Path,
     *,
     listen: int,
-    upstream: str,
+    upstream: str = "",
+    archive_dir: Path | None = None,
     extra_server: str = "",
     workers: str = "auto",
+    template: Path = NGINX_TEMPLATE,
+    values: Mapping[str, str] | None = None,
 ) -> Child:
-    """nginx (in the foreground) with the shipped server block, plus ``extra_server``."""
+    """nginx (in the foreground) with the shipped server block, plus ``extra_server``; or
+    with ``template`` filled with ``values`` (the listening address is filled in here)."""
     prefix.mkdir(parents=True, exist_ok=True)
     (prefix / "tmp").mkdir(exist_ok=True)
     for name in ("mime.types", "uwsgi_params"):
         shutil.copy(Path("/etc/nginx") / name, prefix / name)
-    server = render_template(
-        NGINX_TEMPLATE.read_text(),
-        {
-            "SIMPLEFEED_LISTEN": f"{HOST}:{listen}",
+    if values is None:
+        values = {
             "SIMPLEFEED_SERVER_NAME": "localhost",
             "SIMPLEFEED_UPSTREAM": upstream,
-        },
+            "SIMPLEFEED_ARCHIVE_DIR": str(archive_dir),
+        }
+    server = render_template(
+        template.read_text(), {**values, "SIMPLEFEED_LISTEN": f"{HOST}:{listen}"}
     )
     (prefix / "simplefeed.conf").write_text(server)
     conf = prefix / "nginx.conf"

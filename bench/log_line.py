@@ -1,7 +1,7 @@
 """What one access-log line costs: writes ``--lines`` lines like a /recent 304's to /dev/null.
 
 Counted in instructions, which other load on the machine does not disturb (docs/benchmarks.md,
-"Access log line"): run it under callgrind with ``--lines 0`` and with ``--lines 4000`` and
+"An access line"): run it under callgrind with ``--lines 0`` and with ``--lines 4000`` and
 divide the difference by 4000.
 """
 

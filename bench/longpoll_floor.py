@@ -18,7 +18,7 @@ shipped options that shape a long-poll (bench/longpoll_floor_app.py): what uWSGI
 by themselves, without Simplefeed's app.
 
 What the rows mean is in bench/longpoll.py; the figures are in docs/benchmarks.md
-("Long-poll", sessions 7 and 8).
+("Long-poll").
 """
 
 from __future__ import annotations

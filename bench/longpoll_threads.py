@@ -33,7 +33,7 @@ from bench.servers import simplefeed_command
 from simplefeed import logs
 from simplefeed.app import create_app
 from simplefeed.model import Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]

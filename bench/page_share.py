@@ -1,10 +1,10 @@
-"""What the door's page-share rule costs a publish (docs/architecture.md, 2026-12-01, session 29).
+"""What the door's page-share rule costs a publish (docs/explanation/decisions/page-size.md).
 
     .venv/bin/python bench/page_share.py [--rounds 5]
 
 In-process, on a SQLite file in a temporary directory: the time of ``Simplefeed.publish`` for
 one event and for a batch of 100, against the time of the rule alone on the same entries
-(``Simplefeed._refuse_too_large`` with the locator base it needs, as ``publish`` calls it), each
+(``Publishing.refuse_too_large`` with the locator base it needs, as ``publish`` calls it), each
 the median of ``--rounds`` rounds. The events are ``bench/door.py``'s shop events. The rule
 runs before the feed's lock, on every publish, so its share of one is its cost.
 """
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.door import batch
 from simplefeed.door.events import parse_events, read_body
 from simplefeed.rules import appending
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Limits, Settings
 from simplefeed.store import upgrade
 
@@ -54,7 +54,9 @@ def main() -> None:
                 publish.append((time.perf_counter() - started) / (200 // size + 10))
                 started = time.perf_counter()
                 for _ in range(2000):
-                    core._refuse_too_large(name, pending, core.urls(name).locator_base, None)
+                    core._publishing.refuse_too_large(
+                        name, pending, core.urls(name).locator_base, None
+                    )
                 rule.append((time.perf_counter() - started) / 2000)
             p, r = statistics.median(publish), statistics.median(rule)
             print(

@@ -488,9 +488,9 @@ def count_baseline(url: str) -> int:
 def seed(url: str, workdir: Path, n: int) -> dict[str, float]:
     """Put ``n`` entries in the default feed, move its head, freeze every full page for real."""
     from simplefeed import archive, atom
-    from simplefeed.model import Entry, Event, FrozenPage
+    from simplefeed.model import ArchivedPage, Entry, Event
     from simplefeed.rules import paging
-    from simplefeed.service.core import Simplefeed
+    from simplefeed.service import Simplefeed
     from simplefeed.settings import Settings
     from simplefeed.store.sql import page_row
     from simplefeed.store.tables import pages as pages_table
@@ -538,8 +538,8 @@ def seed(url: str, workdir: Path, n: int) -> dict[str, float]:
             Entry(seq=s, id=ids[s - 1], updated_us=base + s, published_us=base + s, event=event)
             for s in range(last, first - 1, -1)
         )
-        body_ = atom.render(core._document(feed, "archive", number, entries))
-        pages.append(FrozenPage(feed.id, number, body_, archive.strong_etag(body_), now))
+        body_ = atom.render(core._chain.document(feed, "archive", number, entries))
+        pages.append(ArchivedPage(feed.id, number, body_, archive.strong_etag(body_), now))
         if len(pages) == 500 or number == n // feed.page_size:
             with engine.begin() as conn:
                 conn.execute(pages_table.insert(), [page_row(p, feed.page_size) for p in pages])

@@ -1,4 +1,6 @@
-"""One publish configuration under load, looked at from the inside (used for docs/architecture.md).
+"""One publish configuration under load, looked at from the inside.
+
+Its figures are in docs/benchmarks.md, "One publish from the inside".
 
 bench/publish.py compares Simplefeed with its baseline; this answers why a figure is what it is.
 It starts one app (`simplefeed` or `baseline`) under the shipped uwsgi.ini on a fresh database,

@@ -12,9 +12,12 @@ It starts every server itself on 127.0.0.1 (and stops them, whatever happens):
 - the framework's ceiling: a minimal falcon app (``bench/minimal_falcon.py``) under the same
   uWSGI options (an ini derived from ``uwsgi.ini`` with only ``module`` changed), answering
   /recent with the same bytes and headers, or a 304;
-- uWSGI serving a plain static file (the same derived ini with ``static-map``);
+- uWSGI serving a plain static file (the same derived ini with ``static-map``, without the
+  shipped static route), against the shipped static route for archived pages;
 - nginx with the shipped server block (``deploy/nginx/``), and a plain static server block in
   the same nginx;
+- nginx as a CDN's edge (``deploy/cdn/``) in front of moto's S3 server, against the same
+  object straight from the S3 server (``--no-bucket`` skips it);
 
 and measures each with wrk (one thread, 16 connections, rounds of a few seconds, ours and its
 baseline alternating so that a slow moment hurts both), for 1 and 4 uWSGI processes. Ratios are
@@ -43,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 
 from bench._read_servers import (
+    CDN_TEMPLATE,
     Child,
     Load,
     derive_ini,
@@ -51,7 +55,8 @@ from bench._read_servers import (
     nginx,
     wrk,
 )
-from bench.servers import HOST, UwsgiServer, free_port
+from bench.servers import HOST, S3Server, UwsgiServer, free_port
+from simplefeed.archive.s3 import S3Store
 
 
 def get(url: str, headers: Mapping[str, str] | None = None) -> httpx.Response:
@@ -62,6 +67,7 @@ def get(url: str, headers: Mapping[str, str] | None = None) -> httpx.Response:
 
 PAGE_SIZE = 100
 EVENTS = 250
+BUCKET = "simplefeed-bench"
 
 
 @dataclass
@@ -115,7 +121,6 @@ class Bench:
         self.rows: list[Row] = []
         self.database_url = f"sqlite:///{workdir / 'simplefeed.sqlite3'}"
         self.archive = workdir / "archive"
-        self.static = workdir / "static"
         self.body_file = workdir / "recent.xml"
 
     # -- servers ------------------------------------------------------------------------------
@@ -160,15 +165,12 @@ class Bench:
                 r = client.post(server.url("/entries"), json=batch)
                 assert r.status_code == 201, r.text
         self.body_file.write_bytes(get(server.url("/recent")).content)
-        self.static.mkdir(exist_ok=True)
-        for suffix in ("", ".gz", ".br"):
-            shutil.copy(self.archive / "pages" / f"1{suffix}", self.static / f"page.xml{suffix}")
 
     # -- measuring ----------------------------------------------------------------------------
 
     def load(
         self,
-        server: UwsgiServer | Child | tuple[UwsgiServer | Child, ...],
+        server: UwsgiServer | Child | S3Server | tuple[UwsgiServer | Child, ...],
         url: str,
         headers: Mapping[str, str] | None = None,
         connections: int | None = None,
@@ -216,17 +218,26 @@ class Bench:
         etag = get(ours.url("/recent")).headers["etag"]
         mini, minimal = self.baseline(f"minimal-{processes}", processes)
         min_etag = get(minimal + "/recent").headers["etag"]
+        # uWSGI's plain static-map of the same file as the static route sends.
         ust, ustatic = self.baseline(
-            f"uwsgi-static-{processes}", processes, static_map=f"/static={self.static}"
+            f"uwsgi-static-{processes}", processes, static_map=f"/static={self.archive}"
         )
 
-        recent, page1 = ours.url("/recent"), ours.url("/pages/1")
+        # Archived pages from uWSGI as `simplefeed serve` runs alone (http11-socket): `ours`
+        # has the uwsgi socket for nginx, and so an HTTP socket that closes every connection.
+        alone = self.ours(f"alone-{processes}", processes)
+        recent, page1 = ours.url("/recent"), alone.url("/pages/1")
+        same_file = ustatic + "/static/pages/1"
         page_bytes = (self.archive / "pages" / "1").read_bytes()
         inm, min_inm = {"If-None-Match": etag}, {"If-None-Match": min_etag}
         self.check(recent, 304, inm)
         self.check(minimal + "/recent", 304, min_inm)
         assert self.check(recent, 200) == self.check(minimal + "/recent", 200)
-        assert self.check(page1, 200) == page_bytes == self.check(ustatic + "/static/page.xml", 200)
+        assert self.check(page1, 200) == page_bytes == self.check(same_file, 200)
+        for coding in ("gzip", "br"):
+            accept = {"Accept-Encoding": coding}
+            for url in (page1, same_file):
+                assert get(url, accept).headers["content-encoding"] == coding, url
         # Compressed: the client asks for gzip; its 304s carry the gzip ETag.
         gz = {"Accept-Encoding": "gzip"}
         gz_inm = {**gz, "If-None-Match": etag[:-1] + '-gzip"'}
@@ -246,9 +257,15 @@ class Bench:
             lambda: self.load(mini, minimal + "/recent"),
         )
         self.pair(
-            Row("targets", "archived page, uWSGI (the app, sendfile)", p, [], "uWSGI static-map"),
-            lambda: self.load(ours, page1),
-            lambda: self.load(ust, ustatic + "/static/page.xml"),
+            Row("targets", "archived page, uWSGI static route", p, [], "uWSGI static-map", 0.9),
+            lambda: self.load(alone, page1),
+            lambda: self.load(ust, same_file),
+        )
+        # What the static route saves: the same page through the app (a query string).
+        self.pair(
+            Row("more", "archived page through the app", p, [], "uWSGI static-map"),
+            lambda: self.load(alone, page1 + "?app"),
+            lambda: self.load(ust, same_file),
         )
         self.pair(
             Row("compressed", "/recent 304, gzip ETag", p, [], "minimal falcon 304", 0.8),
@@ -260,43 +277,83 @@ class Bench:
             lambda: self.load(ours, recent, gz),
             lambda: self.load(mini, minimal + "/recent", gz),
         )
-        for coding, suffix in (("gzip", ".gz"), ("br", ".br")):
+        for coding in ("gzip", "br"):
             accept = {"Accept-Encoding": coding}
-            static_file = f"{ustatic}/static/page.xml{suffix}"
             self.pair(
                 Row(
                     "compressed",
-                    f"archived page {coding}, uWSGI (the app, sendfile)",
+                    f"archived page {coding}, uWSGI static route",
                     p,
                     [],
-                    f"uWSGI static-map of the {suffix} file",
+                    f"uWSGI static-map, its {coding} copy",
                 ),
-                lambda accept=accept: self.load(ours, page1, accept),  # type: ignore[misc]
-                lambda static_file=static_file: self.load(ust, static_file),  # type: ignore[misc]
+                lambda accept=accept: self.load(alone, page1, accept),  # type: ignore[misc]
+                lambda accept=accept: self.load(ust, same_file, accept),  # type: ignore[misc]
             )
 
         nport, sport = free_port(), free_port()
-        plain = f"    server {{ listen {HOST}:{sport}; location / {{ root {self.static}; }} }}\n"
+        plain = (
+            f"    server {{ listen {HOST}:{sport};"
+            f" location / {{ root {self.archive}; gzip_static on; }} }}\n"
+        )
         proxy = nginx(
             self.workdir / f"nginx-{processes}",
             listen=nport,
             upstream=f"{HOST}:{usock}",
+            archive_dir=self.archive,
             extra_server=plain,
         )
         self.stack.callback(proxy.stop)
         via = f"http://{HOST}:{nport}"
         self.check(via + "/recent", 304, inm)
         assert self.check(via + "/pages/1", 200) == page_bytes
-        assert self.check(f"http://{HOST}:{sport}/page.xml", 200) == page_bytes
+        assert self.check(f"http://{HOST}:{sport}/pages/1", 200) == page_bytes
         self.pair(
             Row("more", "/recent 304 through nginx (uwsgi_pass)", p, [], "direct (http11-socket)"),
             lambda: self.load((proxy, ours), via + "/recent", inm),
             lambda: self.load(ours, recent, inm),
         )
         self.pair(
-            Row("targets", "archived page, shipped nginx (to the app)", p, [], "nginx static"),
+            Row("targets", "archived page, shipped nginx (static)", p, [], "nginx static"),
             lambda: self.load((proxy, ours), via + "/pages/1"),
-            lambda: self.load(proxy, f"http://{HOST}:{sport}/page.xml"),
+            lambda: self.load(proxy, f"http://{HOST}:{sport}/pages/1"),
+        )
+        self.pair(
+            Row("compressed", "archived page gzip, shipped nginx", p, [], "nginx gzip_static"),
+            lambda: self.load((proxy, ours), via + "/pages/1", {"Accept-Encoding": "gzip"}),
+            lambda: self.load(proxy, f"http://{HOST}:{sport}/pages/1", {"Accept-Encoding": "gzip"}),
+        )
+        if not self.args.no_bucket:
+            self.run_bucket(processes, ours, page_bytes)
+
+    def run_bucket(self, processes: int, ours: UwsgiServer, page_bytes: bytes) -> None:
+        """nginx as a CDN's edge in front of moto's S3 server (deploy/cdn/), against the same
+        object straight from the S3 server."""
+        s3 = self.stack.enter_context(S3Server(self.workdir / f"s3-{processes}"))
+        s3.bucket(BUCKET)
+        s3.public_read(BUCKET, "archive")
+        store = S3Store.from_url(f"s3://{BUCKET}/archive", s3.environ())
+        store.put("pages/1", page_bytes, 0)
+        eport = free_port()
+        edge = nginx(
+            self.workdir / f"edge-{processes}",
+            listen=eport,
+            template=CDN_TEMPLATE,
+            values={
+                "SIMPLEFEED_SERVICE": f"{HOST}:{ours.port}",
+                "SIMPLEFEED_BUCKET_HOST": f"{HOST}:{s3.port}",
+                "SIMPLEFEED_BUCKET_HOST_HEADER": f"{HOST}:{s3.port}",
+                "SIMPLEFEED_BUCKET_PATH": f"/{BUCKET}/archive",
+            },
+        )
+        self.stack.callback(edge.stop)
+        at_edge = f"http://{HOST}:{eport}/pages/1"
+        direct = f"{s3.endpoint}/{BUCKET}/archive/pages/1"
+        assert self.check(at_edge, 200) == page_bytes == self.check(direct, 200)
+        self.pair(
+            Row("bucket", "archived page, nginx edge on S3", processes, [], "the S3 server"),
+            lambda: self.load(edge, at_edge),
+            lambda: self.load(s3, direct),
         )
 
     def run_modes(self, processes: int) -> None:
@@ -393,6 +450,7 @@ def report(rows: list[Row], info: Mapping[str, str], args: argparse.Namespace) -
         ("targets", "Targets"),
         ("compressed", "Compressed (Accept-Encoding: gzip / br)"),
         ("more", "Other paths"),
+        ("bucket", "The bucket behind an nginx edge (deploy/cdn/, moto's S3 server)"),
         ("modes", "uWSGI options (compare with the shipped http11-socket rows above)"),
     ):
         selected = [r for r in rows if r.section == section]
@@ -426,6 +484,7 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--processes", default="1,4", help="uWSGI process counts")
     parser.add_argument("--no-modes", action="store_true", help="skip the uWSGI option variants")
+    parser.add_argument("--no-bucket", action="store_true", help="skip the S3 edge (moto)")
     parser.add_argument("--quick", action="store_true", help="1 round of 1 s per cell")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args()

@@ -9,9 +9,10 @@ about 300 bytes, an author and a category, published in batches of a page throug
 a backup of its SQLite file made after its first page froze, the backup restored beside the
 archive, then the installed command ``simplefeed archive recover`` in a child process: its wall
 time, its CPU time and its peak resident memory (``ru_maxrss``), and the pages and entries a
-second it took back. Pages are taken back 64 a transaction (``core.RECOVERY_BATCH``): the peak
-memory should not grow with the page count. ``--batch N`` runs the same command with another
-batch (``python -c``, the module's constant replaced), to show what the batches bound.
+second it took back. Pages are taken back 64 a transaction
+(``maintenance.RECOVERY_BATCH``): the peak memory should not grow with the page count.
+``--batch N`` runs the same command with another batch (``python -c``, the module's constant
+replaced), to show what the batches bound.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.servers import clean_environ, simplefeed_command, sqlite_backup
 from simplefeed.model import Author, Category, Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from simplefeed.store import schema
 
@@ -54,7 +55,8 @@ def recover_command(batch: int | None) -> list[str]:
     if batch is None:
         return [*simplefeed_command(), "archive", "recover"]
     program = (
-        f"import simplefeed.service.core\nsimplefeed.service.core.RECOVERY_BATCH = {batch}\n"
+        "import simplefeed.service.maintenance as maintenance\n"
+        f"maintenance.RECOVERY_BATCH = {batch}\n"
         "from simplefeed.runtime.cli import main\nmain(['archive', 'recover'])\n"
     )
     return [sys.executable, "-c", program]

@@ -26,7 +26,7 @@ import falcon.testing
 
 import simplefeed
 from simplefeed.app import create_app
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from simplefeed.store import upgrade
 

@@ -34,7 +34,7 @@ SUFFIXES = {"br": ".br", "gzip": ".gz"}
 
 #: Levels for what is encoded once and kept (archived pages, one live document version):
 #: gzip's best; brotli 6: 0.063 of a 100-entry page in 0.4 ms, against 0.057 in 560 ms at 11
-#: (under the publish that freezes the page; docs/benchmarks.md, "Compression").
+#: (under the publish that freezes the page; docs/explanation/decisions/compression.md).
 _KEPT = {"gzip": 9, "br": 6}
 #: Levels for replies encoded per request (JSON replies): cheap.
 _PER_REQUEST = {"gzip": 6, "br": 4}

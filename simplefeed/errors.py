@@ -30,6 +30,8 @@
     │       └── StorageLow          free space below SIMPLEFEED_MIN_FREE_BYTES
     ├── DatabaseNotReady            .url (masked), .answered: missing, unreachable or not migrated
     ├── ArchiveUnreadable           .path: the archive could not be checked (missing, unreadable)
+    ├── ArchiveUnavailable          .where: the object store did not answer or refused
+    ├── PageConflict                .where: the archive holds other bytes for a page
     └── ClientError                 the consumer's branch: see simplefeed.client.errors
 
 Each error carries the attributes that identify what failed; the HTTP layer maps them to a status
@@ -256,3 +258,22 @@ class ArchiveUnreadable(SimplefeedError):
     def __init__(self, path: Path, problem: str) -> None:
         super().__init__(f"{path}: {problem}")
         self.path = path
+
+
+class ArchiveUnavailable(SimplefeedError):
+    """The archive store did not do what was asked: unreachable, too slow, or refused (no
+    credentials, no such bucket, no permission). Trying again later may work. ``where`` names
+    the store; the message is one line."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where}: {problem}")
+        self.where = where
+
+
+class PageConflict(SimplefeedError):
+    """The archive already holds other bytes where a page was to be written. A page is written
+    once, so nothing was overwritten. ``where`` names the page's object or file."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where}: {problem}")
+        self.where = where

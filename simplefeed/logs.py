@@ -171,7 +171,7 @@ def _fit(line: dict[str, Any], text: str) -> str:
 #: How long an INFO line (an access line) may wait to be written with the others. Each write
 #: is a system call, which lets another thread take the interpreter, and under uWSGI's threads
 #: every such hand-over costs both threads CPU: one write per access line was 70 of a /recent
-#: 304's 170 us (docs/benchmarks.md, "Reading", session 16). Warnings and errors are written at
+#: 304's 170 us (docs/explanation/decisions/interpreter.md). Warnings and errors are written at
 #: once, after the lines waiting.
 BATCH_S = 0.1
 #: Lines waiting beyond this many are written by the thread that adds one (a log that does not
@@ -189,7 +189,7 @@ class LineHandler(logging.Handler):
     of the handler's; a WARNING or above is written at once by its own thread, after the lines
     waiting, so the order of a process's lines is the order they were logged in. The threads
     adding lines take no lock (``StreamHandler`` held its lock across the write and the flush:
-    docs/benchmarks.md, "Long-poll", session 8). :meth:`flush` writes what waits (the logging
+    docs/explanation/decisions/long-poll.md). :meth:`flush` writes what waits (the logging
     module calls it at exit; a uWSGI worker at its end: runtime/wsgi.py); a process killed
     outright loses at most ``batch_s`` of INFO lines."""
 
@@ -340,7 +340,7 @@ def configure(level: str) -> None:
     # Every answered request writes a line, so a line's cost is on every request's path. The
     # lines carry no source location, thread or multiprocessing name: have the logging module
     # not look them up (the Logging HOWTO's "Optimization"): 0.74 of the instructions per
-    # access line with the shared encoder above (docs/benchmarks.md, "Access log line").
+    # access line with the shared encoder above (docs/benchmarks.md, "An access line").
     logging._srcfile = None
     logging.logThreads = False
     logging.logMultiprocessing = False

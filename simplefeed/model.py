@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
+from urllib.parse import quote
 
 #: Our Atom extension namespace (a name, not a document): ``<sf:seq>`` carries the sequence number.
 SF_NS = "https://simplefeed.dev/ns/1.0"
@@ -18,6 +19,8 @@ STATE_FILE_APPLICATION_ID = 0x53466373
 #: RFC 5005 feed history namespace: ``<fh:archive/>`` marks an archived page.
 FH_NS = "http://purl.org/syndication/history/1.0"
 ATOM_NS = "http://www.w3.org/2005/Atom"
+XHTML_NS = "http://www.w3.org/1999/xhtml"
+XML_NS = "http://www.w3.org/XML/1998/namespace"
 #: The most attributes an element of a document may have: feedparser looks each one up among
 #: all of them (stdlib SAX's ``getValueByQName``), so its time grows with their square (43,000
 #: on one element, 462 KB, took 11-15 s). The door refuses more in inline content; the
@@ -33,6 +36,8 @@ ATOM_MEDIA_TYPE = "application/atom+xml; charset=utf-8"
 #: decoded with the wrong charset looks like). JSON content carries them as escapes, Base64
 #: content encoded; text fields and inline XML refuse them, written or as references.
 DISCOURAGED_CHAR = re.compile("[\u007f-\u009f\ufffd]")
+#: A percent sign that does not start a percent-encoded octet.
+BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 #: Characters XML 1.0 cannot carry: C0 controls but tab/LF/CR, lone surrogates, U+FFFE/U+FFFF.
 _NOT_XML_CHAR = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -251,13 +256,45 @@ class Event:
         )
 
 
-#: Spellings of a content type that Atom carries alike, by ``type`` (``atom.content_mode``
+#: Spellings of a content type that Atom carries alike, by ``type`` (:func:`content_mode`
 #: reads them), as the door keeps them (lower case): an event's fingerprint is of the one it
 #: was sent with, and a retry with another is a replay (:meth:`Event.replay_fingerprints`).
 SAME_CONTENT_TYPE: dict[ContentMode, tuple[str | None, ...]] = {
     "text": (None, "text", "text/plain"),
     "html": ("html", "text/html"),
 }
+
+#: The content types of ``model.SAME_CONTENT_TYPE``, each to the mode Atom carries it in.
+_SPELT: dict[str | None, ContentMode] = {
+    spelling: mode for mode, spellings in SAME_CONTENT_TYPE.items() for spelling in spellings
+}
+
+
+def content_mode(content_type: str | None) -> ContentMode:
+    """How content of a given ``content_type`` is carried in Atom."""
+    ct = content_type.lower() if content_type is not None else None
+    spelt = _SPELT.get(ct)
+    if spelt is not None:
+        return spelt
+    assert ct is not None
+    if ct == "xhtml":
+        return "xhtml"
+    if ct.endswith("/xml") or ct.endswith("+xml"):
+        return "xml"
+    if ct == "application/json" or ct.endswith("+json"):
+        return "json"
+    if ct.startswith("text/"):
+        return "textual"
+    return "base64"
+
+
+def locator_segment(entry_id: str) -> str:
+    """An entry id as one path segment of its entry locator.
+
+    Every byte of its UTF-8 but RFC 3986's unreserved characters is percent-encoded, so that
+    ``/``, ``?``, ``#`` and ``%`` in ids survive.
+    """
+    return quote(entry_id, safe="")
 
 
 def _fingerprint(data: dict[str, Any]) -> str:
@@ -342,7 +379,9 @@ class Located:
 
 
 @dataclass(frozen=True)
-class FrozenPage:
+class ArchivedPage:
+    """A page archived for good: its bytes as rendered once, its ETag, and when it was archived."""
+
     feed_id: int
     number: int
     body: bytes

@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 from simplefeed.errors import ConfigError
-from simplefeed.rules.uris import BAD_PERCENT
+from simplefeed.model import BAD_PERCENT
 
 #: Feed names appear in URLs and in archive paths, so they are restricted to a safe alphabet.
 FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}\Z")
@@ -65,26 +65,6 @@ def service_url_problem(url: str) -> str | None:
     return None
 
 
-def database_url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be the service's database (SQLite with a file, or PostgreSQL), or
-    None: said where the setting is read, so that ``simplefeed config`` refuses what every
-    command using the database would."""
-    scheme = re.match(r"([A-Za-z][A-Za-z0-9]*)(\+[A-Za-z0-9_]+)?://", url)
-    backend = scheme.group(1).lower() if scheme else None
-    if backend == "postgres":
-        return "uses the scheme postgres://, which SQLAlchemy does not know: write postgresql://"
-    if backend == "sqlite":
-        if sqlite_path(url) is None:
-            return (
-                "names no file: an in-memory SQLite database lasts as long as one connection"
-                " (give sqlite:///relative/path or sqlite:////absolute/path)"
-            )
-        return None
-    if backend == "postgresql":
-        return None
-    return "is not a SQLite or PostgreSQL URL (sqlite:///path, postgresql+psycopg://...)"
-
-
 @dataclass(frozen=True)
 class Limits:
     """Bounds on what one publish request may carry (each answered with a 413 or 422)."""
@@ -100,8 +80,31 @@ class Limits:
     #: UTF-8 bytes of a producer's entry id. entries.entry_id is VARCHAR(1024) and sits in a
     #: unique index with the feed's id: 1,024 bytes keep the index row far under PostgreSQL's
     #: btree limit (about 2,700 bytes), on every backend alike. Ids are ASCII URIs in canonical
-    #: form (simplefeed.rules.uris), so bytes and characters count the same.
+    #: form (simplefeed.door.uris), so bytes and characters count the same.
     max_id_bytes: int = 1024
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Limits:
+        """The limits the environment sets, the defaults for the others."""
+        return cls(
+            max_body_bytes=_integer(
+                env, "SIMPLEFEED_MAX_BODY_BYTES", cls.max_body_bytes, 1, MAX_BODY_BYTES_LIMIT
+            ),
+            max_batch=_integer(env, "SIMPLEFEED_MAX_BATCH", cls.max_batch, 1),
+            max_title_chars=_integer(env, "SIMPLEFEED_MAX_TITLE_CHARS", cls.max_title_chars, 1),
+            max_summary_chars=_integer(
+                env, "SIMPLEFEED_MAX_SUMMARY_CHARS", cls.max_summary_chars, 1
+            ),
+            max_content_chars=_integer(
+                env, "SIMPLEFEED_MAX_CONTENT_CHARS", cls.max_content_chars, 1
+            ),
+            max_json_depth=_integer(
+                env, "SIMPLEFEED_MAX_JSON_DEPTH", cls.max_json_depth, 1, MAX_JSON_DEPTH_LIMIT
+            ),
+            max_categories=_integer(env, "SIMPLEFEED_MAX_CATEGORIES", cls.max_categories, 0),
+            max_links=_integer(env, "SIMPLEFEED_MAX_LINKS", cls.max_links, 0),
+            max_id_bytes=_integer(env, "SIMPLEFEED_MAX_ID_BYTES", cls.max_id_bytes, 16, 1024),
+        )
 
 
 #: The most SIMPLEFEED_MAX_JSON_DEPTH may be. Readers decode JSON content recursively: Python's
@@ -173,35 +176,18 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings from ``environ`` (by default the process's); :class:`ConfigError` if
+        one is wrong."""
         env = os.environ if environ is None else environ
         for name in _known_names():
             if name in env and not env[name].strip():
                 raise ConfigError(f"{name} is set but empty: unset it or give a value")
-
-        def integer(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
-            raw = env.get(name)
-            if raw is None:
-                return default
-            # Decimal ASCII digits only: Python's int() also reads "2_00" and fullwidth digits
-            # as 200, which uWSGI (it reads SIMPLEFEED_THREADS and SIMPLEFEED_PROCESSES itself)
-            # reads as 2 and 0.
-            if not _DECIMAL.fullmatch(raw.strip()):
-                raise ConfigError(f"{name} must be an integer, got {raw!r}")
-            value = int(raw)
-            if value < minimum:
-                raise ConfigError(f"{name} must be at least {minimum}, got {value}")
-            if maximum is not None and value > maximum:
-                raise ConfigError(f"{name} must be at most {maximum}, got {value}")
-            return value
-
         base_url = env.get("SIMPLEFEED_BASE_URL") or cls.base_url
         problem = base_url_problem(base_url)
         if problem is not None:
             raise ConfigError(f"SIMPLEFEED_BASE_URL {base_url!r} {problem}")
+        # The store checks the database URL (simplefeed.runtime.load_settings).
         database_url = env.get("SIMPLEFEED_DATABASE_URL") or cls.database_url
-        problem = database_url_problem(database_url)
-        if problem is not None:
-            raise ConfigError(f"SIMPLEFEED_DATABASE_URL {mask_url(database_url)!r} {problem}")
         default_feed = env.get("SIMPLEFEED_DEFAULT_FEED") or cls.default_feed
         if not FEED_NAME_RE.match(default_feed):
             raise ConfigError(f"SIMPLEFEED_DEFAULT_FEED {default_feed!r} is not a valid feed name")
@@ -213,53 +199,26 @@ class Settings:
         metrics = (env.get("SIMPLEFEED_METRICS") or "on").lower()
         if metrics not in ("on", "off"):
             raise ConfigError(f"SIMPLEFEED_METRICS must be on or off, got {metrics!r}")
-        http_socket = env.get("SIMPLEFEED_HTTP_SOCKET")
-        if http_socket is not None:
-            socket_address(http_socket)  # checked here, used by `serve` and uWSGI's load
-        uwsgi_socket = env.get("SIMPLEFEED_UWSGI_SOCKET")
-        if uwsgi_socket is not None and _spaced(uwsgi_socket):
-            # uWSGI bound "/run/sf\nock" as /run/sf, where nginx's uwsgi_pass does not look.
-            raise ConfigError(
-                "SIMPLEFEED_UWSGI_SOCKET must be a socket's path or HOST:PORT, without spaces or"
-                f" control characters, got {uwsgi_socket!r}"
-            )
+        http_socket, uwsgi_socket = _sockets(env)
         return cls(
             database_url=database_url,
-            # Absolute from here on: every path a command prints says which directory it was
-            # (a cron job run elsewhere checked another, empty, archive).
+            # Absolute from here on, so that every path a command prints says which directory
+            # it is (a cron job run elsewhere checked another, empty, archive).
             archive_dir=Path(env.get("SIMPLEFEED_ARCHIVE_DIR") or "archive").absolute(),
             base_url=base_url.rstrip("/"),
             base_url_given=bool(env.get("SIMPLEFEED_BASE_URL")),
-            page_size=integer("SIMPLEFEED_PAGE_SIZE", cls.page_size, 1, MAX_PAGE_SIZE),
-            recent_max_age=integer(
-                "SIMPLEFEED_RECENT_MAX_AGE", cls.recent_max_age, 0, MAX_RECENT_MAX_AGE
+            page_size=_integer(env, "SIMPLEFEED_PAGE_SIZE", cls.page_size, 1, MAX_PAGE_SIZE),
+            recent_max_age=_integer(
+                env, "SIMPLEFEED_RECENT_MAX_AGE", cls.recent_max_age, 0, MAX_RECENT_MAX_AGE
             ),
-            max_wait=integer("SIMPLEFEED_MAX_WAIT", cls.max_wait, 0, MAX_WAIT_LIMIT),
+            max_wait=_integer(env, "SIMPLEFEED_MAX_WAIT", cls.max_wait, 0, MAX_WAIT_LIMIT),
             default_feed=default_feed,
             log_level=log_level,
             metrics=metrics == "on",
-            min_free_bytes=integer("SIMPLEFEED_MIN_FREE_BYTES", cls.min_free_bytes, 0),
-            processes=integer("SIMPLEFEED_PROCESSES", cls.processes, 1, MAX_PROCESSES),
-            threads=integer("SIMPLEFEED_THREADS", cls.threads, 1, MAX_THREADS),
-            limits=Limits(
-                max_body_bytes=integer(
-                    "SIMPLEFEED_MAX_BODY_BYTES", Limits.max_body_bytes, 1, MAX_BODY_BYTES_LIMIT
-                ),
-                max_batch=integer("SIMPLEFEED_MAX_BATCH", Limits.max_batch, 1),
-                max_title_chars=integer("SIMPLEFEED_MAX_TITLE_CHARS", Limits.max_title_chars, 1),
-                max_summary_chars=integer(
-                    "SIMPLEFEED_MAX_SUMMARY_CHARS", Limits.max_summary_chars, 1
-                ),
-                max_content_chars=integer(
-                    "SIMPLEFEED_MAX_CONTENT_CHARS", Limits.max_content_chars, 1
-                ),
-                max_json_depth=integer(
-                    "SIMPLEFEED_MAX_JSON_DEPTH", Limits.max_json_depth, 1, MAX_JSON_DEPTH_LIMIT
-                ),
-                max_categories=integer("SIMPLEFEED_MAX_CATEGORIES", Limits.max_categories, 0),
-                max_links=integer("SIMPLEFEED_MAX_LINKS", Limits.max_links, 0),
-                max_id_bytes=integer("SIMPLEFEED_MAX_ID_BYTES", Limits.max_id_bytes, 16, 1024),
-            ),
+            min_free_bytes=_integer(env, "SIMPLEFEED_MIN_FREE_BYTES", cls.min_free_bytes, 0),
+            processes=_integer(env, "SIMPLEFEED_PROCESSES", cls.processes, 1, MAX_PROCESSES),
+            threads=_integer(env, "SIMPLEFEED_THREADS", cls.threads, 1, MAX_THREADS),
+            limits=Limits.from_env(env),
             page_size_given="SIMPLEFEED_PAGE_SIZE" in env,
             http_socket=http_socket,
             uwsgi_socket=uwsgi_socket,
@@ -297,12 +256,11 @@ class Settings:
         }
 
     def notes(self) -> dict[str, str]:
-        """What ``simplefeed config`` says beside some values: the file a SQLite URL's
-        relative path resolves to, and a base URL nobody set."""
+        """What ``simplefeed config`` says beside some values, such as a base URL nobody set.
+
+        The store adds the file a database URL names (:func:`simplefeed.store.database_file`).
+        """
         notes = {}
-        path = sqlite_path(self.database_url)
-        if path is not None:
-            notes["SIMPLEFEED_DATABASE_URL"] = f"file {path}"
         if not self.base_url_given:
             notes["SIMPLEFEED_BASE_URL"] = "default"
         if self.http_socket is None:
@@ -310,6 +268,40 @@ class Settings:
         if self.uwsgi_socket is None:
             notes["SIMPLEFEED_UWSGI_SOCKET"] = "unset: no uwsgi-protocol socket"
         return notes
+
+
+def _integer(
+    env: Mapping[str, str], name: str, default: int, minimum: int, maximum: int | None = None
+) -> int:
+    """The integer variable ``name`` sets, within its bounds, or ``default`` if it is unset."""
+    raw = env.get(name)
+    if raw is None:
+        return default
+    # Decimal ASCII digits only. Python's int() also reads "2_00" and fullwidth digits as 200,
+    # which uWSGI reads as 2 and 0 (it reads SIMPLEFEED_THREADS and SIMPLEFEED_PROCESSES too).
+    if not _DECIMAL.fullmatch(raw.strip()):
+        raise ConfigError(f"{name} must be an integer, got {raw!r}")
+    value = int(raw)
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}, got {value}")
+    return value
+
+
+def _sockets(env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """SIMPLEFEED_HTTP_SOCKET and SIMPLEFEED_UWSGI_SOCKET, checked."""
+    http_socket = env.get("SIMPLEFEED_HTTP_SOCKET")
+    if http_socket is not None:
+        socket_address(http_socket)  # checked here, used by `serve` and uWSGI's load
+    uwsgi_socket = env.get("SIMPLEFEED_UWSGI_SOCKET")
+    if uwsgi_socket is not None and _spaced(uwsgi_socket):
+        # uWSGI bound "/run/sf\nock" as /run/sf, where nginx's uwsgi_pass does not look.
+        raise ConfigError(
+            "SIMPLEFEED_UWSGI_SOCKET must be a socket's path or HOST:PORT, without spaces or"
+            f" control characters, got {uwsgi_socket!r}"
+        )
+    return http_socket, uwsgi_socket
 
 
 #: Variables uwsgi.ini reads besides the settings (``simplefeed serve`` sets the first from its
@@ -414,6 +406,59 @@ def proxied_base_url_problem(uwsgi_socket: str | None, base_url_given: bool) -> 
     )
 
 
+#: An S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending
+#: with a letter or a digit.
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+#: One segment of a key prefix: the characters a URL path carries as they are (RFC 3986
+#: "unreserved"), so that a CDN can map a path onto the bucket without escaping.
+_PREFIX_SEGMENT = re.compile(r"[A-Za-z0-9._~-]+\Z")
+
+
+def archive_url_parts(url: str) -> tuple[str, str]:
+    """The bucket and key prefix of SIMPLEFEED_ARCHIVE_URL (``s3://BUCKET/PREFIX``).
+
+    The prefix may be empty. Raises :class:`ConfigError` for anything else, because a page
+    written under a mistyped prefix would be at URLs that no one asks for.
+    """
+    example = "s3://BUCKET/PREFIX, e.g. s3://feeds-archive/simplefeed"
+    scheme, sep, rest = url.partition("://")
+    if scheme != "s3" or not sep:
+        raise ConfigError(f"SIMPLEFEED_ARCHIVE_URL must be {example}, got {url!r}")
+    bucket, _, prefix = rest.partition("/")
+    if not _BUCKET.match(bucket) or ".." in bucket:
+        raise ConfigError(
+            f"SIMPLEFEED_ARCHIVE_URL {url!r}: {bucket!r} is not an S3 bucket name (3 to 63"
+            " lowercase letters, digits, dots and hyphens)"
+        )
+    prefix = prefix.removesuffix("/")
+    segments = prefix.split("/") if prefix else []
+    for segment in segments:
+        if segment in (".", "..") or not _PREFIX_SEGMENT.match(segment):
+            raise ConfigError(
+                f"SIMPLEFEED_ARCHIVE_URL {url!r}: the key prefix {prefix!r} must be segments of"
+                " letters, digits, '.', '_', '~' and '-' between single slashes, none . or .."
+            )
+    return bucket, prefix
+
+
+def static_archive_problem(given: str | None, cwd: str) -> str | None:
+    """Why uWSGI's static route (uwsgi.ini) cannot serve the archive directory, or None.
+
+    The route takes SIMPLEFEED_ARCHIVE_DIR as ``given``, or ``archive`` in ``cwd``. uWSGI
+    serves a file only when its real path starts with the path asked for. A relative path, a
+    symbolic link or a trailing slash in it would leave every archived page without an answer.
+    """
+    path = given or os.path.join(cwd, "archive")
+    real = os.path.realpath(os.path.join(cwd, path))
+    if path == real:
+        return None
+    return (
+        f"SIMPLEFEED_ARCHIVE_DIR={path} is not the archive directory's real path, so uWSGI's"
+        f" static route would serve no archived page: set it to {real}"
+        " (`simplefeed serve` does so itself)"
+    )
+
+
 #: Names taken for settings that no fuzzy match finds (or finds wrong), by what follows
 #: SIMPLEFEED_: the setting meant, or the command's option.
 ALIASES = {
@@ -510,21 +555,3 @@ def mask_url(url: str) -> str:
         )
         masked = masked.replace("?" + parts.query, "?" + query, 1)
     return masked
-
-
-def database_shown(url: str) -> str:
-    """How a command names the database it works on: a SQLite database's file, absolute, else
-    its URL with the password masked."""
-    path = sqlite_path(url)
-    return str(path) if path is not None else mask_url(url)
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The file of a SQLite URL, absolute (None for other databases and in-memory ones)."""
-    scheme, sep, rest = url.partition(":///")
-    if not sep or scheme.split("+")[0] != "sqlite":
-        return None
-    path = rest.partition("?")[0]
-    if path in ("", ":memory:"):
-        return None
-    return Path(path).absolute()

@@ -29,7 +29,7 @@ from sqlalchemy.pool import NullPool
 
 from bench.servers import UwsgiServer
 from simplefeed.app import caching, create_app
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from simplefeed.store.schema import alembic_config
 

@@ -22,7 +22,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from simplefeed.app import create_app, openapi
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "openapi.json"
 

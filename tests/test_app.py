@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 from typing import Any
 
 import falcon.testing
 import pytest
 
 from simplefeed.app import create_app, openapi
-from simplefeed.service.core import Live, Simplefeed
+from simplefeed.service import Live, Simplefeed
 from tests.conftest import FakeClock
+from tests.markdown import doc_text, table_after
 
 Client = falcon.testing.TestClient
 ATOM = "application/atom+xml; charset=utf-8"
@@ -363,18 +362,14 @@ def test_conflict_names_the_id(client: Client, core: Simplefeed) -> None:
     assert state(client, core) == before
 
 
-def test_the_readme_names_every_field_of_an_error_body(client: Client) -> None:
-    """A 409 has `id` and `index`, which the README's list of an error's fields left out (a
-    newcomer's trial): the list is the OpenAPI document's Error schema, and each field is
-    described."""
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    listed = re.search(r"- Errors are JSON `\{([^}]*)\}`", readme)
-    assert listed is not None
-    documented = {name.strip().strip('"?') for name in listed.group(1).split(",")}
+def test_the_reference_names_every_field_of_an_error_body(client: Client) -> None:
+    """The reference's table of an error's fields (docs/reference/events.md) is the OpenAPI
+    document's Error schema, and each field is described: a 409 has `id` and `index`."""
+    rows = table_after(doc_text("docs/reference/events.md"), "An error body has these fields.")
+    documented = {name.strip("`") for name, *_ in rows}
     assert documented == set(openapi.build()["components"]["schemas"]["Error"]["properties"])
-    bullet = readme[listed.start() : readme.index("\n- ", listed.end())]
-    for name in documented:
-        assert f"`{name}` " in bullet, name
+    for name, present, described in rows:
+        assert present and described, name
     post(client, {"title": "a", "id": "urn:test:1"})
     single = post(client, {"title": "b", "id": "urn:test:1"})
     assert single.status_code == 409

@@ -23,7 +23,7 @@ from sqlalchemy import text
 
 from simplefeed.errors import EntryConflict
 from simplefeed.model import Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from simplefeed.store import postgres
 from tests.conftest import PG_ENV, START_US, FakeClock, PostgresDatabases, SequentialIds, query

@@ -26,7 +26,7 @@ import feedparser
 import pytest
 from lxml import etree
 
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.atomcheck import ATOM_NS, FH_NS, SF_NS, check_atom
 from tests.conftest import START_US, FakeClock
 
@@ -168,7 +168,7 @@ CORPUS: list[Event | list[Event]] = [
         {"title": "Explicit tag id", "id": "tag:example.com,2027:event/1"},
         {"title": "Explicit http id", "id": "http://example.com/events/1?x=1&y=2#frag"},
         {"title": "Explicit uuid id", "id": "urn:uuid:6f1c2a4e-1d2b-4c3d-9e8f-0a1b2c3d4e5f"},
-        # Ids are URIs in canonical form: an IRI arrives percent-encoded (simplefeed.rules.uris).
+        # Ids are URIs in canonical form: an IRI arrives percent-encoded (simplefeed.door.uris).
         {"title": "Explicit IRI id", "id": "https://example.com/%C3%A9v%C3%A9nement/%C3%BC"},
     ],
     [
@@ -515,7 +515,7 @@ def test_json_text_keeps_the_value_and_reads_as_no_markup() -> None:
 # -- determinism ----------------------------------------------------------------------------------
 
 
-def test_frozen_pages_rerender_byte_identical(
+def test_archived_pages_rerender_byte_identical(
     core: Simplefeed, client: falcon.testing.TestClient, clock: FakeClock
 ) -> None:
     publish_corpus(client, clock)
@@ -546,10 +546,10 @@ def test_the_direct_renderer_matches_feedgen_byte_for_byte(
         first, last = paging.seq_range(number, PAGE_SIZE)
         entries = tuple(core.store.entries_between(feed.id, first, min(last, feed.head_seq)))
         for kind in ("archive", "working", "recent"):
-            doc = core._document(feed, kind, number, entries)  # type: ignore[arg-type]
+            doc = core._chain.document(feed, kind, number, entries)  # type: ignore[arg-type]
             assert atom.render(doc) == atom.render_with_feedgen(doc), (number, kind)
             compared += 1
-    empty = core._document(feed, "recent", 1, ())
+    empty = core._chain.document(feed, "recent", 1, ())
     assert atom.render(empty) == atom.render_with_feedgen(empty)
     assert compared >= 18
 

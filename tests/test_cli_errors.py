@@ -24,7 +24,7 @@ import pytest
 from bench.servers import PROJECT_ROOT, clean_environ, free_port, simplefeed_command
 from simplefeed.client.state import StateFile
 from simplefeed.errors import InvalidFeed
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import DEFAULT_HTTP_SOCKET, Settings, misspelt_variables
 from simplefeed.store.schema import SCHEMA_REVISION, alembic_config
 
@@ -134,8 +134,8 @@ def test_unmigrated_sqlite_file_is_named_with_the_fix(tmp_path: Path) -> None:
 
 
 def test_db_upgrade_says_which_schema_it_migrated_from(tmp_path: Path) -> None:
-    """An outside trial: a run that migrated 0002 to the newest printed what a run that did
-    nothing prints, and the README's Upgrading relies on telling them apart."""
+    """A run that migrates says from which schema, and a run that did nothing says so: the
+    upgrade guide (docs/how-to/upgrade.md) relies on telling them apart."""
     from alembic import command
 
     url = f"sqlite:///{tmp_path / 'old.sqlite3'}"
@@ -656,7 +656,7 @@ def test_archive_verify_and_rebuild_name_the_archive_and_database_absolutely(
     relative, checked a second, empty, archive: every line named relative paths, and nothing
     said which directory it was."""
     from simplefeed.model import Event
-    from simplefeed.service.core import Simplefeed
+    from simplefeed.service import Simplefeed
     from simplefeed.settings import Settings
 
     install, home = tmp_path / "install", tmp_path / "home"
@@ -807,7 +807,7 @@ def test_a_database_a_newer_release_migrated_says_so_in_one_line(tmp_path: Path)
     )
     fix = (
         "run the release that migrated it, or restore the backup made before its `db upgrade`"
-        " (README: Upgrading)"
+        " (docs/how-to/upgrade.md)"
     )
     for args in (["db", "upgrade"], *DATABASE_COMMANDS):
         done = run(tmp_path, *args, SIMPLEFEED_DATABASE_URL=url)

@@ -31,7 +31,7 @@ from simplefeed.client import (
 )
 from simplefeed.client.walk import Progress
 from simplefeed.model import Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock
 
 BASE = "http://feeds.example.test"

@@ -17,10 +17,10 @@ import pytest
 
 from simplefeed.app import create_app
 from simplefeed.client import FeedEntry, FeedError
-from simplefeed.client import consumer as consumer_module
+from simplefeed.client import pages as pages_module
 from simplefeed.client.checker import HELLO, Checker, helps
 from simplefeed.client.parse import parse_page
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock
 from tests.test_client import CountingApp, consume, publish
 from tests.test_client_parse import DECL, HEAD, ROOT, b64, doc, entry
@@ -242,7 +242,7 @@ def test_a_long_catch_up_has_feedparser_check_its_pages_in_a_helper_that_ends_wi
     got: list[FeedEntry] = consume(server, tmp_path / "a.sqlite3", clock)
     # The helper started at the eighth page walked back and checked the pages read forward
     # from then on (the pages it did not are checked in this process, as before).
-    assert consumer_module.HELPER_AFTER_PAGES == 8
+    assert pages_module.HELPER_AFTER_PAGES == 8
     assert len(checked) >= 9, checked
     assert all(len(pids) == 1 for pids in alive), alive
     assert children_checking() == []

@@ -30,7 +30,7 @@ from simplefeed.client import (
     StateFile,
     UnexpectedStatus,
 )
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock
 from tests.test_client import (
     BASE,

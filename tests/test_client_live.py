@@ -38,9 +38,10 @@ from simplefeed.client import Checkpoint, Consumer, PollPolicy, RetryPolicy, Sta
 from simplefeed.client.command import consume
 from simplefeed.client.parse import PARSERS
 from simplefeed.model import Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import SequentialIds, page_files_reopened
+from tests.markdown import code_blocks, doc_text
 
 
 @pytest.fixture
@@ -525,7 +526,8 @@ command._ProgressBars.__call__ = report
 if sys.argv[1] == "consumer":
     from simplefeed.client.state import StateFile
     StateFile.parked = lambda self, *a: 1 / 0
-    command.consumer_group(sys.argv[2:], prog_name="simplefeed consumer")
+    from simplefeed.client.state_commands import consumer_group
+    consumer_group(sys.argv[2:], prog_name="simplefeed consumer")
 command.consume(sys.argv[1:], prog_name="simplefeed consume")
 """
 
@@ -964,14 +966,16 @@ def test_a_following_consumer_asked_to_stop_ends_within_moments_checkpoint_store
         assert list(again.entries()) == []
 
 
-def test_the_readme_python_example_runs_as_written(live: LiveServer, tmp_path: Path) -> None:
-    """The README's Python example, pointed at a live server: a newcomer's trial found it calling
-    a `handle` it never defined."""
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+@pytest.mark.parametrize("where", ["README.md", "docs/how-to/consume-python.md"])
+def test_the_python_consumer_example_runs_as_written(
+    where: str, live: LiveServer, tmp_path: Path
+) -> None:
+    """The Python example of the README and of the consumer guide, pointed at a live server:
+    it defines the `handle` it calls, and prints each entry, oldest first."""
     (example,) = [
         block
-        for block in re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
-        if "Consumer(" in block
+        for block in code_blocks(doc_text(where), "python")
+        if "Consumer(" in block and "def handle" in block
     ]
     assert "http://localhost:8080/recent" in example
     ids = live.publish(3)

@@ -30,7 +30,7 @@ from simplefeed.app import create_app
 from simplefeed.client import Consumer
 from simplefeed.client.parse import Page, Parser, parse_page
 from simplefeed.model import ATOM_NS, Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock
 
 BASE = "http://feeds.example.test"

@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 from simplefeed.app import create_app
 from simplefeed.client import Checkpoint, FeedEntry, StateError, StateFile, TooManyParked
 from simplefeed.runtime.cli import main
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock
 from tests.test_client import CountingApp, make_consumer, publish, stored_checkpoint

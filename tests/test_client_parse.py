@@ -47,9 +47,9 @@ from simplefeed.client import (
 from simplefeed.client.parse import PARSERS, Outline, Page, outline_page, parse_page
 from simplefeed.door.events import MAX_EXACT_INTEGER, parse_event
 from simplefeed.errors import InvalidEvent
-from simplefeed.model import ATOM_NS, Document, DocumentKind, Entry, Event, Feed
+from simplefeed.model import ATOM_NS, Document, DocumentKind, Entry, Event, Feed, content_mode
 from simplefeed.rules import paging
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Limits
 from tests.conftest import START_US, FakeClock
 
@@ -95,7 +95,7 @@ def assert_published(entry: FeedEntry, event: Event) -> None:
     if event.id is not None:
         assert entry.id == event.id
     assert entry.title == event.title
-    mode = atom.content_mode(event.content_type)
+    mode = content_mode(event.content_type)
     if event.content is None:
         assert entry.content is None and entry.content_type is None
     else:

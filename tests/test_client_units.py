@@ -28,10 +28,11 @@ from simplefeed.client import (
     StateFile,
 )
 from simplefeed.client.command import FLAGS
+from simplefeed.client.errors import Parting
 from simplefeed.client.parse import Outline, Page, parse_page
 from simplefeed.client.poll import next_interval
 from simplefeed.client.state import CachedDocument
-from simplefeed.client.walk import Parting, new_entries, parting, starting_point
+from simplefeed.client.walk import new_entries, parting, starting_point
 from simplefeed.model import Document, DocumentKind, Entry, Event, Feed, Link
 from simplefeed.rules import paging
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import falcon.testing
 import pytest
 
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock
 
 DAY_US = 86_400_000_000

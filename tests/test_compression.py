@@ -17,7 +17,7 @@ from simplefeed import codings
 from simplefeed.app import create_app
 from simplefeed.app.caching import FeedHeads, LiveBodies
 from simplefeed.codings import choose
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.test_integrity import post
 
 PAGE_SIZE = 5  # the `settings` fixture's

@@ -29,7 +29,7 @@ import feedparser
 import pytest
 from lxml import etree
 
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import VALID_IRIS, FakeClock
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ What it is for: a server's database restored from a backup that lost entries a c
 read. The consumer then stops (exit 4, its last entry gone), and neither reading everything
 again nor skipping to the newest is right: it goes on after the last entry the restore kept.
 Against the real app in-process (the restore made on its SQLite file), through the commands
-against the real app on a socket, and end to end with uWSGI and the README's backup.
+against the real app on a socket, and end to end with uWSGI and the backup of docs/how-to/backup.md.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from simplefeed.client import (
     StateFile,
 )
 from simplefeed.runtime.cli import main
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock
 from tests.test_client import (
@@ -246,10 +246,11 @@ def test_reset_reads_the_entry_point_from_the_server_not_the_cache(
 def test_cached_pages_of_the_history_before_a_restore_are_not_trusted(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path, tmp_path: Path
 ) -> None:
-    """A page that could not be taken back was moved out of the archive (README): the restored
-    service freezes another page under its URL. The consumer's cached copy of the old one is
-    forgotten by the reset, which walks back through the server's pages as they are now;
-    without that, the reset stopped on the cached copy (DigestMismatch)."""
+    """A page that could not be taken back was moved out of the archive
+    (docs/how-to/backup.md): the restored service freezes another page under its URL. The
+    consumer's cached copy of the old one is forgotten by the reset, which walks back through
+    the server's pages as they are now; without that, the reset stopped on the cached copy
+    (DigestMismatch)."""
     kept = publish(core, 7)
     backup = tmp_path / "backup.sqlite3"
     sqlite_backup(database_file(core.settings), backup)
@@ -532,8 +533,8 @@ def test_the_command_exits_as_consume_does_when_the_server_cannot_be_read(
 
 @pytest.mark.e2e
 def test_a_restore_that_lost_entries_read_with_the_real_commands(tmp_path: Path) -> None:
-    """README's way, with real processes: the running service's SQLite file backed up, two
-    more entries published and read by `simplefeed consume`, the service stopped and the
+    """The backup guide's way, with real processes: the running service's SQLite file backed
+    up, two more entries published and read by `simplefeed consume`, the service stopped and the
     backup restored (those two are in no file: lost), new entries published. The consumer
     stops (exit 4) naming the two entries lost and `simplefeed consumer reset` to the last
     entry the restore kept; reset there, it reads exactly the entries published since."""

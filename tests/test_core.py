@@ -11,7 +11,7 @@ import pytest
 from simplefeed import atom
 from simplefeed.errors import EntryConflict, FeedExists, FeedNotFound, PageNotFound
 from simplefeed.model import Entry, Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import START_US, FakeClock
 
 

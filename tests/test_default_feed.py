@@ -21,7 +21,8 @@ from simplefeed import atom
 from simplefeed.app import create_app
 from simplefeed.errors import DefaultFeedMismatch
 from simplefeed.model import Event, Feed
-from simplefeed.service.core import Simplefeed, default_feed_problem
+from simplefeed.rules.feeds import default_feed_problem
+from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock, query
 from tests.test_cli_errors import one_line_error, run, wsgi_refusal
 
@@ -142,7 +143,7 @@ def test_a_base_url_whose_path_ends_like_a_feed_s_is_read_as_the_base() -> None:
 # -- the default feed mistyped after it froze pages ---------------------------------------
 
 
-def test_db_upgrade_refuses_a_default_feed_whose_name_is_not_the_frozen_pages_and_creates_none(
+def test_db_upgrade_refuses_a_default_feed_whose_name_is_not_the_archived_pages_and_creates_none(
     core: Simplefeed, tmp_path: Path
 ) -> None:
     core.publish("events", [Event(title=f"e{i}") for i in range(7)])  # page 1 freezes
@@ -153,7 +154,7 @@ def test_db_upgrade_refuses_a_default_feed_whose_name_is_not_the_frozen_pages_an
     assert cli(core, tmp_path, "db", "upgrade", default_feed="events").returncode == 0
 
 
-def test_serve_refuses_a_default_feed_whose_name_is_not_the_frozen_pages(
+def test_serve_refuses_a_default_feed_whose_name_is_not_the_archived_pages(
     core: Simplefeed, tmp_path: Path
 ) -> None:
     core.publish("events", [Event(title=f"e{i}") for i in range(5)])
@@ -257,7 +258,7 @@ def test_a_fresh_database_takes_any_default_feed(tmp_path: Path) -> None:
     assert "created default feed 'x'" in done.stdout
 
 
-def test_feeds_without_frozen_pages_let_the_default_feed_change(
+def test_feeds_without_archived_pages_let_the_default_feed_change(
     core: Simplefeed, clock: FakeClock, tmp_path: Path
 ) -> None:
     core.publish("events", [Event(title=f"e{i}") for i in range(4)])  # nothing frozen

@@ -19,12 +19,12 @@ import pytest
 from simplefeed import atom
 from simplefeed.client.fetch import Bounds
 from simplefeed.client.parse import parse_page
-from simplefeed.door import events
+from simplefeed.door import events, uris
 from simplefeed.door.languages import PRIMARY_LANGUAGES
 from simplefeed.door.namespaces import FEED_NAMESPACES
 from simplefeed.errors import Unauthorized
-from simplefeed.rules import appending, auth, uris
-from simplefeed.service.core import Simplefeed
+from simplefeed.rules import appending, auth
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Limits
 from tests.conftest import START_US, VALID_IRIS
 from tests.test_app import state

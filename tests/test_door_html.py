@@ -14,7 +14,7 @@ import falcon.testing
 import pytest
 
 from simplefeed.door import markup
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock
 from tests.test_conformance import BASE, START_US, documents, judge, judge_ready, unexplained
 from tests.test_door import JUDGES, accepted, refused
@@ -267,8 +267,8 @@ def test_a_noncharacter_is_refused(client: Client, core: Simplefeed, character: 
 # -- XHTML, as readers pass it on ---------------------------------------------------------
 # feedparser gives xhtml content as a string of HTML, which a reader puts in its page; a
 # browser's DOMParser keeps the XML tree, but a reader that serializes it does the same. Each
-# of these is well-formed XML the judge accepts, and HTML builds another tree of it: a
-# producer's trial found them accepted while the README said XHTML follows the HTML policy.
+# of these is well-formed XML the judge accepts, and HTML builds another tree of it, so
+# they are refused: XHTML follows the HTML policy (docs/reference/events.md).
 
 
 @pytest.mark.parametrize(
@@ -328,16 +328,17 @@ def test_the_html_reading_of_xhtml_is_what_feedparser_passes_on() -> None:
     import feedparser
     from lxml import etree
 
-    from simplefeed import atom
+    from simplefeed.door.xml import html_reading
+    from simplefeed.model import XHTML_NS
 
     xhtml = "<p title='&quot;x&quot;'>a<br/><span/>b &amp; &lt;<em>c</em>e</p>"
-    div = etree.fromstring(f'<div xmlns="{atom.XHTML_NS}">{xhtml}</div>')
+    div = etree.fromstring(f'<div xmlns="{XHTML_NS}">{xhtml}</div>')
     feed = (
         '<feed xmlns="http://www.w3.org/2005/Atom"><entry><content type="xhtml">'
         f"{etree.tostring(div, encoding='unicode')}</content></entry></feed>"
     )
     passed_on = feedparser.parse(feed, sanitize_html=False).entries[0].content[0].value
-    tokens, text = atom.html_reading(div)
+    tokens, text = html_reading(div)
     assert markup._tree(tokens) == markup._tree(markup._tokens(text)[0])
     assert markup._tree(tokens) == markup._tree(markup._tokens(passed_on)[0])
 

@@ -34,7 +34,7 @@ from simplefeed.client.parse import parse_page
 from simplefeed.client.tree import is_json
 from simplefeed.door.events import MAX_EXACT_INTEGER
 from simplefeed.door.namespaces import FEED_NAMESPACES
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import START_US
 
 PAGE_SIZE = 3

@@ -13,7 +13,7 @@ import pytest
 from lxml import etree
 
 from simplefeed.app import create_app
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Limits, Settings
 from tests.atomcheck import check_atom
 from tests.test_app import state
@@ -201,7 +201,9 @@ def test_deeply_nested_json_body_is_a_clean_400_or_422(
         ("http://example.com:0", "port 0"),
     ],
 )
-def test_a_base_url_no_frozen_page_should_keep_is_a_clear_error(base_url: str, words: str) -> None:
+def test_a_base_url_no_archived_page_should_keep_is_a_clear_error(
+    base_url: str, words: str
+) -> None:
     """Every link of a frozen page is built on SIMPLEFEED_BASE_URL and kept for good."""
     from simplefeed.errors import ConfigError
 

@@ -7,7 +7,7 @@ import falcon.testing
 import pytest
 
 from simplefeed.app import create_app
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 
 
 @pytest.fixture

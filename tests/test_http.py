@@ -10,7 +10,7 @@ import falcon.testing
 import pytest
 
 from simplefeed.app import preconditions
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock
 
 Client = falcon.testing.TestClient

@@ -18,7 +18,7 @@ from simplefeed import archive
 from simplefeed.app import create_app
 from simplefeed.model import ATOM_NS, SF_NS
 from simplefeed.runtime.cli import main
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock, migrate
 

@@ -1,8 +1,21 @@
-"""The layers as docs/architecture.md draws them, checked on the imports themselves."""
+"""The package's shape, checked on its source: layers, import cycles, sizes, dialects.
+
+The layers, bottom to top. An import points down, or sideways within its own package; the
+modules at the top of the package count as one package per layer.
+
+1. errors, model, settings, codings, lines, locks, logs, metrics
+2. rules, door, atom
+3. store, archive
+4. service
+5. app, client, producer, outbox (the client imports nothing of layers 3 to 5)
+6. runtime
+"""
 
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -10,6 +23,40 @@ PACKAGE = ROOT / "simplefeed"
 #: The database's libraries: only simplefeed.store imports them. (The consumer keeps its own
 #: state in a SQLite file of its own, simplefeed/client/state.py: not the service's store.)
 DATABASE_LIBRARIES = ("sqlalchemy", "psycopg", "sqlite3")
+#: Each part of the package by its first name under ``simplefeed``, and its layer.
+LAYERS = {
+    "": 1,  # simplefeed/__init__.py: the version
+    "errors": 1,
+    "model": 1,
+    "settings": 1,
+    "codings": 1,
+    "lines": 1,
+    "locks": 1,
+    "logs": 1,
+    "metrics": 1,
+    "rules": 2,
+    "door": 2,
+    "atom": 2,
+    "store": 3,
+    "archive": 3,
+    "service": 4,
+    "app": 5,
+    "client": 5,
+    "producer": 5,
+    "outbox": 5,
+    "runtime": 6,
+}
+#: The most modules at the top of the package, its __init__.py included.
+MAX_TOP_MODULES = 12
+MAX_FUNCTION_LINES = 60
+MOST_FUNCTION_LINES = 100
+MAX_LONG_FUNCTIONS = 5
+MAX_CLASS_LINES = 500
+MAX_MODULE_LINES = 800
+#: The only modules that know a database dialect.
+DIALECT_MODULES = ("simplefeed/store/sqlite.py", "simplefeed/store/postgres.py")
+#: A database dialect's name, or a database URL's scheme.
+DIALECT = re.compile(r"(sqlite|postgres|postgresql|psycopg)(\+\w+)?(:.*)?\Z", re.IGNORECASE | re.S)
 
 
 def imported(path: Path) -> set[str]:
@@ -20,6 +67,207 @@ def imported(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
     return names
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by its dotted name (a package by its own name)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def import_edges(known: dict[str, Path]) -> dict[str, set[str]]:
+    """Which of the package's modules each module imports, anywhere in it.
+
+    ``from simplefeed.door import xml`` imports the module ``simplefeed.door.xml``; imports
+    inside functions and under ``TYPE_CHECKING`` count.
+    """
+    edges: dict[str, set[str]] = {}
+    for name, path in known.items():
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names if a.name.split(".")[0] == "simplefeed")
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if node.module.split(".")[0] != "simplefeed":
+                    continue
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    out.add(sub if sub in known else node.module)
+        edges[name] = {target for target in out if target != name}
+    return edges
+
+
+def part(module: str) -> str:
+    """The part of the package a module belongs to: its first name under ``simplefeed``."""
+    names = module.split(".")
+    return names[1] if len(names) > 1 else ""
+
+
+def top_level(module: str) -> bool:
+    return (PACKAGE / f"{part(module)}.py").exists() or module == "simplefeed"
+
+
+def layer_problem(source: str, target: str) -> str | None:
+    """Why ``source`` may not import ``target``, or None."""
+    low, high = LAYERS[part(target)], LAYERS[part(source)]
+    if part(source) == "client" and part(target) != "client" and low >= 3:
+        return f"{source} imports {target}: the client imports nothing of layers 3 to 5"
+    if low < high or part(source) == part(target):
+        return None
+    if low == high and top_level(source) and top_level(target):
+        return None
+    where = "above it" if low > high else "beside it, in another package"
+    return f"{source} (layer {high}) imports {target} (layer {low}), {where}"
+
+
+def test_every_part_of_the_package_has_a_layer() -> None:
+    assert {part(m) for m in modules()} - LAYERS.keys() == set()
+
+
+def test_imports_point_down_the_layers() -> None:
+    known = modules()
+    edges = import_edges(known)
+    assert len(edges) > 50
+    problems = [
+        problem
+        for source, targets in sorted(edges.items())
+        for target in sorted(targets)
+        if (problem := layer_problem(source, target)) is not None
+    ]
+    assert problems == []
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``edges``: its strongly connected parts of two modules or more."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm; the package is shallow enough
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(edges.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            part: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                part.append(member)
+                if member == node:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle() -> None:
+    edges = import_edges(modules())
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles(edges) == []
+
+
+def test_at_most_a_dozen_modules_at_the_top() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, top
+
+
+def definitions(kind: type[ast.AST] | tuple[type[ast.AST], ...]) -> Iterator[tuple[str, int]]:
+    """Each definition of ``kind`` in the package: where it is, and its length in lines."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, kind):
+                assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+                where = f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"
+                yield where, (node.end_lineno or node.lineno) - node.lineno + 1
+
+
+def test_functions_are_short() -> None:
+    lengths = dict(definitions((ast.FunctionDef, ast.AsyncFunctionDef)))
+    assert len(lengths) > 500
+    long = {where: n for where, n in lengths.items() if n > MAX_FUNCTION_LINES}
+    assert len(long) <= MAX_LONG_FUNCTIONS, long
+    assert {where: n for where, n in long.items() if n > MOST_FUNCTION_LINES} == {}
+
+
+def test_publish_reads_in_a_minute() -> None:
+    """Every guarantee of an append lives in publish, so it stays short."""
+    lengths = dict(definitions((ast.FunctionDef,)))
+    publish = {
+        where: n
+        for where, n in lengths.items()
+        if where.startswith("simplefeed/service/") and where.endswith(" publish")
+    }
+    assert publish
+    assert {where: n for where, n in publish.items() if n > MAX_FUNCTION_LINES} == {}
+
+
+def test_classes_and_modules_are_short() -> None:
+    classes = dict(definitions(ast.ClassDef))
+    assert {where: n for where, n in classes.items() if n > MAX_CLASS_LINES} == {}
+    lines = {
+        str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")
+    }
+    assert {path: n for path, n in lines.items() if n > MAX_MODULE_LINES} == {}
+
+
+def dialect_knowledge(path: Path) -> list[str]:
+    """Where a module compares database dialects: a dialect's name or a database URL's scheme
+    compared or matched, SQLAlchemy asked for a dialect's name, or a driver imported."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        named: list[ast.expr] = []
+        if isinstance(node, ast.Compare):
+            named = [node.left, *node.comparators]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("get_backend_name", "get_dialect", "get_driver_name"):
+                found.append(f"{node.lineno}: {node.func.attr}()")
+            named = list(node.args)
+        elif isinstance(node, ast.Attribute) and node.attr == "drivername":
+            found.append(f"{node.lineno}: .drivername")
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.append(node.module)
+            found += [f"{node.lineno}: imports {n}" for n in names if n.split(".")[0] in DRIVERS]
+        for expr in named:
+            for constant in ast.walk(expr):
+                value = constant.value if isinstance(constant, ast.Constant) else None
+                if isinstance(value, str) and DIALECT.match(value):
+                    found.append(f"{node.lineno}: {value!r}")
+    return found
+
+
+#: The database drivers: a module that imports one knows its dialect.
+DRIVERS = ("sqlite3", "psycopg", "psycopg2")
+
+
+def test_only_the_dialect_modules_know_a_dialect() -> None:
+    """The consumer's state file is a SQLite file of its own, not the service's database."""
+    assert dialect_knowledge(ROOT / DIALECT_MODULES[1])  # (the check sees them)
+    found = {
+        str(p.relative_to(ROOT)): dialect_knowledge(p)
+        for p in PACKAGE.rglob("*.py")
+        if str(p.relative_to(ROOT)) not in DIALECT_MODULES
+        and not p.is_relative_to(PACKAGE / "client")
+    }
+    assert {path: where for path, where in found.items() if where} == {}
 
 
 def test_only_the_store_touches_the_database() -> None:

@@ -1,7 +1,7 @@
 """How the shipped uWSGI (``uwsgi.ini``, what ``simplefeed serve`` runs) answers request heads
 over the limits and slow clients (issues #11 and #15). A real uWSGI on loopback; every test
 bounded in time. Slow clients each hold one of a worker's threads, not the worker
-(docs/architecture.md, "Serving model"); tests/test_nginx.py shows the shipped nginx block
+(docs/explanation/decisions/serving-model.md); tests/test_nginx.py shows the shipped nginx block
 holding 1,000 of them.
 
 "Delay" is measured as the issue words it: other clients' ``GET /recent`` while the slow clients

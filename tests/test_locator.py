@@ -10,7 +10,7 @@ import falcon.testing
 from lxml import etree
 
 from simplefeed.model import ATOM_NS
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock
 
 BASE = "http://feeds.example.test"

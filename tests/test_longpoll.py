@@ -27,9 +27,8 @@ from simplefeed import codings as codings_module
 from simplefeed.app import create_app
 from simplefeed.app.preconditions import preferred_wait
 from simplefeed.model import Feed
-from simplefeed.service import changes
+from simplefeed.service import Simplefeed, changes
 from simplefeed.service.changes import Bell, NodeBell
-from simplefeed.service.core import Simplefeed
 from simplefeed.settings import Settings
 from simplefeed.store import sqlite as sqlite_store
 from simplefeed.store.interface import Pause

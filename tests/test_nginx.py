@@ -1,6 +1,6 @@
 """The shipped nginx configuration (deploy/nginx/simplefeed.conf.template) in front of the shipped
-uWSGI service, on loopback ports: every request through uwsgi_pass to the app, answered as the
-app answers it directly (archived pages from their files, with the app's validators).
+uWSGI service, on loopback ports. nginx serves archived pages from the archive directory
+itself, and passes every other request to the app with uwsgi_pass.
 
 Needs Debian's nginx (``apt-get install -y nginx``; .ci/run installs it). Without it, and with no
 way to install it here, the nginx test is skipped with that reason.
@@ -16,7 +16,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
@@ -33,6 +33,7 @@ from bench.servers import (
     free_port,
     render_template,
 )
+from simplefeed.app.resources import ATOM_CONTENT_SECURITY_POLICY
 from tests.test_listen import (
     ALLOWED_DELAY_S,
     SLOW_HEAD,
@@ -87,24 +88,35 @@ http {{
 
 
 class Nginx:
-    """nginx in the foreground with the shipped server block, its own prefix, pid and logs."""
+    """nginx in the foreground with a shipped server block, its own prefix, pid and logs:
+    deploy/nginx/ in front of the service at ``upstream``, or ``template`` filled with
+    ``values`` (nginx's listening address is filled in here)."""
 
-    def __init__(self, nginx: str, prefix: Path, upstream: str) -> None:
+    def __init__(
+        self,
+        nginx: str,
+        prefix: Path,
+        upstream: str = "",
+        archive_dir: Path | None = None,
+        *,
+        template: Path = TEMPLATE,
+        values: Mapping[str, str] | None = None,
+    ) -> None:
         prefix.mkdir(parents=True)
         # The block includes uwsgi_params relative to nginx's configuration directory, as in
         # /etc/nginx: the main file lives beside copies of Debian's.
         for name in ("mime.types", "uwsgi_params"):
             shutil.copy(Path("/etc/nginx") / name, prefix / name)
         self.port = free_port()
+        if values is None:
+            values = {
+                "SIMPLEFEED_SERVER_NAME": "localhost",
+                "SIMPLEFEED_UPSTREAM": upstream,
+                "SIMPLEFEED_ARCHIVE_DIR": str(archive_dir),
+            }
+        listen = {"SIMPLEFEED_LISTEN": f"{HOST}:{self.port}"}
         (prefix / "simplefeed.conf").write_text(
-            render_template(
-                TEMPLATE.read_text(),
-                {
-                    "SIMPLEFEED_LISTEN": f"{HOST}:{self.port}",
-                    "SIMPLEFEED_SERVER_NAME": "localhost",
-                    "SIMPLEFEED_UPSTREAM": upstream,
-                },
-            )
+            render_template(template.read_text(), {**values, **listen})
         )
         conf = prefix / "nginx.conf"
         conf.write_text(
@@ -215,7 +227,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             events = [{"title": f"{path} {i}", "content": f"<&> {i}"} for i in range(25)]
             r = httpx.post(origin.url(path), json=events, headers=auth, timeout=30)
             assert r.status_code == 201, r.text
-        proxy = Nginx(nginx, workdir / "nginx", upstream)
+        proxy = Nginx(nginx, workdir / "nginx", upstream, origin.archive_dir)
         try:
             yield Deployment(origin, proxy, log)
         finally:
@@ -225,9 +237,53 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
 ARCHIVED = ["/pages/1", "/pages/2", "/feeds/orders/pages/1", "/feeds/orders/pages/2"]
 
 
-def test_archived_pages_with_the_apps_headers_and_bytes(
-    deployment: Deployment,
-) -> None:
+def check_static_page(http: httpx.Client, url: str, file: Path) -> None:
+    """An archived page as nginx serves it from ``file``: the bytes, the headers, a 304 for
+    each validator, HEAD, and the gzip copy with Vary."""
+    served = http.get(url, headers={"Accept-Encoding": "identity"})
+    assert served.status_code == 200, url
+    assert served.content == file.read_bytes()
+    assert served.headers.get_list("content-type") == [ATOM]
+    assert served.headers.get_list("cache-control") == [IMMUTABLE]
+    assert served.headers.get_list("vary") == ["Accept-Encoding"]
+    assert served.headers["x-content-type-options"] == "nosniff"
+    assert served.headers["content-security-policy"] == ATOM_CONTENT_SECURITY_POLICY
+    assert len(served.headers.get_list("date")) == 1
+    lm = served.headers["last-modified"]
+    assert lm == formatdate(int(file.stat().st_mtime), usegmt=True)
+
+    def status(**headers: str) -> int:
+        r = http.get(url, headers={"Accept-Encoding": "identity", **headers})
+        assert r.status_code != 304 or r.content == b""
+        return r.status_code
+
+    later = formatdate(parsedate_to_datetime(lm).timestamp() + 60, usegmt=True)
+    earlier = formatdate(parsedate_to_datetime(lm).timestamp() - 60, usegmt=True)
+    assert status(**{"If-Modified-Since": lm}) == 304
+    assert status(**{"If-Modified-Since": later}) == 304
+    assert status(**{"If-Modified-Since": earlier}) == 200
+    assert status(**{"If-None-Match": served.headers["etag"]}) == 304
+    assert status(**{"If-None-Match": '"other"'}) == 200
+
+    head = http.head(url, headers={"Accept-Encoding": "identity"})
+    assert head.status_code == 200 and head.content == b""
+    for name in ("content-type", "cache-control", "etag", "last-modified", "content-length"):
+        assert head.headers.get_list(name) == served.headers.get_list(name), name
+
+    # The gzip copy, as written beside the page; br is not offered by this block.
+    for accept in ("gzip", "br, gzip", "gzip;q=0.5, identity;q=0.1"):
+        coded = http.get(url, headers={"Accept-Encoding": accept})
+        raw = coded.headers["content-encoding"], coded.headers.get_list("vary")
+        assert raw == ("gzip", ["Accept-Encoding"]), (accept, raw)
+        assert coded.content == file.read_bytes()  # httpx decodes it
+        assert coded.headers.get_list("cache-control") == [IMMUTABLE]
+        assert coded.headers.get_list("content-type") == [ATOM]
+    refused = http.get(url, headers={"Accept-Encoding": "gzip;q=0"})
+    assert "content-encoding" not in refused.headers
+    assert refused.content == file.read_bytes()
+
+
+def test_archived_pages_from_the_directory(deployment: Deployment) -> None:
     origin, nginx = deployment.origin, deployment.nginx
     with httpx.Client(timeout=10) as http:
         before = len(origin_hits(deployment.request_log))
@@ -235,39 +291,36 @@ def test_archived_pages_with_the_apps_headers_and_bytes(
             file = origin.archive_dir / path.lstrip("/")
             # Readable by nginx's user in production (not only by the service's).
             assert stat.S_IMODE(file.stat().st_mode) & 0o044 == 0o044, oct(file.stat().st_mode)
-            served = http.get(nginx.url(path))
-            assert served.status_code == 200, path
-            assert served.content == file.read_bytes()
-            assert served.headers.get_list("content-type") == [ATOM]
-            assert served.headers.get_list("cache-control") == [IMMUTABLE]
-            direct = http.get(origin.url(path))
-            for name in (*COMPARED, "etag"):
-                assert served.headers.get_list(name) == direct.headers.get_list(name), name
-            assert served.content == direct.content
-            mtime = int(file.stat().st_mtime)
-            assert served.headers["last-modified"] == formatdate(mtime, usegmt=True)
+            check_static_page(http, nginx.url(path), file)
+            # The same bytes and type as the app sends.
+            direct = http.get(origin.url(path), headers={"Accept-Encoding": "identity"})
+            assert direct.content == file.read_bytes()
+            assert direct.headers.get_list("content-type") == [ATOM]
+        # nginx answered every one of them from the directory.
+        assert origin_hits(deployment.request_log)[before:] == [
+            ("GET", path, 200) for path in ARCHIVED
+        ]
 
-            # Conditional and HEAD requests, answered as the app answers them.
-            lm = served.headers["last-modified"]
-            r = http.get(nginx.url(path), headers={"If-Modified-Since": lm})
-            assert r.status_code == 304 and r.content == b""
-            later = formatdate(parsedate_to_datetime(lm).timestamp() + 60, usegmt=True)
-            assert (
-                http.get(nginx.url(path), headers={"If-Modified-Since": later}).status_code == 304
-            )
-            earlier = formatdate(parsedate_to_datetime(lm).timestamp() - 60, usegmt=True)
-            r = http.get(nginx.url(path), headers={"If-Modified-Since": earlier})
-            assert r.status_code == 200 and r.content == file.read_bytes()
-            r = http.get(nginx.url(path), headers={"If-None-Match": served.headers["etag"]})
-            assert r.status_code == 304 and r.content == b""
-            head = http.head(nginx.url(path))
-            assert head.status_code == 200 and head.content == b""
-            for name in (*COMPARED, "etag"):
-                assert head.headers.get_list(name) == served.headers.get_list(name), name
-            assert len(served.headers.get_list("date")) == 1
-        # The app answered each of them (nginx serves nothing by itself).
-        hits = origin_hits(deployment.request_log)[before:]
-        assert len([h for h in hits if h[0] == "GET"]) == 6 * len(ARCHIVED), hits
+
+def test_every_archived_page_answers_with_the_app_stopped(
+    tmp_path: Path,
+) -> None:
+    nginx = ensure_nginx()
+    upstream = f"{HOST}:{free_port()}"
+    origin = UwsgiServer.scratch(
+        tmp_path, page_size=PAGE_SIZE, extra_env={"SIMPLEFEED_UWSGI_SOCKET": upstream}
+    )
+    with origin:
+        origin.publish([{"title": f"event {i}"} for i in range(2 * PAGE_SIZE + 3)])
+    proxy = Nginx(nginx, tmp_path / "nginx", upstream, origin.archive_dir)
+    try:
+        with httpx.Client(timeout=10) as http:
+            for path in ("/pages/1", "/pages/2"):
+                check_static_page(http, proxy.url(path), origin.archive_dir / path.lstrip("/"))
+            # The working page needs the app, which is gone: nginx's 502.
+            assert http.get(proxy.url("/pages/3")).status_code == 502
+    finally:
+        proxy.stop()
 
 
 def test_missing_file_goes_to_the_app_which_writes_it_back(deployment: Deployment) -> None:
@@ -277,19 +330,19 @@ def test_missing_file_goes_to_the_app_which_writes_it_back(deployment: Deploymen
     file.unlink()
     try:
         before = len(origin_hits(deployment.request_log))
-        # Identity: the page file itself is asked for (its precompressed copies are still
-        # there and would be sent to a client that accepts them).
         identity = {"Accept-Encoding": "identity"}
         r = httpx.get(nginx.url("/feeds/orders/pages/2"), headers=identity)
         assert r.status_code == 200 and r.content == body
         assert r.headers["cache-control"] == IMMUTABLE
-        assert r.headers["etag"]  # the app's strong ETag
+        assert r.headers["etag"].startswith('"')  # the app's strong ETag
         assert origin_hits(deployment.request_log)[before:] == [
             ("GET", "/feeds/orders/pages/2", 200)
         ]
         assert file.read_bytes() == body
+        # Written back, so nginx serves it again.
         again = httpx.get(nginx.url("/feeds/orders/pages/2"), headers=identity)
-        assert again.content == body and again.headers["etag"] == r.headers["etag"]
+        assert again.content == body
+        assert origin_hits(deployment.request_log)[before + 1 :] == []
     finally:
         if not file.exists():
             file.write_bytes(body)
@@ -317,8 +370,13 @@ def test_everything_else_goes_to_the_app(deployment: Deployment) -> None:
         # The app's JSON errors, not nginx's HTML ones.
         r = http.get(nginx.url("/pages/99"))
         assert r.status_code == 404 and r.json()["error"] == "not_found"
-        r = http.post(nginx.url("/pages/1"), json={})
+        # Other methods on an archived page's URL: the app's answers, not nginx's.
+        r = http.post(nginx.url("/pages/1"), json={"title": "x"})
         assert r.status_code == 405 and r.json()["error"] == "method_not_allowed"
+        r = http.options(nginx.url("/pages/1"))
+        assert r.status_code == 200 and "GET" in r.headers["allow"]
+        r = http.get(nginx.url("/pages/1.gz"))
+        assert r.status_code == 404 and r.json()["error"] == "not_found"
         r = http.get(nginx.url("/pages/1/../../uwsgi.ini"))
         assert r.status_code == 404
         # Publishing through nginx, with the producer's token.

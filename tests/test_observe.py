@@ -18,7 +18,7 @@ import pytest
 
 from simplefeed import logs, metrics
 from simplefeed.app import create_app
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 
 
 def test_metrics_off_leaves_the_route_out(core: Simplefeed) -> None:

@@ -32,11 +32,13 @@ from bench.servers import (
 from simplefeed.app import create_app
 from simplefeed.errors import BaseUrlMismatch, InvalidFeed
 from simplefeed.model import Event, Feed
+from simplefeed.rules.feeds import base_url_problem
 from simplefeed.runtime.cli import main
-from simplefeed.service.core import Simplefeed, base_url_problem
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings, mask_url
 from simplefeed.store.schema import SCHEMA_REVISION, alembic_config
 from tests.conftest import FakeClock, query
+from tests.markdown import code_blocks, doc_text
 from tests.test_cli_errors import run
 
 BASE = "http://feeds.example.test"
@@ -401,7 +403,7 @@ def _marks(columns: str) -> str:
     return ", ".join(f":{name}" for name in columns.split(", "))
 
 
-def test_base_url_problem_only_for_frozen_pages_with_another_base() -> None:
+def test_base_url_problem_only_for_archived_pages_with_another_base() -> None:
     def feed(head_seq: int, base_url: str | None) -> Feed:
         return Feed(1, "orders", "u", "orders", 5, 0, head_seq, None, 0, base_url=base_url)
 
@@ -464,7 +466,7 @@ def test_no_page_freezes_with_another_base_url_than_the_pages_before(
     assert core.page(core.feed("events"), 2).body.count(BASE.encode()) > 0
 
 
-def test_archive_rebase_renders_every_frozen_page_with_the_new_base_url(
+def test_archive_rebase_renders_every_archived_page_with_the_new_base_url(
     core: Simplefeed, clock: FakeClock, tmp_path: Path
 ) -> None:
     new = "https://feeds.new.test/sf"
@@ -595,7 +597,7 @@ def test_a_publish_that_would_freeze_under_another_base_url_is_a_503_and_healthz
 
 
 # `archive verify` and `archive rebuild` exit 1 for what they found, 3 when they could not
-# look (README: "Deploying the read path"): a cron job's `|| mail` tells the two apart.
+# look (docs/how-to/monitor.md, "Check the archive"): a cron job's `|| mail` tells the two apart.
 
 
 def frozen_archive(core: Simplefeed) -> Path:
@@ -720,6 +722,12 @@ def test_archive_verify_exits_3_when_the_archive_directory_cannot_be_checked(
     done = cli(core, tmp_path, "archive", "verify")  # empty
     assert could_not_check(done) == empty
     assert done.stdout.splitlines()[0].startswith(f"checking archive {root} against database ")
+    # The repository's archive/ holds a README and a .gitignore: they are no page files.
+    (root / "README.md").write_text("Archived pages land here.\n")
+    (root / ".gitignore").write_text("*\n")
+    assert could_not_check(cli(core, tmp_path, "archive", "verify")) == empty
+    (root / "README.md").unlink()
+    (root / ".gitignore").unlink()
     (root / "pages").rmdir()
     root.rmdir()
     root.write_text("not a directory")
@@ -764,14 +772,14 @@ def test_archive_rebuild_exits_1_naming_page_files_it_could_not_write(
     )
 
 
-def test_the_readme_s_cron_line_mails_a_failure_with_verify_s_status_in_the_subject(
+def test_the_monitor_guide_s_cron_line_mails_a_failure_with_verify_s_status_in_the_subject(
     core: Simplefeed, tmp_path: Path
 ) -> None:
-    """The README's crontab line, run as cron runs it (`sh -c`, from elsewhere), with `mail`
-    a stub: nothing for 0, and a subject saying 1 (run `archive rebuild`) or 3 (nothing was
-    checked) otherwise."""
-    readme = (PROJECT_ROOT / "README.md").read_text()
-    found = re.search(r"`0 \* \* \* \* (cd /srv/simplefeed && [^`]*verify[^`]*)`", readme)
+    """The crontab line of docs/how-to/monitor.md, run as cron runs it (`sh -c`, from
+    elsewhere), with `mail` a stub: nothing for 0, and a subject saying 1 (run `archive
+    rebuild`) or 3 (nothing was checked) otherwise."""
+    (crontab,) = code_blocks(doc_text("docs/how-to/monitor.md"), "cron")
+    found = re.fullmatch(r"0 \* \* \* \* (cd /srv/simplefeed && .*verify.*)\n", crontab)
     assert found is not None
     install, stubs, mailbox = tmp_path / "install", tmp_path / "bin", tmp_path / "mailbox"
     (install / ".venv" / "bin").mkdir(parents=True)

@@ -116,7 +116,7 @@ def uwsgi_until_it_stops(ini: Path, env: dict[str, str]) -> tuple[int, str]:
     return uwsgi.returncode, stderr
 
 
-def test_start_refuses_a_base_url_other_than_the_frozen_pages(tmp_path: Path) -> None:
+def test_start_refuses_a_base_url_other_than_the_archived_pages(tmp_path: Path) -> None:
     """The issue's trap: served with `--port` alone, pages froze with links to that port;
     started on another port, the service refuses (serve, db upgrade, uWSGI itself) instead of
     mixing links, and starts again with the pages' base URL."""
@@ -136,7 +136,7 @@ def test_start_refuses_a_base_url_other_than_the_frozen_pages(tmp_path: Path) ->
     refusal = (
         f"feed 'events' has frozen pages linking to {old_base}, but the base URL is now "
         f"{new_base}: set SIMPLEFEED_BASE_URL={old_base} again, or move the feed to the new one "
-        f"with `simplefeed archive rebase {new_base} --feed events` (README: Operating it)"
+        f"with `simplefeed archive rebase {new_base} --feed events` (docs/how-to/rebase.md)"
     )
     refused = again.log().rsplit("=== simplefeed serve", 1)[1]  # the log is the first's too
     assert f"Error: {refusal}\n" in refused
@@ -150,7 +150,7 @@ def test_start_refuses_a_base_url_other_than_the_frozen_pages(tmp_path: Path) ->
     assert upgrade.stderr.splitlines() == [
         f"Error: feed 'events' has frozen pages linking to {old_base}, but the base URL is now "
         f"{other}: set SIMPLEFEED_BASE_URL={old_base} again, or move the feed to the new one "
-        f"with `simplefeed archive rebase {other} --feed events` (README: Operating it)"
+        f"with `simplefeed archive rebase {other} --feed events` (docs/how-to/rebase.md)"
     ]
 
     # uWSGI started without `serve`: every worker refuses to load the app, and uWSGI stops.
@@ -205,7 +205,7 @@ def uwsgi_alone_env(s: UwsgiServer, tmp_path: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("state", ["missing", "empty", "at an older schema"])
 def test_uwsgi_alone_refuses_a_database_that_serve_refuses(tmp_path: Path, state: str) -> None:
-    """`uwsgi --ini uwsgi.ini` (README: possible) against a SQLite file that is not there, has
+    """`uwsgi --ini uwsgi.ini` (docs/how-to/run.md) against a SQLite file that is not there, has
     no tables or is at an older schema started and answered every request 503 "the database
     is unavailable". It now refuses as `serve` does, in one CRITICAL line with serve's words,
     and stops with the status of a worker that could not load its app (22), not 0."""
@@ -346,12 +346,15 @@ def test_access_log_one_json_line_per_request(tmp_path: Path) -> None:
         line = wait_for_line(s, request_id=again.headers["X-Request-Id"])
         assert (line["status"], line["bytes"]) == (304, 0)
 
-        # A frozen page (sent from its file): one line too.
-        page = httpx.get(s.url("/pages/1"))
+        # An archived page that the app sends (uWSGI sends the canonical URL's file itself,
+        # without the app, so without a line): one line too.
+        page = httpx.get(s.url("/pages/1?from=log"))
         assert page.status_code == 200
         line = wait_for_line(s, request_id=page.headers["X-Request-Id"])
         sent = int(page.headers["Content-Length"])
         assert (line["path"], line["status"], line["bytes"]) == ("/pages/1", 200, sent)
+        static = httpx.get(s.url("/pages/1"))
+        assert static.status_code == 200 and "X-Request-Id" not in static.headers
 
         # Refused with a request id the client can quote; a proxy's own id is kept.
         missing = httpx.get(s.url("/feeds/nope/recent"), headers={"X-Request-Id": "edge-42"})

@@ -1,5 +1,5 @@
 """Archived pages' files, kept open per process and shared by the requests that send them
-(simplefeed.app.caching.PageFile): each request reads at its own offsets, the files stay
+(simplefeed.app.caching.OpenFile): each request reads at its own offsets, the files stay
 bounded in number, and a file changed on disk is seen within OPEN_FOR_S.
 
 In process (falcon's test client reads the stream) and under uWSGI (its file_wrapper sends the
@@ -23,7 +23,7 @@ import pytest
 
 from simplefeed import archive, codings
 from simplefeed.app import caching
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import open_fds, shipped_with_entries
 from tests.test_integrity import post
 
@@ -35,7 +35,7 @@ def test_two_streams_of_one_file_read_at_their_own_offsets(tmp_path: Path) -> No
     body = bytes(range(256)) * 40
     path.write_bytes(body)
     fd = os.open(path, os.O_RDONLY)
-    shared = caching.PageFile(fd, len(body), 0.0)
+    shared = caching.OpenFile(fd, len(body), 0.0)
     first, second = caching.PageStream(shared), caching.PageStream(shared)
     got = {id(first): b"", id(second): b""}
     for _ in range(len(body) // 1000 + 1):

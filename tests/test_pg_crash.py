@@ -2,7 +2,7 @@
 
 On PostgreSQL an append in one round trip commits without waiting for its WAL flush and is
 acknowledged after a flush barrier; replays and new versions of live documents wait for the
-barrier too (``docs/architecture.md``, "durable before acknowledged or shown"). This crashes a
+barrier too (``docs/explanation/decisions/durability.md``). This crashes a
 PostgreSQL server of the test's own (``pg_ctl stop -m immediate``: every server process quits
 at once, the WAL buffers in shared memory are lost, the next start runs crash recovery) while
 producers publish through uWSGI and a reader polls ``/recent``, restarts it, and requires:

@@ -31,7 +31,7 @@ from bench.servers import free_port
 from simplefeed import codings
 from simplefeed.app import create_app
 from simplefeed.app.resources import STALE_CACHE_CONTROL
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import PG_ENV, FakeClock, PostgresDatabases, SequentialIds
 
@@ -63,7 +63,7 @@ def _publish(core: Simplefeed, count: int) -> falcon.testing.TestClient:
     return client
 
 
-def test_a_cold_process_serves_frozen_pages_without_a_database(
+def test_a_cold_process_serves_archived_pages_without_a_database(
     tmp_path: Path, database_url: str
 ) -> None:
     """The database is there for publishing; then a process starts whose database does not

@@ -29,10 +29,8 @@ from bench.servers import UwsgiServer, sqlite_backup
 from simplefeed import archive, atom, codings
 from simplefeed.app import create_app
 from simplefeed.errors import ArchiveAhead, FeedNotFound
-from simplefeed.model import Entry, Event, Feed, rfc3339
-from simplefeed.rules import paging
-from simplefeed.service import recovery
-from simplefeed.service.core import Simplefeed
+from simplefeed.model import Entry, Event, Feed, Link, content_mode, locator_segment, rfc3339
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock, PostgresDatabases
 from tests.test_atom import _batches
@@ -40,7 +38,7 @@ from tests.test_operators_cli import cli_on
 
 
 def backup(core: Simplefeed, tmp_path: Path, postgres: PostgresDatabases | None) -> str:
-    """A backup of the core's database, as README's "Backing up" makes one; the core is
+    """A backup of the core's database, as docs/how-to/backup.md makes one; the core is
     closed (a PostgreSQL database is copied with no session on it)."""
     url = core.settings.database_url
     if url.startswith("sqlite:///"):
@@ -117,7 +115,7 @@ def trial(
 def as_pages_show_it(entry: Entry, locator_base: str) -> Event:
     """The event as a page shows it (simplefeed.service.recovery's rules): what recovery stores."""
     event = entry.event
-    mode = atom.content_mode(event.content_type)
+    mode = content_mode(event.content_type)
     content_type = event.content_type
     if not event.content or mode == "text":
         content_type = None
@@ -127,7 +125,7 @@ def as_pages_show_it(entry: Entry, locator_base: str) -> Event:
     if summary == event.title and (not event.content or mode == "base64"):
         summary = None
     links = event.links
-    locator = atom.Link(href=locator_base + paging.locator_segment(entry.id))
+    locator = Link(href=locator_base + locator_segment(entry.id))
     if not event.content and links and links[-1] == locator:
         links = links[:-1]
     content = event.content
@@ -149,7 +147,7 @@ def test_recover_takes_back_every_page_and_the_feed_goes_on(
     trial: Trial, token: str, clock: FakeClock, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In one transaction, or (``batch``) two pages at a time."""
-    monkeypatch.setattr("simplefeed.service.core.RECOVERY_BATCH", batch)
+    monkeypatch.setattr("simplefeed.service.maintenance.RECOVERY_BATCH", batch)
     core = trial.restored
     with pytest.raises(ArchiveAhead):
         core.check_archive()
@@ -185,7 +183,7 @@ def test_recover_takes_back_every_page_and_the_feed_goes_on(
             assert after.event == before.event  # the database's own, untouched
             continue
         expected = as_pages_show_it(before, locator_base)
-        if atom.content_mode(before.event.content_type) in ("xml", "xhtml"):
+        if content_mode(before.event.content_type) in ("xml", "xhtml"):
             # The XML text as lxml writes it (the same infoset): it renders alike.
             expected = replace(expected, content=after.event.content)
             assert atom.entry_parts(after, locator_base) == atom.entry_parts(before, locator_base)
@@ -310,8 +308,8 @@ def test_a_page_another_process_froze_since_the_feed_was_read_is_not_ahead(
     finally:
         other.close()
     assert core.page_path("events", 2).exists() and core.page_path("events", 3).exists()
-    assert core._archive_ahead(stale) is None
-    assert core._archive_ahead(stale, every_file=True) is None
+    assert core._health.archive_ahead(stale) is None
+    assert core._health.archive_ahead(stale, every_file=True) is None
 
 
 def test_a_page_file_past_a_gap_is_said_by_every_command_that_meets_it(
@@ -430,7 +428,7 @@ def test_an_edit_that_renders_alike_is_told_by_the_next_page(
 ) -> None:
     """An entry's title edited in a page file reads back and renders alike; the digest the next
     page recorded when it froze tells, in the same batch or the next one's first page."""
-    monkeypatch.setattr("simplefeed.service.core.RECOVERY_BATCH", batch)
+    monkeypatch.setattr("simplefeed.service.maintenance.RECOVERY_BATCH", batch)
     core = trial.restored
     edited = trial.backed_up_head // 5 + 2
     path = core.page_path("events", edited)
@@ -541,7 +539,7 @@ def test_recovered_pages_render_alike_for_generated_entries() -> None:
         )
         base = "http://feeds.example.test/entries/"
         body = atom.render(document(feed, written, base))
-        read = recovery.page_entries(body, base)
+        read = atom.page_entries(body, base)
         assert atom.render(document(feed, tuple(read), base)) == body
 
     check()
@@ -571,7 +569,7 @@ def test_the_command_says_what_it_took_back_and_exits_by_the_outcome(
         f" ({(last - 1) * 5 - trial.backed_up_head} entries)"
     ]
     assert done.stderr.startswith(f"feed 'events': page {last}: its entries, read back,")
-    assert "README: A database older than the archive" in done.stderr
+    assert "(docs/how-to/backup.md)" in done.stderr
     # The operator puts the file back (from a cache, a copy): the rest is taken back.
     bad.write_bytes(trial.files[last])
     done = cli_on(settings, tmp_path, "archive", "recover")
@@ -609,8 +607,8 @@ def test_the_command_could_not_check(trial: Trial, tmp_path: Path, what: str) ->
 
 @pytest.mark.e2e
 def test_an_operators_restore_then_recovery_with_the_real_commands(tmp_path: Path) -> None:
-    """README's way, with real processes: a backup of the running service's SQLite file, more
-    published and read by a consumer, the service stopped and the backup restored. `db
+    """The backup guide's way, with real processes: a backup of the running service's SQLite
+    file, more published and read by a consumer, the service stopped and the backup restored. `db
     upgrade` refuses the database, `archive recover` takes the pages back, the service starts
     at the same URL, and the consumer goes on with exactly the entries published since."""
     # max-age 0: each consumer run looks at /recent again at once.
@@ -732,8 +730,8 @@ def test_a_database_lost_with_no_backup_is_rebuilt_from_the_archive(
 def test_a_postgresql_backup_made_and_restored_the_readme_s_way(
     tmp_path: Path, postgres: PostgresDatabases | None, clock: FakeClock
 ) -> None:
-    """README's PostgreSQL backup (`pg_dump -Fc`) and restore (`pg_restore --no-owner` into a
-    new, empty database), then `archive recover`: the pages frozen after the dump come back,
+    """The backup guide's PostgreSQL backup (`pg_dump -Fc`) and restore (`pg_restore --no-owner`
+    into a new, empty database), then `archive recover`: the pages frozen after the dump come back,
     the restored sequences hand out new ids (a feed, a token) without a clash, and the recent
     document at the head of before the restore, with other entries, has another ETag."""
     if postgres is None:

@@ -7,9 +7,9 @@ a process that could not check says so in ``/healthz``, and no page file holding
 page, of other entries, is ever written over by the service (``archive rebuild`` is the
 operator's way).
 
-SQLite only: the backup and the restore are the README's (``sqlite3`` backup API, the ``-wal``
-and ``-shm`` files removed); the checks read the store's feeds and the archive's files, alike
-on PostgreSQL.
+SQLite only: the backup and the restore are docs/how-to/backup.md's (``sqlite3`` backup API,
+the ``-wal`` and ``-shm`` files removed); the checks read the store's feeds and the archive's
+files, alike on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pytest
 from bench.servers import sqlite_backup
 from simplefeed.app import create_app
 from simplefeed.model import Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import FakeClock
 from tests.test_cli_errors import one_line_error, run, wsgi_refusal
@@ -43,7 +43,7 @@ def publish(core: Simplefeed, first: int, n: int) -> None:
 
 
 def restored(core: Simplefeed, backup: Path) -> Settings:
-    """Stop the service and restore the backup (README: Backing up), under a new name: this
+    """Stop the service and restore the backup (docs/how-to/backup.md), under a new name: this
     process's SQLite keeps what it knew of the old file's WAL while any connection to it is
     open."""
     core.close()
@@ -123,7 +123,7 @@ def test_a_process_that_could_not_check_writes_no_page_file_over_another_page(
         assert page3.read_bytes() == files[3]  # the read wrote nothing over it
         warnings = client.simulate_get("/healthz").json["warnings"]
         assert any(kept in w for w in warnings), warnings
-        # The operator decides (README: Backing up): `archive rebuild` writes the database's.
+        # The operator decides (docs/how-to/backup.md): `archive rebuild` writes the database's.
         done = run(tmp_path, "archive", "rebuild", **environ(settings))
         assert done.returncode == 0, done.stderr
         assert page3.read_bytes() == served.content

@@ -1,7 +1,12 @@
-"""One table of requests asked of the three routes a document can be reached by: the app itself
-(in-process, over the same database and archive), the shipped uWSGI (``uwsgi.ini``) and the
-shipped nginx block in front of it. Conditional requests, HEAD, OPTIONS and the URL rules must
-answer alike on all three: the same status and the same validators and headers.
+"""The three routes a document can be reached by: the app itself (in-process, over the same
+database and archive), the shipped uWSGI (``uwsgi.ini``) and the shipped nginx block in front of
+it.
+
+Archived pages are static files on the uWSGI and nginx routes, and a static route sends its own
+validators. So for them each route must send the same bytes, Content-Type and immutable
+Cache-Control, a 304 for a validator it sent, and the gzip copy with ``Vary: Accept-Encoding``.
+Everything else reaches the app on every route, so conditional requests, HEAD, OPTIONS and the
+URL rules must answer alike: the same status, validators and headers.
 
 Needs Debian's nginx (tests/test_nginx.py says how it is found or installed).
 """
@@ -26,6 +31,8 @@ from tests.test_nginx import Nginx, ensure_nginx, logged_ini
 pytestmark = pytest.mark.e2e
 
 PAGE_SIZE = 10
+ATOM = "application/atom+xml; charset=utf-8"
+IMMUTABLE = "public, max-age=31536000, immutable"
 #: Headers that must be equal on every route (Date must be there, its value is the clock's).
 COMPARED = (
     "etag",
@@ -105,7 +112,7 @@ def routes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routes]:
             page_size=PAGE_SIZE,
         )
         app = falcon.testing.TestClient(create_app(settings))
-        proxy = Nginx(nginx_binary, workdir / "nginx", upstream)
+        proxy = Nginx(nginx_binary, workdir / "nginx", upstream, server.archive_dir)
         routes = Routes(app, server, proxy)
         try:
             yield routes
@@ -193,7 +200,9 @@ def coded_table(identity: str, coded: str, coding: str) -> list[tuple[str, dict[
     ]
 
 
-DOCUMENTS = ["/pages/1", "/pages/2", "/pages/3", "/recent", "/feeds/orders/pages/1"]
+ARCHIVED = ["/pages/1", "/pages/2", "/feeds/orders/pages/1"]
+#: Live documents: the working pages and the recent documents.
+DOCUMENTS = ["/pages/3", "/recent", "/feeds/orders/pages/3"]
 OTHERS: list[tuple[str, str, int]] = [
     ("GET", "/healthz", 200),
     ("HEAD", "/healthz", 200),
@@ -222,7 +231,7 @@ OTHERS: list[tuple[str, str, int]] = [
 def assert_alike(
     routes: Routes, method: str, path: str, headers: dict[str, str], status: int
 ) -> None:
-    answers = {r: routes.ask(r, method, path, headers) for r in ("app", "uwsgi", "nginx")}
+    answers = {r: routes.ask(r, method, path, headers) for r in ROUTES}
     where = (method, path, headers)
     for route, answer in answers.items():
         assert answer.status == status, (route, where, answer.status, answer.body[:200])
@@ -235,6 +244,52 @@ def assert_alike(
         assert other.body == app.body, (route, where)
     if method == "HEAD" or status in (304, 308):
         assert app.body == b"", where
+
+
+ROUTES = ("app", "uwsgi", "nginx")
+
+
+def check_archived(routes: Routes, route: str, path: str) -> None:
+    """One route's answers for an archived page, against the page's bytes on disk."""
+    page = (routes.uwsgi.archive_dir / path.lstrip("/")).read_bytes()
+    got = routes.ask(route, "GET", path, {})
+    where = (route, path)
+    assert got.status == 200 and got.body == page, where
+    assert got.headers["content-type"] == [ATOM], where
+    assert got.headers["cache-control"] == [IMMUTABLE], where
+    assert got.headers["vary"] == ["Accept-Encoding"], where
+    assert got.dates == 1, where
+    # Each validator the route sent gives a 304 without a body.
+    conditions = {"last-modified": "If-Modified-Since", "etag": "If-None-Match"}
+    sent = [(conditions[name], got.headers[name][0]) for name in conditions if name in got.headers]
+    assert sent, (where, "no validator")
+    for header, value in sent:
+        for method in ("GET", "HEAD"):
+            again = routes.ask(route, method, path, {header: value})
+            assert (again.status, again.body) == (304, b""), (where, method, header)
+    head = routes.ask(route, "HEAD", path, {})
+    assert (head.status, head.body) == (200, b""), where
+    assert head.headers["content-length"] == [str(len(page))], where
+    coded = routes.ask(route, "GET", path, {"Accept-Encoding": "gzip"})
+    assert coded.status == 200, where
+    assert coded.headers["content-encoding"] == ["gzip"], where
+    assert coded.headers["vary"] == ["Accept-Encoding"], where
+    assert coded.headers["cache-control"] == [IMMUTABLE], where
+    assert coded.headers["content-type"] == [ATOM], where
+    assert codings.decode(coded.body, "gzip") == page, where
+
+
+@pytest.mark.parametrize("path", ARCHIVED)
+def test_archived_pages_send_the_same_bytes_and_headers_on_every_route(
+    routes: Routes, path: str
+) -> None:
+    for route in ROUTES:
+        check_archived(routes, route, path)
+    # The static routes answered without the app, which sends a request id with everything.
+    for route in ("uwsgi", "nginx"):
+        assert "x-request-id" not in routes.ask(route, "GET", path, {}).headers, route
+    # uWSGI's route takes the canonical target only; the app answers one with a query.
+    assert "x-request-id" in routes.ask("uwsgi", "GET", path + "?q", {}).headers
 
 
 @pytest.mark.parametrize("path", DOCUMENTS)

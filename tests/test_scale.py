@@ -51,7 +51,7 @@ from bench.servers import UwsgiServer, scratch_postgres_database
 from simplefeed import archive
 from simplefeed.model import Author, Category, Event, Link
 from simplefeed.rules.appending import pending_entries
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.atomcheck import check_atom
 
@@ -993,7 +993,7 @@ def test_a_sqlite_writer_waits_for_the_write_lock_then_gets_it(
 def test_server_made_ids_are_version_7_uuids_in_time_order() -> None:
     import uuid as uuidlib
 
-    from simplefeed.service.core import random_uuid
+    from simplefeed.service import random_uuid
 
     first = [random_uuid() for _ in range(1000)]
     time.sleep(0.002)

@@ -308,7 +308,7 @@ def test_kept_alive_responses_are_not_held_back_by_nagle(server: UwsgiServer) ->
     write until the client acknowledges the first, and a client delays that acknowledgement
     (40 ms on Linux): every request a pooled client makes one after the other then waits about
     40 ms. A consumer's walk back went from 45 ms to 2 ms a page when uwsgi.ini turned Nagle
-    off (``tcp-nodelay``; docs/benchmarks.md, "Consuming"). So the server's end of a
+    off (``tcp-nodelay``; docs/explanation/decisions/serving-model.md). So the server's end of a
     kept-alive connection must have TCP_NODELAY set."""
     with socket.create_connection((HOST, server.port), timeout=10) as sock:
         sock.sendall(b"GET /pages/1 HTTP/1.1\r\nHost: x\r\n\r\n")

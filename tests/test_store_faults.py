@@ -20,7 +20,7 @@ from bench.servers import free_port
 from simplefeed.app import create_app
 from simplefeed.errors import StoreUnavailable
 from simplefeed.model import Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
 from tests.conftest import PG_ENV, FakeClock, PostgresDatabases, SequentialIds
 
@@ -298,15 +298,16 @@ def test_a_read_only_postgresql_is_a_503_not_a_500(
     ],
 )
 def test_an_unsupported_database_is_a_configuration_error(url: str, said: str) -> None:
-    """Refused by the store for a library's caller, and by the settings (so by every command,
-    `simplefeed config` and the service's workers alike) with the same words."""
+    """Refused by the store for a library's caller, and where the settings are loaded (so by
+    every command, `simplefeed config` and the service's workers alike) with the same words."""
     from simplefeed.errors import ConfigError
+    from simplefeed.runtime import load_settings
     from simplefeed.store import open_store
 
     with pytest.raises(ConfigError, match=re.escape(said)):
         open_store(url)
     with pytest.raises(ConfigError, match=rf"SIMPLEFEED_DATABASE_URL .*{re.escape(said)}"):
-        Settings.from_env({"SIMPLEFEED_DATABASE_URL": url})
+        load_settings({"SIMPLEFEED_DATABASE_URL": url})
 
 
 def test_a_forked_child_never_uses_its_parents_connection(core: Simplefeed) -> None:

@@ -21,17 +21,18 @@ from pathlib import Path
 import pytest
 
 from simplefeed.model import Event
-from simplefeed.service.core import Simplefeed
-from simplefeed.settings import Settings, sqlite_path
+from simplefeed.service import Simplefeed
+from simplefeed.settings import Settings
+from simplefeed.store import database_file
 from simplefeed.store.sqlite import SQLiteStore, WalIndex
 from tests.conftest import open_fds
 
 PUBLISHER = """
 import sys
 from pathlib import Path
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.model import Event
-from simplefeed.settings import Settings, sqlite_path
+from simplefeed.settings import Settings
 
 settings = Settings(database_url=sys.argv[1], archive_dir=Path(sys.argv[2]),
                     base_url="http://feeds.example.test", page_size=5, default_feed="events")
@@ -249,7 +250,7 @@ def test_the_last_store_of_a_database_to_close_closes_its_index(
     first = Simplefeed(sqlite_settings)
     first.create_feed("events")
     first.close()
-    database = sqlite_path(sqlite_settings.database_url)
+    database = database_file(sqlite_settings.database_url)
     assert database is not None
     database_directory = database.parent.resolve()
     before = open_fds(under=database_directory)

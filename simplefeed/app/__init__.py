@@ -19,7 +19,7 @@ from simplefeed.app import (
 )
 from simplefeed.app.caching import http_date
 from simplefeed.errors import NotFound
-from simplefeed.service.core import Clock, Simplefeed, random_uuid, system_clock
+from simplefeed.service import Clock, Simplefeed, random_uuid, system_clock
 from simplefeed.settings import Settings
 
 __all__ = ["create_app", "requests_only"]
@@ -88,6 +88,8 @@ class HttpRules:
     - One document, one URL: an empty path segment (``//recent``) names nothing (404), but
       in an entry locator's id (``/entries/http:%2F%2F...`` arrives decoded).
     - Request heads within bounds (:func:`limits.head_problem`): a 414 or 431 with a JSON body.
+    - A method this server does not know (``BREW``) is not implemented: a 501 with a JSON body,
+      as RFC 9110 15.6.2 says. A known method a resource does not allow gets a 405.
     - ``Connection: close`` when the request's body may be left unread (:func:`body_unread`):
       uWSGI's http11-socket then closes the connection after the response, and says nothing;
       a pooled client told so opens a new one instead of sending into a closed one.
@@ -110,6 +112,10 @@ class HttpRules:
         problem = limits.head_problem(req.env)
         if problem is not None:
             raise problem
+        if req.method not in falcon.COMBINED_METHODS:
+            raise falcon.HTTPNotImplemented(
+                description=f"the method {req.method[:40]!r} is not implemented here"
+            )
         route, locator, _ = req.path.partition("/entries/")
         if "//" in route + locator:
             raise NotFound(f"no resource at {req.path!r}")

@@ -62,7 +62,8 @@ def answered(
         metrics.read(document, status, seconds)
     if status >= 400:
         metrics.error(status)
-    if status >= 500:
+    # A 501 answers a method the client made up, not a fault of the server's.
+    if status >= 500 and status != 501:
         log.error("%s %s %d", method, logs.clip(path, 96), status, extra={"fields": fields})
     else:
         logs.info(log, f"{method} {logs.clip(path, 96)} {status}", fields)

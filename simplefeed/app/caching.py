@@ -8,7 +8,7 @@ would be told "not modified" while it is. The ETag is always sent and always exa
 
 The hot path of a feed server is the poll of ``/recent``: mostly a 304, else the same bytes again.
 :class:`FeedHeads` gives its validators for the price of the store's fastest lookup of the feed
-(one indexed lookup with nothing around it, or on SQLite usually less); :class:`ArchivedPages`
+(one indexed lookup with nothing around it, or on SQLite usually less); :class:`ServedPages`
 remembers the validators of archived pages, which never change, so serving one from Python costs
 no query at all after the first.
 """
@@ -29,7 +29,7 @@ from simplefeed import archive, codings
 from simplefeed.codings import CODINGS, IDENTITY, tagged
 from simplefeed.locks import Striped
 from simplefeed.model import DocumentKind, Feed
-from simplefeed.service.core import Live, Simplefeed
+from simplefeed.service import Live, Simplefeed
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class Stamp(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class ArchivedPage:
+class ServedPage:
     """An archived page's validators and where its static files are: fixed once frozen.
 
     Everything here comes from the page file alone (its bytes and mtime), so that a process
@@ -176,7 +176,7 @@ class ArchivedPage:
     #: offered.
     files: Mapping[str, Stamp]
 
-    def open_file(self, coding: str) -> PageFile | None:
+    def open_file(self, coding: str) -> OpenFile | None:
         """The file of the page in ``coding``, if it is there as it was when the page was
         read (:class:`Stamp`); None otherwise.
 
@@ -192,7 +192,7 @@ class ArchivedPage:
             os.close(fd)
             log.warning("archive file %s is not the file it was (replaced, written, cut)", path)
             return None
-        return PageFile(fd, self.files[coding].size, time.monotonic())
+        return OpenFile(fd, self.files[coding].size, time.monotonic())
 
 
 #: How long a process keeps a page file open for its requests before opening it again: a file
@@ -204,12 +204,12 @@ OPEN_FOR_S = 1.0
 OPEN_FILES = 64
 
 
-class PageFile:
+class OpenFile:
     """A page's file in one coding, open for every request of the process that sends it: each
     reads it through a :class:`PageStream` of its own, so a request costs no ``open``,
     ``fstat`` or ``close``. Each is a system call, which lets another thread take the
     interpreter, and under uWSGI's threads such hand-overs made an archived page cost 318 us of
-    CPU against /recent's 170 (docs/benchmarks.md, "Reading", session 16). Closed when no
+    CPU against /recent's 170 (docs/explanation/decisions/interpreter.md). Closed when no
     request and no cache holds it any more."""
 
     __slots__ = ("fd", "opened", "size")
@@ -225,7 +225,7 @@ class PageFile:
 
 
 class PageStream:
-    """One response's reading of a :class:`PageFile`, what ``wsgi.file_wrapper`` is given.
+    """One response's reading of a :class:`OpenFile`, what ``wsgi.file_wrapper`` is given.
 
     Nobody moves the shared descriptor's offset: uWSGI sends the file with ``sendfile`` at
     offsets of its own (from 0; ``uwsgi_proto_base_sendfile``), :meth:`read` reads at this
@@ -234,7 +234,7 @@ class PageStream:
 
     __slots__ = ("_file", "_offset")
 
-    def __init__(self, file: PageFile) -> None:
+    def __init__(self, file: OpenFile) -> None:
         self._file = file
         self._offset = 0
 
@@ -252,7 +252,7 @@ class PageStream:
         """The file stays open for the next request."""
 
 
-class ArchivedPages:
+class ServedPages:
     """Validators of archived pages, remembered per process: a frozen page never changes.
 
     At most ``limit`` pages (a few hundred bytes each); past that the memory starts again.
@@ -261,16 +261,16 @@ class ArchivedPages:
     def __init__(self, path_of: Callable[[str, int], Path], limit: int = 100_000) -> None:
         self._path_of = path_of
         self._limit = limit
-        self._known: dict[tuple[str, int], ArchivedPage] = {}
-        self._files: dict[tuple[Path, str], PageFile] = {}
+        self._known: dict[tuple[str, int], ServedPage] = {}
+        self._files: dict[tuple[Path, str], OpenFile] = {}
 
-    def get(self, feed: str, number: int) -> ArchivedPage | None:
+    def get(self, feed: str, number: int) -> ServedPage | None:
         return self._known.get((feed, number))
 
-    def file(self, page: ArchivedPage, coding: str) -> PageFile | None:
-        """The page's file in ``coding``, open (:class:`PageFile`): as opened by an earlier
+    def file(self, page: ServedPage, coding: str) -> OpenFile | None:
+        """The page's file in ``coding``, open (:class:`OpenFile`): as opened by an earlier
         request of the process less than :data:`OPEN_FOR_S` ago, else opened now; None if it
-        is not there as it was (:meth:`ArchivedPage.open_file`)."""
+        is not there as it was (:meth:`ServedPage.open_file`)."""
         key = (page.path, coding)
         kept = self._files.get(key)
         if kept is not None and time.monotonic() - kept.opened < OPEN_FOR_S:
@@ -285,7 +285,7 @@ class ArchivedPages:
         self._files[key] = opened
         return opened
 
-    def load(self, feed: str, number: int, expected: bytes | None = None) -> ArchivedPage | None:
+    def load(self, feed: str, number: int, expected: bytes | None = None) -> ServedPage | None:
         """The page from its file, remembered; None if there is no file, or if it does not
         hold ``expected`` (the page's bytes in the database, when it answers): a damaged file
         is neither served nor made into compressed copies. Its precompressed copies are
@@ -308,7 +308,7 @@ class ArchivedPages:
             if copy is not None:
                 files[coding] = Stamp.of(copy)
         second = mtime_us // 1_000_000
-        known = ArchivedPage(path, archive.strong_etag(body), second, http_date(second), files)
+        known = ServedPage(path, archive.strong_etag(body), second, http_date(second), files)
         if len(self._known) >= self._limit:
             self._known.clear()
         self._known[(feed, number)] = known

@@ -49,6 +49,7 @@ _STATUS_CODES = {
     422: "invalid_event",
     431: "request_header_fields_too_large",
     500: "internal_error",
+    501: "not_implemented",
     503: "unavailable",
 }
 

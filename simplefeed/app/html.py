@@ -21,7 +21,7 @@ from simplefeed.app import errors
 from simplefeed.errors import FeedNotFound, NotFound
 from simplefeed.model import Entry, rfc3339
 from simplefeed.rules import paging
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import FEED_NAME_RE
 
 _TEMPLATES = jinja2.Environment(

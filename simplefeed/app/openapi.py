@@ -166,6 +166,30 @@ def _locate(feed: bool) -> dict[str, Any]:
 
 
 def build() -> dict[str, Any]:
+    """The OpenAPI document of the HTTP API."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Simplefeed",
+            "version": __version__,
+            "description": "RFC 5005 archived Atom event feeds. Reading is public; publishing "
+            "needs a bearer token (`simplefeed token create`).",
+        },
+        "paths": {**_feed_paths(), **_other_paths()},
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A producer token, made by simplefeed token create",
+                }
+            },
+        },
+    }
+
+
+def _schemas() -> dict[str, Any]:
     published = {
         "type": "object",
         "additionalProperties": False,
@@ -198,85 +222,76 @@ def build() -> dict[str, Any]:
             "feed": {"type": "string"},
         },
     }
+    return schemas
+
+
+def _feed_paths() -> dict[str, Any]:
+    """The documents, publishing and the entry locator, of the default feed and of any feed."""
     return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "Simplefeed",
-            "version": __version__,
-            "description": "RFC 5005 archived Atom event feeds. Reading is public; publishing "
-            "needs a bearer token (`simplefeed token create`).",
+        "/recent": {"get": _document_get("Recent document", page=False, feed=False)},
+        "/pages/{n}": {"get": _document_get("Page n", page=True, feed=False)},
+        "/entries": {"post": _publish(feed=False)},
+        "/entries/{id}": {"get": _locate(feed=False)},
+        "/feeds/{feed}/recent": {
+            "get": _document_get("Recent document of a feed", page=False, feed=True)
         },
-        "paths": {
-            "/recent": {"get": _document_get("Recent document", page=False, feed=False)},
-            "/pages/{n}": {"get": _document_get("Page n", page=True, feed=False)},
-            "/entries": {"post": _publish(feed=False)},
-            "/entries/{id}": {"get": _locate(feed=False)},
-            "/feeds/{feed}/recent": {
-                "get": _document_get("Recent document of a feed", page=False, feed=True)
-            },
-            "/feeds/{feed}/pages/{n}": {
-                "get": _document_get("Page n of a feed", page=True, feed=True)
-            },
-            "/feeds/{feed}/entries": {"post": _publish(feed=True)},
-            "/feeds/{feed}/entries/{id}": {"get": _locate(feed=True)},
-            "/": {
-                "get": {
-                    "summary": "HTML for people: every feed, its head, pages and entry points",
-                    "responses": {"200": _HTML},
-                }
-            },
-            "/feeds/{feed}": {
-                "get": {
-                    "summary": "HTML for people: a page of a feed's entries, newest first",
-                    "parameters": [
-                        {
-                            "name": "feed",
-                            "in": "path",
-                            "required": True,
-                            "schema": {"type": "string"},
-                        },
-                        {
-                            "name": "page",
-                            "in": "query",
-                            "required": False,
-                            "schema": {"type": "integer", "minimum": 1},
-                            "description": "Page number (default: the working page)",
-                        },
-                    ],
-                    "responses": {
-                        "200": _HTML,
-                        "400": _error("No such page"),
-                        "404": _error("No such feed"),
-                    },
-                }
-            },
-            "/metrics": {
-                "get": {
-                    "summary": "Prometheus metrics (absent with SIMPLEFEED_METRICS=off)",
-                    "responses": {
-                        "200": {
-                            "description": "The Prometheus text format",
-                            "content": {"text/plain": {"schema": {"type": "string"}}},
-                        }
-                    },
-                }
-            },
-            "/healthz": {
-                "get": {
-                    "summary": "Liveness and database reachability",
-                    "responses": {
-                        "200": {
-                            "description": "Up",
-                            "content": {"application/json": {"schema": {"type": "object"}}},
-                        },
-                        "503": _error("Database unavailable"),
-                    },
-                }
-            },
+        "/feeds/{feed}/pages/{n}": {"get": _document_get("Page n of a feed", page=True, feed=True)},
+        "/feeds/{feed}/entries": {"post": _publish(feed=True)},
+        "/feeds/{feed}/entries/{id}": {"get": _locate(feed=True)},
+    }
+
+
+def _other_paths() -> dict[str, Any]:
+    """The pages for people, the metrics and the health check."""
+    return {
+        "/": {
+            "get": {
+                "summary": "HTML for people: every feed, its head, pages and entry points",
+                "responses": {"200": _HTML},
+            }
         },
-        "components": {
-            "schemas": schemas,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "/feeds/{feed}": {
+            "get": {
+                "summary": "HTML for people: a page of a feed's entries, newest first",
+                "parameters": [
+                    {"name": "feed", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {
+                        "name": "page",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1},
+                        "description": "Page number (default: the working page)",
+                    },
+                ],
+                "responses": {
+                    "200": _HTML,
+                    "400": _error("No such page"),
+                    "404": _error("No such feed"),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics (absent with SIMPLEFEED_METRICS=off)",
+                "responses": {
+                    "200": {
+                        "description": "The Prometheus text format",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+        "/healthz": {
+            "get": {
+                "summary": "Liveness and database reachability",
+                "responses": {
+                    "200": {
+                        "description": "Up",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    "503": _error("Database unavailable"),
+                },
+            }
         },
     }
 

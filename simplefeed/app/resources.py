@@ -1,4 +1,4 @@
-"""Falcon resources. They translate HTTP to calls on :class:`~simplefeed.service.core.Simplefeed`
+"""Falcon resources. They translate HTTP to calls on :class:`~simplefeed.service.Simplefeed`
 and back;
 domain errors propagate to the handlers in :mod:`simplefeed.app.errors`."""
 
@@ -22,7 +22,7 @@ from simplefeed.app import (
     preconditions,
     waiting,
 )
-from simplefeed.app.caching import ArchivedPage, LiveValidators
+from simplefeed.app.caching import LiveValidators, ServedPage
 from simplefeed.codings import IDENTITY
 from simplefeed.door.events import parse_events, read_body
 from simplefeed.errors import (
@@ -40,13 +40,13 @@ from simplefeed.errors import (
 from simplefeed.model import (
     ATOM_MEDIA_TYPE,
     Appended,
+    ArchivedPage,
     DocumentKind,
     Event,
     Feed,
-    FrozenPage,
 )
 from simplefeed.rules import auth, paging
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from simplefeed.settings import FEED_NAME_RE
 
 #: A page number as URLs spell it: canonical decimal digits, no sign, no leading zero, at most
@@ -307,16 +307,16 @@ class Page(_FeedResource):
     An archived page is served from its static files (the page file, or its precompressed copy
     in the coding the request accepts best, sent with ``wsgi.file_wrapper``: sendfile under
     uWSGI) and validators derived from the page file alone, remembered per process
-    (:class:`caching.ArchivedPages`). The first request for a page in a process asks the
+    (:class:`caching.ServedPages`). The first request for a page in a process asks the
     database only whether the page is frozen (the feed's head); a missing file is written
     back from the database's bytes. No query after that: the shipped uWSGI and nginx
     configurations send archived pages here too, so every route evaluates conditional
-    requests alike and sends the same validators (docs/architecture.md, 2026-11-22).
+    requests alike and sends the same validators (docs/explanation/decisions/one-answer-per-url.md).
     """
 
     def __init__(self, core: Simplefeed, room: waiting.WaitingRoom | None = None) -> None:
         super().__init__(core, room)
-        self.archived = caching.ArchivedPages(core.page_path)
+        self.archived = caching.ServedPages(core.page_path)
         #: Pages whose file could not be written back (an archive that cannot be written),
         #: served from the database's bytes: by page, when to try the file again. Each try
         #: reads and compares the file and logs why it failed (a traceback): once per
@@ -410,12 +410,12 @@ class Page(_FeedResource):
         self,
         req: falcon.Request,
         resp: falcon.Response,
-        page: ArchivedPage | FrozenPage,
+        page: ServedPage | ArchivedPage,
         coding: str,
     ) -> bool:
         """Headers of an archived page in ``coding``; True if that is the whole answer (a 304
         or 412)."""
-        if isinstance(page, FrozenPage):
+        if isinstance(page, ArchivedPage):
             etag, modified_s = archive.strong_etag(page.body), page.frozen_us // 1_000_000
             last_modified = caching.http_date(modified_s)
         else:
@@ -439,7 +439,7 @@ class Page(_FeedResource):
             return True
         return False
 
-    def send_archived(self, req: falcon.Request, resp: falcon.Response, page: ArchivedPage) -> bool:
+    def send_archived(self, req: falcon.Request, resp: falcon.Response, page: ServedPage) -> bool:
         """An archived page from its file in the coding the request accepts best; False if
         that file is not there (as it was when the page was read)."""
         coding = compression.negotiate(req)
@@ -457,7 +457,7 @@ class Page(_FeedResource):
             resp.stream = caching.PageStream(opened)
         return True
 
-    def send_unfiled(self, req: falcon.Request, resp: falcon.Response, page: FrozenPage) -> None:
+    def send_unfiled(self, req: falcon.Request, resp: falcon.Response, page: ArchivedPage) -> None:
         """An archived page whose file cannot be written: its bytes from the database, encoded
         now (the same bytes its copy would hold)."""
         coding = compression.negotiate(req)

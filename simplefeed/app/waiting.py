@@ -3,7 +3,7 @@
 A consumer answered by a long-poll asks again at once, with the new ETag and ``Prefer: wait``:
 at 500 waiting consumers a publish brings 500 such requests in a burst, and each one's way
 through falcon and the middleware to the point where it waits cost as much as a plain request
-(docs/benchmarks.md, "Long-poll", session 8). :class:`WaitingRoom` holds them before the app
+(docs/explanation/decisions/long-poll.md). :class:`WaitingRoom` holds them before the app
 instead. The app teaches it, whenever one of its long-polls finds the client's copy current
 (:meth:`WaitingRoom.learn`): this path, while the feed is exactly this version, serves a
 document whose ETags are these. A request for a learnt path whose ``If-None-Match`` is one of

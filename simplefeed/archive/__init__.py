@@ -11,12 +11,12 @@ either no file or the whole file, never part of one. The file's mtime is the pag
 the static server's Last-Modified equals the app's.
 
 Beside each page file, its precompressed copies (:mod:`simplefeed.codings`), named as nginx's
-``gzip_static`` expects: ``<n>.gz`` and ``<n>.br``. They are written when the page freezes,
-after the page file; ``archive rebuild`` writes missing or damaged ones, and the app writes a
-missing one when it first reads the page (pages frozen before copies existed get them so).
-Unlike the page file they are not fsynced: whoever reads one checks first that it decodes to the
-page's bytes (the app, once per process and page; ``archive verify``), so a copy a crash left
-empty or short is found and written again, never served.
+``gzip_static`` and uWSGI's ``static-gzip`` expect: ``<n>.gz`` and ``<n>.br``. They are written
+when the page freezes, after the page file. ``archive rebuild`` writes missing or damaged ones,
+and the app writes a missing one when it first reads the page. Static servers send a copy
+without checking it, so copies are fsynced like the page file: a crash leaves a copy whole or
+missing, never short. A missing copy is harmless, because the static servers then send the
+page file itself.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from pathlib import Path
 from lxml import etree
 
 from simplefeed import codings
+from simplefeed.archive.store import page_number
 from simplefeed.errors import ArchiveUnreadable
-from simplefeed.model import ATOM_NS, FrozenPage
+from simplefeed.model import ATOM_NS, ArchivedPage
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def strong_etag(body: bytes) -> str:
     return '"' + hashlib.sha256(body).hexdigest() + '"'
 
 
-def page_sha256(page: FrozenPage) -> str:
+def page_sha256(page: ArchivedPage) -> str:
     """The lowercase hex SHA-256 of a frozen page's bytes: its ETag's, unless the page was
     frozen when ETags held half of it."""
     etag = page.etag.strip('"')
@@ -69,20 +70,17 @@ def write_page(path: Path, body: bytes, mtime_us: int) -> None:
     """The page file and its precompressed copies."""
     write_atomically(path, body, mtime_us)
     for coding in codings.CODINGS:
-        write_atomically(
-            encoded_path(path, coding), codings.encode(body, coding), mtime_us, durable=False
-        )
+        write_atomically(encoded_path(path, coding), codings.encode(body, coding), mtime_us)
 
 
-def write_atomically(path: Path, body: bytes, mtime_us: int, *, durable: bool = True) -> None:
+def write_atomically(path: Path, body: bytes, mtime_us: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(body)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
+            f.flush()
+            os.fsync(f.fileno())
         # Readable by a static server running as another user (nginx, a CDN origin):
         # mkstemp creates files 0600.
         os.chmod(tmp, 0o644)
@@ -114,7 +112,7 @@ def encoded_copy(path: Path, body: bytes, coding: str, mtime_us: int) -> os.stat
         log.warning("%s: %s; writing it again", copy, exc)
     encoded = codings.encode(body, coding)
     try:
-        write_atomically(copy, encoded, mtime_us, durable=False)
+        write_atomically(copy, encoded, mtime_us)
         return os.stat(copy)
     except OSError as exc:
         log.warning("could not write %s: %s", copy, exc.strerror or exc)
@@ -185,7 +183,7 @@ def entry_ids(page: bytes) -> list[str]:
     return [str(text) for text in found] if isinstance(found, list) else []
 
 
-def file_matches(path: Path, page: FrozenPage) -> bool:
+def file_matches(path: Path, page: ArchivedPage) -> bool:
     try:
         return path.read_bytes() == page.body
     except FileNotFoundError:
@@ -201,8 +199,15 @@ class VerifyReport:
 
 
 def holds_files(archive_dir: Path) -> bool:
-    """Whether the archive directory exists and holds any file at all."""
-    return archive_dir.is_dir() and any(p.is_file() for p in archive_dir.rglob("*"))
+    """Whether the archive directory holds a file besides the two the repository keeps there."""
+    return archive_dir.is_dir() and any(
+        p.is_file() and not (p.parent == archive_dir and p.name in _REPOSITORY_FILES)
+        for p in archive_dir.rglob("*")
+    )
+
+
+#: The repository's archive/ holds these, to say what lands there: they are no pages.
+_REPOSITORY_FILES = frozenset({"README.md", ".gitignore"})
 
 
 def empty_archive_problem(archive_dir: Path, holds: bool, frozen: int) -> str | None:
@@ -218,31 +223,37 @@ def empty_archive_problem(archive_dir: Path, holds: bool, frozen: int) -> str | 
     )
 
 
-def page_problems(path: Path, page: FrozenPage) -> list[str]:
+def page_problems(path: Path, page: ArchivedPage) -> list[str]:
     """How a frozen page disagrees with itself (its ETag and its bytes) or with its static
     file: the file missing or holding other bytes."""
     problems: list[str] = []
     digest = hashlib.sha256(page.body).hexdigest()
     if page.etag not in (f'"{digest}"', f'"{digest[:32]}"'):
         problems.append(f"page {page.number}: ETag {page.etag} is not its bytes' ({digest})")
+    return problems + file_problems(path, page.body, f"the database's page {page.number}")
+
+
+def file_problems(path: Path, body: bytes, what: str = "the page") -> list[str]:
+    """How the page file ``path`` and its copies differ from ``body`` (``what`` names it)."""
     try:
         on_disk = path.read_bytes()
     except FileNotFoundError:
-        problems.append(f"{path}: missing (`simplefeed archive rebuild` writes it)")
-        return problems
-    if on_disk != page.body:
+        return [f"{path}: missing (`simplefeed archive rebuild` writes it)"]
+    problems: list[str] = []
+    if on_disk != body:
         problems.append(
-            f"{path}: not the database's page {page.number} ({len(on_disk)} bytes with SHA-256 "
-            f"{hashlib.sha256(on_disk).hexdigest()}, not {len(page.body)} with {digest})"
+            f"{path}: not {what} ({len(on_disk)} bytes with SHA-256 "
+            f"{hashlib.sha256(on_disk).hexdigest()}, not {len(body)} with"
+            f" {hashlib.sha256(body).hexdigest()})"
         )
     for coding in codings.CODINGS:
-        problem = _copy_problem(encoded_path(path, coding), page.body, coding)
+        problem = copy_problem(encoded_path(path, coding), body, coding)
         if problem is not None:
             problems.append(problem)
     return problems
 
 
-def _copy_problem(copy: Path, body: bytes, coding: str) -> str | None:
+def copy_problem(copy: Path, body: bytes, coding: str) -> str | None:
     try:
         decoded = codings.decode(copy.read_bytes(), coding)
     except FileNotFoundError:
@@ -279,7 +290,7 @@ def read_with_copies(path: Path) -> tuple[tuple[bytes, ...], int] | None:
     return tuple(bodies), mtime_us
 
 
-def chain_problem(before: FrozenPage, after: FrozenPage, given: str | None) -> str | None:
+def chain_problem(before: ArchivedPage, after: ArchivedPage, given: str | None) -> str | None:
     """Whether ``after``'s prev-archive digest (``given``, its ``sf:sha256``) is the SHA-256
     of ``before``, the page before it. Pages frozen before digests were given carry none."""
     actual = hashlib.sha256(before.body).hexdigest()
@@ -301,7 +312,7 @@ def stray_files(directory: Path, frozen: int) -> list[tuple[int, Path]]:
         return []
     except OSError as exc:
         raise ArchiveUnreadable(directory, f"cannot be read ({exc.strerror or exc})") from exc
-    numbered = ((_page_number(name), name) for name in names)
+    numbered = ((page_number(name), name) for name in names)
     return sorted((n, directory / name) for n, name in numbered if n is not None and n > frozen)
 
 
@@ -313,17 +324,6 @@ def past_gap(strays: list[tuple[int, Path]], frozen: int) -> tuple[int, list[tup
     while missing in numbers:
         missing += 1
     return missing, [(n, p) for n, p in strays if n > missing]
-
-
-_COPY_SUFFIXES = frozenset(codings.SUFFIXES.values())
-
-
-def _page_number(name: str) -> int | None:
-    """The page number a page file's or copy's name gives (``7``, ``7.gz``), or None."""
-    stem, dot, rest = name.partition(".")
-    if dot and dot + rest not in _COPY_SUFFIXES:
-        return None
-    return int(stem) if stem.isascii() and stem.isdigit() and stem[0] != "0" else None
 
 
 @dataclass(frozen=True)
@@ -362,7 +362,7 @@ def remove_stale_temp_files(directory: Path, now: float | None = None) -> list[P
     return removed
 
 
-def ensure_files(path: Path, page: FrozenPage) -> list[Path]:
+def ensure_files(path: Path, page: ArchivedPage) -> list[Path]:
     """Write the page's file and copies that are not already there with the right bytes; the
     paths written."""
     written: list[Path] = []
@@ -371,7 +371,7 @@ def ensure_files(path: Path, page: FrozenPage) -> list[Path]:
         written.append(path)
     for coding in codings.CODINGS:
         copy = encoded_path(path, coding)
-        if _copy_problem(copy, page.body, coding) is not None:
-            write_atomically(copy, codings.encode(page.body, coding), page.frozen_us, durable=False)
+        if copy_problem(copy, page.body, coding) is not None:
+            write_atomically(copy, codings.encode(page.body, coding), page.frozen_us)
             written.append(copy)
     return written

@@ -38,6 +38,7 @@ from simplefeed.client.errors import (
     MalformedPage,
     NoSuchEntry,
     NotAtom,
+    Parting,
     RedirectRefused,
     RepeatedEntry,
     ResponseTooLarge,
@@ -51,7 +52,7 @@ from simplefeed.client.errors import (
 from simplefeed.client.fetch import Bounds, RetryPolicy
 from simplefeed.client.poll import PollPolicy
 from simplefeed.client.state import Checkpoint, Head, Parked, StateFile
-from simplefeed.client.walk import Parting, Progress
+from simplefeed.client.walk import Progress
 
 #: The public surface: the consumer, what it yields, how it is configured, what it raises,
 #: and what its methods return (:class:`Status`, :class:`Head`, :class:`Parked`), its

@@ -7,10 +7,11 @@ from (:mod:`simplefeed.client.tree`), and by feedparser, which must take it for 
 warnings). So when the walk reads pages ahead going forward, a :class:`Checker` has a child
 process (``python -m simplefeed.client.checker``) give feedparser's verdict on the next page
 while this process reads it strictly and hands the entries of the page before over: on two
-cores the catch-up goes at about feedparser's own rate (docs/benchmarks.md, "Consuming",
-session 17). Nothing changes in what is accepted: a page's entries are handed over only after
-the verdict on it, the same verdict, and a page both readings refuse fails with feedparser's
-error, as :func:`~simplefeed.client.parse.parse_page` raises it.
+cores the catch-up goes at about feedparser's own rate
+(docs/explanation/decisions/consumer-reading.md). Nothing changes in what is accepted: a page's
+entries are handed over only after the verdict on it, the same verdict, and a page both
+readings refuse fails with feedparser's error, as :func:`~simplefeed.client.parse.parse_page`
+raises it.
 
 The child is a plain subprocess of the same interpreter, not :mod:`multiprocessing` (whose
 ``spawn`` imports the caller's main module again in the child, and whose ``fork`` would copy a

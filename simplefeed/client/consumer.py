@@ -58,7 +58,6 @@ import logging
 import threading
 import time
 import weakref
-from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -71,30 +70,25 @@ from simplefeed.client.entry import FeedEntry
 from simplefeed.client.errors import (
     ClientError,
     DigestMismatch,
-    FeedError,
     HandlerError,
     LastEntryVanished,
-    NotAtom,
     StateError,
     Stopped,
     TooManyParked,
 )
 from simplefeed.client.fetch import (
     Bounds,
-    Fetched,
     Fetcher,
     RetryPolicy,
     Transport,
     finite_seconds,
     url_problem,
 )
+from simplefeed.client.pages import HttpPages
 from simplefeed.client.parse import (
     PARSERS,
-    Outline,
     Page,
     Parser,
-    outline_page,
-    parse_page,
 )
 from simplefeed.client.poll import PollPolicy, next_interval
 from simplefeed.client.state import Checkpoint, Head, Parked, StateFile, damaged_values
@@ -108,7 +102,7 @@ from simplefeed.client.walk import (
 )
 
 if TYPE_CHECKING:
-    from simplefeed.client.checker import Checker
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -148,221 +142,57 @@ class Status:
         return head is not None and checkpoint is not None and checkpoint.seq > head.seq
 
 
-class _HttpPages:
-    """The consumer's page source: fetch, parse, then let the cache keep what parsed.
-
-    Walking back reads outlines (:func:`~simplefeed.client.parse.outline_page`), which pins
-    archived pages in the cache; the full parse on the way forward reads them from there. A
-    pinned page whose full parse fails is dropped from the cache, so that a later run asks the
-    network again.
-    """
-
-    def __init__(self, fetcher: Fetcher, parser: Parser, entry_point: str) -> None:
-        self.fetcher = fetcher
-        self.parser = parser
-        self.entry_point = entry_point
-        self.head_max_age: float | None = None
-        #: The last head request was held by the server (a long poll it honoured) and took
-        #: this long.
-        self.head_waited = False
-        self.head_seconds = 0.0
-        #: The entry point's permanent redirect has been warned of (once per consumer).
-        self.moved_warned = False
-        # Read-ahead: the one page the walk will ask for next, fetched (or, for feedparser's
-        # checks, read from the cache) and parsed on a thread of its own while the current
-        # page's entries are handled (:meth:`prefetch`). One page at most: memory stays flat.
-        self._ahead: ThreadPoolExecutor | None = None
-        self._next: tuple[str, Future[Page]] | None = None
-        # feedparser's checks in a helper process (:mod:`simplefeed.client.checker`), from the
-        # pass's HELPER_AFTER_PAGES-th page walked back or read ahead to the pass's end.
-        self._checker: Checker | None = None
-        self._pages_read: Counter[str] = Counter()
-
-    def prefetch(self, url: str) -> None:
-        """Start reading the page at ``url``, which :meth:`page` will be asked for next, on a
-        thread of its own when the read waits on something besides this interpreter: the
-        network, or the helper process making feedparser's checks. An archived page the cache
-        keeps, parsed with lxml, is read when it is asked for: on a thread it would only share
-        the interpreter with the one handling entries, and a catch-up going forward through
-        the pages it walked back took 8 % longer so (docs/benchmarks.md, "Consuming",
-        session 28)."""
-        if self._next is not None:
-            return
-        if self.parser == "lxml" and self.fetcher.holds(url):
-            return
-        if self._ahead is None:
-            self._ahead = ThreadPoolExecutor(1, thread_name_prefix="simplefeed-read-ahead")
-        self._counted("ahead")
-        self._next = (url, self._ahead.submit(self._read, url))
-
-    def _counted(self, way: Literal["back", "ahead"]) -> None:
-        """One more page read by the pass, walking back or ahead: from the
-        HELPER_AFTER_PAGES-th either way on, feedparser's checks are made in a helper process
-        when feedparser checks pages and a CPU is to spare (it starts now, while the walk goes
-        on, until the pass ends)."""
-        self._pages_read[way] += 1
-        if self._pages_read[way] != HELPER_AFTER_PAGES:
-            return
-        # Imported here, not with the package: the helper runs this module as its main.
-        from simplefeed.client.checker import Checker, helps
-
-        if self._checker is None and self.parser == "feedparser" and helps():
-            self._checker = Checker()
-            self._checker.start()
-
-    def end_pass(self) -> None:
-        """A pass is over: a page read ahead is let finish, the helper process stops."""
-        pending = self._take()
-        if pending is not None:
-            _settle(pending[1])
-        self._pages_read.clear()
-        checker, self._checker = self._checker, None
-        if checker is not None:
-            checker.close()
-
-    def page(self, url: str) -> Page:
-        pending = self._take()
-        if pending is not None:
-            if pending[0] == url:
-                return pending[1].result()  # its page, or the error reading it raised
-            _settle(pending[1])
-        return self._read(url)
-
-    def _take(self) -> tuple[str, Future[Page]] | None:
-        pending, self._next = self._next, None
-        return pending
-
-    def close(self) -> None:
-        """Let a page being read ahead finish (its result is not needed), stop the thread and
-        the helper process."""
-        self.end_pass()
-        if self._ahead is not None:
-            self._ahead.shutdown(wait=True)
-            self._ahead = None
-
-    def _read(self, url: str) -> Page:
-        fetched = self.fetcher.get(url, entry_point=self.entry_point)
-        checker = self._checker
-        try:
-            with _typed(fetched):
-                if checker is not None:
-                    page = checker.parse(url, fetched.body)
-                else:
-                    page = parse_page(url, fetched.body, parser=self.parser)
-        except FeedError:
-            if fetched.document.immutable:
-                self.fetcher.forget(url)
-            raise
-        self._keep(url, fetched, page)
-        return page
-
-    def _keep(self, url: str, fetched: Fetched, page: Page | Outline) -> None:
-        """Keep an archived page read from ``url`` in the cache, pinned, if ``url`` is its
-        permanent URL: the checkpoint names pages by that URL, and the cache lets a page go
-        when the checkpoint leaves it (state.py), so a page pinned under another URL (a link
-        with a query that changes at every pass) would stay for good, one more each pass: a
-        hostile server's trial grew a state file to 77 MB in 30 s so. Such a page is read
-        again when needed. A page that is not archived is never pinned."""
-        if page.is_archive and page.permanent_url == url:
-            self.fetcher.remember(fetched, immutable=True)
-        elif fetched.document.immutable:
-            self.fetcher.forget(url)  # pinned before, wrongly
-        elif not page.is_archive:
-            self.fetcher.remember(fetched, immutable=False)
-
-    def outline(self, url: str) -> Outline:
-        pending = self._take()
-        if pending is not None:
-            _settle(pending[1])
-        self._counted("back")
-        fetched = self.fetcher.get(url, entry_point=self.entry_point)
-        with _typed(fetched):
-            outline = outline_page(url, fetched.body)
-        self._keep(url, fetched, outline)
-        return outline
-
-    def head(self, url: str, wait: float | None = None) -> Page:
-        """The entry point: never pinned, whatever it claims; its max-age is kept. ``wait``:
-        a long poll (:meth:`Fetcher.get`).
-
-        An entry point that redirects permanently is warned of, once: checkpoints are kept
-        under the URL given, so another spelling of the same feed (``/feeds/events/recent``
-        and the ``/recent`` it redirects to) would have a checkpoint of its own in the same
-        state file, and read the whole history again. Checkpoints stay keyed as given (a
-        redirect a server makes today must not move them); the warning names the URL to give
-        instead."""
-        pending = self._take()
-        if pending is not None:
-            _settle(pending[1])
-        started = time.monotonic()
-        fetched = self.fetcher.get(url, entry_point=self.entry_point, wait=wait)
-        self.head_seconds = time.monotonic() - started
-        if fetched.source == "cache":
-            # Nothing is asked of the server, and a run that finds nothing new prints nothing:
-            # ``--debug`` says why (a newcomer took a silent run for one that did nothing).
-            document = fetched.document
-            age = self.fetcher.clock() - document.fetched_at
-            log.debug(
-                "%s: not fetched: the copy in the state file is fresh for %.0f s more"
-                " (max-age %.0f s)",
-                url,
-                max(0.0, (document.max_age or 0.0) - age),
-                document.max_age or 0.0,
-            )
-        self.head_waited = fetched.waited
-        if fetched.moved_to is not None and not self.moved_warned:
-            self.moved_warned = True
-            log.warning(
-                "%s redirects permanently to %s; checkpoints are kept under the URL given, so"
-                " another spelling of this feed starts over: give %s to share them",
-                url,
-                fetched.moved_to,
-                fetched.moved_to,
-            )
-        with _typed(fetched):
-            page = parse_page(url, fetched.body, parser=self.parser)
-        self.fetcher.remember(fetched, immutable=False)
-        self.head_max_age = fetched.max_age
-        return page
-
-
-#: A helper process for feedparser's checks starts in about 0.17 s, the time feedparser takes
-#: over 9 pages of 100 entries (docs/benchmarks.md, "Consuming", session 17): a pass that
-#: walks back or reads ahead fewer pages than this has its pages checked in this process.
-HELPER_AFTER_PAGES = 8
-
-#: The media types a feed may come as besides ``*/*+xml`` (``application/atom+xml``).
-XML_TYPES = frozenset({"application/xml", "text/xml"})
-
 #: A long poll the server says it held but that came back sooner than this, with nothing new,
 #: was not held: the next poll waits as an ordinary one would (a server cannot make us spin).
 HELD = 1.0
 
 
-@contextlib.contextmanager
-def _typed(fetched: Fetched) -> Iterator[None]:
-    """A body that is not Atom and came with a Content-Type naming no XML type (a web page, a
-    JSON reply) raises :class:`NotAtom` saying that type."""
-    try:
-        yield
-    except NotAtom as exc:
-        media = (fetched.content_type or "").partition(";")[0].strip().lower()
-        if not media or media in XML_TYPES or media.endswith("+xml"):
-            raise
-        raise NotAtom(exc.url, exc.reason, fetched.content_type) from exc
-
-
-def _settle(future: Future[Page]) -> None:
-    """Wait for a read-ahead nobody needs any more; what it raised does not matter."""
-    try:
-        future.result()
-    except Exception as exc:
-        log.debug("a page read ahead and not needed failed: %s", exc)
-
-
 class Consumer:
     """Reads a Simplefeed feed from its entry point, never missing or repeating an entry beyond
-    the at-least-once window described in the module docstring."""
+    the at-least-once window described in the module docstring.
+
+    ``url`` is the feed's entry point. ``state`` keeps the checkpoint and the page cache: a
+    path (the file is created if missing, never its directory), or an open
+    :class:`StateFile`, which the caller closes.
+
+    - ``start``: where a consumer without a checkpoint begins: ``"start"``, the whole
+      history; ``"now"``, what comes next; or a sequence number, the entries after it
+      (:class:`NoSuchEntry` on the first pass when the feed holds no entry of it).
+    - ``checkpoint_every``: ``"entry"`` (a crash repeats at most one entry) or ``"page"``
+      (at most one page; faster).
+    - ``parser``: ``"feedparser"`` (its checks besides the strict reading) or ``"lxml"``.
+    - ``on_error``, ``max_parked``: a handler's failure stops (``"stop"``) or parks the
+      entry (``"park"``), at most ``max_parked`` of them (:class:`TooManyParked`).
+    - ``timeout``: seconds each connect and each read on the socket may wait (a read of a
+      long poll: ``wait`` more); the whole response is bounded by ``bounds``
+      (:class:`Bounds`: ``max_seconds``, ``max_bytes``), so a server that drips bytes is cut
+      off at ``max_seconds``, whatever the timeout.
+    - ``retry``: attempts and backoff for network errors, timeouts, 5xx and 429
+      (:class:`RetryPolicy`); ``allow_redirect_origins``: origins besides the entry
+      point's that redirects and links may lead to.
+    - ``poll``: the adaptive interval of follow mode (:class:`PollPolicy`); ``wait``: the
+      seconds a long poll asks the server to hold it (``Prefer: wait``; 0: never).
+    - ``progress``: called with a :class:`Progress` as a long catch-up goes.
+    - ``max_pages``: the most pages a pass walks back (and so fetches and caches); a
+      history longer than that stops with :class:`MalformedPage`
+      (:data:`simplefeed.client.walk.MAX_PAGES` by default).
+    - ``clock``, ``sleep``, ``transport``: injected for tests (the default sleep ends at
+      :meth:`stop`).
+    """
+
+    #: Per page: the last processed entry, until its page is done. Its checkpoint is made
+    #: then, not for every entry.
+    _pending: FeedEntry | None = None
+    #: Per page: the checkpoint's durable write runs on a thread of its own, with its own
+    #: connection, while the walk reads the next pages. It is waited for before the next
+    #: page's first entry is handed over.
+    _writer: ThreadPoolExecutor | None = None
+    _writing: Future[None] | None = None
+    #: The iteration under way: the thread running it, and whether it is running now rather
+    #: than waiting at a yield for its caller to ask for the next entry.
+    _runner: int | None = None
+    _executing = False
+    _closed = False
 
     def __init__(
         self,
@@ -386,57 +216,13 @@ class Consumer:
         wait: float = 30.0,
         max_pages: int = MAX_PAGES,
     ) -> None:
-        """A consumer of the feed whose entry point is ``url``, keeping its checkpoint and
-        cache in ``state`` (a path: the file is created if missing, never its directory; or
-        an open :class:`StateFile`, which the caller closes).
-
-        - ``start``: where a consumer without a checkpoint begins: ``"start"``, the whole
-          history; ``"now"``, what comes next; or a sequence number, the entries after it
-          (:class:`NoSuchEntry` on the first pass when the feed holds no entry of it).
-        - ``checkpoint_every``: ``"entry"`` (a crash repeats at most one entry) or ``"page"``
-          (at most one page; faster).
-        - ``parser``: ``"feedparser"`` (its checks besides the strict reading) or ``"lxml"``.
-        - ``on_error``, ``max_parked``: a handler's failure stops (``"stop"``) or parks the
-          entry (``"park"``), at most ``max_parked`` of them (:class:`TooManyParked`).
-        - ``timeout``: seconds each connect and each read on the socket may wait (a read of a
-          long poll: ``wait`` more); the whole response is bounded by ``bounds``
-          (:class:`Bounds`: ``max_seconds``, ``max_bytes``), so a server that drips bytes is cut
-          off at ``max_seconds``, whatever the timeout.
-        - ``retry``: attempts and backoff for network errors, timeouts, 5xx and 429
-          (:class:`RetryPolicy`); ``allow_redirect_origins``: origins besides the entry
-          point's that redirects and links may lead to.
-        - ``poll``: the adaptive interval of follow mode (:class:`PollPolicy`); ``wait``: the
-          seconds a long poll asks the server to hold it (``Prefer: wait``; 0: never).
-        - ``progress``: called with a :class:`Progress` as a long catch-up goes.
-        - ``max_pages``: the most pages a pass walks back (and so fetches and caches); a
-          history longer than that stops with :class:`MalformedPage`
-          (:data:`simplefeed.client.walk.MAX_PAGES` by default).
-        - ``clock``, ``sleep``, ``transport``: injected for tests (the default sleep ends at
-          :meth:`stop`).
-        """
-        if on_error not in ("stop", "park"):
-            raise ValueError(f"on_error must be 'stop' or 'park', not {on_error!r}")
-        if max_parked is not None and max_parked < 0:
-            raise ValueError("max_parked must not be negative")
-        _check_position("start", start)
-        if checkpoint_every not in ("entry", "page"):
-            raise ValueError(
-                f"checkpoint_every must be 'entry' or 'page', not {checkpoint_every!r}"
-            )
-        if parser not in PARSERS:
-            raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
-        if not finite_seconds(wait):
-            raise ValueError("wait must be finite and not negative")
-        if max_pages < 1:
-            raise ValueError("max_pages must be at least 1")
-        problem = url_problem(url)
-        if problem is not None:
-            raise ValueError(f"the entry point {problem}")
+        _check_arguments(
+            url, start, checkpoint_every, parser, on_error, max_parked, wait, max_pages
+        )
         self.url = url
         self.wait = wait
         self.max_pages = max_pages
-        self.on_error = on_error
-        self.max_parked = max_parked
+        self.on_error, self.max_parked = on_error, max_parked
         self.start = start
         self.parser = parser
         self.checkpoint_every = checkpoint_every
@@ -463,24 +249,11 @@ class Consumer:
         #: Waits between polls and between attempts: the fetcher's pause, which :meth:`stop`
         #: ends, unless another was given.
         self.sleep = sleep if sleep is not None else self.fetcher.pause
-        self._pages = _HttpPages(self.fetcher, parser, url)
+        self._pages = HttpPages(self.fetcher, parser, url)
         self._saved = self.state.load_checkpoint(url)
-        # Per page: the last processed entry, until its page is done (its checkpoint is
-        # made then, not for every entry).
-        self._pending: FeedEntry | None = None
-        # ... and the sequence numbers and ids of the entries processed since the checkpoint.
+        # The sequence numbers and ids of the entries processed since the checkpoint.
         self._unsaved: list[tuple[int, str]] = []
-        # Per page: the checkpoint's durable write runs on a thread of its own (its own
-        # connection) while the walk reads the next pages; it is waited for before the next
-        # page's first entry is handed over.
-        self._writer: ThreadPoolExecutor | None = None
-        self._writing: Future[None] | None = None
         self._streams: weakref.WeakSet[Generator[FeedEntry, None, None]] = weakref.WeakSet()
-        # The iteration under way: the thread running it, and whether it is running now (not
-        # waiting at a yield for its caller to ask for the next entry).
-        self._runner: int | None = None
-        self._executing = False
-        self._closed = False
 
     # -- public API ----------------------------------------------------------------------
 
@@ -699,21 +472,7 @@ class Consumer:
                         return
                     if self.fetcher.interrupted or (stop is not None and stop()):
                         return
-                    pages = self._pages
-                    held = pages.head_waited and (found > 0 or pages.head_seconds >= HELD)
-                    holds = holds or held
-                    if self.wait and (wait is None or held or (holds and found > 0)):
-                        # The first long poll goes out at once, and so does the next after one
-                        # the server held until the feed changed or the wait was over, or after
-                        # new entries from a server that held one before (a copy made stale
-                        # between two polls is answered at once, by some servers without
-                        # Preference-Applied). A server that does not hold them (or claims to
-                        # and answers at once with nothing new) gets the ordinary interval, never
-                        # shorter than max-age.
-                        pause = 0.0
-                    else:
-                        interval = next_interval(self.poll, interval, found, pages.head_max_age)
-                        pause = interval
+                    pause, interval, holds = self._next_poll(found, interval, wait is None, holds)
                     log.debug("%s: %d new entries; next poll in %.1f s", self.url, found, pause)
                     wait = self.wait or None
                     if pause > 0:
@@ -723,6 +482,24 @@ class Consumer:
                 self.fetcher.resume()
                 if not self._closed:
                     self._flush()
+
+    def _next_poll(
+        self, found: int, interval: float, first: bool, holds: bool
+    ) -> tuple[float, float, bool]:
+        """The pause before the next poll, the polling interval, and whether the server holds
+        long polls, after a pass that found ``found`` entries."""
+        pages = self._pages
+        held = pages.head_waited and (found > 0 or pages.head_seconds >= HELD)
+        holds = holds or held
+        if self.wait and (first or held or (holds and found > 0)):
+            # The first long poll goes out at once, and so does the next after one the server
+            # held until the feed changed or the wait was over. So does one after new entries
+            # from a server that held one before, because a copy made stale between two polls
+            # is answered at once, by some servers without Preference-Applied. A server that
+            # does not hold them gets the ordinary interval, never shorter than max-age.
+            return 0.0, interval, holds
+        interval = next_interval(self.poll, interval, found, pages.head_max_age)
+        return interval, interval, holds
 
     def _one_pass(self, wait: float | None) -> Generator[FeedEntry, None, None]:
         head = self._pages.head(self.url, wait)
@@ -875,6 +652,35 @@ def _close_writer_state() -> None:
 def _describe(error: BaseException) -> str:
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _check_arguments(
+    url: str,
+    start: Start | int,
+    checkpoint_every: CheckpointEvery,
+    parser: Parser,
+    on_error: OnError,
+    max_parked: int | None,
+    wait: float,
+    max_pages: int,
+) -> None:
+    """Raise :class:`ValueError` for a consumer's argument it cannot work with."""
+    if on_error not in ("stop", "park"):
+        raise ValueError(f"on_error must be 'stop' or 'park', not {on_error!r}")
+    if max_parked is not None and max_parked < 0:
+        raise ValueError("max_parked must not be negative")
+    _check_position("start", start)
+    if checkpoint_every not in ("entry", "page"):
+        raise ValueError(f"checkpoint_every must be 'entry' or 'page', not {checkpoint_every!r}")
+    if parser not in PARSERS:
+        raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
+    if not finite_seconds(wait):
+        raise ValueError("wait must be finite and not negative")
+    if max_pages < 1:
+        raise ValueError("max_pages must be at least 1")
+    problem = url_problem(url)
+    if problem is not None:
+        raise ValueError(f"the entry point {problem}")
 
 
 def _check_position(name: str, value: object) -> None:

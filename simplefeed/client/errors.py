@@ -42,6 +42,7 @@ looked for an option of that name.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simplefeed.errors import SimplefeedError
@@ -49,7 +50,6 @@ from simplefeed.lines import escape_field
 
 if TYPE_CHECKING:
     from simplefeed.client.entry import FeedEntry
-    from simplefeed.client.walk import Parting
 
 #: The most characters of a server's own words (its error message, its Content-Type) an error
 #: message quotes.
@@ -262,6 +262,17 @@ class ResponseTooLarge(FetchError):
         self.limit = limit
 
 
+@dataclass(frozen=True)
+class Parting:
+    """Where a feed parts from the entries a consumer read: ``agreed``, the sequence number of
+    the last of them the feed holds at its number, each before it held as read too (None: not
+    even the oldest read is); ``lost``, those read after it (sequence number and id, oldest
+    first)."""
+
+    agreed: int | None
+    lost: tuple[tuple[int, str], ...]
+
+
 class LastEntryVanished(FeedError):
     """The last processed entry is not on the page its sequence number places it on (walking
     back from the entry point), nor on the page its checkpoint names; or the feed's newest
@@ -270,7 +281,7 @@ class LastEntryVanished(FeedError):
 
     Where the consumer remembers the entries it read (the state file's last
     :data:`~simplefeed.client.state.PROCESSED_KEPT`), ``parting`` says where the feed parts
-    from them (:class:`~simplefeed.client.walk.Parting`: the last entry read that the feed
+    from them (:class:`Parting`: the last entry read that the feed
     still holds at its number, and those read after it, which it does not)."""
 
     def __init__(self, url: str, entry_id: str, parting: Parting | None = None) -> None:

@@ -56,8 +56,6 @@ import functools
 import json
 import logging
 import math
-import ssl
-import threading
 import time
 import typing
 from collections.abc import Callable, Iterable
@@ -65,7 +63,6 @@ from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
-import httpcore
 import httpx
 import tenacity
 
@@ -82,6 +79,7 @@ from simplefeed.client.errors import (
     quoted,
 )
 from simplefeed.client.state import CachedDocument, PageCache
+from simplefeed.client.transport import STOP_CHECK_S, BoundedTransport, Deadlines, Interruption
 
 log = logging.getLogger(__name__)
 
@@ -223,23 +221,10 @@ class _TooSlow(Exception):
     timeout is)."""
 
 
-#: How long a wait of the fetcher (a socket read, a pause between attempts or polls) goes on
-#: at most before it looks whether it was interrupted (:meth:`Fetcher.interrupt`).
-STOP_CHECK_S = 0.25
-
-
-class _Interruption:
-    """Whether the fetcher was asked to stop: a plain attribute, set from any thread or from a
-    signal handler (no lock: a handler that waited for one its own thread held would never
-    return), read by every wait at least every :data:`STOP_CHECK_S`."""
-
-    requested = False
-
-
 class _StopWhen(tenacity.stop.stop_base):
     """Tenacity's stop condition for an interrupted fetcher: no attempt after the one it cut."""
 
-    def __init__(self, interruption: _Interruption) -> None:
+    def __init__(self, interruption: Interruption) -> None:
         self._interruption = interruption
 
     def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
@@ -303,15 +288,17 @@ class Fetcher:
                 raise ValueError(f"a redirect origin {problem}")
         self.allow_redirect_origins = frozenset(origin(o) for o in allowed)
         self.clock = clock
-        self._interruption = _Interruption()
+        self._interruption = Interruption()
         self.sleep = sleep if sleep is not None else self.pause
         self.stats = FetchStats()
         if not (finite_seconds(timeout) and timeout > 0):
             raise ValueError("timeout must be positive and finite")
         self.timeout = timeout
-        self._deadlines = _Deadlines()
+        self._deadlines = Deadlines()
         self._transport = (
-            transport if transport is not None else _transport(self._deadlines, self._interruption)
+            transport
+            if transport is not None
+            else BoundedTransport(self._deadlines, self._interruption)
         )
         # The headers of every request, as an httpx.Client with these would send them. No
         # cookie jar: a feed needs no cookies, and a server setting a new one with every
@@ -328,41 +315,24 @@ class Fetcher:
     def get(
         self, url: str, *, entry_point: str | None = None, wait: float | None = None
     ) -> Fetched:
-        """The document at ``url``: from the cache when allowed, else over the network.
-        Redirects stay within the origin of ``entry_point`` (default: ``url``) and the
-        allowed ones.
+        """The document at ``url``, from the cache when allowed, else over the network.
 
-        ``wait`` (seconds): a long poll. When the cache holds a copy with an ETag, it is
-        revalidated (fresh or not) with ``Prefer: wait=<wait>`` (RFC 7240): a server that
-        honours it answers when the document changes or the time is up, and says so
-        (``Preference-Applied``, :attr:`Fetched.waited`). The wait is added to the
-        response's time bounds.
-
-        A ``url`` outside those origins (a page's link to another server: a hostile feed
-        could make the consumer fetch any URL it can reach) is refused
-        (:class:`~simplefeed.client.errors.LinkRefused`), before any request."""
+        ``url`` and its redirects stay within the origin of ``entry_point`` (by default
+        ``url``) and the allowed ones, because a hostile feed could make the consumer fetch any
+        URL it reaches (:class:`~simplefeed.client.errors.LinkRefused`, before any request).
+        ``wait`` makes a long poll: a cached copy with an ETag is revalidated with ``Prefer:
+        wait`` (RFC 7240), which a server honours by answering when the document changes or
+        the time is up (:attr:`Fetched.waited`). The wait adds to the response's time bounds.
+        """
         if entry_point is not None and not self._within(url, entry_point):
             raise LinkRefused(url, entry_point)
-        cached = self.cache.get_document(url)
-        cached_body = b""
-        if cached is not None:
-            try:
-                cached_body = self._decoded(cached)
-            except ValueError as exc:  # a damaged cache: ask the network
-                log.warning("%s: the cached copy is not usable (%s); fetching it again", url, exc)
-                self.cache.delete_document(url)
-                cached = None
+        cached, cached_body = self._cached(url)
         now = self.clock()
         long_poll = wait is not None and wait > 0 and cached is not None and bool(cached.etag)
         if cached is not None and cached.fresh(now) and not long_poll:
             self.stats.cache_hits += 1
             return Fetched(url, cached_body, "cache", cached)
-        headers: dict[str, str] = {}
-        if cached is not None:
-            if cached.etag:
-                headers["If-None-Match"] = cached.etag
-            if cached.last_modified:
-                headers["If-Modified-Since"] = cached.last_modified
+        headers = _validators(cached)
         extra = 0.0
         if long_poll:
             assert wait is not None
@@ -374,13 +344,7 @@ class Fetcher:
         max_age = _max_age(response.headers)
         if response.status == 304 and cached is not None:
             self.stats.not_modified += 1
-            document = replace(
-                cached,
-                etag=response.headers.get("ETag", cached.etag),
-                last_modified=response.headers.get("Last-Modified", cached.last_modified),
-                fetched_at=now,
-                max_age=max_age,
-            )
+            document = _revalidated(cached, response.headers, now, max_age)
             return Fetched(
                 url, cached_body, "revalidated", document, waited, moved_to=response.moved_to
             )
@@ -405,6 +369,18 @@ class Fetcher:
             response.headers.get("Content-Type"),
             response.moved_to,
         )
+
+    def _cached(self, url: str) -> tuple[CachedDocument | None, bytes]:
+        """The cache's copy of ``url`` and its body, decoded. A damaged copy is forgotten."""
+        cached = self.cache.get_document(url)
+        if cached is None:
+            return None, b""
+        try:
+            return cached, self._decoded(cached)
+        except ValueError as exc:  # a damaged cache: ask the network
+            log.warning("%s: the cached copy is not usable (%s); fetching it again", url, exc)
+            self.cache.delete_document(url)
+            return None, b""
 
     def _decoded(self, cached: CachedDocument) -> bytes:
         """The body a cached document holds, decoded (ValueError if it cannot be)."""
@@ -618,130 +594,6 @@ class Fetcher:
         self._transport.close()
 
 
-# -- the whole response within its time: every socket read waits only for what is left ------
-
-
-class _Deadlines(threading.local):
-    """The deadline of the response being read, per thread (None: none)."""
-
-    at: float | None = None
-
-    def set(self, at: float | None) -> None:
-        self.at = at
-
-    def clamp(self, timeout: float | None) -> float | None:
-        if self.at is None:
-            return timeout
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise httpcore.ReadTimeout("the response's time is over")
-        return left if timeout is None else min(timeout, left)
-
-
-class _Stream(httpcore.NetworkStream):
-    def __init__(
-        self,
-        inner: httpcore.NetworkStream,
-        deadlines: _Deadlines,
-        interruption: _Interruption,
-    ) -> None:
-        self._inner = inner
-        self._deadlines = deadlines
-        self._interruption = interruption
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        """A read within the timeout and the response's deadline, waiting at most
-        :data:`STOP_CHECK_S` at a time, so that an interrupt ends it (a socket read that
-        timed out has taken nothing: it is simply made again)."""
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if self._interruption.requested:
-                raise httpcore.ReadError("the fetcher was interrupted")
-            left = None if end is None else end - time.monotonic()
-            limit = self._deadlines.clamp(left)
-            if limit is not None and limit <= 0:
-                raise httpcore.ReadTimeout("timed out")
-            step = STOP_CHECK_S if limit is None else min(limit, STOP_CHECK_S)
-            try:
-                return self._inner.read(max_bytes, step)
-            except httpcore.ReadTimeout:
-                if limit is not None and limit <= STOP_CHECK_S:
-                    raise
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, self._deadlines.clamp(timeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        inner = self._inner.start_tls(ssl_context, server_hostname, self._deadlines.clamp(timeout))
-        return _Stream(inner, self._deadlines, self._interruption)
-
-    def get_extra_info(self, info: str) -> typing.Any:
-        return self._inner.get_extra_info(info)
-
-
-class _Backend(httpcore.NetworkBackend):
-    """httpcore's own socket backend, each stream's reads and writes clamped to the deadline."""
-
-    def __init__(self, deadlines: _Deadlines, interruption: _Interruption) -> None:
-        self._inner = httpcore.SyncBackend()
-        self._deadlines = deadlines
-        self._interruption = interruption
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: typing.Iterable[typing.Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        stream = self._inner.connect_tcp(
-            host, port, self._deadlines.clamp(timeout), local_address, socket_options
-        )
-        return _Stream(stream, self._deadlines, self._interruption)
-
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: typing.Iterable[typing.Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        stream = self._inner.connect_unix_socket(
-            path, self._deadlines.clamp(timeout), socket_options
-        )
-        return _Stream(stream, self._deadlines, self._interruption)
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
-
-
-class _BoundedTransport(httpx.HTTPTransport):
-    """httpx's transport over a connection pool whose sockets keep to the deadline (the pool
-    is httpx's own, but for its network backend)."""
-
-    def __init__(self, deadlines: _Deadlines, interruption: _Interruption) -> None:
-        # One TLS context (loading the trust store costs about 30 ms), httpx's own default.
-        ssl_context = httpx.create_ssl_context()
-        super().__init__(verify=ssl_context)
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=ssl_context,
-            keepalive_expiry=5.0,
-            network_backend=_Backend(deadlines, interruption),
-        )
-
-
-def _transport(deadlines: _Deadlines, interruption: _Interruption) -> httpx.BaseTransport:
-    return _BoundedTransport(deadlines, interruption)
-
-
 def _describe(exc: BaseException | None) -> str:
     if exc is None:
         return "no error"
@@ -765,6 +617,30 @@ def _server_message(body: bytes) -> str | None:
         return None
     message = value.get("message") if isinstance(value, dict) else None
     return message if isinstance(message, str) else None
+
+
+def _revalidated(
+    cached: CachedDocument, headers: httpx.Headers, now: float, max_age: float | None
+) -> CachedDocument:
+    """The cached document as a 304 leaves it: its new validators, fresh from ``now``."""
+    return replace(
+        cached,
+        etag=headers.get("ETag", cached.etag),
+        last_modified=headers.get("Last-Modified", cached.last_modified),
+        fetched_at=now,
+        max_age=max_age,
+    )
+
+
+def _validators(cached: CachedDocument | None) -> dict[str, str]:
+    """The headers that make a request for a cached document conditional."""
+    headers: dict[str, str] = {}
+    if cached is not None:
+        if cached.etag:
+            headers["If-None-Match"] = cached.etag
+        if cached.last_modified:
+            headers["If-Modified-Since"] = cached.last_modified
+    return headers
 
 
 def _directives(headers: httpx.Headers) -> dict[str, str]:

@@ -174,10 +174,8 @@ def _entry(url: str, el: Any, page_url: str) -> FeedEntry:
             content_type, content = _content(url, child)
         elif tag == _SUMMARY:
             summary = _text_construct(child)
-        elif tag == _CATEGORY:
-            term = child.get("term")
-            if term is not None:
-                categories.append(EntryCategory(term, child.get("scheme"), child.get("label")))
+        elif tag == _CATEGORY and child.get("term") is not None:
+            categories.append(_category(child))
         elif tag == _AUTHOR and author is None:
             author = _author(child)
     if not entry_id:
@@ -198,6 +196,10 @@ def _entry(url: str, el: Any, page_url: str) -> FeedEntry:
         categories=tuple(categories),
         published=published,
     )
+
+
+def _category(el: Any) -> EntryCategory:
+    return EntryCategory(el.get("term"), el.get("scheme"), el.get("label"))
 
 
 def _seq(url: str, text: str, entry_id: str | None) -> int:

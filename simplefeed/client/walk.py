@@ -78,6 +78,7 @@ from simplefeed.client.errors import (
     LinkLoop,
     MalformedPage,
     NoSuchEntry,
+    Parting,
     RepeatedEntry,
     SequenceGap,
     TooManyPages,
@@ -89,7 +90,6 @@ __all__ = [
     "MAX_PAGES",
     "OutlineSource",
     "PageSource",
-    "Parting",
     "Progress",
     "ReadAhead",
     "entry_numbered",
@@ -192,17 +192,6 @@ def entry_numbered(
         if entry.seq == seq:
             return Checkpoint(entry.id, seq, entry.page_url)
     raise NoSuchEntry(head.url, seq, back.newest)
-
-
-@dataclass(frozen=True)
-class Parting:
-    """Where a feed parts from the entries a consumer read: ``agreed``, the sequence number of
-    the last of them the feed holds at its number, each before it held as read too (None: not
-    even the oldest read is); ``lost``, those read after it (sequence number and id, oldest
-    first)."""
-
-    agreed: int | None
-    lost: tuple[tuple[int, str], ...]
 
 
 def parting(

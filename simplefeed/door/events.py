@@ -12,6 +12,7 @@ import json
 import math
 import re
 import unicodedata
+from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
@@ -30,12 +31,19 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from simplefeed import atom
-from simplefeed.door import markup
+from simplefeed.door import markup, uris
 from simplefeed.door.languages import PRIMARY_LANGUAGES
+from simplefeed.door.xml import check_inline_xml
 from simplefeed.errors import InvalidEvent, MalformedRequest, PayloadTooLarge
-from simplefeed.model import Author, Category, Event, Link, datetime_to_us, text_problem
-from simplefeed.rules import uris
+from simplefeed.model import (
+    Author,
+    Category,
+    Event,
+    Link,
+    content_mode,
+    datetime_to_us,
+    text_problem,
+)
 from simplefeed.settings import Limits
 
 #: An IRI (RFC 3987), checked loosely: a scheme, then no spaces, controls or delimiters that
@@ -387,24 +395,7 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
         raise c.fail("title", "must not be empty (nor only spaces and invisible characters)")
     summary = c.optional("summary", ev.summary, limits.max_summary_chars)
     entry_id = _entry_id(c, ev.id, limits.max_id_bytes)
-
-    content_type = ev.content_type
-    if content_type is not None:
-        # Media types are case-insensitive (RFC 2045); the lower-case form is the one we carry.
-        content_type = content_type.strip().lower()
-        if content_type not in ("text", "html", "xhtml") and not _MEDIA_TYPE.match(content_type):
-            raise c.fail("content_type", _media_type_problem(content_type))
-        if content_type.startswith(("multipart/", "message/")):
-            raise c.fail("content_type", "must not be a composite type (RFC 4287 4.1.3.1)")
-        if content_type.endswith("/html") and content_type != "text/html":
-            # Carried Base64, which feed validators and readers decode and read as HTML: it
-            # would escape the HTML checks.
-            raise c.fail("content_type", f"{content_type}: send HTML as html (or text/html)")
-        if content_type == "application/xhtml+xml":
-            # A reader takes it for a whole XHTML document, which XML content may not be.
-            raise c.fail(
-                "content_type", f"{content_type}: send XHTML as xhtml (the content of a div)"
-            )
+    content_type = _content_type(c, ev.content_type)
     content = _content(c, ev.content, content_type, limits)
     if content is None and content_type is not None:
         # It would be kept (a replay without it would differ) and say nothing: the entry is
@@ -415,31 +406,75 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
         )
     if content is not None and content_type is None and not isinstance(ev.content, str):
         content_type = "application/json"
+    author = _author(c, ev.author)
+    categories = _categories(c, ev.categories, limits)
+    links = _links(c, ev.links, limits)
+    updated_us: int | None = None
+    if ev.updated is not None:
+        updated_us = _timestamp(c, ev.updated)
+        if updated_us > now_us + MAX_FUTURE_SKEW_US:
+            raise c.fail("updated", "is more than 5 minutes in the future")
+    return Event(
+        title=title,
+        content=content,
+        content_type=content_type,
+        summary=summary,
+        author=author,
+        categories=categories,
+        links=links,
+        id=entry_id,
+        updated_us=updated_us,
+    )
 
-    author: Author | None = None
-    if isinstance(ev.author, str):
-        author = Author(name=c.text("author", ev.author, 256) or "")
-        if _blank(author.name):
+
+def _content_type(c: _Checker, content_type: str | None) -> str | None:
+    """The content type as carried: lower case, because media types ignore case (RFC 2045)."""
+    if content_type is None:
+        return None
+    content_type = content_type.strip().lower()
+    if content_type not in ("text", "html", "xhtml") and not _MEDIA_TYPE.match(content_type):
+        raise c.fail("content_type", _media_type_problem(content_type))
+    if content_type.startswith(("multipart/", "message/")):
+        raise c.fail("content_type", "must not be a composite type (RFC 4287 4.1.3.1)")
+    if content_type.endswith("/html") and content_type != "text/html":
+        # Carried Base64, which feed validators and readers decode and read as HTML: it
+        # would escape the HTML checks.
+        raise c.fail("content_type", f"{content_type}: send HTML as html (or text/html)")
+    if content_type == "application/xhtml+xml":
+        # A reader takes it for a whole XHTML document, which XML content may not be.
+        raise c.fail("content_type", f"{content_type}: send XHTML as xhtml (the content of a div)")
+    return content_type
+
+
+def _author(c: _Checker, author: str | AuthorIn | None) -> Author | None:
+    if isinstance(author, str):
+        named = Author(name=c.text("author", author, 256) or "")
+        if _blank(named.name):
             raise c.fail("author", "must not be empty (nor only spaces and invisible characters)")
-    elif ev.author is not None:
-        email = c.text("author.email", ev.author.email, 256)
-        problem = uris.email_problem(email) if email is not None else None
-        if problem:
-            raise c.fail("author.email", problem)
-        author = Author(
-            name=c.text("author.name", ev.author.name, 256) or "",
-            email=email,
-            uri=c.iri("author.uri", ev.author.uri, max_chars=2048),
-        )
-        if _blank(author.name):
-            raise c.fail(
-                "author.name", "must not be empty (nor only spaces and invisible characters)"
-            )
+        return named
+    if author is None:
+        return None
+    email = c.text("author.email", author.email, 256)
+    problem = uris.email_problem(email) if email is not None else None
+    if problem:
+        raise c.fail("author.email", problem)
+    found = Author(
+        name=c.text("author.name", author.name, 256) or "",
+        email=email,
+        uri=c.iri("author.uri", author.uri, max_chars=2048),
+    )
+    if _blank(found.name):
+        raise c.fail("author.name", "must not be empty (nor only spaces and invisible characters)")
+    return found
 
-    if len(ev.categories) > limits.max_categories:
+
+def _categories(
+    c: _Checker, given: Sequence[str | CategoryIn], limits: Limits
+) -> tuple[Category, ...]:
+    if len(given) > limits.max_categories:
         raise c.fail("categories", f"at most {limits.max_categories} categories are allowed")
     categories: list[Category] = []
-    for i, cat in enumerate(ev.categories):
+    for i, cat in enumerate(given):
         where = f"categories[{i}]"
         if isinstance(cat, str):
             categories.append(Category(term=c.text(where, cat, 256) or ""))
@@ -453,52 +488,18 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
             )
         if _blank(categories[-1].term):
             raise c.fail(where, "term must not be empty (nor only spaces and invisible characters)")
+    return tuple(categories)
 
-    if len(ev.links) > limits.max_links:
+
+def _links(c: _Checker, given: Sequence[LinkIn], limits: Limits) -> tuple[Link, ...]:
+    if len(given) > limits.max_links:
         raise c.fail("links", f"at most {limits.max_links} links are allowed")
     links: list[Link] = []
     alternates: set[tuple[str | None, str | None]] = set()
-    for i, link in enumerate(ev.links):
+    for i, link in enumerate(given):
         where = f"links[{i}]"
-        if link.type is not None and not _MEDIA_TYPE.match(link.type):
-            raise c.fail(f"{where}.type", "must be a media type (type/subtype)")
-        if link.hreflang is not None:
-            if not _LANG.match(link.hreflang):
-                raise c.fail(f"{where}.hreflang", "must be a language tag (RFC 3066)")
-            primary = link.hreflang.split("-", 1)[0]
-            if primary.lower() not in PRIMARY_LANGUAGES:
-                raise c.fail(
-                    f"{where}.hreflang",
-                    f"must begin with an ISO 639 language code (en, fr-CA, zh-Hant), not"
-                    f" {primary!r}: feed validators flag any other",
-                )
-        if link.rel.lower().startswith(IANA_RELATIONS):
-            name = link.rel[len(IANA_RELATIONS) :]
-            if name in LINK_RELS:
-                # RFC 4287 4.2.7.2: the same relation as the name, which the rules below are for.
-                raise c.fail(f"{where}.rel", f"{link.rel} is the relation {name}: write {name!r}")
-            if name not in IANA_ENTRY_RELS:
-                raise c.fail(
-                    f"{where}.rel",
-                    f"{link.rel} names no registered relation an entry may have that feed"
-                    f" validators know ({', '.join(sorted(IANA_ENTRY_RELS))}); name a relation"
-                    " of your own with an IRI of yours (https://example.com/rels/invoice)",
-                )
-        if link.rel not in LINK_RELS:
-            c.text(f"{where}.rel", link.rel, 2048)
-            if not _IRI.match(link.rel):
-                raise c.fail(
-                    f"{where}.rel",
-                    f"must be one of {', '.join(sorted(LINK_RELS))}, or an absolute IRI naming"
-                    " an extension relation (https://example.com/rels/invoice)",
-                )
-            c.iri(f"{where}.rel", link.rel, max_chars=2048)
-        if link.rel == "self" and link.type not in (None, ATOM_MEDIA_TYPE):
-            raise c.fail(
-                f"{where}.type",
-                f"a self link names the entry's own Atom document: {ATOM_MEDIA_TYPE} or no type "
-                "(use rel alternate or related for other representations)",
-            )
+        _check_link_type(c, where, link)
+        _check_rel(c, where, link)
         if link.rel == "alternate":
             # Media types and language tags are compared without regard to case.
             key = (link.type and link.type.lower(), link.hreflang and link.hreflang.lower())
@@ -518,24 +519,54 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
                 length=link.length,
             )
         )
+    return tuple(links)
 
-    updated_us: int | None = None
-    if ev.updated is not None:
-        updated_us = _timestamp(c, ev.updated)
-        if updated_us > now_us + MAX_FUTURE_SKEW_US:
-            raise c.fail("updated", "is more than 5 minutes in the future")
 
-    return Event(
-        title=title,
-        content=content,
-        content_type=content_type,
-        summary=summary,
-        author=author,
-        categories=tuple(categories),
-        links=tuple(links),
-        id=entry_id,
-        updated_us=updated_us,
-    )
+def _check_link_type(c: _Checker, where: str, link: LinkIn) -> None:
+    """A link's type is a media type, and its hreflang a language tag feed validators know."""
+    if link.type is not None and not _MEDIA_TYPE.match(link.type):
+        raise c.fail(f"{where}.type", "must be a media type (type/subtype)")
+    if link.hreflang is not None:
+        if not _LANG.match(link.hreflang):
+            raise c.fail(f"{where}.hreflang", "must be a language tag (RFC 3066)")
+        primary = link.hreflang.split("-", 1)[0]
+        if primary.lower() not in PRIMARY_LANGUAGES:
+            raise c.fail(
+                f"{where}.hreflang",
+                f"must begin with an ISO 639 language code (en, fr-CA, zh-Hant), not"
+                f" {primary!r}: feed validators flag any other",
+            )
+
+
+def _check_rel(c: _Checker, where: str, link: LinkIn) -> None:
+    """A link's relation is Atom's, a registered one an entry may have, or an IRI of its own."""
+    if link.rel.lower().startswith(IANA_RELATIONS):
+        name = link.rel[len(IANA_RELATIONS) :]
+        if name in LINK_RELS:
+            # RFC 4287 4.2.7.2: the same relation as the name, which the rules below are for.
+            raise c.fail(f"{where}.rel", f"{link.rel} is the relation {name}: write {name!r}")
+        if name not in IANA_ENTRY_RELS:
+            raise c.fail(
+                f"{where}.rel",
+                f"{link.rel} names no registered relation an entry may have that feed"
+                f" validators know ({', '.join(sorted(IANA_ENTRY_RELS))}); name a relation"
+                " of your own with an IRI of yours (https://example.com/rels/invoice)",
+            )
+    if link.rel not in LINK_RELS:
+        c.text(f"{where}.rel", link.rel, 2048)
+        if not _IRI.match(link.rel):
+            raise c.fail(
+                f"{where}.rel",
+                f"must be one of {', '.join(sorted(LINK_RELS))}, or an absolute IRI naming"
+                " an extension relation (https://example.com/rels/invoice)",
+            )
+        c.iri(f"{where}.rel", link.rel, max_chars=2048)
+    if link.rel == "self" and link.type not in (None, ATOM_MEDIA_TYPE):
+        raise c.fail(
+            f"{where}.type",
+            f"a self link names the entry's own Atom document: {ATOM_MEDIA_TYPE} or no type "
+            "(use rel alternate or related for other representations)",
+        )
 
 
 def _timestamp(c: _Checker, value: datetime) -> int:
@@ -554,7 +585,7 @@ UPDATED_RANGE = "the accepted range, 1970-01-01T00:00:00Z to 5 minutes after the
 
 def _entry_id(c: _Checker, value: str | None, max_bytes: int) -> str | None:
     """A producer's entry id: at most ``max_bytes`` of UTF-8, a URI in canonical form of one
-    of :data:`simplefeed.rules.uris.ID_SCHEMES` (see :mod:`simplefeed.rules.uris`)."""
+    of :data:`simplefeed.door.uris.ID_SCHEMES` (see :mod:`simplefeed.door.uris`)."""
     if value is None:
         return None
     c.text("id", value)
@@ -619,7 +650,7 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
         # It would be written as no content at all (an empty <content/> is "blank" to the W3C
         # validator) and read back as absent.
         raise c.fail("content", "must not be empty (leave it out for an entry without content)")
-    mode = atom.content_mode(
+    mode = content_mode(
         content_type if content_type else (None if isinstance(raw, str) else "application/json")
     )
     if mode in ("text", "html", "xhtml", "textual") and isinstance(raw, str) and _blank(raw):
@@ -658,7 +689,7 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
     if len(text) > limits.max_content_chars:
         raise c.fail("content", f"is longer than {limits.max_content_chars} characters")
     if mode in ("xml", "xhtml"):
-        problem = atom.check_inline_xml(text, xhtml=mode == "xhtml")
+        problem = check_inline_xml(text, xhtml=mode == "xhtml")
         if problem:
             raise c.fail("content", f"is not usable as inline XML: {problem}")
     elif mode == "html":

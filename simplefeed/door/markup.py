@@ -464,118 +464,148 @@ Placed = tuple[int, str, str, tuple[tuple[str, str], ...]]
 
 
 def _tree(tokens: list[Token]) -> tuple[list[Placed], str | None]:
-    """The tree the tokens make, as each start tag and text with its depth (a tree in document
-    order), and what in them HTML's parser reads with an error or slowly, or None; linear.
+    """The tree the tokens make, and what in them HTML's parser reads with an error or slowly.
 
-    The open elements are kept as a browser keeps them, but never closed by fewer tags than a
-    browser closes them with: a start tag closes only elements open last (:data:`_CLOSES`), an
-    end tag the elements open since its own, which must be ones whose end tag HTML lets one
-    leave out. A ``tbody`` or ``colgroup`` is not counted in the depth, and one without
-    attributes is left out (HTML adds them to a table, around rows and ``col`` elements);
-    attribute values and text are as HTML reads them (line ends; no newline beginning a
-    ``pre``). Refused: elements nested deeper than :data:`MAX_NESTING` (a ``<rt>`` outside
-    ``<ruby>`` nests, and is counted so), an end tag that closes no open element, or an
-    element whose end tag may not be left out, or that a void element has not; a formatting
+    The tree is each start tag and text with its depth, in document order. The open elements
+    are kept as a browser keeps them, but never closed by fewer tags than a browser closes
+    them with: a start tag closes only elements open last (:data:`_CLOSES`), and an end tag
+    the elements open since its own, whose end tags HTML lets one leave out. A ``tbody`` or
+    ``colgroup`` is not counted in the depth, and one without attributes is left out, because
+    HTML adds them itself. Attribute values and text are as HTML reads them (line ends; no
+    newline beginning a ``pre``). Linear in the tokens.
+
+    Refused: elements nested deeper than :data:`MAX_NESTING` (a ``<rt>`` outside ``<ruby>``
+    nests, and is counted so); an end tag that closes no open element, or one that leaves open
+    an element whose end tag may not be left out; an end tag of a void element; a formatting
     element not closed where it ends; a heading in a heading, an ``a`` in an ``a``; anything
     but a ``p``, ``li``, ``dt`` or ``dd`` left open at the end.
     """
-    placed: list[Placed] = []
-    open_: list[str] = []
-    formatting: list[str] = []
-    implied = 0  # open tbody and colgroup elements: not counted in the depth
-    text: list[str] = []  # text not yet placed, at text_depth: a run at one depth is one text
-    text_depth = 0
-    begins_pre = False
+    tree = _Tree()
     for kind, value, attrs in tokens:
         if kind == "text":
-            chunk = value.replace("\r\n", "\n").replace("\r", "\n")
-            if begins_pre:
-                # HTML drops the newline that begins a pre, and nh3 writes "\n\nx" back as
-                # "\nx" (a newline less): not what the check is for.
-                chunk = chunk.lstrip("\n")
-            if chunk:
-                depth = len(open_) - implied
-                if text and depth != text_depth:
-                    placed.append((text_depth, "text", "".join(text), ()))
-                    text.clear()
-                text.append(chunk)
-                text_depth = depth
-                begins_pre = False
+            tree.text(value)
             continue
-        begins_pre = False
-        if text and kind == "start":
-            placed.append((text_depth, "text", "".join(text), ()))
-            text.clear()
-        tag = value
+        tree.begins_pre = False
         if kind == "start":
-            closes = _CLOSES.get(tag, _CLOSES_NOTHING)
-            if open_:
-                if open_[-1] in _FORMATTING:
-                    below = next((t for t in reversed(open_) if t not in _FORMATTING), None)
-                    if below in closes:
-                        # A browser would close it, and open the formatting elements above it
-                        # again in every block after (97 <b> then 20,000 <li>, 395 KB: 22.8 s).
-                        return placed, (
-                            f"a <{tag}> while <{open_[-1]}> is open in the <{below}> it ends"
-                        )
-                if tag in _HEADINGS and open_[-1] in _HEADINGS:
-                    return placed, f"a <{tag}> in a <{open_[-1]}>: close the heading first"
-                if tag == "a" and "a" in formatting:
-                    return placed, "an <a> in an <a>: close the first one first"
-            while open_ and open_[-1] in closes:
-                implied -= open_.pop() in _IMPLIED
-            if tag in _FORMATTING:
-                formatting.append(tag)
-            if tag not in _IMPLIED or attrs:
-                if any("\r" in v for _, v in attrs):  # line ends as HTML reads them
-                    attrs = tuple(
-                        (k, v.replace("\r\n", "\n").replace("\r", "\n")) for k, v in attrs
-                    )
-                attrs = tuple(sorted(attrs)) if len(attrs) > 1 else attrs
-                placed.append((len(open_) - implied, "start", tag, attrs))
-            if tag not in VOID_ELEMENTS:
-                open_.append(tag)
-                implied += tag in _IMPLIED
-                if len(open_) > MAX_NESTING:
-                    return placed, f"elements nested more than {MAX_NESTING} deep"
-                begins_pre = tag in _BEGINS_WITH_NEWLINE
+            problem = tree.start(value, attrs)
         elif kind == "end":
-            if tag in _FORMATTING:
-                if not formatting or formatting[-1] != tag:
-                    open_last = f"<{formatting[-1]}>" if formatting else "no element"
-                    return (
-                        placed,
-                        f"a </{tag}> where {open_last} is the formatting element open last",
-                    )
-                formatting.pop()
-            if tag in VOID_ELEMENTS:
-                return (
-                    placed,
-                    f"an end tag </{tag}>: <{tag}> is a void element, written without one",
-                )
-            if open_ and open_[-1] == tag:  # (most end tags: the element open last)
-                implied -= open_.pop() in _IMPLIED
-                continue
-            if tag not in open_:
-                return placed, f"a </{tag}> that closes no open element"
-            at = len(open_) - 1 - open_[::-1].index(tag)
-            for inner in open_[at + 1 :]:
-                if not (
-                    inner in _OPTIONAL_END
-                    or inner in _FORMATTING
-                    or (tag in _TABLES and inner in _TABLE_PARTS)
-                ):
-                    return placed, f"a </{tag}> while <{inner}> is open in it: close that first"
-            implied -= sum(t in _IMPLIED for t in open_[at:])
-            del open_[at:]
-    if text:
-        placed.append((text_depth, "text", "".join(text), ()))
-    if formatting:
-        return placed, f"a <{formatting[-1]}> left open: close each element where it ends"
-    left = next((t for t in reversed(open_) if t not in _OPTIONAL_END), None)
-    if left is not None:
-        return placed, f"a <{left}> left open at the end: close each element where it ends"
-    return placed, None
+            problem = tree.end(value)
+        else:
+            continue
+        if problem is not None:
+            return tree.placed, problem
+    return tree.placed, tree.finish()
+
+
+class _Tree:
+    """The tree of :func:`_tree` as it is built, token by token."""
+
+    __slots__ = ("begins_pre", "formatting", "implied", "open", "placed", "text_depth", "texts")
+
+    def __init__(self) -> None:
+        self.placed: list[Placed] = []
+        self.open: list[str] = []
+        self.formatting: list[str] = []
+        self.implied = 0  # open tbody and colgroup elements: not counted in the depth
+        self.texts: list[str] = []  # text not yet placed: a run at one depth is one text
+        self.text_depth = 0
+        self.begins_pre = False
+
+    def text(self, value: str) -> None:
+        chunk = value.replace("\r\n", "\n").replace("\r", "\n")
+        if self.begins_pre:
+            # HTML drops the newline that begins a pre, and nh3 writes "\n\nx" back as "\nx"
+            # (a newline less): not what the check is for.
+            chunk = chunk.lstrip("\n")
+        if chunk:
+            depth = len(self.open) - self.implied
+            if self.texts and depth != self.text_depth:
+                self._place_text()
+            self.texts.append(chunk)
+            self.text_depth = depth
+            self.begins_pre = False
+
+    def _place_text(self) -> None:
+        self.placed.append((self.text_depth, "text", "".join(self.texts), ()))
+        self.texts.clear()
+
+    def start(self, tag: str, attrs: tuple[tuple[str, str], ...]) -> str | None:
+        if self.texts:
+            self._place_text()
+        open_ = self.open
+        closes = _CLOSES.get(tag, _CLOSES_NOTHING)
+        if open_:
+            problem = self._start_problem(tag, closes)
+            if problem is not None:
+                return problem
+        while open_ and open_[-1] in closes:
+            self.implied -= open_.pop() in _IMPLIED
+        if tag in _FORMATTING:
+            self.formatting.append(tag)
+        if tag not in _IMPLIED or attrs:
+            if any("\r" in v for _, v in attrs):  # line ends as HTML reads them
+                attrs = tuple((k, v.replace("\r\n", "\n").replace("\r", "\n")) for k, v in attrs)
+            attrs = tuple(sorted(attrs)) if len(attrs) > 1 else attrs
+            self.placed.append((len(open_) - self.implied, "start", tag, attrs))
+        if tag not in VOID_ELEMENTS:
+            open_.append(tag)
+            self.implied += tag in _IMPLIED
+            if len(open_) > MAX_NESTING:
+                return f"elements nested more than {MAX_NESTING} deep"
+            self.begins_pre = tag in _BEGINS_WITH_NEWLINE
+        return None
+
+    def _start_problem(self, tag: str, closes: frozenset[str]) -> str | None:
+        """Why a start tag makes HTML's parser work hard or err where it is, or None."""
+        last = self.open[-1]
+        if last in _FORMATTING:
+            below = next((t for t in reversed(self.open) if t not in _FORMATTING), None)
+            if below in closes:
+                # A browser would close it, and open the formatting elements above it again
+                # in every block after (97 <b> then 20,000 <li>, 395 KB: 22.8 s).
+                return f"a <{tag}> while <{last}> is open in the <{below}> it ends"
+        if tag in _HEADINGS and last in _HEADINGS:
+            return f"a <{tag}> in a <{last}>: close the heading first"
+        if tag == "a" and "a" in self.formatting:
+            return "an <a> in an <a>: close the first one first"
+        return None
+
+    def end(self, tag: str) -> str | None:
+        open_, formatting = self.open, self.formatting
+        if tag in _FORMATTING:
+            if not formatting or formatting[-1] != tag:
+                open_last = f"<{formatting[-1]}>" if formatting else "no element"
+                return f"a </{tag}> where {open_last} is the formatting element open last"
+            formatting.pop()
+        if tag in VOID_ELEMENTS:
+            return f"an end tag </{tag}>: <{tag}> is a void element, written without one"
+        if open_ and open_[-1] == tag:  # (most end tags: the element open last)
+            self.implied -= open_.pop() in _IMPLIED
+            return None
+        if tag not in open_:
+            return f"a </{tag}> that closes no open element"
+        at = len(open_) - 1 - open_[::-1].index(tag)
+        for inner in open_[at + 1 :]:
+            if not (
+                inner in _OPTIONAL_END
+                or inner in _FORMATTING
+                or (tag in _TABLES and inner in _TABLE_PARTS)
+            ):
+                return f"a </{tag}> while <{inner}> is open in it: close that first"
+        self.implied -= sum(t in _IMPLIED for t in open_[at:])
+        del open_[at:]
+        return None
+
+    def finish(self) -> str | None:
+        """What the tokens leave open at their end, or None."""
+        if self.texts:
+            self._place_text()
+        if self.formatting:
+            return f"a <{self.formatting[-1]}> left open: close each element where it ends"
+        left = next((t for t in reversed(self.open) if t not in _OPTIONAL_END), None)
+        if left is not None:
+            return f"a <{left}> left open at the end: close each element where it ends"
+        return None
 
 
 #: Noncharacters XML carries but HTML's parser reads with an error ("Invalid codepoint in
@@ -611,7 +641,7 @@ def html_problem(text: str) -> str | None:
 
 def written_tree_problem(tokens: list[Token], text: str) -> str | None:
     """Why ``text``, HTML written from a tree as ``tokens`` (XHTML content as feed readers pass
-    it on: :func:`simplefeed.atom.html_reading`), is read as another tree or with an error by
+    it on: :func:`simplefeed.door.xml.html_reading`), is read as another tree or with an error by
     HTML's parser, or None. The tags and attributes are the tree's, checked there."""
     if "\r" in text:  # (only &#13; makes one in XML, as in HTML, which refuses it)
         return "holds a carriage return (&#13;), which HTML reads as a line feed"

@@ -3,7 +3,7 @@
 feedparser maps elements in these namespaces (compared in lower case) to its own names,
 ``prefix_localname``, and reads them as parts of the feed or entry around them, wherever they
 appear, inline content included. Inline XML content in them is refused at the door
-(:func:`simplefeed.atom.check_inline_xml`). A copy, not an import: feedparser is the
+(:func:`simplefeed.door.xml.check_inline_xml`). A copy, not an import: feedparser is the
 consumer's library (imported in :mod:`simplefeed.client.parse` only), and what the service
 refuses must not change under a dependency upgrade without a test saying so
 (``tests/test_door.py`` holds this table equal to the installed feedparser's

@@ -7,9 +7,7 @@ a page freezes the moment it holds ``size`` entries, so the working page may be 
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
-from simplefeed.model import DocumentKind
+from simplefeed.model import Document, DocumentKind, Entry, Feed, locator_segment
 
 
 def page_of(seq: int, size: int) -> int:
@@ -54,12 +52,6 @@ class Urls:
         return self.locator_base + locator_segment(entry_id)
 
 
-def locator_segment(entry_id: str) -> str:
-    """An entry id as one path segment: UTF-8, every byte but RFC 3986's unreserved ones
-    percent-encoded (so ``/``, ``?``, ``#`` and ``%`` in ids survive)."""
-    return quote(entry_id, safe="")
-
-
 def links(urls: Urls, kind: DocumentKind, number: int) -> tuple[tuple[str, str], ...]:
     """The (rel, href) pairs of a document, as DESIGN.md lays them out.
 
@@ -77,3 +69,32 @@ def links(urls: Urls, kind: DocumentKind, number: int) -> tuple[tuple[str, str],
     if kind == "archive":
         out.append(("next-archive", urls.page(number + 1)))
     return tuple(out)
+
+
+def document(
+    urls: Urls,
+    feed: Feed,
+    kind: DocumentKind,
+    number: int,
+    entries: tuple[Entry, ...],
+    prev_sha256: str | None = None,
+) -> Document:
+    """Page ``number`` of the feed as ``kind``, ready to render.
+
+    A document is as new as its newest entry. An empty one is as new as the feed's newest
+    entry, or the feed itself when it has none.
+    """
+    if entries:
+        updated = entries[0].updated_us
+    else:
+        updated = feed.head_updated_us if feed.head_updated_us is not None else feed.created_us
+    return Document(
+        feed=feed,
+        kind=kind,
+        number=number,
+        updated_us=updated,
+        links=links(urls, kind, number),
+        locator_base=urls.locator_base,
+        entries=entries,
+        prev_sha256=prev_sha256,
+    )

@@ -24,8 +24,9 @@ from typing import Any, ClassVar
 
 import click
 
-from simplefeed.errors import SimplefeedError
+from simplefeed.errors import DatabaseNotReady, SimplefeedError
 from simplefeed.lines import one_line
+from simplefeed.runtime import load_settings
 from simplefeed.settings import (
     MAX_PAGE_SIZE,
     MAX_PROCESSES,
@@ -44,7 +45,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _settings() -> Settings:
-    settings = Settings.from_env()
+    settings = load_settings()
     for warning in misspelt_variables():
         click.echo(f"simplefeed: warning: {warning}", err=True)
     return settings
@@ -54,7 +55,7 @@ def _settings() -> Settings:
 def _core() -> Iterator[Any]:
     """The core on the settings' database, checked ready first; closed when the command is
     done with it (its connections, its change watcher)."""
-    from simplefeed.service.core import Simplefeed
+    from simplefeed.service import Simplefeed
     from simplefeed.store import check_ready
 
     settings = _settings()
@@ -75,7 +76,7 @@ class _Commands(click.Group):
 
     _LAZY: ClassVar[dict[str, tuple[str, str]]] = {
         "consume": ("simplefeed.client.command", "consume"),
-        "consumer": ("simplefeed.client.command", "consumer_group"),
+        "consumer": ("simplefeed.client.state_commands", "consumer_group"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -106,8 +107,8 @@ class _Commands(click.Group):
 def main() -> None:
     """Simplefeed: RFC 5005 archived Atom event feeds.
 
-    Configuration comes from SIMPLEFEED_* environment variables (see README.md;
-    `simplefeed config` shows the effective values).
+    Configuration comes from SIMPLEFEED_* environment variables (see
+    docs/reference/settings.md; `simplefeed config` shows the effective values).
     """
 
 
@@ -122,7 +123,12 @@ def config_command(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(shown, indent=2))
         return
+    from simplefeed.store import database_file
+
     notes = settings.notes()
+    path = database_file(settings.database_url)
+    if path is not None:
+        notes["SIMPLEFEED_DATABASE_URL"] = f"file {path}"
     width = max(map(len, shown))
     for name, value in shown.items():
         note = f"  ({notes[name]})" if name in notes else ""
@@ -165,7 +171,7 @@ def serve(
     otherwise), else on HOST:PORT. Links in the documents use SIMPLEFEED_BASE_URL, or
     http://localhost:PORT when it is unset, which only a service on loopback may do.
     """
-    from simplefeed.service.core import Simplefeed
+    from simplefeed.service import Simplefeed
     from simplefeed.store import check_ready
 
     settings = _settings()
@@ -176,7 +182,19 @@ def serve(
     host, port, listening = listen_address(
         host, given["host"], port, given["port"], settings.http_socket
     )
-    check_ready(settings.database_url)
+    try:
+        check_ready(settings.database_url)
+        database = True
+    except DatabaseNotReady as exc:
+        if exc.answered:
+            raise
+        # Archived pages need no database, so they answer through an outage and a restart.
+        click.echo(
+            f"simplefeed: warning: {exc}; serving anyway: archived pages are sent from their"
+            " files, and the rest answers 503 until the database answers",
+            err=True,
+        )
+        database = False
     try:  # (before the archive is checked: it lists the directory)
         settings.archive_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # it ended `serve` with a traceback
@@ -184,14 +202,18 @@ def serve(
             f"cannot make the archive directory {settings.archive_dir}: {exc.strerror or exc}"
         ) from None
     base_url = settings.base_url if settings.base_url_given else f"http://localhost:{port}"
-    core = Simplefeed(dataclasses.replace(settings, base_url=base_url))
-    try:
-        core.check_base_url()
-        core.check_default_feed()
-        core.check_archive(every_file=True)
-        page_size = core.default_feed_page_size_warning()
-    finally:
-        core.close()
+    page_size = None
+    # Without a database, a freeze still checks the base URL and the default feed, and never
+    # writes over a page file that holds another page.
+    if database:
+        core = Simplefeed(dataclasses.replace(settings, base_url=base_url))
+        try:
+            core.check_base_url()
+            core.check_default_feed()
+            core.check_archive(every_file=True)
+            page_size = core.default_feed_page_size_warning()
+        finally:
+            core.close()
     problem = (
         _listen_problem(host, port)
         or unset_base_url_problem(listening, host, settings.base_url_given)
@@ -236,7 +258,7 @@ def serve(
     elif os.geteuid() == 0:
         click.echo(
             "simplefeed: started as root, so uWSGI runs as root and says so; pass --user NAME "
-            "to run it as NAME (README: Operating it)",
+            "to run it as NAME (docs/how-to/run.md)",
             err=True,
         )
     click.echo(
@@ -313,7 +335,7 @@ def upgrade() -> None:
     (unless another feed's frozen pages are at its URLs: a mistyped name is not created); then,
     if SIMPLEFEED_BASE_URL is set, check that no feed's frozen pages link elsewhere."""
     from simplefeed.errors import FeedExists
-    from simplefeed.service.core import Simplefeed
+    from simplefeed.service import Simplefeed
     from simplefeed.settings import mask_url
     from simplefeed.store import SCHEMA_REVISION
     from simplefeed.store import upgrade as upgrade_schema
@@ -573,7 +595,7 @@ def archive_rebuild(feed_name: str | None) -> None:
 def _archive_and_database(doing: str, relation: str, settings: Settings) -> str:
     """The first line of ``archive rebuild`` and ``verify``: which directory and database, in
     absolute terms (a cron job run from another directory checked another archive)."""
-    from simplefeed.settings import database_shown
+    from simplefeed.store import database_shown
 
     return (
         f"{doing} archive {settings.archive_dir} {relation} database"
@@ -597,13 +619,13 @@ def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
     Stop the service first, and start it again with SIMPLEFEED_BASE_URL=NEW_BASE_URL. Every
     changed page gets new bytes and a new ETag: consumers and caches fetch them again.
     """
-    from simplefeed.service.core import Simplefeed
+    from simplefeed.service import Simplefeed
     from simplefeed.store import check_ready
 
     problem = base_url_problem(new_base_url)
     if problem is not None:
         raise click.BadParameter(f"{new_base_url!r} {problem}", param_hint="NEW_BASE_URL")
-    settings = Settings.from_env({**os.environ, "SIMPLEFEED_BASE_URL": new_base_url})
+    settings = load_settings({**os.environ, "SIMPLEFEED_BASE_URL": new_base_url})
     check_ready(settings.database_url)
     core = Simplefeed(settings)
     try:
@@ -674,8 +696,8 @@ def archive_recover(feed_name: str | None) -> None:
             failed += 1
             _report(
                 f"feed {r.feed!r}: {r.problem}; it and the files after it stay in the archive,"
-                " and the service does not start while they are there (README: A database"
-                " older than the archive)",
+                " and the service does not start while they are there"
+                " (docs/how-to/backup.md)",
                 err=True,
             )
         for path in r.written:

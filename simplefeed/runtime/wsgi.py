@@ -8,7 +8,9 @@ shared area (``sharedarea = 1``: :class:`NodeWaitingSlots`), when the database a
 missing, empty or at an older schema (:func:`check_ready`), when a feed's frozen pages link
 to another base URL than the configured one (:meth:`Simplefeed.check_base_url`), and when the
 default feed does not exist or a feed's frozen pages are at other URLs than the configured
-default feed gives them (:meth:`Simplefeed.check_default_feed`); ``simplefeed serve``
+default feed gives them (:meth:`Simplefeed.check_default_feed`), and when the archive
+directory is not given by its real path, which uWSGI's static route needs
+(:func:`static_archive_problem`); ``simplefeed serve``
 checks the same before it starts uWSGI, so uWSGI started directly (``uwsgi --ini uwsgi.ini``)
 refuses what the command does. A database that does not answer is not checked here: the
 service starts and answers 503 until it does (each freeze checks the base URL and the
@@ -28,13 +30,15 @@ from typing import Any, NoReturn
 from simplefeed import logs, metrics
 from simplefeed.app import StartResponse, WsgiApp, create_app, requests_only
 from simplefeed.errors import ConfigError, DatabaseNotReady, StoreError
+from simplefeed.runtime import load_settings
+from simplefeed.service import Simplefeed
 from simplefeed.service.changes import Bell, NodeBell
-from simplefeed.service.core import Simplefeed
 from simplefeed.settings import (
     Settings,
     misspelt_variables,
     proxied_base_url_problem,
     socket_address,
+    static_archive_problem,
     unset_base_url_problem,
 )
 from simplefeed.store import check_ready
@@ -62,7 +66,7 @@ def refuse_to_start(reason: object) -> NoReturn:
 
 
 try:
-    settings = Settings.from_env()
+    settings = load_settings()
 except ConfigError as exc:
     logs.configure(Settings.log_level)
     refuse_to_start(exc)
@@ -85,6 +89,11 @@ if uwsgi is not None and not hasattr(uwsgi, "sharedarea_memoryview"):
         "uWSGI has no shared area, where the node counts its waiting long-polls: add"
         " `sharedarea = 1` to the uWSGI configuration (the shipped uwsgi.ini has it)"
     )
+
+if uwsgi is not None:
+    _problem = static_archive_problem(os.environ.get("SIMPLEFEED_ARCHIVE_DIR"), os.getcwd())
+    if _problem is not None:
+        refuse_to_start(_problem)
 
 
 def node_bell() -> Bell | None:
@@ -134,15 +143,16 @@ class NodeWaitingSlots:
     threads. Waiting requests hold threads, and uWSGI hands connections to whichever worker has
     a thread in ``accept``, unevenly: with every thread of the node waiting, a producer's
     connection queued in the kernel until a wait ended (30 s). A bound per worker declined the
-    consumers of the busiest worker long before the node was full (docs/architecture.md,
-    2026-11-23). Two workers taking the last places at once may pass the bound by one each.
+    consumers of the busiest worker long before the node was full
+    (docs/explanation/decisions/long-poll.md). Two workers taking the last places at once may
+    pass the bound by one each.
 
     The area is read and written as memory (``sharedarea_memoryview``), not through
     ``sharedarea_read64``/``write64``: those release the interpreter lock around uWSGI's own
     lock, five times per long-poll, and the threads of a publish's burst queued for this
-    object's lock while its holder waited to get the interpreter back (docs/benchmarks.md,
-    "Long-poll", session 11). Each place is 8 aligned bytes written by one worker only: a
-    single store, so a reader never sees half of one."""
+    object's lock while its holder waited to get the interpreter back
+    (docs/explanation/decisions/long-poll.md). Each place is 8 aligned bytes written by one
+    worker only: a single store, so a reader never sees half of one."""
 
     def __init__(self) -> None:
         self._places = uwsgi.sharedarea_memoryview(0).cast("q")

@@ -10,16 +10,16 @@ current (the same precondition evaluation as a 304), and goes on waiting if so.
 The watcher wakes one waiter, and each waiter woken with news wakes the next, in the order they
 began waiting: the 125 waiters of a process, all woken at once, spent their CPU handing the GIL
 and the condition's lock to each other (500 consumers: the server's CPU per publish 0.89 of
-what it was, the median consumer's delay 0.85; docs/benchmarks.md, "Long-poll").
+what it was, the median consumer's delay 0.85; docs/explanation/decisions/long-poll.md).
 
 Waiters read their feed with :meth:`Changes.seen`: one lookup per feed and commit seen, shared
 by every waiter of the process (500 waiters woken by a publish made 500 lookups, queueing for a
-few connections: docs/benchmarks.md, "Long-poll").
+few connections: docs/explanation/decisions/long-poll.md).
 
 A watcher that polls (SQLite's) looks every few milliseconds; a publish made by a process of
 the node rings a :class:`Bell` (:meth:`Changes.committed`), and every watcher of the node looks
 at once instead of at its next turn (a waiting consumer had an entry 2 ms after the publish's
-201 instead of 5-7: docs/benchmarks.md, "Long-poll", session 12). The bell only hastens a look:
+201 instead of 5-7: docs/explanation/decisions/long-poll.md). The bell only hastens a look:
 what changed is still read from the database, so a ring lost or never sent costs the interval.
 Where the bell is the node's (:class:`NodeBell`), every publish of the node rings it, and the
 watcher's own looks, for commits made elsewhere, come every :data:`UNANNOUNCED_LOOK_S` only.
@@ -151,8 +151,8 @@ RING_GAP_S = 0.001
 #: (a ``simplefeed`` command's, another server's on the same SQLite file), seen this much later
 #: at most. Each look woken by a timer cost this machine about 160 us of CPU (a thread woken,
 #: SQLite's locks taken), so looking every 10 ms kept a node of 4 processes with waiting
-#: consumers at 44-54 ms of CPU a second doing nothing; 5-7 ms looking so (docs/benchmarks.md,
-#: "Long-poll", session 13).
+#: consumers at 44-54 ms of CPU a second doing nothing; 5-7 ms looking so
+#: (docs/explanation/decisions/long-poll.md).
 UNANNOUNCED_LOOK_S = 0.1
 
 
@@ -227,7 +227,7 @@ class Changes:
         and when the lock was taken each time, a holder preempted inside it made the others
         queue for it, each handing the interpreter lock over as it blocked (the waiting
         threads' CPU per answer 0.84 of before, their voluntary context switches 2.7 against
-        4.7: docs/benchmarks.md, "Long-poll", session 11)."""
+        4.7: docs/explanation/decisions/long-poll.md)."""
         version = self.version()
         known = self._heads.get(name)
         if known is not None and known[0] >= version:

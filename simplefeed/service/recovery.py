@@ -1,252 +1,27 @@
-"""Reading an archived page of ours back into the entries it was rendered from: the inverse of
-:func:`simplefeed.atom.render`, for ``simplefeed archive recover``. No I/O here.
+"""Deciding which archived pages ``simplefeed archive recover`` can take back. No I/O here.
 
-A database restored from a backup older than the archive lacks the entries of the pages that
-froze after the backup (a database lost and started anew, every page's); their files (and every
-cache) hold them. :func:`page_entries` reads a
-page file's entries, and :func:`recoverable` decides which pages a feed can take back: the
-entries the database already holds must be the file's, each page rendered again from the
-entries read must give the file's bytes exactly, digest chain included, and those bytes must
-be the ones the next page recorded (``sf:sha256``) when it froze. Rendering alike shows the
-reading lost nothing; it cannot show an edit that reads back consistently (a title changed),
-which only the next page's digest (or, for the newest page, its compressed copies) tells. A
-file and its ``.br``/``.gz`` copies are each a candidate: a damaged file's intact copy passes.
-
-What the documents cannot tell is read as the renderer would have written it:
-
-- content of type ``text`` has no ``content_type`` (a producer's ``text`` or ``text/plain``
-  renders alike, and a retry spelt so is a replay: :meth:`Event.replay_fingerprints`);
-- a summary equal to the title of an entry without content, or with Base64 content, is the one
-  the server added (RFC 4287 4.1.1.1), and an entry without content whose last link is its own
-  entry locator, with no other alternate link, got that link from the server (4.1.1);
-- JSON content is the text the page carries (``<`` written ``\\u003c``: the same value);
-- the entry's ``published`` is the time the producer gave (``updated`` in its event).
-
-So a recovered entry's fingerprint is that of the event as its page shows it: a producer's
-retry of it that spells it otherwise (no ``updated``, say) is answered as a conflict.
+The entries the database already holds must be the file's. Each page rendered again from the
+entries read back must give the file's bytes exactly, digest chain included. And those bytes
+must be the ones the next page recorded (``sf:sha256``) when it was archived. Rendering alike
+shows that the reading lost nothing. It cannot show an edit that reads back consistently (a
+changed title), which only the next page's digest tells, or for the newest page its compressed
+copies. A file and its ``.br`` and ``.gz`` copies are each a candidate, so a damaged file's
+intact copy passes.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import copy
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
-from uuid import UUID
 
 from lxml import etree
 
 from simplefeed import atom
-from simplefeed.model import (
-    ATOM_NS,
-    SF_NS,
-    Author,
-    Category,
-    Entry,
-    Event,
-    Link,
-    datetime_to_us,
-    text_problem,
-)
+from simplefeed.model import Entry
 from simplefeed.rules import paging
 
-_A = f"{{{ATOM_NS}}}"
-_ENTRY = f"{_A}entry"
-_SF_TYPE = f"{{{SF_NS}}}type"
-_DIV = f"{{{atom.XHTML_NS}}}div"
-#: Only the well-formed XML the renderer writes is read: no DTD, no entity, no network.
-_PARSER = etree.XMLParser(
-    resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False, remove_pis=True
-)
-
-
-class PageUnreadable(ValueError):
-    """The file is not a page this service rendered: said in one sentence."""
-
-
-def page_entries(body: bytes, locator_base: str) -> list[Entry]:
-    """The entries of an archived page's bytes, newest first (as the page lists them).
-    ``locator_base`` is the feed's (:attr:`Document.locator_base`)."""
-    return _entries(_root(body), locator_base)
-
-
-def _root(body: bytes) -> Any:
-    try:
-        root = etree.fromstring(body, _PARSER)
-    except etree.XMLSyntaxError as exc:
-        raise PageUnreadable(f"is not well-formed XML ({exc})") from None
-    if root.tag != f"{_A}feed":
-        raise PageUnreadable(f"is not an Atom feed (its root is {root.tag!r})")
-    return root
-
-
-def _entries(root: Any, locator_base: str) -> list[Entry]:
-    try:
-        return [_entry(el, locator_base) for el in root.iterchildren(_ENTRY)]
-    except PageUnreadable:
-        raise
-    except (TypeError, ValueError) as exc:  # a value this service does not write
-        raise PageUnreadable(
-            f"holds an entry this service could not have written ({exc})"
-        ) from None
-
-
-@dataclass(frozen=True)
-class FeedHead:
-    """What a feed's first page says of the feed: enough to create it again, as it was."""
-
-    uuid: str
-    title: str
-    page_size: int
-    #: When its first entry was published: the feed's creation time is in no page.
-    created_us: int
-
-
-def feed_head(body: bytes) -> FeedHead:
-    """The feed a first page belongs to (:class:`PageUnreadable` if it does not say)."""
-    root = _root(body)
-    atom_id = root.findtext(f"{_A}id") or ""
-    title = root.findtext(f"{_A}title") or ""
-    entries = _entries(root, "")
-    try:
-        uuid = str(UUID(atom_id.removeprefix("urn:uuid:")))
-    except ValueError:
-        uuid = ""
-    if atom_id != f"urn:uuid:{uuid}" or not entries or text_problem(title) or not title:
-        raise PageUnreadable("is not the first page of a feed this service wrote")
-    return FeedHead(
-        uuid=uuid,
-        title=title,
-        page_size=len(entries),
-        created_us=entries[-1].published_us,
-    )
-
-
-def _entry(el: Any, locator_base: str) -> Entry:
-    fields: dict[str, Any] = {}
-    links: list[Link] = []
-    categories: list[Category] = []
-    for child in el:
-        if not isinstance(child.tag, str):
-            raise PageUnreadable("an entry holds a comment or processing instruction")
-        name = etree.QName(child)
-        if name.namespace == SF_NS and name.localname == "seq":
-            fields["seq"] = child.text
-            continue
-        if name.namespace != ATOM_NS:
-            raise PageUnreadable(f"an entry holds an element this service does not write: {name}")
-        tag = name.localname
-        if tag == "link":
-            links.append(_link(child))
-        elif tag == "category":
-            categories.append(
-                Category(child.get("term", ""), child.get("scheme"), child.get("label"))
-            )
-        elif tag == "author":
-            parts = {str(part.tag).removeprefix(_A): part.text or "" for part in child}
-            fields["author"] = Author(parts.get("name", ""), parts.get("email"), parts.get("uri"))
-        elif tag == "content":
-            fields["content_type"], fields["content"] = _content(child)
-        elif tag in ("id", "title", "summary", "updated", "published"):
-            if len(child):
-                raise PageUnreadable(
-                    f"an entry's {tag} holds elements, which this service does not write"
-                )
-            fields[tag] = child.text or ""
-        else:
-            raise PageUnreadable(f"an entry holds an element this service does not write: {tag}")
-    missing = [
-        name for name in ("id", "seq", "title", "updated", "published") if name not in fields
-    ]
-    if missing:
-        raise PageUnreadable(f"an entry lacks what this service writes in every entry: {missing}")
-    entry_id, seq, title = fields["id"], int(fields["seq"]), fields["title"]
-    updated_us, published_us = _us(fields["updated"]), _us(fields["published"])
-    content = fields.get("content")
-    summary = fields.get("summary")
-    mode = atom.content_mode(fields.get("content_type"))
-    if summary == title and (content is None or mode == "base64"):
-        summary = None  # the server's (RFC 4287 4.1.1.1)
-    if content is None and links and not any(link.rel == "alternate" for link in links[:-1]):
-        locator = Link(href=locator_base + paging.locator_segment(entry_id))
-        if links[-1] == locator:
-            links.pop()  # the server's (RFC 4287 4.1.1)
-    event = Event(
-        title=title,
-        content=content,
-        content_type=fields.get("content_type"),
-        summary=summary,
-        author=fields.get("author"),
-        categories=tuple(categories),
-        links=tuple(links),
-        id=entry_id,
-        updated_us=published_us,
-    )
-    return Entry(seq, entry_id, updated_us, published_us, event)
-
-
-def _us(text: str) -> int:
-    return datetime_to_us(datetime.fromisoformat(text))
-
-
-def _link(el: Any) -> Link:
-    length = el.get("length")
-    return Link(
-        href=el.get("href", ""),
-        rel=el.get("rel", "alternate"),
-        type=el.get("type"),
-        hreflang=el.get("hreflang"),
-        title=el.get("title"),
-        length=int(length) if length is not None else None,
-    )
-
-
-def _content(el: Any) -> tuple[str | None, str]:
-    """(content type as the event had it, content text) of ``atom:content``."""
-    kind = el.get("type", "text")
-    declared = el.get(_SF_TYPE)
-    if declared is not None:
-        return declared, el.text or ""  # JSON, as the text the page carries
-    mode = atom.content_mode(kind)
-    if mode == "text":
-        return None, el.text or ""
-    if mode == "xhtml":
-        div = el.find(_DIV)
-        if div is None:
-            raise PageUnreadable("XHTML content without its div")
-        return kind, _inner(div)
-    if mode == "xml":
-        children = list(el)
-        if len(children) != 1:
-            raise PageUnreadable(f"inline {kind} content without one root element")
-        return kind, _serialised(children[0])
-    if mode == "base64":
-        try:
-            return kind, base64.b64decode(el.text or "", validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
-            raise PageUnreadable(f"{kind} content is not Base64 of UTF-8 text") from None
-    return kind, el.text or ""  # html, other text/*
-
-
-def _serialised(el: Any) -> str:
-    """An element as XML text, on its own (a copy: no namespace of the page around it)."""
-    alone = copy.deepcopy(el)
-    alone.tail = None
-    text: str = etree.tostring(alone, encoding="unicode")
-    return text
-
-
-def _inner(div: Any) -> str:
-    """What the renderer's XHTML ``div`` was written around: its text and children as XML."""
-    whole = _serialised(div)
-    start = whole.find(">") + 1
-    if whole.endswith("/>"):
-        return ""
-    return whole[start : whole.rindex("</")]
+__all__ = ["PageFile", "Recoverable", "Render", "recoverable"]
 
 
 @dataclass(frozen=True)
@@ -337,8 +112,8 @@ def _read_back(
     """Page ``number``'s entries read back from ``body``, those the database holds as it holds
     them, if they render to ``body``; else why not."""
     try:
-        read = page_entries(body, locator_base)
-    except PageUnreadable as exc:
+        read = atom.page_entries(body, locator_base)
+    except atom.PageUnreadable as exc:
         return [], f"page {number} {exc}"
     page, problem = _with_stored(number, read, page_size, stored, stored_seqs)
     if problem is None and render(number, tuple(page), prev_sha256) != body:

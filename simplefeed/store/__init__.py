@@ -4,21 +4,23 @@ and the command line) holds a :class:`Store` from :func:`open_store` and receive
 
 - :mod:`simplefeed.store.interface`: :class:`Store`, what may be asked;
 - :mod:`simplefeed.store.sql`: what both backends share (SQLAlchemy Core, error mapping);
-- :mod:`simplefeed.store.sqlite`, :mod:`simplefeed.store.postgres`: one module per backend;
+- :mod:`simplefeed.store.sqlite`, :mod:`simplefeed.store.postgres`: one module per backend,
+  the only modules that know a database dialect;
+- :mod:`simplefeed.store.backends`: which backend opens a URL;
 - :mod:`simplefeed.store.tables`: the schema (alembic migrates it);
 - :mod:`simplefeed.store.schema`: migrating (:func:`upgrade`) and checking that a database is
   ready before use (:func:`check_ready`).
 """
 
-from __future__ import annotations
-
-from sqlalchemy.engine import Engine, make_url
-
-from simplefeed.errors import ConfigError
-from simplefeed.settings import database_url_problem, mask_url
+from simplefeed.store.backends import (
+    database_file,
+    database_shown,
+    make_engine,
+    open_store,
+    url_problem,
+)
 from simplefeed.store.interface import Appending, Rebasing, Store, TokenCheck
-from simplefeed.store.schema import SCHEMA_REVISION, check_ready, upgrade
-from simplefeed.store.sql import SqlStore
+from simplefeed.store.schema import SCHEMA_REVISION, check_ready, make_database_file, upgrade
 
 __all__ = [
     "SCHEMA_REVISION",
@@ -27,33 +29,11 @@ __all__ = [
     "Store",
     "TokenCheck",
     "check_ready",
+    "database_file",
+    "database_shown",
+    "make_database_file",
     "make_engine",
     "open_store",
     "upgrade",
+    "url_problem",
 ]
-
-
-def _backend(url: str) -> type[SqlStore]:
-    """The backend of ``url``'s database, its module imported only then: psycopg and
-    SQLAlchemy's PostgreSQL dialect took a quarter of a second of every command's start and
-    every worker's on SQLite (docs/architecture.md, 2026-11-23, session 9)."""
-    problem = database_url_problem(url)
-    if problem is not None:
-        raise ConfigError(f"database URL {mask_url(url)!r} {problem}")
-    if make_url(url).get_backend_name() == "sqlite":
-        from simplefeed.store.sqlite import SQLiteStore
-
-        return SQLiteStore
-    from simplefeed.store.postgres import PostgresStore
-
-    return PostgresStore
-
-
-def open_store(url: str) -> Store:
-    """The store for a database URL (``sqlite:///path``, ``postgresql+psycopg://...``)."""
-    return _backend(url)(url)
-
-
-def make_engine(url: str) -> Engine:
-    """An engine with the backend's settings, for alembic's migrations."""
-    return _backend(url).make_engine(url)

@@ -15,9 +15,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
-from simplefeed.model import Entry, Feed, FrozenPage, PendingEntry, StoredEntry, TokenRecord
+from simplefeed.model import ArchivedPage, Entry, Feed, PendingEntry, StoredEntry, TokenRecord
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Appending(ABC):
         """Entries with ``first <= seq <= last``, newest first, in this transaction."""
 
     @abstractmethod
-    def page(self, number: int) -> FrozenPage | None:
+    def page(self, number: int) -> ArchivedPage | None:
         """The feed's frozen page ``number``, in this transaction: an append that needed a
         second connection from the pool for it waited, holding the feed's lock, for appends
         that held the pool's every connection waiting for that lock (PostgreSQL)."""
@@ -53,7 +54,7 @@ class Appending(ABC):
         new: Sequence[tuple[Entry, PendingEntry]],
         *,
         modified_us: int,
-        pages: Sequence[FrozenPage] = (),
+        pages: Sequence[ArchivedPage] = (),
         base_url: str | None,
     ) -> None:
         """Insert the entries ``new`` (numbered ``feed.head_seq + 1 ...``; the pending entry
@@ -75,11 +76,11 @@ class Rebasing(ABC):
         """Entries with ``first <= seq <= last``, newest first, in this transaction."""
 
     @abstractmethod
-    def page(self, number: int) -> FrozenPage | None:
+    def page(self, number: int) -> ArchivedPage | None:
         """The feed's frozen page ``number`` as it is before this transaction replaces it."""
 
     @abstractmethod
-    def replace_page(self, page: FrozenPage) -> None:
+    def replace_page(self, page: ArchivedPage) -> None:
         """Store ``page`` (bytes, ETag, freeze time) in place of the frozen page of its number."""
 
 
@@ -103,6 +104,8 @@ class Store(ABC):
     #: Whether :meth:`watch` looks for commits at intervals, so that a commit announced by a
     #: process of the node makes it look sooner (else it is told of each commit).
     watch_polls: bool = False
+    #: The database's file on this machine, if it is one: /healthz watches its free space.
+    database_file: Path | None = None
 
     # -- feeds ---------------------------------------------------------------------------
 
@@ -164,11 +167,11 @@ class Store(ABC):
         """The entries stored under these ids, by id (ids not in the feed are left out)."""
 
     @abstractmethod
-    def page(self, feed_id: int, number: int) -> FrozenPage | None:
+    def page(self, feed_id: int, number: int) -> ArchivedPage | None:
         """A frozen page, or None if that page is not frozen."""
 
     @abstractmethod
-    def iter_pages(self, feed_id: int) -> Iterator[FrozenPage]:
+    def iter_pages(self, feed_id: int) -> Iterator[ArchivedPage]:
         """Every frozen page of a feed in order, a few at a time."""
 
     # -- appending -----------------------------------------------------------------------

@@ -40,7 +40,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DisconnectionError
 
 from simplefeed.errors import ConfigError, FeedNotFound, StoreError
-from simplefeed.model import Entry, Feed, FrozenPage, PendingEntry, StoredEntry
+from simplefeed.model import ArchivedPage, Entry, Feed, PendingEntry, StoredEntry
 from simplefeed.store import sql
 from simplefeed.store.interface import Appending, Pause, TokenCheck
 from simplefeed.store.tables import entries, feeds
@@ -293,7 +293,7 @@ class _PostgresAppending(sql.SqlAppending):
         new: Sequence[tuple[Entry, PendingEntry]],
         *,
         modified_us: int,
-        pages: Sequence[FrozenPage] = (),
+        pages: Sequence[ArchivedPage] = (),
         base_url: str | None,
     ) -> None:
         """The writes sent together and synchronised once, with the ``COMMIT``: the feed's
@@ -322,13 +322,30 @@ class _PostgresAppending(sql.SqlAppending):
             cursor.execute(_COMMIT, prepare=False)
 
 
+sql.translate_driver_errors(psycopg.Error)
+
+
 class PostgresStore(sql.SqlStore):
     """:class:`~simplefeed.store.interface.Store` on a PostgreSQL database."""
 
     backend = "postgresql"
+    title = "PostgreSQL"
+    url_form = "postgresql+psycopg://..."
     one_round_trip = True
     # No transaction left open between statements: each read sees the latest commit.
     autocommit_direct = True
+
+    @staticmethod
+    def takes(url: str) -> bool:
+        return sql.url_scheme(url) in ("postgresql", "postgres")
+
+    @staticmethod
+    def url_problem(url: str) -> str | None:
+        if sql.url_scheme(url) == "postgres":
+            return (
+                "uses the scheme postgres://, which SQLAlchemy does not know: write postgresql://"
+            )
+        return None
 
     def __init__(self, url: str) -> None:
         if not psycopg.Pipeline.is_supported():

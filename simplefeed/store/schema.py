@@ -6,8 +6,6 @@ it first (:func:`check_ready`), which never creates one.
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,8 +13,8 @@ from sqlalchemy import inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from simplefeed.errors import DatabaseNotReady
-from simplefeed.model import STATE_FILE_APPLICATION_ID
-from simplefeed.settings import mask_url, sqlite_path
+from simplefeed.settings import mask_url
+from simplefeed.store.backends import backend_of, make_engine
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -42,16 +40,19 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade(database_url: str) -> str | None:
-    """Create the database if need be (a SQLite file and its directory: alembic's environment
-    calls :func:`create_sqlite_file`) and migrate it to the newest schema. Returns the schema
-    it was at before (None: no Simplefeed tables, or no database), so that ``db upgrade`` can
-    say whether it changed anything (the README's Upgrading relies on knowing)."""
+    """Create the database if need be and migrate it to the newest schema.
+
+    Alembic's environment makes the database's file, if it is one (:func:`make_database_file`).
+    Returns the schema it was at before, or None for no tables or no database, so that ``db
+    upgrade`` can say whether it changed anything.
+    """
     from alembic.util import CommandError
 
     from alembic import command
 
-    _refuse_what_is_not_a_database_file(database_url)
-    path = sqlite_path(database_url)
+    backend = backend_of(database_url)
+    backend.check_file(database_url, must_exist=False)
+    path = backend.local_file(database_url)
     try:
         before = None if path is not None and not path.exists() else _current_revision(database_url)
         command.upgrade(alembic_config(database_url), "head")
@@ -69,48 +70,15 @@ def upgrade(database_url: str) -> str | None:
     return before
 
 
-def create_sqlite_file(database_url: str) -> None:
-    """Make the SQLite file a migration is about to fill, and its directory, if missing: the
-    one place a database file is made (the stores' connections never create one)."""
-    path = sqlite_path(database_url)
-    if path is not None and not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        sqlite3.connect(path).close()
+def make_database_file(database_url: str) -> None:
+    """Make the database's file a migration is about to fill, if the backend keeps one.
+
+    This is the one place a database file is made. The stores' connections never make one.
+    """
+    backend_of(database_url).make_file(database_url)
 
 
 _FIX_URL = "check SIMPLEFEED_DATABASE_URL and that the database server is up"
-_FIX_FILE = "give SIMPLEFEED_DATABASE_URL a SQLite file of the service's own"
-
-
-def _refuse_what_is_not_a_database_file(database_url: str) -> None:
-    """Raise :class:`DatabaseNotReady` if the SQLite URL names a directory, or a file another
-    application marked as its own (``PRAGMA application_id``): a consumer's state file, which
-    ``db upgrade`` once filled with the service's tables, spoiling it for the consumer (an
-    outside trial; ``feed list`` had said to run ``db upgrade`` on it)."""
-    path = sqlite_path(database_url)
-    if path is None or not path.exists():
-        return
-    shown = f"{mask_url(database_url)} ({path})"
-    if path.is_dir():
-        raise DatabaseNotReady(shown, "is a directory, not a SQLite file", _FIX_FILE)
-    try:
-        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
-            application_id = db.execute("PRAGMA application_id").fetchone()[0]
-    except sqlite3.DatabaseError:
-        return  # not SQLite, or unreadable: what opens it next says so
-    if application_id == STATE_FILE_APPLICATION_ID:
-        raise DatabaseNotReady(
-            shown,
-            "is a Simplefeed consumer's state file (`simplefeed consume --state`), not the"
-            " service's database",
-            _FIX_FILE,
-        )
-    if application_id != 0:
-        raise DatabaseNotReady(
-            shown,
-            f"is another application's SQLite file (application_id {application_id})",
-            _FIX_FILE,
-        )
 
 
 def _first_line(exc: DBAPIError) -> str:
@@ -122,20 +90,7 @@ def check_ready(database_url: str) -> None:
     """Raise :class:`DatabaseNotReady` unless the database exists, answers and is at the
     newest schema. Creates nothing: a missing SQLite file is reported, not made."""
     shown = mask_url(database_url)
-    path = sqlite_path(database_url)
-    _refuse_what_is_not_a_database_file(database_url)
-    if path is not None and not path.exists():
-        if not database_url.partition(":///")[2].startswith("/"):
-            # A command run from another directory (cron's, a home directory) than the
-            # service's: `db upgrade` there would make an empty database that passes checks.
-            raise DatabaseNotReady(
-                f"{shown} ({path})",
-                "does not exist",
-                "its path is relative to the directory the command runs in: run it in the"
-                " service's directory (or set SIMPLEFEED_DATABASE_URL to an absolute path), or"
-                " `simplefeed db upgrade` to create the database here",
-            )
-        raise DatabaseNotReady(f"{shown} ({path})", "does not exist")
+    backend_of(database_url).check_file(database_url, must_exist=True)
     try:
         current = _current_revision(database_url)
     except DBAPIError as exc:
@@ -150,10 +105,10 @@ def check_ready(database_url: str) -> None:
         raise DatabaseNotReady(shown, f"is at schema {current}, not the newest ({SCHEMA_REVISION})")
 
 
-#: What to do with a database a newer release migrated (README: Upgrading).
+#: What to do with a database a newer release migrated (docs/how-to/upgrade.md).
 _NEWER_FIX = (
     "run the release that migrated it, or restore the backup made before its `db upgrade`"
-    " (README: Upgrading)"
+    " (docs/how-to/upgrade.md)"
 )
 
 
@@ -172,8 +127,6 @@ def _current_revision(database_url: str) -> str | None:
     """The schema revision the database records in alembic's table (None: no Simplefeed
     tables). Read without alembic (see :data:`SCHEMA_REVISION`); the history is linear, so the
     table holds at most one row."""
-    from simplefeed.store import make_engine  # the package imports this module
-
     engine = make_engine(database_url)
     try:
         with engine.connect() as conn:

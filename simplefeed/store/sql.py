@@ -20,12 +20,12 @@ import contextlib
 import json
 import logging
 import os
-import sqlite3
-import sys
+import re
 import threading
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Row, Select, bindparam, select, update
@@ -34,7 +34,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, SQLAl
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from simplefeed.errors import FeedExists, FeedNotFound, StoreError, StoreUnavailable
-from simplefeed.model import Entry, Event, Feed, FrozenPage, StoredEntry, TokenRecord
+from simplefeed.model import ArchivedPage, Entry, Event, Feed, StoredEntry, TokenRecord
 from simplefeed.store.interface import Appending, Rebasing, Store
 from simplefeed.store.tables import entries, feeds, pages, tokens
 
@@ -52,7 +52,7 @@ class SqlAppending(Appending):
     def entries_between(self, first: int, last: int) -> list[Entry]:
         return entries_between(self.conn, self.feed.id, first, last)
 
-    def page(self, number: int) -> FrozenPage | None:
+    def page(self, number: int) -> ArchivedPage | None:
         return page_in(self.conn, self.feed.id, number)
 
 
@@ -64,10 +64,10 @@ class SqlRebasing(Rebasing):
     def entries_between(self, first: int, last: int) -> list[Entry]:
         return entries_between(self.conn, self.feed.id, first, last)
 
-    def page(self, number: int) -> FrozenPage | None:
+    def page(self, number: int) -> ArchivedPage | None:
         return page_in(self.conn, self.feed.id, number)
 
-    def replace_page(self, page: FrozenPage) -> None:
+    def replace_page(self, page: ArchivedPage) -> None:
         self.conn.execute(
             update(pages)
             .where(pages.c.feed_id == page.feed_id, pages.c.number == page.number)
@@ -105,10 +105,24 @@ def store_error(exc: BaseException) -> StoreError:
     return (StoreUnavailable if unavailable else StoreError)(message)
 
 
-def _driver_error() -> type[BaseException]:
-    module = sys.modules.get("psycopg")
-    error: type[BaseException] = getattr(module, "Error", sqlite3.Error)
-    return error
+#: A URL's scheme, lower case, without its driver (``postgresql`` of ``postgresql+psycopg://``).
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9]*)(\+[A-Za-z0-9_]+)?://")
+
+
+def url_scheme(url: str) -> str | None:
+    """The scheme of a database URL without its driver, lower case; None if it has none."""
+    found = _SCHEME.match(url)
+    return found.group(1).lower() if found else None
+
+
+#: What the store translates: SQLAlchemy's errors, and those of each driver a backend uses.
+_TRANSLATED: tuple[type[BaseException], ...] = (SQLAlchemyError,)
+
+
+def translate_driver_errors(kind: type[BaseException]) -> None:
+    """Translate a driver's errors too. Each backend calls it with its driver's base error."""
+    global _TRANSLATED
+    _TRANSLATED = (*_TRANSLATED, kind)
 
 
 class _Translated:
@@ -122,7 +136,7 @@ class _Translated:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
-        if exc is not None and isinstance(exc, SQLAlchemyError | sqlite3.Error | _driver_error()):
+        if exc is not None and isinstance(exc, _TRANSLATED):
             raise store_error(exc) from exc
 
 
@@ -224,9 +238,9 @@ def _entry_from(row: Row[tuple[object, ...]]) -> Entry:
     )
 
 
-def _page_from(row: Row[tuple[object, ...]]) -> FrozenPage:
+def _page_from(row: Row[tuple[object, ...]]) -> ArchivedPage:
     m = row._mapping
-    return FrozenPage(
+    return ArchivedPage(
         feed_id=m["feed_id"],
         number=m["number"],
         body=bytes(m["body"]),
@@ -235,7 +249,7 @@ def _page_from(row: Row[tuple[object, ...]]) -> FrozenPage:
     )
 
 
-def page_row(page: FrozenPage, page_size: int) -> dict[str, object]:
+def page_row(page: ArchivedPage, page_size: int) -> dict[str, object]:
     """The parameters of :data:`INSERT_PAGE` for a page of a feed with ``page_size``."""
     return {
         "feed_id": page.feed_id,
@@ -276,7 +290,7 @@ def entries_between(conn: Connection, feed_id: int, first: int, last: int) -> li
     return [_entry_from(r) for r in rows]
 
 
-def page_in(conn: Connection, feed_id: int, number: int) -> FrozenPage | None:
+def page_in(conn: Connection, feed_id: int, number: int) -> ArchivedPage | None:
     row = conn.execute(_PAGE, {"feed_id": feed_id, "n": number}).first()
     return None if row is None else _page_from(row)
 
@@ -398,6 +412,7 @@ class SqlStore(Store):
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.database_file = self.local_file(url)
         self.engine = self.make_engine(url)
         self.connections = DirectConnections(self.engine, autocommit=self.autocommit_direct)
 
@@ -408,6 +423,38 @@ class SqlStore(Store):
     @abstractmethod
     def make_engine(url: str) -> Engine:
         """The process's engine (and pool) for ``url``, with the backend's settings."""
+
+    # -- what a backend knows of its URLs and files --------------------------------------
+
+    #: The backend's name as messages say it, and the form of its URLs.
+    title: str
+    url_form: str
+
+    @staticmethod
+    @abstractmethod
+    def takes(url: str) -> bool:
+        """Whether ``url`` names a database of this backend."""
+
+    @staticmethod
+    def url_problem(url: str) -> str | None:
+        """Why this backend cannot open ``url``, a URL it takes, or None."""
+        return None
+
+    @staticmethod
+    def local_file(url: str) -> Path | None:
+        """The database's file, absolute, if the backend keeps it in a file on this machine."""
+        return None
+
+    @staticmethod
+    def check_file(url: str, *, must_exist: bool) -> None:
+        """Raise :class:`~simplefeed.errors.DatabaseNotReady` for a file the service must not use.
+
+        Backends without a file have nothing to check.
+        """
+
+    @staticmethod
+    def make_file(url: str) -> None:
+        """Make the database's file, if the backend keeps one, before a migration fills it."""
 
     # -- transactions (the backends' and the tests' own) --------------------------------
 
@@ -572,11 +619,11 @@ class SqlStore(Store):
         with self.read() as conn:
             return find_entries(conn, feed_id, entry_ids)
 
-    def page(self, feed_id: int, number: int) -> FrozenPage | None:
+    def page(self, feed_id: int, number: int) -> ArchivedPage | None:
         with self.read_one() as conn:
             return page_in(conn, feed_id, number)
 
-    def iter_pages(self, feed_id: int, chunk: int = 64) -> Iterator[FrozenPage]:
+    def iter_pages(self, feed_id: int, chunk: int = 64) -> Iterator[ArchivedPage]:
         """Every frozen page of a feed in order, ``chunk`` at a time: a feed of millions of
         entries has tens of thousands of pages, too many bodies to hold at once."""
         after = 0

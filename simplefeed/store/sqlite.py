@@ -31,8 +31,9 @@ from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Engine, make_url
 
-from simplefeed.errors import FeedNotFound, StoreUnavailable
-from simplefeed.model import Entry, Feed, FrozenPage, PendingEntry
+from simplefeed.errors import DatabaseNotReady, FeedNotFound, StoreUnavailable
+from simplefeed.model import STATE_FILE_APPLICATION_ID, ArchivedPage, Entry, Feed, PendingEntry
+from simplefeed.settings import mask_url
 from simplefeed.store import sql
 from simplefeed.store.interface import Appending, Pause
 
@@ -55,6 +56,23 @@ _RETRY_MIN_S = 0.0002
 _RETRY_MAX_S = 0.002
 
 _DIALECT = sqlite_dialect.dialect()
+
+sql.translate_driver_errors(sqlite3.Error)
+
+_FIX_FILE = "give SIMPLEFEED_DATABASE_URL a SQLite file of the service's own"
+
+
+def _relative_path_fix(url: str) -> str | None:
+    """What to do about a missing database file named by a relative path, or None."""
+    if url.partition(":///")[2].startswith("/"):
+        return None
+    # A command run from another directory than the service's (cron's, a home directory):
+    # `db upgrade` there would make an empty database that passes every check.
+    return (
+        "its path is relative to the directory the command runs in: run it in the"
+        " service's directory (or set SIMPLEFEED_DATABASE_URL to an absolute path), or"
+        " `simplefeed db upgrade` to create the database here"
+    )
 
 
 def _compiled(stmt: Any) -> tuple[str, tuple[str, ...]]:
@@ -105,7 +123,7 @@ class _SQLiteAppending(sql.SqlAppending):
         new: Sequence[tuple[Entry, PendingEntry]],
         *,
         modified_us: int,
-        pages: Sequence[FrozenPage] = (),
+        pages: Sequence[ArchivedPage] = (),
         base_url: str | None,
     ) -> None:
         if not new:
@@ -241,7 +259,79 @@ class SQLiteStore(sql.SqlStore):
     """
 
     backend = "sqlite"
+    title = "SQLite"
+    url_form = "sqlite:///path"
     watch_polls = True
+
+    @staticmethod
+    def takes(url: str) -> bool:
+        return sql.url_scheme(url) == "sqlite"
+
+    @staticmethod
+    def url_problem(url: str) -> str | None:
+        if SQLiteStore.local_file(url) is None:
+            return (
+                "names no file: an in-memory SQLite database lasts as long as one connection"
+                " (give sqlite:///relative/path or sqlite:////absolute/path)"
+            )
+        return None
+
+    @staticmethod
+    def local_file(url: str) -> Path | None:
+        scheme, sep, rest = url.partition(":///")
+        if not sep or scheme.split("+")[0] != "sqlite":
+            return None
+        path = rest.partition("?")[0]
+        if path in ("", ":memory:"):
+            return None
+        return Path(path).absolute()
+
+    @staticmethod
+    def check_file(url: str, *, must_exist: bool) -> None:
+        """Refuse a file that is not the service's database, or a missing one if it must exist.
+
+        A directory is refused, and so is a file another application marked as its own
+        (``PRAGMA application_id``). A consumer's state file is one, and ``db upgrade`` must not
+        fill it with the service's tables.
+        """
+        path = SQLiteStore.local_file(url)
+        if path is None:
+            return
+        shown = f"{mask_url(url)} ({path})"
+        if not path.exists():
+            if not must_exist:
+                return
+            fix = _relative_path_fix(url)
+            if fix is not None:
+                raise DatabaseNotReady(shown, "does not exist", fix)
+            raise DatabaseNotReady(shown, "does not exist")
+        if path.is_dir():
+            raise DatabaseNotReady(shown, "is a directory, not a SQLite file", _FIX_FILE)
+        try:
+            with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+                application_id = db.execute("PRAGMA application_id").fetchone()[0]
+        except sqlite3.DatabaseError:
+            return  # not SQLite, or unreadable: what opens it next says so
+        if application_id == STATE_FILE_APPLICATION_ID:
+            raise DatabaseNotReady(
+                shown,
+                "is a Simplefeed consumer's state file (`simplefeed consume --state`), not the"
+                " service's database",
+                _FIX_FILE,
+            )
+        if application_id != 0:
+            raise DatabaseNotReady(
+                shown,
+                f"is another application's SQLite file (application_id {application_id})",
+                _FIX_FILE,
+            )
+
+    @staticmethod
+    def make_file(url: str) -> None:
+        path = SQLiteStore.local_file(url)
+        if path is not None and not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            sqlite3.connect(path).close()
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -313,7 +403,7 @@ class SQLiteStore(sql.SqlStore):
         # mode=rw). A connection to a missing file would make a new, empty one, and with the
         # old file's -wal still beside it (the database moved away under a running service)
         # SQLite took that WAL for the new file's and emptied it, acknowledged events with it.
-        # Only migrations make the file (simplefeed.store.schema.create_sqlite_file).
+        # Only migrations make the file (make_file).
         sa_url = make_url(url)
         if sa_url.database:
             sa_url = sa_url.set(
@@ -351,7 +441,7 @@ class SQLiteStore(sql.SqlStore):
         connection. Nothing on the way back from the cache releases the interpreter: under
         uWSGI's threads each statement did, and cost its thread a hand-over of the GIL to the
         others and back (``PRAGMA data_version`` on every request was 150 of a /recent 304's
-        330 us of CPU: docs/benchmarks.md, "Reading", session 16)."""
+        330 us of CPU: docs/explanation/decisions/interpreter.md)."""
         wal = self._wal_index()
         header = wal.header() if wal is not None else None
         if header is not None:
@@ -398,7 +488,7 @@ class SQLiteStore(sql.SqlStore):
         announces every commit (:class:`~simplefeed.store.interface.Pause`). It changes when
         any other connection, of any process, commits to the database. A look woken by a timer
         costs about 160 us of CPU (the thread woken, the read locks taken; 9 us back to back:
-        docs/benchmarks.md, "Long-poll", session 13). A connection that fails is closed and
+        docs/explanation/decisions/long-poll.md). A connection that fails is closed and
         another opened a second later."""
         while not stop.is_set():
             conn = None

@@ -19,6 +19,8 @@ import uuid
 from datetime import date
 from urllib.parse import quote
 
+from simplefeed.model import BAD_PERCENT
+
 ID_SCHEMES = ("http", "https", "tag", "urn")
 
 _SUB_DELIMS = "!$&'()*+,;="
@@ -219,10 +221,6 @@ _ANY_TAG = re.compile(
 _RFC2396 = re.compile(
     r"([a-zA-Z][0-9a-zA-Z+\-.]*:)?/{0,2}(\[[0-9A-Fa-f:]+\])?[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,#]*\Z"
 )
-
-
-#: A ``%`` that does not begin a percent-encoded octet (``%zz``, a ``%`` at the end).
-BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 def iri_problem(value: str) -> str | None:

@@ -1,17 +1,16 @@
-"""The README's settings table names every ``SIMPLEFEED_*`` variable the service reads, and
-nothing else: ``SIMPLEFEED_UWSGI_SOCKET`` (read by ``uwsgi.ini``, declared in
-:mod:`simplefeed.settings`) was missing from it, found only in the nginx notes (a newcomer's
-trial)."""
+"""The settings reference (docs/reference/settings.md) names every ``SIMPLEFEED_*`` variable
+the service reads, and nothing else. A variable that ``uwsgi.ini`` reads counts too: it is
+declared in :mod:`simplefeed.settings`, as ``SIMPLEFEED_UWSGI_SOCKET`` is."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 from simplefeed.settings import UWSGI_VARIABLES, Settings
+from tests.markdown import ROOT, doc_text, table_after
 
-ROOT = Path(__file__).resolve().parent.parent
+SETTINGS = "docs/reference/settings.md"
 
 
 class _Recording(Mapping[str, str]):
@@ -48,37 +47,27 @@ def read_by_settings() -> set[str]:
     return environ.asked | set(UWSGI_VARIABLES)
 
 
-def readme_table() -> set[str]:
-    """The variables the first column of the README's "Configuration (environment)" table
-    names."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Configuration (environment)") :]
-    lines = section.splitlines()[1:]
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    rows = []
-    for line in lines[start + 2 :]:  # after the header and the |---| line
-        if not line.startswith("|"):
-            break
-        rows.append(line.split("|")[1])
+def reference_table() -> set[str]:
+    """The variables the first column of the settings reference's table names."""
     names: set[str] = set()
-    for first in rows:
+    for first, *_ in table_after(doc_text(SETTINGS), "## The settings"):
         cells = re.findall(r"`([^`]*)`", first)
         assert cells and all(re.fullmatch(r"SIMPLEFEED_[A-Z_]+", c) for c in cells), first
         names.update(cells)
     return names
 
 
-def test_the_readme_table_names_every_variable_the_settings_read_and_no_other() -> None:
+def test_the_reference_names_every_variable_the_settings_read_and_no_other() -> None:
     read = read_by_settings()
     assert read >= {"SIMPLEFEED_DATABASE_URL", "SIMPLEFEED_PAGE_SIZE"}  # the recording works
-    table = readme_table()
-    assert sorted(read - table) == [], "read by simplefeed/settings.py, not in the README table"
-    assert sorted(table - read) == [], "in the README table, read by nothing"
+    table = reference_table()
+    assert sorted(read - table) == [], f"read by simplefeed/settings.py, not in {SETTINGS}"
+    assert sorted(table - read) == [], f"in {SETTINGS}, read by nothing"
 
 
 def test_the_settings_name_every_variable_uwsgi_ini_reads() -> None:
-    """uwsgi.ini's own variables are the settings module's to declare (the misspelling check
-    and the table above rely on that list)."""
+    """uwsgi.ini's own variables are the settings module's to declare, because the misspelling
+    check and the table above rely on that list."""
     ini = (ROOT / "uwsgi.ini").read_text(encoding="utf-8")
     used = set(re.findall(r"^if-(?:not-)?env = (SIMPLEFEED_[A-Z_]+)$", ini, re.MULTILINE))
     assert used and used <= read_by_settings(), sorted(used - read_by_settings())

@@ -1,0 +1,141 @@
+"""Page files: writing archived pages to the archive, and the files kept or left unwritten."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+from simplefeed import archive
+from simplefeed.model import ArchivedPage
+from simplefeed.settings import Settings
+from simplefeed.store import Store
+
+__all__ = ["UNWRITTEN_KEPT", "Pages"]
+
+log = logging.getLogger(__name__)
+
+#: The most unwritten page files a process remembers for /healthz. The log says the others.
+UNWRITTEN_KEPT = 100
+
+
+class Pages:
+    """Writes archived pages to their files, and remembers the files it could not write.
+
+    A page is committed before its file is written, so a failed write loses nothing. The app
+    serves the page from the database meanwhile, and writes its file on the next request.
+    """
+
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.settings = settings
+        self.store = store
+        #: Files found holding another page than the database's, kept: (feed, feed id, number).
+        self._kept: set[tuple[str, int, int]] = set()
+        #: Files this process could not write, with the error, until they are there.
+        self._unwritten: dict[tuple[str, int, int], str] = {}
+
+    def path(self, feed_name: str, number: int) -> Path:
+        """Where page ``number`` of the feed lives in the archive."""
+        return archive.page_path(
+            self.settings.archive_dir, feed_name, self.settings.default_feed, number
+        )
+
+    def write(self, feed_name: str, page: ArchivedPage) -> bool:
+        """Write the page's file and copies; whether they are written.
+
+        A file holding another page, of other entries, is kept and said. Readers and caches may
+        hold that page already, and its entries may be nowhere else (a database restored from
+        an older backup). ``archive rebuild`` is the operator's way to replace it. A damaged
+        file is replaced.
+        """
+        path = self.path(feed_name, page.number)
+        key = (feed_name, page.feed_id, page.number)
+        try:
+            if archive.holds_another_page(path, page.body):
+                self._kept.add(key)
+                log.error("%s", _kept_warning(feed_name, page.number, path))
+                return False
+            archive.write_page(path, page.body, page.frozen_us)
+        except OSError as exc:
+            log.exception("could not write archive file for %s page %d", feed_name, page.number)
+            if len(self._unwritten) < UNWRITTEN_KEPT:
+                self._unwritten[key] = exc.strerror or str(exc)
+            return False
+        self._unwritten.pop(key, None)
+        return True
+
+    def write_if_missing(self, feed_name: str, page: ArchivedPage) -> None:
+        """Write the page's file if it is not there."""
+        if not self.path(feed_name, page.number).exists():
+            self.write(feed_name, page)
+
+    def restore(self, feed_name: str, page: ArchivedPage) -> None:
+        """Write the page's file again from the database, because it was found damaged."""
+        if self.write(feed_name, page):
+            log.warning(
+                "wrote the file of %s page %d again from the database", feed_name, page.number
+            )
+
+    def ensure(
+        self, feed_name: str, pages: Iterable[ArchivedPage]
+    ) -> tuple[int, list[Path], list[str]]:
+        """Write each page file and copy that is missing or holds other bytes.
+
+        Returns how many pages there were, the files written, and the files that could not be
+        written, each as "PATH: why". A failure does not stop the others.
+        """
+        count = 0
+        written: list[Path] = []
+        unwritten: list[str] = []
+        for page in pages:
+            count += 1
+            path = self.path(feed_name, page.number)
+            try:
+                written += archive.ensure_files(path, page)
+            except OSError as exc:
+                unwritten.append(f"{path}: {exc.strerror or exc}")
+        return count, written, unwritten
+
+    def unwritten_problems(self) -> list[str]:
+        """The page files this process could not write and that are still not right.
+
+        A disk that fills up between two health checks is said here, not only in the log.
+        """
+        found = []
+        for key, error in sorted(self._unwritten.items()):
+            feed_name, feed_id, number = key
+            path = self.path(feed_name, number)
+            if not self._differs(feed_id, number, path):
+                self._unwritten.pop(key, None)
+                continue
+            found.append(
+                f"the file of feed {feed_name!r} page {number} could not be written ({path}:"
+                f" {error}); the page is served from the database until it is (a read of it, or"
+                " `simplefeed archive rebuild`, writes it)"
+            )
+        return found
+
+    def conflicts(self) -> list[tuple[str, str | None]]:
+        """The kept page files that still differ from the database: (subject, warning)."""
+        found: list[tuple[str, str | None]] = []
+        for feed_name, feed_id, number in sorted(self._kept):
+            path = self.path(feed_name, number)
+            if not self._differs(feed_id, number, path):
+                self._kept.discard((feed_name, feed_id, number))
+                continue
+            found.append((f"file {feed_name} {number}", _kept_warning(feed_name, number, path)))
+        return found
+
+    def _differs(self, feed_id: int, number: int, path: Path) -> bool:
+        """Whether the file at ``path`` is not archived page ``number`` as the database has it."""
+        page = self.store.page(feed_id, number)
+        return page is not None and not archive.file_matches(path, page)
+
+
+def _kept_warning(feed_name: str, number: int, path: Path) -> str:
+    return (
+        f"{path.resolve()} holds another page {number} of feed {feed_name!r} than the"
+        " database's, kept (readers and caches may hold it, and its entries may be nowhere"
+        " else: the database restored from an older backup?); the service sends the"
+        " database's; `simplefeed archive verify` says what differs"
+    )
