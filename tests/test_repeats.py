@@ -14,7 +14,7 @@ from simplefeed import metrics
 from simplefeed.app import create_app
 from simplefeed.app.repeats import Repeats
 from simplefeed.model import Event
-from simplefeed.service.core import Simplefeed
+from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock
 
 #: Headers each answer has of its own.

@@ -5,7 +5,7 @@ Through falcon, its middleware and the resource, such a poll cost four times the
 of a minimal falcon app's 304 (docs/benchmarks.md, "Hot paths"). :class:`Repeats` asks the app
 once per way of asking and feed version, keeps its answer (:class:`~answers.Answers`), and gives
 it to the next requests asked alike while the feed's head is the same, looked up as the app
-looks it up (:meth:`Simplefeed.feed_head <simplefeed.service.core.Simplefeed.feed_head>`).
+looks it up (:meth:`Simplefeed.feed_head <simplefeed.service.Simplefeed.feed_head>`).
 
 Only plain requests come here: GET or HEAD, no query, no body, a head within the app's bounds,
 no ``Prefer`` (long-polls go to the :class:`~simplefeed.app.waiting.WaitingRoom`), and no
