@@ -7,11 +7,11 @@ From the checkout (needs wrk; PostgreSQL rows need ``SIMPLEFEED_TEST_POSTGRES_UR
     .venv/bin/python bench/hot_paths.py             # three rounds of 3 s a cell
 
 Every server is started here on 127.0.0.1 and stopped at the end. Ours is Simplefeed as shipped
-(``simplefeed serve``, ``uwsgi.ini``); each baseline runs under the same uWSGI options (an ini
-derived from ``uwsgi.ini`` with only ``module`` changed). Each round runs ours, then its
-baseline, so that a slow moment on a shared machine hurts both; the table shows medians, the
-ratio of ours to the baseline and the target. CPU per request is the servers' own (user and
-system time from /proc): steadier than rates when other work runs beside.
+(``simplefeed serve``, ``uwsgi.ini``). Each baseline runs under the same uWSGI options: an ini
+derived from ``uwsgi.ini``, with only ``module`` changed. Each round runs ours, then its
+baseline, so that a slow moment on a shared machine hurts both. The table shows medians, the
+ratio of ours to the baseline, and the target. CPU per request is the servers' own (user and
+system time from /proc). It is steadier than rates when other work runs beside.
 
 - Reading (``bench/read.py``'s servers): ``/recent`` 304 and 200 against the minimal falcon app
   answering the same bytes (``bench/minimal_falcon.py``), at 1 and 4 processes; a client that

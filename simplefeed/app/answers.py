@@ -1,13 +1,13 @@
 """The app's answers to requests for live documents, kept and given again while the feed is
 unchanged.
 
-A live document (the recent document, the working page) changes only when its feed does. So the
-app's answer to a request for one is the answer to every request asked alike while the feed
-stays that version: the same method, path, ``Accept-Encoding`` and ``If-None-Match`` (and
-``Prefer``, for a long-poll). :class:`Answers` keeps such answers, at most
-:data:`MAX_VARIANTS` ways of asking per document, for the feed's current version only. Each
-answer given again has the request's own ``Date``, ``X-Request-Id``, access line and metrics
-(:meth:`Answers.again`), so it is the app's answer, by construction.
+A live document (the recent document, the working page) changes only when its feed does. So
+the app's answer to one request holds for every request asked alike while the feed stays that
+version. Alike means the same method, path, ``Accept-Encoding`` and ``If-None-Match``, and the
+same ``Prefer`` for a long-poll. :class:`Answers` keeps such answers for the feed's current
+version only, at most :data:`MAX_VARIANTS` ways of asking per document. Each answer given again
+has the request's own ``Date``, ``X-Request-Id``, access line and metrics
+(:meth:`Answers.again`). So it is the app's answer, by construction.
 
 Two fronts use it: :class:`~simplefeed.app.waiting.WaitingRoom` for long-polls woken alike,
 and :class:`~simplefeed.app.repeats.Repeats` for the plain polls of a document.
