@@ -384,7 +384,11 @@ class Bench:
         with contextlib.ExitStack() as stack:
             saved, self.stack = self.stack, stack
             try:
-                ours = self.ours(f"ours-{name}-{p}", p, ini)
+                # `simplefeed serve` sets SIMPLEFEED_THREADS, over the ini's default threads.
+                threads = (
+                    {"SIMPLEFEED_THREADS": str(derive["threads"])} if "threads" in derive else {}
+                )
+                ours = self.ours(f"ours-{name}-{p}", p, ini, **threads)
                 mini, minimal = self.baseline(f"minimal-{name}-{p}", p, **derive)
                 inm = {"If-None-Match": get(ours.url("/recent")).headers["etag"]}
                 min_inm = {"If-None-Match": get(minimal + "/recent").headers["etag"]}
