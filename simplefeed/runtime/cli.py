@@ -10,13 +10,9 @@ what they found.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import errno
 import importlib
 import json
 import os
-import pwd
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +20,7 @@ from typing import Any, ClassVar
 
 import click
 
-from simplefeed.errors import DatabaseNotReady, SimplefeedError
+from simplefeed.errors import SimplefeedError
 from simplefeed.lines import one_line
 from simplefeed.runtime import load_settings
 from simplefeed.settings import (
@@ -32,12 +28,8 @@ from simplefeed.settings import (
     MAX_PROCESSES,
     Settings,
     base_url_problem,
-    loopback_base_url_warning,
     misspelt_variables,
-    proxied_base_url_problem,
     service_url_problem,
-    socket_address,
-    unset_base_url_problem,
 )
 
 #: The checkout this package runs from: uwsgi.ini lives there.
@@ -171,157 +163,17 @@ def serve(
     otherwise), else on HOST:PORT. Links in the documents use SIMPLEFEED_BASE_URL, or
     http://localhost:PORT when it is unset, which only a service on loopback may do.
     """
-    from simplefeed.service import Simplefeed
-    from simplefeed.store import check_ready
+    from simplefeed.runtime import serve as starting
 
     settings = _settings()
     given = {
         name: ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
         for name in ("host", "port")
     }
-    host, port, listening = listen_address(
+    host, port, listening = starting.listen_address(
         host, given["host"], port, given["port"], settings.http_socket
     )
-    try:
-        check_ready(settings.database_url)
-        database = True
-    except DatabaseNotReady as exc:
-        if exc.answered:
-            raise
-        # Archived pages need no database, so they answer through an outage and a restart.
-        click.echo(
-            f"simplefeed: warning: {exc}; serving anyway: archived pages are sent from their"
-            " files, and the rest answers 503 until the database answers",
-            err=True,
-        )
-        database = False
-    try:  # (before the archive is checked: it lists the directory)
-        settings.archive_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # it ended `serve` with a traceback
-        raise click.ClickException(
-            f"cannot make the archive directory {settings.archive_dir}: {exc.strerror or exc}"
-        ) from None
-    base_url = settings.base_url if settings.base_url_given else f"http://localhost:{port}"
-    page_size = None
-    # Without a database, a freeze still checks the base URL and the default feed, and never
-    # writes over a page file that holds another page.
-    if database:
-        core = Simplefeed(dataclasses.replace(settings, base_url=base_url))
-        try:
-            core.check_base_url()
-            core.check_default_feed()
-            core.check_archive(every_file=True)
-            page_size = core.default_feed_page_size_warning()
-        finally:
-            core.close()
-    problem = (
-        _listen_problem(host, port)
-        or unset_base_url_problem(listening, host, settings.base_url_given)
-        or proxied_base_url_problem(settings.uwsgi_socket, settings.base_url_given)
-    )
-    if problem is not None:
-        raise click.ClickException(problem)
-    warnings = (
-        page_size,
-        loopback_base_url_warning(listening, host, base_url) if settings.base_url_given else None,
-    )
-    for warning in warnings:  # (said once nothing stops it: a refusal is one line)
-        if warning is not None:
-            click.echo(f"simplefeed: warning: {warning}", err=True)
-    env = dict(os.environ)
-    env["SIMPLEFEED_BASE_URL"] = base_url
-    env["SIMPLEFEED_HTTP_SOCKET"] = settings.http_socket or f"{host}:{port}"
-    processes = processes or settings.processes
-    env["SIMPLEFEED_PROCESSES"] = str(processes)
-    env["SIMPLEFEED_THREADS"] = str(settings.threads)
-    env["SIMPLEFEED_ARCHIVE_DIR"] = str(settings.archive_dir.resolve())
-    # Prometheus counters of this run's workers, removed when uWSGI exits (or, when it was
-    # killed, by the next run's serve).
-    from simplefeed import metrics
-
-    metrics_dir = metrics.new_run_directory()
-    env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-    uwsgi = Path(sys.executable).with_name("uwsgi")
-    argv = [str(uwsgi) if uwsgi.exists() else "uwsgi", "--ini", str(ini)]
-    if uwsgi.exists():
-        # pyuwsgi's uwsgi is a script, which uWSGI runs again on a reload (SIGHUP) with the
-        # interpreter it found under it: not the venv's, which lacks the venv's packages, and
-        # the service ended. This one runs it as it ran first (its argv: the script, then ours).
-        argv += ["--binary-path", sys.executable]
-    # Removed when uWSGI exits, and so before a reload too: made again after it, before the
-    # workers load the app (they found it gone, and the service ended).
-    owner = metrics_dir / metrics.RUN_OWNER
-    argv += ["--hook-as-user-atexit", f"exec:rm -rf {metrics_dir}"]
-    argv += ["--hook-as-user", f"exec:mkdir -p {metrics_dir} && echo {os.getpid()} > {owner}"]
-    if user is not None:
-        argv += _drop_privileges(user, metrics_dir)
-    elif os.geteuid() == 0:
-        click.echo(
-            "simplefeed: started as root, so uWSGI runs as root and says so; pass --user NAME "
-            "to run it as NAME (docs/how-to/run.md)",
-            err=True,
-        )
-    click.echo(
-        f"simplefeed: serving on http://{host}:{port} ({processes} processes of"
-        f" {settings.threads} threads), links say {base_url}",
-        err=True,
-    )
-    # Consumers must start at the links' own origin: one given http://127.0.0.1:PORT/recent
-    # finds the pages' links at http://localhost:PORT, another origin, and stops there.
-    click.echo(f"simplefeed: consumers: {base_url}/recent", err=True)
-    os.execvpe(argv[0], argv, env)
-
-
-def listen_address(
-    host: str, host_given: bool, port: int, port_given: bool, http_socket: str | None
-) -> tuple[str, int, str]:
-    """Where ``serve`` listens, and what said so (for messages): SIMPLEFEED_HTTP_SOCKET when it
-    is set (an explicit setting is not overridden by an option's default), else ``--host`` and
-    ``--port``. An option given that says otherwise than the variable is a usage error."""
-    if http_socket is None:
-        return host, port, f"serve --host {host}"
-    env_host, env_port = socket_address(http_socket)
-    for option, value, given, setting in (
-        ("--host", host, host_given, env_host),
-        ("--port", port, port_given, env_port),
-    ):
-        if given and value != setting:
-            raise click.UsageError(
-                f"{option} {value} and SIMPLEFEED_HTTP_SOCKET={http_socket} disagree:"
-                f" give one of them"
-            )
-    return env_host, env_port, f"SIMPLEFEED_HTTP_SOCKET={http_socket}"
-
-
-def _listen_problem(host: str, port: int) -> str | None:
-    """Why uWSGI could not listen on ``host:port``, or None. Asked before it starts: uWSGI
-    itself says "bind(): Address already in use" only after this command said it was
-    serving. Bound as uWSGI binds (SO_REUSEADDR), so a port whose last connections are
-    still closing is not taken for one in use."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    except (socket.gaierror, UnicodeError) as exc:
-        return f"cannot listen on {host}:{port}: {host!r} is not an address here ({exc})"
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            taken = " (another server runs there?)" if exc.errno == errno.EADDRINUSE else ""
-            return f"cannot listen on {host}:{port}: {exc.strerror}{taken}"
-    return None
-
-
-def _drop_privileges(user: str, metrics_dir: Path) -> list[str]:
-    """uWSGI's options to run as ``user`` (with its primary group) once it has bound its port."""
-    if os.geteuid() != 0:
-        raise click.UsageError("--user needs serve to be started as root")
-    try:
-        entry = pwd.getpwnam(user)
-    except KeyError:
-        raise click.BadParameter(f"no user named {user!r}", param_hint="--user") from None
-    os.chown(metrics_dir, entry.pw_uid, entry.pw_gid)
-    return ["--uid", str(entry.pw_uid), "--gid", str(entry.pw_gid)]
+    starting.run(settings, starting.Listen(host, port, listening), processes, ini, user)
 
 
 @main.group()
