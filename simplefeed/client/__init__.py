@@ -9,19 +9,20 @@
 
 Modules, each owning one thing:
 
-=============  =================================================================================
-``consumer``   :class:`Consumer`: the loop, checkpoints (at-least-once), follow mode
-``walk``       which entries are new: walk back through ``prev-archive``, forward again
-``fetch``      HTTP (the only httpx user): one pool, conditional GET, cache, retries
-``entry``      :class:`FeedEntry`: what the consumer hands over, every field published
-``parse``      bytes -> :class:`Page` (the only feedparser user), and the parser switch
-``checker``    feedparser's checks in a helper process while a catch-up reads ahead
-``tree``       the strict reading by namespace, exact values (the only lxml user)
-``state``      the SQLite state file: checkpoints and the HTTP cache
-``poll``       the adaptive polling interval (pure)
-``errors``     the exception hierarchy
-``command``    ``simplefeed consume`` and ``simplefeed consumer``
-=============  =================================================================================
+===============  =================================================================================
+``consumer``     :class:`Consumer`: the loop, checkpoints (at-least-once), follow mode
+``walk``         which entries are new: walk back through ``prev-archive``, forward again
+``fetch``        HTTP (the only httpx user): one pool, conditional GET, cache, retries
+``entry``        :class:`FeedEntry`: what the consumer hands over, every field published
+``parse``        bytes -> :class:`Page` (the only feedparser user), and the parser switch
+``checker``      feedparser's checks in a helper process while a catch-up reads ahead
+``tree``         the strict reading by namespace, exact values (the only lxml user)
+``state``        the SQLite state file: checkpoints and the HTTP cache
+``poll``         the adaptive polling interval (pure)
+``errors``       the exception hierarchy
+``command``      ``simplefeed consume`` and ``simplefeed consumer``
+``exec_stream``  ``consume --exec-stream``: one handler process, entries written ahead of acks
+===============  =================================================================================
 """
 
 from simplefeed.client.consumer import Consumer, Status
