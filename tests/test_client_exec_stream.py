@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -21,7 +22,9 @@ from click.testing import CliRunner, Result
 
 from simplefeed.client import Checkpoint, StateFile
 from simplefeed.client.command import EXIT_HANDLER, consume
+from simplefeed.model import Event
 from simplefeed.settings import Settings
+from tests.markdown import code_blocks, doc_text
 from tests.test_client_live import LiveServer
 
 #: A handler in Python: appends "seq id" to the file it is given for each entry it handles,
@@ -254,3 +257,36 @@ def test_what_the_handler_reads_is_what_jsonl_prints(live: LiveServer, tmp_path:
     with StateFile(state) as file:
         parked = file.parked(live.recent)
     assert [json.loads(p.error.split(": ", 1)[1]) for p in parked] == [p.entry for p in parked]
+
+
+def test_the_node_example_runs_as_written(live: LiveServer, tmp_path: Path) -> None:
+    """The how-to's handler, saved as it says and run as it says (without --follow): each order
+    in orders.jsonl, oldest first; the entry without content parked with the error it wrote."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed: the Node example cannot run")
+    text = doc_text("docs/how-to/consume-node.md")
+    (example,) = code_blocks(text, "js")
+    (command_line,) = [b for b in code_blocks(text, "sh") if "--exec-stream" in b]
+    assert '--exec-stream "node handle-entries.mjs" --checkpoint page' in command_line
+    (tmp_path / "handle-entries.mjs").write_text(example)
+    events = [
+        Event(title=f"order {n}", content=json.dumps({"sku": n}), content_type="application/json")
+        for n in range(1, 61)
+    ]
+    events[40] = Event(title="a note, no order")
+    ids = [r.entry_id for r in live.core.publish("events", events)]
+    state = tmp_path / "consumer.sqlite3"
+    argv = [
+        str(Path(sys.executable).with_name("simplefeed")), "consume", live.recent,
+        "--state", str(state), "--exec-stream", "node handle-entries.mjs",
+        "--checkpoint", "page", "--on-error", "park",
+    ]  # fmt: skip
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    orders = [json.loads(line) for line in (tmp_path / "orders.jsonl").read_text().splitlines()]
+    assert [o["seq"] for o in orders] == [n for n in range(1, 61) if n != 41]
+    assert orders[0] == {"seq": 1, "id": ids[0], "order": {"sku": 1}}
+    with StateFile(state) as file:
+        [parked] = file.parked(live.recent)
+        assert file.load_checkpoint(live.recent).seq == 60  # type: ignore[union-attr]
+    assert parked.seq == 41 and parked.error.endswith("entry 41 has no order")
