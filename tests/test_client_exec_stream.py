@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from simplefeed.client import Checkpoint, StateFile
+from simplefeed.client import Checkpoint, Consumer, FeedEntry, HandlerError, StateFile
 from simplefeed.client.command import EXIT_HANDLER, consume
 from simplefeed.model import Event
 from simplefeed.settings import Settings
@@ -290,3 +290,64 @@ def test_the_node_example_runs_as_written(live: LiveServer, tmp_path: Path) -> N
         [parked] = file.parked(live.recent)
         assert file.load_checkpoint(live.recent).seq == 60  # type: ignore[union-attr]
     assert parked.seq == 41 and parked.error.endswith("entry 41 has no order")
+
+
+class Recorder:
+    """An acknowledging handler in the test's own process: records each send and each
+    acknowledgement asked for, and answers an error for the entries of ``fail``."""
+
+    def __init__(self, fail: frozenset[int] = frozenset()) -> None:
+        self.fail = fail
+        self.log: list[tuple[str, int, str]] = []
+        self.outstanding = 0
+        self.most = 0
+
+    def send(self, entry: FeedEntry) -> None:
+        self.log.append(("send", entry.seq, entry.page_url))
+        self.outstanding += 1
+        self.most = max(self.most, self.outstanding)
+
+    def acknowledgement(self, entry: FeedEntry) -> Exception | None:
+        self.log.append(("ack", entry.seq, entry.page_url))
+        self.outstanding -= 1
+        return ValueError(f"refused {entry.seq}") if entry.seq in self.fail else None
+
+
+@pytest.mark.parametrize("every", ["page", "entry"])
+def test_entries_go_ahead_within_the_window_and_a_page_is_acknowledged_before_the_next(
+    live: LiveServer, tmp_path: Path, every: str
+) -> None:
+    live.publish(130)
+    recorder = Recorder()
+    state = tmp_path / "s.sqlite3"
+    with Consumer(live.recent, state, checkpoint_every=every) as consumer:  # type: ignore[arg-type]
+        assert consumer.run_acknowledged(recorder, window=20) == 130
+    assert recorder.most == 20
+    assert [seq for kind, seq, _ in recorder.log if kind == "send"] == list(range(1, 131))
+    assert [seq for kind, seq, _ in recorder.log if kind == "ack"] == list(range(1, 131))
+    outstanding: dict[int, str] = {}  # sent, not yet acknowledged: seq -> page
+    for kind, seq, page in recorder.log:
+        if kind == "send":
+            assert set(outstanding.values()) <= {page}, "sent with a page before unacknowledged"
+            outstanding[seq] = page
+        else:
+            del outstanding[seq]
+    assert checkpoint(state, live.recent).seq == 130  # type: ignore[union-attr]
+
+
+def test_an_acknowledged_error_stops_with_the_checkpoint_before_it(
+    live: LiveServer, tmp_path: Path
+) -> None:
+    live.publish(45)
+    state = tmp_path / "s.sqlite3"
+    with (
+        Consumer(live.recent, state, checkpoint_every="page") as consumer,
+        pytest.raises(HandlerError, match="refused 33") as raised,
+    ):
+        consumer.run_acknowledged(Recorder(frozenset({33})), window=8)
+    assert raised.value.entry.seq == 33
+    assert checkpoint(state, live.recent).seq == 32  # type: ignore[union-attr]
+    with Consumer(live.recent, state, on_error="park") as consumer:
+        assert consumer.run_acknowledged(Recorder(frozenset({40})), window=8) == 13
+        assert [p.seq for p in consumer.parked()] == [40]
+    assert checkpoint(state, live.recent).seq == 45  # type: ignore[union-attr]

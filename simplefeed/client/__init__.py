@@ -25,7 +25,7 @@ Modules, each owning one thing:
 ===============  =================================================================================
 """
 
-from simplefeed.client.consumer import Consumer, Status
+from simplefeed.client.consumer import AcknowledgingHandler, Consumer, Status
 from simplefeed.client.entry import EntryAuthor, EntryCategory, EntryLink, FeedEntry
 from simplefeed.client.errors import (
     ClientError,
@@ -56,11 +56,13 @@ from simplefeed.client.state import Checkpoint, Head, Parked, StateFile
 from simplefeed.client.walk import Progress
 
 #: The public surface: the consumer, what it yields, how it is configured, what it raises,
+#: the handler it hands entries to ahead of their acknowledgements,
 #: and what its methods return (:class:`Status`, :class:`Head`, :class:`Parked`), its
 #: ``progress`` callback receives (:class:`Progress`) or its errors carry (:class:`Parting`).
 #: Everything else (the walk, the fetcher, the parsers) is reachable through its module and may
 #: change without notice.
 __all__ = [
+    "AcknowledgingHandler",
     "Bounds",
     "Checkpoint",
     "ClientError",
