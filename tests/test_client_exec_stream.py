@@ -351,3 +351,12 @@ def test_an_acknowledged_error_stops_with_the_checkpoint_before_it(
         assert consumer.run_acknowledged(Recorder(frozenset({40})), window=8) == 13
         assert [p.seq for p in consumer.parked()] == [40]
     assert checkpoint(state, live.recent).seq == 45  # type: ignore[union-attr]
+
+
+def test_an_answer_may_end_in_cr_lf(live: LiveServer, tmp_path: Path) -> None:
+    live.publish(7)
+    state = tmp_path / "s.sqlite3"
+    loop = 'while IFS= read -r line; do printf "ok\\r\\n"; done'
+    result = run(live.recent, state, f"sh -c {shlex.quote(loop)}")
+    assert result.exit_code == 0, result.stderr
+    assert checkpoint(state, live.recent).seq == 7  # type: ignore[union-attr]

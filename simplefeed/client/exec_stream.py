@@ -87,11 +87,11 @@ class ExecStream:
             problem = self._read()
             if problem is not None:
                 raise HandlerError(entry, self._gone(problem))
-        text = self._acks.popleft()
+        text = self._acks.popleft().removesuffix(b"\r")  # a line may end in CR LF
         self.acknowledged += 1
         if text == b"ok":
             return None
-        message = one_line(text.removesuffix(b"\r").decode("utf-8", errors="replace"))
+        message = one_line(text.decode("utf-8", errors="replace"))
         return ReportedError(message or "an empty line (not ok)")
 
     def close(self) -> None:
