@@ -176,6 +176,9 @@ class NodeWaitingSlots:
             self._count -= 1
             self._places[self._mine] = self._count
 
+    def waiting(self) -> int:
+        return sum(self._places[self._workers])
+
 
 def asks_to_close(env: dict[str, Any]) -> bool:
     """Whether an HTTP/1.1 request carries the ``close`` connection option (RFC 9112 9.6)."""
