@@ -182,14 +182,34 @@ class _Own(Collector):
         yield from _OWN.collect()
 
 
-def scrape(feeds: Callable[[], Sequence[Feed]], now_us: int) -> bytes:
-    """The Prometheus text exposition: every worker's counts, and each feed's state."""
+class _Waiting(Collector):
+    """Long-polls waiting now on the node, read from the node's count when scraped."""
+
+    def __init__(self, waiting: int) -> None:
+        self.waiting = waiting
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "simplefeed_long_polls_waiting",
+            "Long-polls (Prefer: wait) waiting now on this node.",
+            value=self.waiting,
+        )
+
+
+def scrape(feeds: Callable[[], Sequence[Feed]], now_us: int, waiting: int | None = None) -> bytes:
+    """The Prometheus text exposition: every worker's counts, and each feed's state.
+
+    ``waiting`` is the node's count of waiting long-polls. It is None where no bound counts
+    them (a single process, or tests), and then the gauge is left out.
+    """
     registry = CollectorRegistry(auto_describe=False)
     if os.environ.get(MULTIPROCESS_ENV):
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
         registry.register(_Own())
     registry.register(_Feeds(feeds(), now_us))
+    if waiting is not None:
+        registry.register(_Waiting(waiting))
     return generate_latest(registry)
 
 

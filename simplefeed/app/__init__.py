@@ -78,7 +78,7 @@ def create_app(
     app.add_route("/healthz", resources.Health(core))
     app.add_route("/openapi.json", resources.OpenApi())
     if settings.metrics:
-        app.add_route("/metrics", resources.Metrics(core))
+        app.add_route("/metrics", resources.Metrics(core, waits))
     return room
 
 

@@ -724,13 +724,15 @@ class Metrics:
     SIMPLEFEED_METRICS=off leaves the route out.
     """
 
-    def __init__(self, core: Simplefeed) -> None:
+    def __init__(self, core: Simplefeed, waits: waiting.WaitingSlots | None) -> None:
         self.core = core
+        self.waits = waits
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.content_type = metrics.CONTENT_TYPE
         resp.cache_control = ["no-store"]
-        resp.data = metrics.scrape(self.core.feeds, self.core.clock())
+        waiting_now = self.waits.waiting() if self.waits is not None else None
+        resp.data = metrics.scrape(self.core.feeds, self.core.clock(), waiting_now)
 
 
 class OpenApi:

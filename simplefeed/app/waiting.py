@@ -55,6 +55,9 @@ class WaitingSlots(Protocol):
     def release(self) -> None:
         """Give back a place taken."""
 
+    def waiting(self) -> int:
+        """How many long-polls wait now, on the whole node."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Held:
