@@ -4,6 +4,7 @@ database), the part of a publish that depends on what the producer sent.
     .venv/bin/python bench/door.py                # a batch of 1,000 JSON events, 15 rounds
     .venv/bin/python bench/door.py --events 100 --rounds 30
     .venv/bin/python bench/door.py --content xhtml   # an order's note as XHTML (or html)
+    .venv/bin/python bench/door.py --content text    # the common event: a title and a line
 
 Prints the median time per batch. Compare two checkouts by running this file from each
 (``PYTHONPATH=<checkout>``), alternating, on the same machine.
@@ -27,8 +28,11 @@ NOTE = (
 
 
 def batch(events: int, content: str = "json") -> bytes:
-    """A shop's events: JSON content with integers, decimals, a list of objects and text; or
-    (``content`` html or xhtml) a note in markup."""
+    """Return a batch of a shop's events.
+
+    By default each has JSON content with integers, decimals, a list of objects and text.
+    ``content`` text gives a line of plain text, and html or xhtml a note in markup.
+    """
     return json.dumps(
         [
             {
@@ -43,6 +47,8 @@ def batch(events: int, content: str = "json") -> bytes:
                         }
                     }
                     if content == "json"
+                    else {"content": f"Order {i} was paid."}
+                    if content == "text"
                     else {"content": NOTE.format(i=i), "content_type": content}
                 ),
                 "id": f"tag:shop.example,2026:{i}",
@@ -56,7 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--content", choices=["json", "html", "xhtml"], default="json")
+    parser.add_argument("--content", choices=["json", "text", "html", "xhtml"], default="json")
     args = parser.parse_args()
     body, limits = batch(args.events, args.content), Limits()
     times = []

@@ -253,13 +253,20 @@ def strict_json(text: str) -> Any:
     It refuses NaN and Infinity, a number a double cannot hold, and a name twice in an object.
     Raises :class:`json.JSONDecodeError` or :class:`NotStrictJson`.
     """
-    return json.loads(
-        text,
-        parse_constant=_no_constant,
-        parse_float=_finite_float,
-        parse_int=_finite_int,
-        object_pairs_hook=_unique_names,
-    )
+    if text.startswith("\ufeff"):  # As json.loads says it: JSON text has no byte order mark.
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _STRICT_JSON.decode(text)
+
+
+#: One strict decoder for every body, because ``json.loads`` with options builds one per call.
+_STRICT_JSON = json.JSONDecoder(
+    parse_constant=_no_constant,
+    parse_float=_finite_float,
+    parse_int=_finite_int,
+    object_pairs_hook=_unique_names,
+)
+#: One encoder for every JSON content value, for the same reason.
+_CONTENT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def parse_events(payload: Any, limits: Limits, now_us: int) -> tuple[list[Event], bool]:
@@ -701,7 +708,7 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
         if problem is not None:
             raise c.fail("content", problem)
         try:
-            text = json.dumps(raw, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            text = _CONTENT_JSON.encode(raw)
         except ValueError:
             raise c.fail("content", "holds NaN or Infinity, which JSON cannot carry") from None
     else:
