@@ -1,13 +1,16 @@
-"""The door's own cost: decoding and validating a publish's body in-process (no HTTP, no
-database), the part of a publish that depends on what the producer sent.
+"""Measure the door's own cost, decoding and validating a publish's body in-process.
+
+There is no HTTP and no database. This is the part of a publish that depends on what the
+producer sent.
 
     .venv/bin/python bench/door.py                # a batch of 1,000 JSON events, 15 rounds
     .venv/bin/python bench/door.py --events 100 --rounds 30
     .venv/bin/python bench/door.py --content xhtml   # an order's note as XHTML (or html)
     .venv/bin/python bench/door.py --content text    # the common event: a title and a line
 
-Prints the median time per batch. Compare two checkouts by running this file from each
-(``PYTHONPATH=<checkout>``), alternating, on the same machine.
+It prints the median time per batch. Compare two checkouts by running this file with each
+checkout's own venv, in turn, on the same machine. PYTHONPATH does not choose the package,
+because the venv installs it in editable mode.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import time
 from simplefeed.door.events import parse_events, read_body
 from simplefeed.settings import Limits
 
-#: An order's note as markup: a paragraph with emphasis and a link, and a list.
+#: An order's note as markup, a paragraph with emphasis and a link, and a list.
 NOTE = (
     "<p>Order <em>{i}</em> shipped: <a href='https://shop.example/o/{i}'>track it</a>.</p>"
     "<ul><li>one A-1</li><li>two B-2</li></ul>"
