@@ -63,13 +63,14 @@ import logging
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from simplefeed.client.entry import FeedEntry
 from simplefeed.client.errors import (
@@ -111,7 +112,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CheckpointEvery", "Consumer", "Handler", "OnError", "Start", "Status"]
+__all__ = [
+    "AcknowledgingHandler",
+    "CheckpointEvery",
+    "Consumer",
+    "Handler",
+    "OnError",
+    "Start",
+    "Status",
+]
 
 #: Where a consumer without a checkpoint starts: the whole history, or only what comes next.
 Start = Literal["start", "now"]
@@ -310,13 +319,27 @@ class Consumer:
                 except HandlerError:
                     raise
                 except Exception as exc:
-                    if self.on_error == "stop":
-                        raise HandlerError(entry, exc) from exc
-                    self.park(entry, exc)
+                    _failed(self, entry, exc)
                 processed += 1
         finally:
             stream.close()
         return processed
+
+    def run_acknowledged(
+        self,
+        handler: AcknowledgingHandler,
+        *,
+        window: int = 1000,
+        follow: bool = False,
+        stop: Callable[[], bool] | None = None,
+    ) -> int:
+        """:meth:`run` through an :class:`AcknowledgingHandler`, at most ``window`` entries
+        ahead of the acknowledgements; return how many were acknowledged."""
+        pending = _Unacknowledged(self, handler, window)
+        with contextlib.closing(self._stream(follow, stop, pending)) as stream:
+            for entry in stream:
+                pending.send(entry)
+        return pending.acknowledged
 
     def stop(self) -> None:
         """End the iteration under way (:meth:`entries`, :meth:`run`).
@@ -458,7 +481,10 @@ class Consumer:
     # -- the loop ------------------------------------------------------------------------
 
     def _stream(
-        self, follow: bool, stop: Callable[[], bool] | None
+        self,
+        follow: bool,
+        stop: Callable[[], bool] | None,
+        pending: _Unacknowledged | None = None,
     ) -> Generator[FeedEntry, None, None]:
         interval = self.poll.initial
         wait: float | None = None  # The first pass answers at once.
@@ -471,6 +497,7 @@ class Consumer:
             )
         with self.state.processing():  # No other consumer works on this state file.
             self._runner, self._executing = threading.get_ident(), True
+            self._unacknowledged = pending  # processed when acknowledged
             try:
                 while True:
                     found = 0
@@ -487,11 +514,14 @@ class Consumer:
                                 self._executing = False
                                 yield entry
                                 self._executing = True
-                                # The caller came back for more: the entry is processed.
-                                self._processed(entry)
+                                if pending is None:
+                                    # The caller came back for more: the entry is processed.
+                                    self._processed(entry)
                                 found += 1
                         except Stopped:
                             return
+                    if pending is not None:
+                        pending.settle()
                     self._flush()
                     if not follow:
                         log.debug("%s: %d new entries; caught up", self.url, found)
@@ -505,6 +535,7 @@ class Consumer:
                         self.sleep(pause)
             finally:
                 self._runner, self._executing = None, False
+                self._unacknowledged = None
                 self.fetcher.resume()
                 if not self._closed:
                     self._flush()
@@ -623,6 +654,8 @@ class Consumer:
         """The walk is past the last entry of a page, and all of them are processed.
 
         With checkpoints per page, start storing the checkpoint while the walk reads on."""
+        if self._unacknowledged is not None:
+            self._unacknowledged.settle()
         if self.checkpoint_every != "page" or self._pending is None:
             return
         pending = _checkpoint_of(self._pending)
@@ -654,6 +687,61 @@ class Consumer:
         self._saved = checkpoint
         self._pending = None
         self._unsaved = []
+
+
+class AcknowledgingHandler(Protocol):
+    """A handler that takes entries ahead of their acknowledgements (``run_acknowledged``).
+
+    :meth:`send` hands an entry over. :meth:`acknowledgement` waits for the outcome of the
+    entry given, the oldest not acknowledged: ``None`` once handled, or its error, which stops
+    or parks as ``on_error`` says. At most the window's entries await theirs, and all of them
+    do before the walk leaves a page and before each poll. Processing that stops (an error,
+    :meth:`Consumer.stop`) leaves the checkpoint on the last acknowledged entry, and those sent
+    after it come again. Raising :class:`HandlerError` says no entry can be handled now (the
+    handler is gone).
+    """
+
+    def send(self, entry: FeedEntry) -> None: ...
+
+    def acknowledgement(self, entry: FeedEntry) -> Exception | None: ...
+
+
+class _Unacknowledged:
+    """The entries sent to an acknowledging handler and not yet acknowledged, oldest first."""
+
+    def __init__(self, consumer: Consumer, handler: AcknowledgingHandler, window: int) -> None:
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        self.consumer, self.handler, self.window = consumer, handler, window
+        self.entries: deque[FeedEntry] = deque()
+        self.acknowledged = 0
+
+    def send(self, entry: FeedEntry) -> None:
+        while len(self.entries) >= self.window:
+            self._settle_one()
+        self.handler.send(entry)
+        self.entries.append(entry)
+
+    def settle(self) -> None:
+        """Wait for every entry sent to be acknowledged, and process each."""
+        while self.entries:
+            self._settle_one()
+
+    def _settle_one(self) -> None:
+        entry = self.entries[0]
+        error = self.handler.acknowledgement(entry)
+        self.entries.popleft()
+        if error is not None:
+            _failed(self.consumer, entry, error)
+        self.consumer._processed(entry)
+        self.acknowledged += 1
+
+
+def _failed(consumer: Consumer, entry: FeedEntry, error: Exception) -> None:
+    """The handler failed on ``entry``: stop there, or park it, as ``on_error`` says."""
+    if consumer.on_error == "stop":
+        raise HandlerError(entry, error) from error
+    consumer.park(entry, error)
 
 
 def _checkpoint_of(entry: FeedEntry) -> Checkpoint:
