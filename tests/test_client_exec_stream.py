@@ -9,8 +9,10 @@ file, so that a test can tell what was handled from what was only written to it.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,16 +27,19 @@ from simplefeed.client.command import EXIT_HANDLER, consume
 from simplefeed.model import Event
 from simplefeed.settings import Settings
 from tests.markdown import code_blocks, doc_text
-from tests.test_client_live import LiveServer
+from tests.test_client_live import LiveServer, wait_for_lines
 
 #: A handler in Python: appends "seq id" to the file it is given for each entry it handles,
 #: then acknowledges it. The entry whose title is FAIL gets an error line instead. With DIE,
-#: it reads that many entries and one more, then exits 9 without acknowledging the last.
+#: it reads that many entries and one more, then exits 9 without acknowledging the last. Its
+#: process id is in that file's name followed by ".pid".
 HANDLER = """\
 import json, os, sys
 
 fail = os.environ.get("FAIL")
 die = int(os.environ.get("DIE", "0"))
+with open(sys.argv[1] + ".pid", "w") as pid:
+    pid.write(str(os.getpid()))
 with open(sys.argv[1], "a") as out:
     for n, line in enumerate(sys.stdin, 1):
         entry = json.loads(line)
@@ -372,3 +377,38 @@ def test_answers_to_entries_not_written_yet_stop_the_consumer(
     assert result.exit_code == EXIT_HANDLER
     assert "'yes ok' answered more lines than the entries written to it" in result.stderr
     assert checkpoint(state, live.recent) is None
+
+
+def test_follow_hands_over_entries_as_they_come_and_ends_the_handler_when_stopped(
+    live: LiveServer, tmp_path: Path, handler: Path
+) -> None:
+    """Each poll's entries are acknowledged before the next poll: the checkpoint stands on the
+    last entry when SIGTERM stops the consumer (exit 130), and the handler has ended."""
+    live.publish(3)
+    state, log = tmp_path / "s.sqlite3", tmp_path / "handled.txt"
+    log.touch()
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(handler))} {shlex.quote(str(log))}"
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "simplefeed.client.command", live.recent,
+            "--state", str(state), "--exec-stream", command, "--follow",
+            "--checkpoint", "page", "--min-interval", "0.1", "--max-interval", "0.2",
+            "--wait", "1",
+        ],
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_for_lines(log, 3)
+        live.publish(2)
+        wait_for_lines(log, 5)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, stderr
+    assert handled(log) == [1, 2, 3, 4, 5]
+    assert checkpoint(state, live.recent).seq == 5  # type: ignore[union-attr]
+    with pytest.raises(ProcessLookupError):  # ended and reaped
+        os.kill(int(Path(f"{log}.pid").read_text()), 0)
