@@ -6,14 +6,15 @@
         for entry in consumer.entries():     # or: consumer.run(handler)
             handle(entry)
 
-Processing is **at least once**. An entry counts as processed when the caller asks for the next
-one (:meth:`Consumer.entries`). With :meth:`Consumer.run`, it counts when the handler returns.
-Only then can the checkpoint move past it. With ``checkpoint_every="entry"`` (the default), the
-checkpoint is stored durably after every processed entry. So a crash repeats at most the entry
-being processed. With ``checkpoint_every="page"``, it is stored when the last entry of a page
-has been processed. It is also stored on the last processed entry whenever processing stops,
-for whatever reason. So a crash repeats at most one page of entries. An entry is never skipped.
-The checkpoint never moves past an entry that was not processed. The consumer checks that
+Processing is **at least once**. An entry counts as processed when the caller asks for the next one
+(:meth:`Consumer.entries`). With :meth:`Consumer.run`, it counts when the handler returns. With
+:meth:`Consumer.run_acknowledged`, entries go ahead of their acknowledgements, and one counts when
+it is acknowledged. Only then can the checkpoint move past it. With ``checkpoint_every="entry"``
+(the default), the checkpoint is stored durably after every processed entry. So a crash repeats at
+most the entry being processed. With ``checkpoint_every="page"``, it is stored when the last entry
+of a page has been processed. It is also stored on the last processed entry whenever processing
+stops, for whatever reason. So a crash repeats at most one page of entries. An entry is never
+skipped. The checkpoint never moves past an entry that was not processed. The consumer checks that
 sequence numbers are contiguous.
 
 A handler that raises stops processing at that entry. The checkpoint stays on the entry before
