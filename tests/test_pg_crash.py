@@ -7,14 +7,10 @@ barrier too (``docs/explanation/decisions/durability.md``).
 The test crashes a PostgreSQL server of its own with ``pg_ctl stop -m immediate``. Every
 server process quits at once, and the WAL buffers in shared memory are lost. The next start
 runs crash recovery. Meanwhile producers publish through uWSGI and a reader polls ``/recent``.
-After the restart, the test requires these.
-
-- Every acknowledged event is where its reply said.
-- Every entry the reader was shown is still there, under the same number.
-- The feed's promises hold: a contiguous sequence, and pages archived once and byte-identical
-  to their rows.
-- Nothing is stored that was not in doubt.
-- Publishing goes on with the next number.
+After the restart, every acknowledged event must be where its reply said. Every entry the
+reader was shown must still be there, under the same number. The feed's promises must hold:
+a contiguous sequence, and pages archived once and byte-identical to their rows. Nothing may
+be stored that was not in doubt. Publishing must go on with the next number.
 
 The server is a private cluster (``bench.servers.private_postgres``). It is never the shared
 one of ``SIMPLEFEED_TEST_POSTGRES_URL``. Where one cannot be made, the test skips and says why.
