@@ -303,8 +303,9 @@ def test_a_base_url_in_capitals_or_too_long_is_said(
 ) -> None:
     """A base URL in capitals, or too long, is refused with a message that says so.
 
-    A scheme in capitals is not merely "not an absolute http(s) URL". Every document's head
-    holds the base URL, and the head is bounded, since a page holds at most 48 MiB.
+    A scheme in capitals gets a message that says so, not "not an absolute http(s) URL".
+    Every document's head holds the base URL. The head is bounded, since a page holds at most
+    48 MiB.
     """
     line = one_line_error(run(tmp_path, "config", SIMPLEFEED_BASE_URL=base_url))
     assert says in line, line

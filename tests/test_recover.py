@@ -346,7 +346,7 @@ def test_a_page_file_past_a_gap_is_said_by_every_command_that_meets_it(
     last = len(trial.files)
     assert last >= frozen + 3
     lose(core, frozen + 1)
-    for other in ("\u00b2", "7.txt", "08"):  # No page's. int("²") raises ValueError.
+    for other in ("\u00b2", "7.txt", "08"):  # No page's. int("²") must not end it in exit 70.
         (core.page_path("events", 1).parent / other).write_bytes(b"")
     core.check_archive()  # A worker looks for the next page's file only.
     with pytest.raises(ArchiveAhead) as raised:
