@@ -170,8 +170,18 @@ class Publishing:
         each in turn, so a replay or a conflict inside the group keeps its meaning, and a
         refused publish writes nothing and leaves the others be.
         """
-        look_up = [p.id for publish in group for p in publish.pending if p.event.id is not None]
+        everything = [p for publish in group for p in publish.pending]
+        look_up = [p.id for p in everything if p.event.id is not None]
         now = max(publish.now for publish in group)
+        if appending.ids_are_distinct(everything):
+            quick = self._in_one_round_trip(feed_name, everything, now, None)
+            if isinstance(quick, list):
+                self.changes.committed()
+                metrics.appends_committed(feed_name, len(group))
+                answers = iter(quick)
+                return [[next(answers) for _ in publish.pending] for publish in group]
+            if quick is _QuickOutcome.OUTCOME_UNKNOWN:
+                look_up = [p.id for p in everything]
         with self.store.append(feed_name, look_up) as append:
             self._feeds[feed_name] = append.feed
             if append.feed.retired_us is not None:
