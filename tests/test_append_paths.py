@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -402,6 +403,7 @@ def test_nothing_is_acknowledged_or_shown_before_its_flush_barrier(
         rows = _rows(pg, f"SELECT n FROM flush_marks WHERE backend_pid = {worker.backend_pid}")
         return int(rows[0][0]) if rows else 0
 
+    other = Simplefeed(pg.settings, new_uuid=lambda: str(uuid.uuid4()))  # another process
     try:
         worker.call(lambda: pg.publish("events", [Event("learn the feed")]))
         worker.call(lambda: pg.publish("events", [Event("quick", id="urn:x:quick")]))
@@ -427,10 +429,11 @@ def test_nothing_is_acknowledged_or_shown_before_its_flush_barrier(
                 with pytest.raises(TimeoutError):
                     worker.result(0.5)
                 # The append itself is committed and visible, and the lock is free. So another
-                # process appends meanwhile. This thread has a connection of its own.
+                # process appends meanwhile. In this process, publishes to the feed queue
+                # behind the one under way, to be committed together (group commit).
                 assert pg.feed("events").head_seq == head, label
                 if label == "one-round-trip append":
-                    pg.publish("events", [Event("meanwhile")])
+                    other.publish("events", [Event("meanwhile")])
             result = worker.result(10)
             assert n_marks() == marks + 1, label
             if label == "one-round-trip append":
@@ -445,6 +448,7 @@ def test_nothing_is_acknowledged_or_shown_before_its_flush_barrier(
     finally:
         worker.stop()
         holder.dispose()
+        other.close()
 
 
 def _show_sync_commit(core: Simplefeed) -> str:
