@@ -63,12 +63,14 @@ class _Commands(click.Group):
     """Project errors from any command end as one line and exit status 1, their control
     characters escaped.
 
-    The consumer's commands are loaded when asked for (click's "lazily loading subcommands"):
-    their modules (httpx, feedparser, lxml) took 0.3 s of every operator command's start."""
+    The consumer's commands and the relay are loaded when asked for (click's "lazily loading
+    subcommands"): their modules (httpx, feedparser, lxml) took 0.3 s of every operator
+    command's start."""
 
     _LAZY: ClassVar[dict[str, tuple[str, str]]] = {
         "consume": ("simplefeed.client.command", "consume"),
         "consumer": ("simplefeed.client.state_commands", "consumer_group"),
+        "relay": ("simplefeed.runtime.relay", "relay"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
