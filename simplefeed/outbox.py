@@ -46,10 +46,12 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from simplefeed import metrics
 from simplefeed.errors import SimplefeedError
+from simplefeed.lines import one_line
 from simplefeed.producer import Prepared, Publisher, PublishUnavailable, prepare
 from simplefeed.settings import FEED_NAME_RE, Limits
 
@@ -147,9 +149,20 @@ class Backlog:
     oldest_age_s: float
 
 
+#: How long a relay's statement waits for a SQLite write lock that the app holds.
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
+
+def _engine(url: str) -> Engine:
+    """An engine on the app's database, for a relay."""
+    if make_url(url).get_backend_name() == "sqlite":
+        return create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+    return create_engine(url)
+
+
 def backlog(outbox: Outbox, database: str | Engine) -> Backlog:
     """The rows of ``outbox`` waiting in ``database``, and the age of the oldest."""
-    engine = create_engine(database) if isinstance(database, str) else database
+    engine = _engine(database) if isinstance(database, str) else database
     t = outbox.table
     try:
         with engine.connect() as c:
@@ -191,7 +204,7 @@ class Relay:
     ) -> None:
         self.outbox = outbox
         self.table = outbox.table
-        self.engine = create_engine(database) if isinstance(database, str) else database
+        self.engine = _engine(database) if isinstance(database, str) else database
         self._own_engine = isinstance(database, str)
         self.publisher = publisher
         self.batch_size = batch_size
@@ -244,8 +257,9 @@ class Relay:
                 while not stop.is_set():
                     try:
                         self._ship_all()
-                    except PublishUnavailable as exc:
-                        log.warning("relay: %s; trying again", exc)
+                    except (PublishUnavailable, DBAPIError) as exc:
+                        # The rows stay: the next try ships them, the same events again.
+                        log.warning("relay: %s; trying again", one_line(str(exc)))
                         stop.wait(UNAVAILABLE_PAUSE_S)
                         continue
                     self.backlog()
