@@ -703,7 +703,7 @@ def test_following_a_feed_for_hundreds_of_polls_grows_nothing(
         env=clean_environ(),
     )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 400  # 250 polls on a busy machine
         while polls[0] < 100 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert polls[0] >= 100, "the consumer did not poll"
