@@ -247,21 +247,28 @@ class Relay:
 
     def follow(self, stop: threading.Event) -> None:
         """Ship rows as they are committed until ``stop`` is set: woken by PostgreSQL's
-        notifications, or polling on SQLite. Waits while another relay holds the outbox. A
-        server that does not take a batch in time is tried again after a pause; a refusal
+        notifications, or polling on SQLite. Waits while another relay holds the outbox.
+
+        A server that does not take a batch in time, and a database that fails or restarts,
+        are tried again after a pause, the lock and the listener taken anew. A refusal
         (:class:`~simplefeed.producer.PublishRefused`) ends it, the rows kept."""
+        failures = (PublishUnavailable, DBAPIError, self.engine.dialect.loaded_dbapi.Error)
+        while not stop.is_set():
+            try:
+                self._follow_held(stop)
+                return
+            except failures as exc:
+                # The rows stay: the next try ships them, the same events again.
+                log.warning("relay: %s; trying again", one_line(str(exc)))
+                stop.wait(UNAVAILABLE_PAUSE_S)
+
+    def _follow_held(self, stop: threading.Event) -> None:
         with self._locked(stop) as held:
             if not held:
                 return
             with self._waiter() as wait:
                 while not stop.is_set():
-                    try:
-                        self._ship_all()
-                    except (PublishUnavailable, DBAPIError) as exc:
-                        # The rows stay: the next try ships them, the same events again.
-                        log.warning("relay: %s; trying again", one_line(str(exc)))
-                        stop.wait(UNAVAILABLE_PAUSE_S)
-                        continue
+                    self._ship_all()
                     self.backlog()
                     wait(stop)
 

@@ -14,7 +14,12 @@ import httpx
 import pytest
 from sqlalchemy import Engine, create_engine
 
-from bench.servers import UwsgiServer, scratch_postgres_database, simplefeed_command
+from bench.servers import (
+    UwsgiServer,
+    private_postgres,
+    scratch_postgres_database,
+    simplefeed_command,
+)
 from simplefeed.outbox import Outbox, Relay, RelayBusy
 from simplefeed.producer import Prepared, Publisher, PublishRefused
 from tests.conftest import query
@@ -152,6 +157,36 @@ def test_follow_ships_rows_as_they_are_committed(
         follower.join(30)
     assert not follower.is_alive()
     assert relay.backlog().rows == 0
+
+
+@pytest.mark.postgres
+def test_follow_goes_on_after_the_app_s_postgresql_restarts(
+    server: UwsgiServer, publisher: Publisher
+) -> None:
+    """The app's PostgreSQL stops at once (crash recovery at the next start) while a relay
+    follows its outbox: the relay takes its lock and its listener anew, and ships on."""
+    with private_postgres() as pg:
+        engine = create_engine(pg.url())
+        outbox = Outbox(feed="events")
+        outbox.table.metadata.create_all(engine)
+        relay = Relay(outbox, pg.url(), publisher)
+        stop = threading.Event()
+        follower = threading.Thread(target=relay.follow, args=(stop,))
+        follower.start()
+        try:
+            before = add(engine, outbox, ["before the crash"])
+            wait_for(lambda: feed_ids(server)[-1:] == before, "the relay to ship it")
+            pg.crash()
+            engine.dispose()
+            pg.start()
+            after = add(engine, outbox, ["after the restart"])
+            wait_for(lambda: feed_ids(server)[-1:] == after, "the relay to ship it")
+        finally:
+            stop.set()
+            follower.join(30)
+            relay.close()
+            engine.dispose()
+        assert not follower.is_alive()
 
 
 def test_the_relay_command(tmp_path: Path, server: UwsgiServer, app_url: str) -> None:
