@@ -124,10 +124,12 @@ class Outbox:
         prepared = prepare(event, self.limits)
         bind = connection.get_bind() if isinstance(connection, Session) else connection
         if bind.dialect.name == "postgresql":
-            # Held until the transaction ends, so ids commit in order (the module's docstring).
-            connection.execute(select(func.pg_advisory_xact_lock(self.add_lock)))
-            # Delivered when the transaction commits, and never if it rolls back.
-            connection.execute(select(func.pg_notify(self.channel, "")))
+            # The lock is held until the transaction ends, so ids commit in order (the
+            # module's docstring). The notification is delivered when the transaction commits,
+            # and never if it rolls back. One round trip for both.
+            connection.execute(
+                select(func.pg_advisory_xact_lock(self.add_lock), func.pg_notify(self.channel, ""))
+            )
         connection.execute(
             self.table.insert().values(
                 entry_id=prepared.id, event=prepared.body, created_us=_now_us()

@@ -229,10 +229,18 @@ def _pause(state: tenacity.RetryCallState) -> float:
     return float(backoff(state))
 
 
+def _retryable(error: BaseException) -> bool:
+    """Whether a try may succeed later: an answer that says so, or a network error. A URL
+    without http or https, or a request httpx itself refuses to send, never will."""
+    if isinstance(error, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
+        return False
+    return isinstance(error, _Later | httpx.TransportError)
+
+
 def _retrying(retry_for: float) -> dict[str, Any]:
     """tenacity's arguments for a publish: retry what changed nothing, for ``retry_for`` s."""
     return {
-        "retry": tenacity.retry_if_exception_type((_Later, httpx.TransportError)),
+        "retry": tenacity.retry_if_exception(_retryable),
         "wait": _pause,
         "stop": tenacity.stop_after_delay(retry_for),
         "reraise": True,
@@ -249,6 +257,8 @@ class _Base:
     def __init__(
         self, url: str, token: str, limits: Limits | None, retry_for: float, timeout: float
     ) -> None:
+        if httpx.URL(url).scheme not in ("http", "https"):
+            raise ValueError(f"{url!r} is not an http or https URL")
         self.url = url
         self.limits = limits or Limits()
         self.retry_for = retry_for

@@ -190,6 +190,11 @@ def test_an_unreachable_server_is_retried_until_retry_for_runs_out(requests: Req
     assert requests.sent > 1
 
 
+def test_a_url_that_can_never_work_is_refused_at_once() -> None:
+    with pytest.raises(ValueError, match="not an http or https URL"):
+        Publisher("feeds.example/entries", "token")
+
+
 def test_retry_after_is_read_in_seconds_and_as_a_date() -> None:
     assert _retry_after("3") == 3.0
     assert _retry_after(None) is None
