@@ -27,8 +27,10 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
+    start_http_server,
     values,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -158,6 +160,43 @@ def wait_declined() -> None:
 
 def error(status: int) -> None:
     ERRORS.labels(str(status)).inc()
+
+
+#: A relay's metrics (``simplefeed relay --metrics-port``): a process of its own, apart from
+#: the service's.
+RELAY = CollectorRegistry(auto_describe=True)
+RELAY_BACKLOG_ROWS = Gauge(
+    "simplefeed_relay_backlog_rows",
+    "Rows in the outbox that the server has not acknowledged yet.",
+    ["feed"],
+    registry=RELAY,
+)
+RELAY_BACKLOG_AGE = Gauge(
+    "simplefeed_relay_backlog_oldest_seconds",
+    "Age of the oldest row in the outbox, 0 when it is empty.",
+    ["feed"],
+    registry=RELAY,
+)
+RELAY_SHIPPED = Counter(
+    "simplefeed_relay_shipped_events",
+    "Events the relay shipped and the server acknowledged.",
+    ["feed"],
+    registry=RELAY,
+)
+
+
+def relay_backlog(feed: str, rows: int, oldest_age_s: float) -> None:
+    RELAY_BACKLOG_ROWS.labels(feed).set(rows)
+    RELAY_BACKLOG_AGE.labels(feed).set(oldest_age_s)
+
+
+def relay_shipped(feed: str, count: int) -> None:
+    RELAY_SHIPPED.labels(feed).inc(count)
+
+
+def serve_relay(port: int, host: str = "127.0.0.1") -> None:
+    """Serve the relay's metrics on ``http://host:port/metrics``, from a thread."""
+    start_http_server(port, addr=host, registry=RELAY)
 
 
 class _Feeds(Collector):

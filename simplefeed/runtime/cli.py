@@ -65,14 +65,15 @@ def _core() -> Iterator[Any]:
 class _Commands(click.Group):
     """End project errors from any command as one line and exit status 1.
 
-    Their control characters are escaped. The consumer's commands are loaded when asked for,
-    as click's "lazily loading subcommands" describes. Their modules (httpx, feedparser, lxml)
-    would add 0.3 s to every operator command's start.
+    Their control characters are escaped. The consumer's commands and the relay are loaded
+    when asked for, as click's "lazily loading subcommands" describes. Their modules (httpx,
+    feedparser, lxml) would add 0.3 s to every operator command's start.
     """
 
     _LAZY: ClassVar[dict[str, tuple[str, str]]] = {
         "consume": ("simplefeed.client.command", "consume"),
         "consumer": ("simplefeed.client.state_commands", "consumer_group"),
+        "relay": ("simplefeed.runtime.relay", "relay"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
