@@ -48,6 +48,8 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def text_problem(value: str, max_chars: int | None = None) -> str | None:
     """Why ``value`` cannot be a text the documents carry (an entry's title or a feed's), or
     None: characters XML cannot carry or feed validators flag, more than ``max_chars``."""
+    if value.isascii() and value.isprintable():  # the common case: neither kind of character
+        return None if max_chars is None or len(value) <= max_chars else _too_long(max_chars)
     bad = _NOT_XML_CHAR.search(value)
     if bad:
         return f"contains U+{ord(bad.group()):04X}, which XML cannot carry"
@@ -60,8 +62,12 @@ def text_problem(value: str, max_chars: int | None = None) -> str | None:
             "(text decoded with the wrong charset?); JSON content may hold it"
         )
     if max_chars is not None and len(value) > max_chars:
-        return f"is longer than {max_chars} characters"
+        return _too_long(max_chars)
     return None
+
+
+def _too_long(max_chars: int) -> str:
+    return f"is longer than {max_chars} characters"
 
 
 def us_to_datetime(us: int) -> datetime:

@@ -8,6 +8,7 @@ valid document and no field can add an element or attribute to a page.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -219,6 +220,8 @@ def _same_number(value: float, text: str) -> bool:
 
 
 def _finite_int(text: str) -> int:
+    if len(text) < 300:  # under 10^300: a double holds its magnitude
+        return int(text)
     if math.isinf(float(text)):
         raise NotStrictJson(f"the number {text[:40]}... overflows a double (RFC 7493 2.2)")
     return int(text)
@@ -235,17 +238,22 @@ def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+#: Made once: ``json.loads`` with these hooks would make a decoder and its scanner per call.
+_STRICT_DECODER = json.JSONDecoder(
+    parse_constant=_no_constant,
+    parse_float=_finite_float,
+    parse_int=_finite_int,
+    object_pairs_hook=_unique_names,
+)
+
+
 def strict_json(text: str) -> Any:
     """``json.loads`` as strict as the strictest JSON reader: no NaN or Infinity, no number a
     double cannot hold, no name twice in an object. Raises :class:`json.JSONDecodeError` or
     :class:`NotStrictJson`."""
-    return json.loads(
-        text,
-        parse_constant=_no_constant,
-        parse_float=_finite_float,
-        parse_int=_finite_int,
-        object_pairs_hook=_unique_names,
-    )
+    if text.startswith("\ufeff"):  # as json.loads refuses it
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _STRICT_DECODER.decode(text)
 
 
 def parse_events(payload: Any, limits: Limits, now_us: int) -> tuple[list[Event], bool]:
@@ -312,8 +320,14 @@ _VISIBLE_FORMAT = frozenset(
 )
 
 
+#: A printable ASCII character other than the space: something every reader shows.
+_SHOWN_ASCII = re.compile("[!-~]")
+
+
 def _blank(value: str) -> bool:
     """Whether a reader would show nothing of ``value`` (a title of U+200B passed as text)."""
+    if _SHOWN_ASCII.search(value):  # the common case, without a look at each character
+        return False
     return all(
         ch in _BLANK_GLYPHS
         or (unicodedata.category(ch) in _INVISIBLE and ch not in _VISIBLE_FORMAT)
@@ -604,27 +618,39 @@ def _entry_id(c: _Checker, value: str | None, max_bytes: int) -> str | None:
 MAX_EXACT_INTEGER = 2**53 - 1
 
 
+_LONE_SURROGATE = "escapes a lone surrogate, which strict JSON refuses"
+
+
+def _lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _json_value_problem(value: Any, max_depth: int) -> str | None:
     """What a JSON content value holds that some reader would not read as it was sent, or
     None: nesting deeper than ``max_depth``, a string escaping a lone surrogate (RFC 8259 8.2
     leaves it unpredictable; strict parsers refuse it), an integer past
     :data:`MAX_EXACT_INTEGER`, a number a double does not hold as written
     (:class:`InexactNumber`). One walk, stopping at the first."""
-    stack = [(value, 1)]
+    stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if depth > max_depth:
             return f"is nested deeper than {max_depth} levels"
-        if isinstance(item, dict):
-            stack.extend((name, depth) for name in item)
-            stack.extend((v, depth + 1) for v in item.values())
+        if isinstance(item, str):
+            if not item.isascii() and _lone_surrogate(item):
+                return _LONE_SURROGATE
+        elif isinstance(item, dict):
+            # Names sit at their object's depth; an ASCII name is checked at C speed.
+            for name in item:
+                if not name.isascii() and _lone_surrogate(name):
+                    return _LONE_SURROGATE
+            stack.extend(zip(item.values(), itertools.repeat(depth + 1)))
         elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "escapes a lone surrogate, which strict JSON refuses"
+            stack.extend(zip(item, itertools.repeat(depth + 1)))
         elif type(item) is InexactNumber:
             shown = item.text if len(item.text) <= 40 else f"{item.text[:40]}..."
             return (
@@ -641,6 +667,10 @@ def _json_value_problem(value: Any, max_depth: int) -> str | None:
                 " (RFC 7493 2.2); send it as a string"
             )
     return None
+
+
+#: How JSON content is written as text, made once (``json.dumps`` with options makes one a call).
+_JSON_TEXT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) -> str | None:
@@ -667,7 +697,7 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
         if problem is not None:
             raise c.fail("content", problem)
         try:
-            text = json.dumps(raw, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            text = _JSON_TEXT.encode(raw)
         except ValueError:
             raise c.fail("content", "holds NaN or Infinity, which JSON cannot carry") from None
     else:
