@@ -110,6 +110,8 @@ class Outbox:
             Column("created_us", BigInteger, nullable=False),
             sqlite_autoincrement=True,
         )
+        #: One statement, so SQLAlchemy compiles it once.
+        self._insert = self.table.insert()
         #: The PostgreSQL channel a commit notifies, and the advisory lock keys.
         self.channel = name
         self.add_lock = _lock_key("outbox add", name)
@@ -131,9 +133,8 @@ class Outbox:
                 select(func.pg_advisory_xact_lock(self.add_lock), func.pg_notify(self.channel, ""))
             )
         connection.execute(
-            self.table.insert().values(
-                entry_id=prepared.id, event=prepared.body, created_us=_now_us()
-            )
+            self._insert,
+            {"entry_id": prepared.id, "event": prepared.body, "created_us": _now_us()},
         )
         return prepared.id
 
