@@ -46,16 +46,16 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session
 
 from simplefeed import metrics
 from simplefeed.errors import SimplefeedError
 from simplefeed.lines import one_line
 from simplefeed.producer import Prepared, Publisher, PublishUnavailable, prepare
-from simplefeed.settings import FEED_NAME_RE, Limits
+from simplefeed.settings import FEED_NAME_RE, Limits, mask_url
 
-__all__ = ["Backlog", "Outbox", "Relay", "RelayBusy", "backlog"]
+__all__ = ["Backlog", "Outbox", "OutboxUnavailable", "Relay", "RelayBusy", "backlog"]
 
 log = logging.getLogger(__name__)
 
@@ -156,11 +156,28 @@ class Backlog:
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
 
+class OutboxUnavailable(SimplefeedError):
+    """The outbox's database cannot be opened or read: a wrong URL, no such table, no answer."""
+
+
 def _engine(url: str) -> Engine:
     """An engine on the app's database, for a relay."""
-    if make_url(url).get_backend_name() == "sqlite":
-        return create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
-    return create_engine(url)
+    try:
+        if make_url(url).get_backend_name() == "sqlite":
+            return create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+        return create_engine(url)
+    except (ArgumentError, NoSuchModuleError) as exc:
+        raise OutboxUnavailable(f"{mask_url(url)!r} is not a database URL: {exc}") from None
+
+
+@contextlib.contextmanager
+def _reading(outbox: Outbox) -> Iterator[None]:
+    """The database's errors as :class:`OutboxUnavailable`, naming the outbox."""
+    try:
+        yield
+    except DBAPIError as exc:
+        said = one_line(str(exc.orig)) if exc.orig is not None else one_line(str(exc))
+        raise OutboxUnavailable(f"the outbox {outbox.table.name!r}: {said}") from exc
 
 
 def backlog(outbox: Outbox, database: str | Engine) -> Backlog:
@@ -168,7 +185,7 @@ def backlog(outbox: Outbox, database: str | Engine) -> Backlog:
     engine = _engine(database) if isinstance(database, str) else database
     t = outbox.table
     try:
-        with engine.connect() as c:
+        with _reading(outbox), engine.connect() as c:
             rows, oldest = c.execute(select(func.count(), func.min(t.c.created_us))).one()
     finally:
         if engine is not database:
@@ -240,8 +257,8 @@ class Relay:
 
     def ship(self) -> int:
         """Ship every row committed now; how many. Raises :class:`RelayBusy` when another
-        relay holds the outbox, and the publisher's errors."""
-        with self._locked(None) as held:
+        relay holds the outbox, :class:`OutboxUnavailable`, and the publisher's errors."""
+        with _reading(self.outbox), self._locked(None) as held:
             if not held:
                 raise RelayBusy(f"another relay is shipping the outbox {self.table.name!r}")
             shipped = self._ship_all()

@@ -218,6 +218,19 @@ def test_the_relay_command(tmp_path: Path, server: UwsgiServer, app_url: str) ->
     assert (shipped.returncode, shipped.stdout) == (0, "shipped 2 events\n"), shipped.stderr
     assert feed_ids(server)[-2:] == ids
     assert run("--feed", "events", "--status").stdout.startswith("0 rows")
+    for database, said in (
+        ("nonsense", "is not a database URL"),
+        (f"sqlite:///{tmp_path / 'other.sqlite3'}", "no such table"),
+    ):
+        failed = subprocess.run(
+            [*simplefeed_command(), "relay", "--outbox", database, "--feed", "events", "--status"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=server.env(),
+        )
+        assert failed.returncode == 1
+        assert said in failed.stderr and len(failed.stderr.splitlines()) == 1, failed.stderr
     unnamed = run("--to", server.url("/entries"), "--token-file", str(token))
     assert unnamed.returncode == 2
     assert "--feed" in unnamed.stderr
