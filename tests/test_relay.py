@@ -16,6 +16,7 @@ from sqlalchemy import Engine, create_engine
 
 from bench.servers import (
     UwsgiServer,
+    free_port,
     private_postgres,
     scratch_postgres_database,
     simplefeed_command,
@@ -235,3 +236,62 @@ def test_the_relay_command(tmp_path: Path, server: UwsgiServer, app_url: str) ->
     assert unnamed.returncode == 2
     assert "--feed" in unnamed.stderr
     assert httpx.get(server.url("/healthz")).status_code == 200
+
+
+def test_the_relay_command_follows_serves_its_metrics_and_stops_on_sigterm(
+    tmp_path: Path, server: UwsgiServer
+) -> None:
+    import signal
+    import subprocess
+
+    app_url = f"sqlite:///{tmp_path / 'app.sqlite3'}"
+    outbox = Outbox(feed="events")
+    engine = create_engine(app_url)
+    outbox.table.metadata.create_all(engine)
+    token = tmp_path / "token"
+    token.write_text(server.token)
+    port = free_port()
+    relay = subprocess.Popen(
+        [
+            *simplefeed_command(),
+            "relay",
+            "--outbox",
+            app_url,
+            "--to",
+            server.url("/entries"),
+            "--feed",
+            "events",
+            "--token-file",
+            str(token),
+            "--follow",
+            "--metrics-port",
+            str(port),
+        ],
+        env=server.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ids = add(engine, outbox, ["followed by the command"])
+        wait_for(lambda: feed_ids(server)[-1:] == ids, "the relay to ship it")
+
+        def scraped() -> str:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/metrics").text
+            except httpx.TransportError:
+                return ""
+
+        wait_for(
+            lambda: 'simplefeed_relay_shipped_events_total{feed="events"} 1.0' in scraped(),
+            "the metrics to say so",
+        )
+        assert 'simplefeed_relay_backlog_rows{feed="events"} 0.0' in scraped()
+        relay.send_signal(signal.SIGTERM)
+        _, stderr = relay.communicate(timeout=30)
+        assert relay.returncode == 0, stderr
+    finally:
+        if relay.poll() is None:
+            relay.kill()
+            relay.communicate()
+        engine.dispose()
