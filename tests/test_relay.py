@@ -134,6 +134,33 @@ def test_one_relay_ships_at_a_time(
         other.engine.dispose()
 
 
+def test_two_relays_following_one_outbox_ship_each_event_once_in_order(
+    server: UwsgiServer, app_url: str, outbox: Outbox, publisher: Publisher
+) -> None:
+    """Two relays with engines of their own follow one outbox while the app commits: one
+    ships, the other waits for the lock; the feed gets each event once, in commit order."""
+    relays = [Relay(outbox, app_url, publisher, batch_size=3) for _ in range(2)]
+    stop = threading.Event()
+    followers = [threading.Thread(target=r.follow, args=(stop,)) for r in relays]
+    for follower in followers:
+        follower.start()
+    engine = create_engine(app_url)
+    try:
+        committed: list[str] = []
+        for n in range(10):
+            committed += add(engine, outbox, [f"two relays {n}.{i}" for i in range(n % 4 + 1)])
+        wait_for(lambda: feed_ids(server)[-len(committed) :] == committed, "the relays to ship")
+    finally:
+        stop.set()
+        for follower in followers:
+            follower.join(30)
+        for r in relays:
+            r.close()
+        engine.dispose()
+    assert [f.is_alive() for f in followers] == [False, False]
+    assert len(set(feed_ids(server))) == len(feed_ids(server))
+
+
 def wait_for(condition: object, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():  # type: ignore[operator]
