@@ -26,7 +26,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from sqlalchemy import (
     Engine,
     Integer,
     MetaData,
+    Row,
     String,
     Table,
     Text,
@@ -239,21 +241,41 @@ class Relay:
         return found
 
     def _ship_all(self) -> int:
-        """Ship every row committed now, batch by batch; how many (the relay lock held)."""
+        """Ship every row committed now, batch by batch; how many (the relay lock held).
+
+        While a batch is on its way to the server, a thread reads the next one and deletes
+        the one before, so the database's time hides behind the server's. A batch is deleted
+        only once the server has acknowledged it. The rows after a batch are the next batch,
+        because a lower id never commits after a higher one (the module's docstring)."""
         shipped = 0
+        with ThreadPoolExecutor(max_workers=1) as database:
+            rows = self._read_after(None)
+            deleting: Future[None] | None = None
+            while rows:
+                ahead = database.submit(self._read_after, rows[-1].id)
+                self.publisher.send([Prepared(id=r.entry_id, body=r.event) for r in rows])
+                if deleting is not None:
+                    deleting.result()
+                deleting = database.submit(self._delete, [r.id for r in rows])
+                shipped += len(rows)
+                metrics.relay_shipped(self.outbox.feed, len(rows))
+                rows = ahead.result()
+            if deleting is not None:
+                deleting.result()
+        return shipped
+
+    def _read_after(self, last: int | None) -> Sequence[Row[int, str, str]]:
+        """The next batch: the first rows in id order, after ``last`` if given."""
         t = self.table
-        while True:
-            with self.engine.connect() as c:
-                rows = c.execute(
-                    select(t.c.id, t.c.entry_id, t.c.event).order_by(t.c.id).limit(self.batch_size)
-                ).all()
-            if not rows:
-                return shipped
-            self.publisher.send([Prepared(id=r.entry_id, body=r.event) for r in rows])
-            with self.engine.begin() as c:
-                c.execute(t.delete().where(t.c.id.in_([r.id for r in rows])))
-            shipped += len(rows)
-            metrics.relay_shipped(self.outbox.feed, len(rows))
+        query = select(t.c.id, t.c.entry_id, t.c.event).order_by(t.c.id).limit(self.batch_size)
+        if last is not None:
+            query = query.where(t.c.id > last)
+        with self.engine.connect() as c:
+            return c.execute(query).all()
+
+    def _delete(self, ids: list[int]) -> None:
+        with self.engine.begin() as c:
+            c.execute(self.table.delete().where(self.table.c.id.in_(ids)))
 
     def ship(self) -> int:
         """Ship every row committed now; how many. Raises :class:`RelayBusy` when another
