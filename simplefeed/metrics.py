@@ -85,6 +85,14 @@ PAGES_FROZEN = Counter(
     ["feed"],
     registry=_OWN,
 )
+APPEND_PUBLISHES = Histogram(
+    "simplefeed_append_publishes",
+    "Publishes committed per append transaction: more than one where group commit joined"
+    " concurrent single-event publishes (its count is the number of commits).",
+    ["feed"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+    registry=_OWN,
+)
 READS = Counter(
     "simplefeed_reads",
     "Feed documents answered by the application, by document (recent, page) and status (200, 304).",
@@ -115,6 +123,11 @@ ERRORS = Counter(
 def published(feed: str, created: int, seconds: float) -> None:
     EVENTS_PUBLISHED.labels(feed).inc(created)
     PUBLISH_SECONDS.labels(feed).observe(seconds)
+
+
+def appends_committed(feed: str, publishes: int) -> None:
+    """An append transaction committed, for ``publishes`` publishes."""
+    APPEND_PUBLISHES.labels(feed).observe(publishes)
 
 
 def pages_frozen(feed: str, count: int) -> None:

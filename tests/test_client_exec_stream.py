@@ -360,3 +360,15 @@ def test_an_answer_may_end_in_cr_lf(live: LiveServer, tmp_path: Path) -> None:
     result = run(live.recent, state, f"sh -c {shlex.quote(loop)}")
     assert result.exit_code == 0, result.stderr
     assert checkpoint(state, live.recent).seq == 7  # type: ignore[union-attr]
+
+
+def test_answers_to_entries_not_written_yet_stop_the_consumer(
+    live: LiveServer, tmp_path: Path
+) -> None:
+    """``yes ok`` answers without reading: its answers cannot be any entry's."""
+    live.publish(60)
+    state = tmp_path / "s.sqlite3"
+    result = run(live.recent, state, "yes ok")
+    assert result.exit_code == EXIT_HANDLER
+    assert "'yes ok' answered more lines than the entries written to it" in result.stderr
+    assert checkpoint(state, live.recent) is None

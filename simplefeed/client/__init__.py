@@ -18,6 +18,7 @@ Modules, each owning one thing:
 ``checker``      feedparser's checks in a child process while a catch-up reads ahead
 ``tree``         the strict reading by namespace, exact values (the only lxml user)
 ``state``        the SQLite state file: checkpoints and the HTTP cache
+``saving``       a page's checkpoint stored on its own thread while the walk reads on
 ``poll``         the adaptive polling interval (pure)
 ``errors``       the exception hierarchy
 ``command``      ``simplefeed consume`` and ``simplefeed consumer``

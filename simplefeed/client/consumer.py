@@ -65,10 +65,8 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from os import PathLike
-from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -97,6 +95,7 @@ from simplefeed.client.parse import (
     Parser,
 )
 from simplefeed.client.poll import PollPolicy, next_interval
+from simplefeed.client.saving import BackgroundSaver
 from simplefeed.client.state import Checkpoint, Head, Parked, StateFile, damaged_values
 from simplefeed.client.walk import (
     MAX_PAGES,
@@ -183,19 +182,16 @@ class Consumer:
     - ``parser``: ``"feedparser"`` (its checks besides the strict reading) or ``"lxml"``.
     - ``on_error``, ``max_parked``: a handler's failure stops (``"stop"``) or parks the
       entry (``"park"``). At most ``max_parked`` entries are parked (:class:`TooManyParked`).
-    - ``timeout``: seconds each connect and each read on the socket may wait. A read of a long
-      poll may wait ``wait`` more. ``bounds`` limits the whole response (:class:`Bounds`:
-      ``max_seconds``, ``max_bytes``). So a server that drips bytes is cut off at
-      ``max_seconds``, whatever the timeout.
-    - ``retry``: attempts and backoff for network errors, timeouts, 5xx and 429
-      (:class:`RetryPolicy`).
-    - ``allow_redirect_origins``: other origins that redirects and links may lead to.
-    - ``poll``: the adaptive interval of follow mode (:class:`PollPolicy`). ``wait``: the
-      seconds a long poll asks the server to hold it (``Prefer: wait``). 0 never asks.
-    - ``progress``: called with a :class:`Progress` as a long catch-up goes.
-    - ``max_pages``: the most pages a pass walks back, and so fetches and caches. A longer
-      history stops with :class:`MalformedPage`. The default is
-      :data:`simplefeed.client.walk.MAX_PAGES`.
+    - ``timeout``: seconds each connect and each socket read may wait. A long poll's read may
+      wait ``wait`` more. ``bounds`` (:class:`Bounds`) caps a whole response's seconds and
+      bytes, so a server that drips bytes is cut off whatever the timeout.
+    - ``retry`` (:class:`RetryPolicy`): attempts and backoff for network errors, timeouts, 5xx
+      and 429. ``allow_redirect_origins``: other origins that redirects and links may reach.
+    - ``poll`` (:class:`PollPolicy`): follow mode's adaptive interval. ``wait``: the seconds a
+      long poll asks the server to hold it (``Prefer: wait``). 0 never asks.
+    - ``progress``: called with a :class:`Progress` as a long catch-up goes. ``max_pages``: the
+      most pages a pass walks back, fetches and caches (:data:`~simplefeed.client.walk.MAX_PAGES`
+      by default). A longer history stops with :class:`MalformedPage`.
     - ``clock``, ``sleep``, ``transport``: injected for tests. The default sleep ends at
       :meth:`stop`.
     """
@@ -203,11 +199,6 @@ class Consumer:
     #: Per page: the last processed entry, until its page is done. Its checkpoint is made
     #: then, not for every entry.
     _pending: FeedEntry | None = None
-    #: Per page: the checkpoint's durable write runs on a thread of its own, with its own
-    #: connection, while the walk reads the next pages. It is waited for before the next
-    #: page's first entry is handed over.
-    _writer: ThreadPoolExecutor | None = None
-    _writing: Future[None] | None = None
     #: The iteration under way: the thread running it, and whether it is running now. The
     #: other case is waiting at a yield for its caller to ask for the next entry.
     _runner: int | None = None
@@ -251,7 +242,8 @@ class Consumer:
         self.progress = progress
         self._owns_state = not isinstance(state, StateFile)
         self.state = state if isinstance(state, StateFile) else StateFile(state)
-        try:
+        self._saver = BackgroundSaver(self.state.path)
+        with _closed_on_error(self.state if self._owns_state else None):
             self.fetcher = Fetcher(
                 self.state,
                 transport=transport,
@@ -262,10 +254,6 @@ class Consumer:
                 clock=clock,
                 sleep=sleep,
             )
-        except BaseException:
-            if self._owns_state:
-                self.state.close()
-            raise
         #: Waits between polls and between attempts. They use the fetcher's pause, which
         #: :meth:`stop` ends, unless another was given.
         self.sleep = sleep if sleep is not None else self.fetcher.pause
@@ -459,9 +447,7 @@ class Consumer:
                 stream.close()
             self._flush()
         finally:
-            if self._writer is not None:
-                self._writer.submit(_close_writer_state)
-                self._writer.shutdown(wait=True)
+            self._saver.close()
             self._pages.close()
             self.fetcher.close()
             if self._owns_state:
@@ -506,7 +492,7 @@ class Consumer:
                             for entry in passing:
                                 if self.fetcher.interrupted:
                                     return
-                                if self._writing is not None or (
+                                if self._saver.busy or (
                                     self._pending is not None
                                     and self._pending.page_url != entry.page_url
                                 ):
@@ -659,23 +645,13 @@ class Consumer:
         if self.checkpoint_every != "page" or self._pending is None:
             return
         pending = _checkpoint_of(self._pending)
-        self._wait_written()
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="simplefeed-checkpoint")
-        self._writing = self._writer.submit(
-            _save_in_background, self.state.path, self.url, pending, self.clock(), self._unsaved
-        )
+        self._saver.start(self.url, pending, self.clock(), self._unsaved)
         self._saved = pending
         self._pending = None
         self._unsaved = []
 
-    def _wait_written(self) -> None:
-        writing, self._writing = self._writing, None
-        if writing is not None:
-            writing.result()  # Durable now, or its StateError.
-
     def _flush(self) -> None:
-        self._wait_written()
+        self._saver.wait()
         if self._pending is not None:
             self._save(_checkpoint_of(self._pending), self._unsaved)
 
@@ -744,28 +720,19 @@ def _failed(consumer: Consumer, entry: FeedEntry, error: Exception) -> None:
     consumer.park(entry, error)
 
 
+@contextlib.contextmanager
+def _closed_on_error(state: StateFile | None) -> Iterator[None]:
+    """Close ``state`` if the block raises, because a consumer that failed to start owns it."""
+    try:
+        yield
+    except BaseException:
+        if state is not None:
+            state.close()
+        raise
+
+
 def _checkpoint_of(entry: FeedEntry) -> Checkpoint:
     return Checkpoint(entry.id, entry.seq, entry.page_url)
-
-
-_writer_state = threading.local()
-
-
-def _save_in_background(
-    path: Path, url: str, checkpoint: Checkpoint, now: float, processed: list[tuple[int, str]]
-) -> None:
-    """On the checkpoint thread: store durably, through that thread's own connection."""
-    state: StateFile | None = getattr(_writer_state, "file", None)
-    if state is None:
-        state = _writer_state.file = StateFile(path)
-    state.save_checkpoint(url, checkpoint, now, processed)
-
-
-def _close_writer_state() -> None:
-    state: StateFile | None = getattr(_writer_state, "file", None)
-    if state is not None:
-        state.close()
-        _writer_state.file = None
 
 
 def _describe(error: BaseException) -> str:

@@ -9,12 +9,13 @@ because a process that writes acknowledgements before it reads on would otherwis
 full pipe while this one blocks on the other.
 
 A process that exits, closes its standard output, writes a line longer than
-:data:`MAX_ACK_BYTES`, or acknowledges nothing for ``ack_timeout`` seconds while entries await
-stops the consumer (:class:`~simplefeed.client.errors.HandlerError`), the checkpoint on the
-last acknowledged entry. So does one that closes its standard input with entries still to
-read: it is terminated, because it can never acknowledge them. The process is asked to end
-when the consumer is done: its standard input is closed, then after :data:`GRACE_SECONDS` it
-is terminated.
+:data:`MAX_ACK_BYTES` or more lines than it was written entries, or acknowledges nothing for
+``ack_timeout`` seconds while entries await stops the consumer
+(:class:`~simplefeed.client.errors.HandlerError`), the checkpoint on the last acknowledged
+entry. So does one that closes its standard input with entries still to read: it is
+terminated, because it can never acknowledge them. The process is asked to end when the
+consumer is done: its standard input is closed, then after :data:`GRACE_SECONDS` it is
+terminated.
 """
 
 from __future__ import annotations
@@ -139,6 +140,10 @@ class ExecStream:
         if len(self._partial) >= MAX_ACK_BYTES:
             self._end()
             return f"wrote an acknowledgement over {MAX_ACK_BYTES} bytes"
+        if self.acknowledged + len(self._acks) > self.sent:
+            # An answer to an entry not written yet would be taken for that entry's.
+            self._end()
+            return "answered more lines than the entries written to it"
         return None
 
     def _write(self) -> None:

@@ -257,13 +257,11 @@ def new_entries(
 ) -> Iterator[FeedEntry]:
     """The entries after ``checkpoint``, oldest first (everything when it is None).
 
-    ``page_done`` is called when the walk is past a page's last entry and about to read on to
-    the next page. A resume then starts after it. ``behind`` is called when the feed's newest
-    entry is older than the checkpoint's, which means an older copy of the entry point. It gets
-    the page holding that entry and the checkpoint, and nothing is yielded. ``progress``, when
-    given, is told of each page passed walking back and each entry yielded. No report is made
-    when nobody listens. ``max_pages`` is the most pages walked back. Past it, the walk raises
-    :class:`MalformedPage`.
+    ``page_done`` is called when the walk is past a page's last entry, before it reads on. A
+    resume then starts after it. ``behind`` gets the page and the checkpoint when the feed's
+    newest entry is older than the checkpoint's, from an older copy of the entry point. Then
+    nothing is yielded. ``progress`` hears of each page passed walking back and each entry
+    yielded. ``max_pages`` bounds the walk back, and past it the walk raises MalformedPage.
     """
     # Each pass forward is made before it runs, so the page it starts from is not also held
     # here. The pass lets go of it as soon as it moves on to the next one.
