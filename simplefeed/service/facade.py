@@ -65,7 +65,7 @@ class Simplefeed:
         #: Requests waiting for a feed to change (``Prefer: wait``) wait here.
         self.changes = Changes(self.store.watch, self.feed_head, bell)
         self._chain = Chain(settings, self.store)
-        self._pages = Pages(settings, self.store)
+        self._pages = Pages(settings, self.store, self._chain)
         self._health = Health(settings, self.store, self._chain, self._pages, clock)
         self._feeds = Feeds(settings, self.store, self._chain, self._health, clock, new_uuid)
         self._tokens = Tokens(self.store, clock)
