@@ -180,14 +180,44 @@ class _Own(Collector):
         yield from _OWN.collect()
 
 
-def scrape(feeds: Callable[[], Sequence[Feed]], now_us: int) -> bytes:
-    """The Prometheus text exposition: every worker's counts, and each feed's state."""
+class _Waiting(Collector):
+    """The archived pages waiting for the bucket, read from the archive directory when
+    scraped (every worker sees the same markers)."""
+
+    def __init__(self, pages: int, since_s: float | None) -> None:
+        self.pages = pages
+        self.since_s = since_s
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "simplefeed_archive_pages_waiting",
+            "Archived pages waiting to be put in the bucket (SIMPLEFEED_ARCHIVE_URL).",
+            value=self.pages,
+        )
+        if self.since_s is not None:
+            yield GaugeMetricFamily(
+                "simplefeed_archive_pages_waiting_since_seconds",
+                "When the oldest page waiting for the bucket began to wait (Unix time).",
+                value=self.since_s,
+            )
+
+
+def scrape(
+    feeds: Callable[[], Sequence[Feed]],
+    now_us: int,
+    waiting: Callable[[], tuple[int, float | None] | None] = lambda: None,
+) -> bytes:
+    """The Prometheus text exposition: every worker's counts, each feed's state, and the
+    pages waiting for the bucket."""
     registry = CollectorRegistry(auto_describe=False)
     if os.environ.get(MULTIPROCESS_ENV):
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
         registry.register(_Own())
     registry.register(_Feeds(feeds(), now_us))
+    found = waiting()
+    if found is not None:
+        registry.register(_Waiting(*found))
     return generate_latest(registry)
 
 

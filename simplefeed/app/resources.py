@@ -651,6 +651,10 @@ class EntryLocator(_FeedResource):
         send_options(resp, READ_METHODS)
 
 
+#: A time to the second in UTC, as RFC 3339 writes it.
+_RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
+
+
 class Health:
     """``GET /healthz``: 200 when the process answers, the database does too and publishing
     can work; 503 (with ``Retry-After``) naming the problems otherwise (the app's error handler
@@ -672,6 +676,14 @@ class Health:
             body.update(status="unhealthy", problems=report.problems)
         if report.warnings:
             body["warnings"] = report.warnings
+        if report.uploads is not None:
+            since = report.uploads.since_s
+            body["archive_bucket"] = {
+                "waiting_pages": report.uploads.pages,
+                "waiting_since": (
+                    None if since is None else time.strftime(_RFC3339, time.gmtime(since))
+                ),
+            }
         resp.media = body
 
     on_head = on_get
@@ -690,7 +702,7 @@ class Metrics:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.content_type = metrics.CONTENT_TYPE
         resp.cache_control = ["no-store"]
-        resp.data = metrics.scrape(self.core.feeds, self.core.clock())
+        resp.data = metrics.scrape(self.core.feeds, self.core.clock(), self.core.uploads_waiting)
 
 
 class OpenApi:

@@ -346,6 +346,8 @@ class RebuildReport:
     removed: list[Path] = field(default_factory=list)
     #: Page files that could not be written: "PATH: why", one a page.
     unwritten: list[str] = field(default_factory=list)
+    #: Pages put in the bucket (SIMPLEFEED_ARCHIVE_URL) because it lacked them: their places.
+    uploaded: list[str] = field(default_factory=list)
 
 
 #: A temporary file older than this is no write in progress (a write takes milliseconds), but

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from simplefeed import archive, atom
-from simplefeed.errors import ArchiveUnreadable, FeedNotFound, StoreError
+from simplefeed.errors import ArchiveUnreadable, FeedNotFound, PageConflict, StoreError
 from simplefeed.model import ArchivedPage, Entry, Feed, PageRecord, PendingEntry
 from simplefeed.rules import feeds as rules
 from simplefeed.rules import paging
@@ -97,7 +97,8 @@ class Maintenance:
 
         It also removes the temporary files that a crash left behind. A page whose files
         cannot be written is named in the report, and the others go on. Refused while a feed's
-        pages would be written where another feed's are.
+        pages would be written where another feed's are. With a bucket
+        (SIMPLEFEED_ARCHIVE_URL), every page it lacks, or holds without a copy, is put there.
         """
         self.health.check_default_feed_pages()
         checked = 0
@@ -112,7 +113,29 @@ class Maintenance:
             checked += count
             restored += written
             unwritten += failed
-        return archive.RebuildReport(checked, restored, removed, unwritten)
+        uploaded: list[str] = []
+        if self.pages.uploads.enabled:
+            for feed in self._feeds(feed_name):
+                put, failed = self._rebuild_bucket(feed)
+                uploaded += put
+                unwritten += failed
+        return archive.RebuildReport(checked, restored, removed, unwritten, uploaded)
+
+    def _rebuild_bucket(self, feed: Feed) -> tuple[list[str], list[str]]:
+        """Put in the bucket each of the feed's pages it lacks or holds without a copy: the
+        places put, and the pages that could not be, one line each."""
+        uploaded: list[str] = []
+        failed: list[str] = []
+        for record in self.store.iter_pages(feed.id):
+            key = self.pages.key(feed.name, record.number)
+            try:
+                where = self.pages.uploads.ensure(key, self.pages.recorded_bytes(feed, record))
+            except (StoreError, PageConflict) as exc:
+                failed.append(str(exc))
+                continue
+            if where is not None:
+                uploaded.append(where)
+        return uploaded, failed
 
     def verify(self, feed_name: str | None = None) -> archive.VerifyReport:
         """Check every page file against the database, and write nothing.
@@ -173,6 +196,8 @@ class Maintenance:
                 on_disk = None
             found = archive.record_problems(path, page, on_disk)
             problems += found
+            if self.pages.uploads.enabled:
+                problems += self._bucket_problems(feed, page, None if found else on_disk)
             if on_disk is not None and not found and before is not None:
                 # The file is the page the database records: its link to the page before
                 # must give that page's recorded digest.
@@ -196,6 +221,14 @@ class Maintenance:
                 )
             )
         return checked, problems
+
+    def _bucket_problems(self, feed: Feed, record: PageRecord, body: bytes | None) -> list[str]:
+        """How the bucket's copy of a page differs from it (``body``: its bytes if known)."""
+        try:
+            body = self.pages.recorded_bytes(feed, record) if body is None else body
+        except StoreError as exc:
+            return [str(exc)]
+        return self.pages.uploads.problems(self.pages.key(feed.name, record.number), body)
 
     def rerender(self, feed: Feed, number: int) -> bytes:
         """Render archived page ``number`` again from its entries, to check determinism."""

@@ -7,9 +7,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from simplefeed import archive
+from simplefeed.archive.store import page_key
 from simplefeed.errors import StoreError
 from simplefeed.model import ArchivedPage, Feed, PageRecord
 from simplefeed.service.chain import Chain
+from simplefeed.service.uploads import Uploads
 from simplefeed.settings import Settings
 from simplefeed.store import Store
 
@@ -33,10 +35,16 @@ class Pages:
         self.settings = settings
         self.store = store
         self.chain = chain
+        #: The bucket's side (SIMPLEFEED_ARCHIVE_URL): each page written waits for it.
+        self.uploads = Uploads(settings)
         #: Files found holding another page than the database's, kept: (feed, feed id, number).
         self._kept: set[tuple[str, int, int]] = set()
         #: Files this process could not write, with the error, until they are there.
         self._unwritten: dict[tuple[str, int, int], str] = {}
+
+    def key(self, feed_name: str, number: int) -> str:
+        """The page's key in a bucket: its URL path, as its path in the directory."""
+        return page_key(feed_name, self.settings.default_feed, number)
 
     def path(self, feed_name: str, number: int) -> Path:
         """Where page ``number`` of the feed lives in the archive."""
@@ -60,6 +68,7 @@ class Pages:
                 log.error("%s", _kept_warning(feed_name, page.number, path))
                 return False
             archive.write_page(path, page.body, page.frozen_us)
+            self.uploads.wait(self.key(feed_name, page.number), page.sha256)
         except OSError as exc:
             log.exception("could not write archive file for %s page %d", feed_name, page.number)
             if len(self._unwritten) < UNWRITTEN_KEPT:
@@ -105,7 +114,10 @@ class Pages:
             count += 1
             path = self.path(feed_name, page.number)
             try:
-                written += archive.ensure_files(path, page)
+                done = archive.ensure_files(path, page)
+                if path in done:
+                    self.uploads.wait(self.key(feed_name, page.number), page.sha256)
+                written += done
             except OSError as exc:
                 unwritten.append(f"{path}: {exc.strerror or exc}")
         return count, written, unwritten
@@ -140,6 +152,15 @@ class Pages:
             written += done[1]
             unwritten += done[2]
         return count, written, unwritten
+
+    def recorded_bytes(self, feed: Feed, record: PageRecord) -> bytes:
+        """The page's bytes: its file's if they have its digest, else rendered again
+        (:class:`StoreError` if the render has another digest)."""
+        try:
+            body = archive.read_if_recorded(self.path(feed.name, record.number), record)
+        except OSError:
+            body = None
+        return self.chain.rendered(feed, record).body if body is None else body
 
     def unwritten_problems(self) -> list[str]:
         """The page files this process could not write and that are still not right.
