@@ -15,9 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import falcon.testing
+import httpx
 import pytest
 
-from bench.servers import S3Server
+from bench.servers import S3Server, UwsgiServer
 from simplefeed import codings
 from simplefeed.app import create_app
 from simplefeed.archive.store import ATOM_MEDIA_TYPE, CACHE_CONTROL
@@ -175,3 +176,59 @@ def test_the_waiting_pages_outlive_the_process(
         assert_in_bucket(again, s3, 1)
     finally:
         again.close()
+
+
+@pytest.mark.e2e
+def test_the_served_service_puts_pages_in_the_bucket_across_an_outage(tmp_path: Path) -> None:
+    """``simplefeed serve`` (uWSGI, its workers' threads) with SIMPLEFEED_ARCHIVE_URL: a page
+    frozen while the bucket is down arrives once it is back, with the service restarted
+    during the outage."""
+    with S3Server(tmp_path / "moto") as s3:
+        s3.bucket(BUCKET)
+        env = {**s3.environ(), "SIMPLEFEED_ARCHIVE_URL": f"s3://{BUCKET}/{PREFIX}"}
+        service = UwsgiServer.scratch(tmp_path / "service", page_size=5, extra_env=env)
+        with service:
+            auth = {"Authorization": f"Bearer {service.token}"}
+            posted = httpx.post(
+                service.url("/entries"), json=[{"title": f"e{i}"} for i in range(6)], headers=auth
+            )
+            assert posted.status_code == 201, posted.text
+            arrived(s3, "pages/1")
+            none_waits(service)
+            port = s3.port
+            s3.stop()
+            posted = httpx.post(
+                service.url("/entries"), json=[{"title": f"f{i}"} for i in range(5)], headers=auth
+            )
+            assert posted.status_code == 201, posted.text  # page 2 froze, the bucket down
+            health = httpx.get(service.url("/healthz")).json()
+            assert health["archive_bucket"]["waiting_pages"] == 1
+        s3.start(port=port)
+        s3.bucket(BUCKET)
+        service.start(port=service.port)  # restarted: the page still waits, and goes
+        try:
+            httpx.get(service.url("/healthz"))  # (wakes a worker's thread)
+            held = arrived(s3, "pages/2")
+            assert held == (service.archive_dir / "pages" / "2").read_bytes()
+            none_waits(service)
+        finally:
+            service.stop()
+
+
+def none_waits(service: UwsgiServer) -> None:
+    """Wait for /healthz to say that no page waits for the bucket."""
+    deadline = time.monotonic() + ARRIVAL_S
+    while httpx.get(service.url("/healthz")).json()["archive_bucket"]["waiting_pages"]:
+        assert time.monotonic() < deadline, "pages still wait for the bucket"
+        time.sleep(0.1)
+
+
+def arrived(s3: S3Server, key: str) -> bytes:
+    """The bucket's object at ``key`` once it is there (waiting for it)."""
+    deadline = time.monotonic() + ARRIVAL_S
+    while (found := bucket_object(s3, key)) is None:
+        assert time.monotonic() < deadline, f"{key} never arrived in the bucket"
+        time.sleep(0.1)
+    body = found["body"]
+    assert isinstance(body, bytes)
+    return body
