@@ -5,25 +5,32 @@
     python bench/_consume_run.py URL STATE --parser lxml --checkpoint page [--tracemalloc]
         [--freeze-gc] [--checkout DIR]
 
-Reads the feed at URL with a fresh state file, handling each entry with a counter, and prints
-one JSON object: entries, seconds (from opening the state file to closing the consumer), of
-which the opening (``open_seconds``) and the walk back (until the first entry is handed over,
-``back_seconds``), and the CPU time of the main thread from there on (``forward_main_cpu``); the
-resident set size before the consumer, once it is open (its HTTP client loads the TLS trust
-store) and at its peak during the catch-up (sampled every 10 ms); the tracemalloc peak when
-asked (tracing slows the run, so its seconds are not a throughput figure); what the fetcher
-did (requests, cache hits); the CPU time the process used in all; and, measured right after
-in the same process over the same bytes (every document of the feed, fetched again as
-identity), the raw rate of the parser it was compared with: ``feedparser.parse`` for the
-feedparser consumer, ``parse_page`` with lxml for the lxml one. A shared machine's load
-changes by the minute: a ratio is only worth something with both rates taken in one process,
-one after the other.
+It reads the feed at URL with a fresh state file, and handles each entry with a counter. It
+prints one JSON object, with these fields.
 
-``--freeze-gc`` freezes the garbage collector's view of everything loaded before the catch-up
-(``gc.freeze()``), as ``simplefeed consume`` does.
+It gives the entries, and the seconds from opening the state file to closing the consumer. Of
+those it gives the opening (``open_seconds``). It gives the walk back (``back_seconds``), which
+lasts until the first entry is handed over. It gives the CPU time of the main thread from there
+on (``forward_main_cpu``).
 
-``--checkout DIR`` imports the consumer from another checkout (``bench/consume_compare.py``
-runs two that way, with this script's measures).
+It gives the resident set size at three points. The first is before the consumer. The second
+is once the consumer is open, after its HTTP client loads the TLS trust store. The third is the
+peak during the catch-up, sampled every 10 ms. It gives the tracemalloc peak when asked.
+Tracing slows the run, so its seconds are not a throughput figure then.
+
+It gives what the fetcher did, such as requests and cache hits. It gives the CPU time the
+process used in all. Last, it gives the raw rate of the parser the consumer is compared with.
+That is ``feedparser.parse`` for the feedparser consumer, and ``parse_page`` with lxml for the
+lxml one. The rate is measured right after, in the same process, over the same bytes. Those are
+every document of the feed, fetched again as identity. A shared machine's load changes by the
+minute. So a ratio is only worth something with both rates taken in one process, one after the
+other.
+
+The option ``--freeze-gc`` freezes the garbage collector's view of everything loaded before
+the catch-up (``gc.freeze()``). That is what ``simplefeed consume`` does.
+
+The option ``--checkout DIR`` imports the consumer from another checkout. The script
+``bench/consume_compare.py`` runs two that way, with this script's measures.
 """
 
 from __future__ import annotations
@@ -40,8 +47,8 @@ import tracemalloc
 from pathlib import Path
 from urllib.parse import urljoin
 
-# The consumer under test: this checkout's, or the one --checkout names (before argparse: the
-# imports below depend on it).
+# The consumer under test, this checkout's or the one --checkout names. It is read before
+# argparse runs, because the imports below depend on it.
 sys.path.insert(
     0,
     sys.argv[sys.argv.index("--checkout") + 1]
@@ -66,8 +73,11 @@ def rss_kib() -> int:
 
 
 class RssSampler(threading.Thread):
-    """The peak of the resident set size while the catch-up runs, sampled every 10 ms
-    (``ru_maxrss`` is the peak of the whole process, which its imports reach first)."""
+    """Sample the peak of the resident set size every 10 ms while the catch-up runs.
+
+    The ``ru_maxrss`` figure will not do. It is the peak of the whole process, which its imports
+    reach first.
+    """
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
@@ -85,8 +95,11 @@ class RssSampler(threading.Thread):
 
 
 def feed_documents(url: str) -> list[tuple[str, bytes]]:
-    """Every document of the feed as served (identity): the entry point, then each page back
-    through ``prev-archive`` (the consumer's cache keeps only the pages it may need again)."""
+    """Fetch every document of the feed as served, as identity.
+
+    That is the entry point, then each page back through ``prev-archive``. The consumer's cache
+    keeps only the pages it may need again, so they are fetched here.
+    """
     documents: list[tuple[str, bytes]] = []
     with httpx.Client(timeout=60, headers={"Accept-Encoding": "identity"}) as client:
         at: str | None = url
@@ -99,7 +112,7 @@ def feed_documents(url: str) -> list[tuple[str, bytes]]:
 
 
 def raw_rate(url: str, parser: str) -> float:
-    """Entries per second of the raw parse over every document of the feed."""
+    """Return the entries per second of the raw parse over every document of the feed."""
     bodies = feed_documents(url)
     started = time.perf_counter()
     entries = 0

@@ -1,12 +1,12 @@
-"""The ceiling for publishing on this machine: a minimal falcon app (used by bench/publish.py).
+"""The ceiling for publishing on this machine, a minimal falcon app for bench/publish.py.
 
-It does the least a publish must do: parse the JSON body and insert it in its own write
-transaction, one row per event, with SQLAlchemy Core on the very engine Simplefeed uses
-(``simplefeed.store.open_store``: same pool, same SQLite pragmas and ``BEGIN IMMEDIATE``, same
-PostgreSQL settings). uWSGI runs it with the project's ``uwsgi.ini`` (the benchmark swaps only
-the ``module`` line), so socket, processes, lazy-apps and headers are the same as the service's.
-No token, no validation, no sequence, no feed lock, no freezing: whatever Simplefeed reaches
-relative to this is the cost of its promises.
+It does the least a publish must do. It parses the JSON body, and inserts it in its own write
+transaction, one row per event. It uses SQLAlchemy Core on the very engine Simplefeed uses
+(``simplefeed.store.open_store``). So the pool, the SQLite pragmas, ``BEGIN IMMEDIATE`` and the
+PostgreSQL settings are the same. The uWSGI server runs it with the project's ``uwsgi.ini``, and
+the benchmark swaps only the ``module`` line. So socket, processes, lazy-apps and headers are
+the same as the service's. It has no token, no validation, no sequence, no feed lock and no
+archiving. Whatever Simplefeed reaches relative to this is the cost of its promises.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Health:
 
 
 def create_app() -> falcon.App[falcon.Request, falcon.Response]:
-    # The benchmark creates the table before it starts uWSGI (workers would race to do it).
+    # The benchmark creates the table before it starts uWSGI, because workers would race to.
     db = open_store(Settings.from_env().database_url)
     assert isinstance(db, SqlStore)
     app = falcon.App()

@@ -1,8 +1,9 @@
-"""Servers and load for ``bench/read.py``: uWSGI configurations derived from the shipped
-``uwsgi.ini``, nginx with the shipped server block, and wrk.
+"""Servers and load for ``bench/read.py``.
 
-Every server is a child process in its own session on 127.0.0.1, stopped (SIGTERM, then SIGKILL
-of its process group) when the ``ExitStack`` that started it closes, whatever happened.
+They are uWSGI configurations derived from the shipped ``uwsgi.ini``, nginx with the shipped
+server block, and wrk. Every server is a child process on 127.0.0.1 that leads its own process
+group (setsid). It is stopped when the ``ExitStack`` that started it closes, whatever happened.
+Its process group gets SIGTERM, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -46,12 +47,13 @@ def derive_ini(
     static_map: str | None = None,
     threads: int | None = None,
 ) -> Path:
-    """A copy of the shipped uwsgi.ini with only the named settings changed.
+    """Write a copy of the shipped uwsgi.ini with only the named settings changed.
 
-    ``listen``: ``http11-socket`` (as shipped: keep-alive in the workers), ``http-socket`` with
-    ``Connection: close`` (one request per connection, as shipped before keep-alive) or
-    ``http-router`` (uWSGI's HTTP router process with keep-alive in front of the workers).
-    ``threads``: per worker, instead of the shipped number.
+    The ``listen`` setting takes three values. The value ``http11-socket`` is as shipped, with
+    keep-alive in the workers. The value ``http-socket`` adds ``Connection: close``. That makes
+    one request per connection, as shipped before keep-alive. The value ``http-router`` puts
+    uWSGI's HTTP router process, with keep-alive, in front of the workers. The ``threads``
+    setting gives the threads per worker, instead of the shipped number.
     """
     text = (PROJECT_ROOT / "uwsgi.ini").read_text()
     if module is not None:
@@ -65,8 +67,8 @@ def derive_ini(
         text = re.sub(r"(?m)^http11-socket = ", "http = ", text)
         text += "\nhttp-keepalive = 1\n"
     if static_map is not None:
-        # A plain static-map with its gzip copies: without the shipped static route's rules,
-        # which uWSGI would otherwise run before sending each file.
+        # A plain static-map with its gzip copies. It leaves out the shipped static route's
+        # rules, which uWSGI would otherwise run before sending each file.
         text = re.sub(r"(?m)^route[-a-z]* = .*\n", "", text)
         text += f"\nstatic-map = {static_map}\n"
     if threads is not None:
@@ -80,7 +82,7 @@ def derive_ini(
 
 
 class Child:
-    """A server process in its own session; ``stop`` leaves nothing behind."""
+    """A server process that leads its own process group, so ``stop`` leaves nothing behind."""
 
     def __init__(
         self,
@@ -147,7 +149,7 @@ class Child:
 def uwsgi(
     name: str, ini: Path, *, port: int, processes: int, workdir: Path, env: Mapping[str, str]
 ) -> Child:
-    """uWSGI itself (not ``simplefeed serve``) with a derived ini: the baselines."""
+    """Run uWSGI itself, not ``simplefeed serve``, with a derived ini, for the baselines."""
     full = clean_environ()
     full["PYTHONPATH"] = str(PROJECT_ROOT)
     full.update(
@@ -173,8 +175,10 @@ MINIMAL = "bench.minimal_falcon:application"
 def minimal_falcon(
     name: str, workdir: Path, body: Path, *, processes: int, **derive: Any
 ) -> tuple[Child, str]:
-    """bench/minimal_falcon.py under the shipped uWSGI options (``derive``: as for
-    :func:`derive_ini`), answering with the bytes of ``body``; and its base URL."""
+    """Run bench/minimal_falcon.py under the shipped uWSGI options, and return its base URL.
+
+    ``derive`` is as for :func:`derive_ini`. The app answers with the bytes of ``body``.
+    """
     port = free_port()
     ini = derive_ini(workdir / f"{name}.ini", module=MINIMAL, **derive)
     child = uwsgi(
@@ -189,7 +193,10 @@ def minimal_falcon(
 
 
 def render_template(template: str, values: Mapping[str, str]) -> str:
-    """envsubst with a named list: ``${NAME}`` for the given names only; none may be left."""
+    """Fill ``${NAME}`` for the given names only, as envsubst with a named list does.
+
+    None may be left unfilled.
+    """
     out = template
     for key, value in values.items():
         out = out.replace("${" + key + "}", value)
@@ -234,8 +241,10 @@ def nginx(
     template: Path = NGINX_TEMPLATE,
     values: Mapping[str, str] | None = None,
 ) -> Child:
-    """nginx (in the foreground) with the shipped server block, plus ``extra_server``; or
-    with ``template`` filled with ``values`` (the listening address is filled in here)."""
+    """Run nginx in the foreground with the shipped server block, plus ``extra_server``.
+
+    Or run it with ``template`` filled with ``values``. The listening address is filled in here.
+    """
     prefix.mkdir(parents=True, exist_ok=True)
     (prefix / "tmp").mkdir(exist_ok=True)
     for name in ("mime.types", "uwsgi_params"):
@@ -254,7 +263,7 @@ def nginx(
     conf.write_text(
         NGINX_MAIN.format(
             # Run as root, nginx's workers would be "nobody", who cannot enter a private
-            # temporary directory; outside root, nginx runs as the caller anyway.
+            # temporary directory. Outside root, nginx runs as the caller anyway.
             user="user root;" if os.geteuid() == 0 else "",
             workers=workers,
             prefix=prefix,
@@ -282,8 +291,8 @@ class Load:
     p50_us: int
     p99_us: int
     errors: dict[str, int]
-    #: CPU time (user + system) the server's processes spent per request, in microseconds: a
-    #: figure that other load on the machine disturbs much less than the request rate.
+    #: CPU time (user + system) the server's processes spent per request, in microseconds.
+    #: Other load on the machine disturbs it much less than the request rate.
     cpu_us: float
 
     @property
@@ -295,7 +304,7 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 
 def group_cpu(*pgids: int) -> float:
-    """CPU seconds (user + system) used so far by the live processes of these process groups."""
+    """Return the CPU seconds (user + system) the live processes of these groups used so far."""
     total = 0
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
@@ -306,7 +315,7 @@ def group_cpu(*pgids: int) -> float:
 
 
 def process_cpu(*pids: int) -> float:
-    """CPU seconds (user + system) used so far by these live processes."""
+    """Return the CPU seconds (user + system) used so far by these live processes."""
     total = 0
     for pid in pids:
         fields = _stat(pid)
@@ -316,7 +325,7 @@ def process_cpu(*pids: int) -> float:
 
 
 def _stat(pid: int) -> list[bytes] | None:
-    """The fields of /proc/PID/stat after the command name (the state first), or None."""
+    """Return the fields of /proc/PID/stat after the command name, the state first, or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -335,8 +344,11 @@ def wrk(
     pgids: tuple[int, ...] = (),
     script: Path | None = None,
 ) -> Load:
-    """wrk against url; ``pgids``: the servers' process groups, whose CPU time is measured;
-    ``script``: Lua run before the report's (request and response functions)."""
+    """Run wrk against url.
+
+    ``pgids`` are the servers' process groups, whose CPU time is measured. ``script`` is Lua
+    run before the report's, such as request and response functions.
+    """
     report = REPORT_LUA
     if script is not None:
         with tempfile.NamedTemporaryFile(

@@ -1,38 +1,41 @@
-"""Consumer benchmark: a cold-start catch-up over a long history, against the parse rate.
+"""Consumer benchmark, a cold-start catch-up over a long history against the parse rate.
 
 One command, from the checkout::
 
     .venv/bin/python bench/consume.py            # about 4 minutes on a quiet machine
     .venv/bin/python bench/consume.py --quick    # 10,000 entries, about a minute
 
-It starts Simplefeed as shipped (``simplefeed serve``: uWSGI with ``uwsgi.ini``, two processes,
-via ``bench/servers.py``) on a temporary SQLite database, and seeds it through the service's
-own publish path, over HTTP (``POST /entries``, batches of 1,000): 100,000 entries in the
-default feed (1,000 archived pages of 100) and 10,000 in a second feed (100 pages), mostly
-JSON events (85 %) with some text, HTML and XHTML ones. Then:
+It starts Simplefeed as shipped on a temporary SQLite database. That is ``simplefeed serve``,
+uWSGI with ``uwsgi.ini`` and two processes, via ``bench/servers.py``. It seeds the database
+through the service's own publish path, over HTTP (``POST /entries``, batches of 1,000). The
+default feed gets 100,000 entries, in 1,000 archived pages of 100. A second feed gets 10,000
+entries, in 100 pages. Most are JSON events (85 %), with some text, HTML and XHTML ones. Then
+come three steps.
 
-1. **Parsing alone.** Every page's bytes are fetched once, then ``feedparser.parse`` is timed
-   over all of them, called as the consumer calls it (the raw feedparser rate), and so is
-   ``parse_page(..., parser="lxml")``, the strict lxml reading the consumer does (every field,
-   JSON values decoded): the raw lxml rate.
+1. **Parsing alone.** Every page's bytes are fetched once. Then ``feedparser.parse`` is timed
+   over all of them, called as the consumer calls it. That gives the raw feedparser rate. The
+   same goes for ``parse_page(..., parser="lxml")``, the strict lxml reading the consumer
+   does. It reads every field and decodes JSON values. That gives the raw lxml rate.
 2. **Cold-start catch-up.** A fresh process with a fresh state file reads the whole default
-   feed (walking back 1,000 pages, then forward again) with a handler that counts: with
-   feedparser (the default) and with ``--parser lxml``, checkpoint after each page and after
-   each entry, with every check on (fidelity, digests). Entries per second, and each consumer's
-   rate against its raw rate (feedparser's against ``feedparser.parse``, lxml's against
-   ``parse_page(..., parser="lxml")``). Once more with lxml and the garbage collector frozen
-   before the catch-up (``gc.freeze()``), as ``simplefeed consume`` does: what an application
-   that does the same gets (the library leaves the collector to it).
-3. **Memory.** The same catch-up over the short and the long feed (100 and 1,000 pages), with
-   the process's peak RSS, and again under tracemalloc for its peak: flat in pages walked.
+   feed, with a handler that counts. It walks back 1,000 pages, then forward again. It runs
+   with feedparser (the default) and with ``--parser lxml``. It checkpoints after each page,
+   and after each entry. Every check is on, for fidelity and digests. The step gives entries
+   per second, and each consumer's rate against its raw rate. Feedparser's goes against
+   ``feedparser.parse``. Lxml's goes against ``parse_page(..., parser="lxml")``. It runs once
+   more with lxml and the garbage collector frozen before the catch-up (``gc.freeze()``), as
+   ``simplefeed consume`` does. That shows what an application that does the same gets. The
+   library leaves the collector to it.
+3. **Memory.** The same catch-up runs over the short and the long feed (100 and 1,000 pages).
+   It gives the process's peak RSS. It runs again under tracemalloc for its peak. Both should
+   stay flat in pages walked.
 
-Targets (issue #13): the feedparser consumer at 85 % of the raw feedparser rate or more; the
-lxml consumer at 80 % of the raw lxml rate or more, both with checkpoints per page, each
-against the raw rate its own process measures right after it over the same pages ("paired":
-on a shared machine the load changes between steps; the first-measured raw rate is shown
-too). The figures
-and the reading of them are in docs/benchmarks.md,
-section "Consuming". ``--json FILE`` also writes them as JSON.
+Targets come from issue #13. The feedparser consumer must reach 85 % of the raw feedparser rate
+or more. The lxml consumer must reach 80 % of the raw lxml rate or more. Both run with
+checkpoints per page. Each goes against the raw rate its own process measures right after it,
+over the same pages. That is the "paired" rate, because on a shared machine the load changes
+between steps. The first-measured raw rate is shown too. The figures and the reading of them
+are in docs/benchmarks.md, section "Consuming". The option ``--json FILE`` also writes them as
+JSON.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ FAST_TARGET = 0.80
 
 
 def event(i: int) -> dict[str, Any]:
-    """The i-th event of the corpus: mostly JSON orders, with text, HTML and XHTML ones."""
+    """Return the i-th event of the corpus, mostly JSON orders, with text, HTML and XHTML ones."""
     kind = i % 20
     base: dict[str, Any] = {
         "title": f"order {i} placed",
@@ -129,14 +132,17 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_sample() -> tuple[int, int]:
-    """(all CPU time, busy CPU time) since boot, in clock ticks, every CPU and process."""
+    """Return all and busy CPU time since boot, in clock ticks, over every CPU and process."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-    total = sum(fields[:8])  # guest time is already counted in user
-    return total, total - fields[3] - fields[4]  # minus idle and iowait
+    total = sum(fields[:8])  # Guest time is already counted in user.
+    return total, total - fields[3] - fields[4]  # Minus idle and iowait.
 
 
 def busy_fraction(seconds: float = 1.0) -> float:
-    """How busy the CPUs were over ``seconds`` (all of them, every process), 0 to 1."""
+    """Return how busy the CPUs were over ``seconds``, from 0 to 1.
+
+    It counts all of them, and every process.
+    """
     total0, busy0 = cpu_sample()
     time.sleep(seconds)
     total1, busy1 = cpu_sample()
@@ -144,9 +150,11 @@ def busy_fraction(seconds: float = 1.0) -> float:
 
 
 def wait_until_quiet(limit: float, max_wait: float) -> float:
-    """Wait (up to ``max_wait`` seconds) until the CPUs are less than ``limit`` busy for three
-    seconds running: other benchmarks on a shared machine would skew every figure. Returns
-    how busy they were when the wait ended."""
+    """Wait until the CPUs are less than ``limit`` busy for three seconds running.
+
+    It waits up to ``max_wait`` seconds. Other benchmarks on a shared machine would skew every
+    figure. Returns how busy the CPUs were when the wait ended.
+    """
     deadline = time.monotonic() + max_wait
     quiet = 0
     busy = busy_fraction()
@@ -178,8 +186,11 @@ def seed(server: UwsgiServer, path: str, count: int, start: int = 0) -> None:
 
 @contextlib.contextmanager
 def shipped(processes: int = 2) -> Iterator[tuple[UwsgiServer, Path]]:
-    """Simplefeed as shipped (pages of :data:`PAGE_SIZE`) on a SQLite database in a temporary
-    directory; the server and the directory (for state files)."""
+    """Run Simplefeed as shipped, with pages of :data:`PAGE_SIZE`.
+
+    It runs on a SQLite database in a temporary directory. Yields the server and the directory,
+    which holds state files.
+    """
     with tempfile.TemporaryDirectory(prefix="sf-consume-") as tmp:
         workdir = Path(tmp)
         with UwsgiServer.scratch(
@@ -192,15 +203,17 @@ def shipped(processes: int = 2) -> Iterator[tuple[UwsgiServer, Path]]:
 
 @contextlib.contextmanager
 def seeded(entries: int) -> Iterator[tuple[UwsgiServer, Path]]:
-    """:func:`shipped`, its default feed seeded with ``entries`` events of the corpus through
-    its publish path."""
+    """Run :func:`shipped`, with its default feed seeded with ``entries`` events.
+
+    The events come from the corpus, through its publish path.
+    """
     with shipped() as (server, workdir):
         seed(server, "/entries", entries)
         yield server, workdir
 
 
 def raw_rates(pages: list[tuple[str, bytes]]) -> dict[str, float]:
-    """Entries per second of parsing alone, over bytes held in memory."""
+    """Return the entries per second of parsing alone, over bytes held in memory."""
     rates: dict[str, float] = {}
     started = time.perf_counter()
     entries = 0
@@ -239,8 +252,10 @@ class Run:
 
     @property
     def paired(self) -> float:
-        """The median of each run's rate against the raw rate its own process measured right
-        after it, over the same bytes."""
+        """Return the median of each run's rate against its paired raw rate.
+
+        The raw rate is what the run's own process measured right after it, over the same bytes.
+        """
         return statistics.median(
             float(r["entries"]) / float(r["seconds"]) / float(r["raw_rate"]) for r in self.results
         )
@@ -264,8 +279,8 @@ def cold_start(url: str, workdir: Path, run: Run, expected: int, quiet: Quiet) -
     if result["entries"] != expected:
         raise SystemExit(f"read {result['entries']} entries, expected {expected}")
     result["busy_before"] = busy_before
-    # CPU time the rest of the machine used meanwhile (the server included), as a share of
-    # all the CPUs: a benchmark running beside this one shows up here.
+    # CPU time the rest of the machine used meanwhile, the server included, as a share of all
+    # the CPUs. A benchmark running beside this one shows up here.
     others = (busy1 - busy0) / TICK - result["cpu_seconds"]
     result["others_share"] = max(0.0, others) / max(1e-9, (total1 - total0) / TICK)
     run.results.append(result)
@@ -368,7 +383,7 @@ def report(
 
 
 def main() -> None:
-    # A TERM (or a Ctrl-C) unwinds the stack, so that the server is stopped and the files go.
+    # A TERM or a Ctrl-C unwinds the stack, so that the server is stopped and the files go.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--entries", type=int, default=100_000, help="in the long feed")
@@ -434,9 +449,9 @@ def main() -> None:
             for feed, url, count in (("short", short_url, short), ("long", long_url, entries)):
                 for traced in (False, True):
                     if traced and feed == "long" and parser_name == "feedparser":
-                        continue  # feedparser under tracemalloc: minutes; RSS shows it
+                        continue  # Feedparser under tracemalloc takes minutes, and RSS shows it.
                     if not traced and feed == "long":
-                        # The timed run above is this one: reuse its first result.
+                        # The timed run above is this one, so reuse its first result.
                         source = next(
                             r
                             for r in timed

@@ -1,20 +1,24 @@
-"""Cold starts of two checkouts of the consumer, alternating, against one server: before/after.
+"""Compare cold starts of two checkouts of the consumer, before and after, on one server.
 
 ::
 
     git -C /path/to/main archive HEAD | tar -x -C /tmp/before
     .venv/bin/python bench/consume_compare.py /tmp/before . [--entries 30000] [--rounds 4]
 
-Starts Simplefeed as shipped (``bench/servers.py``, this checkout's server), seeds the default
-feed with ``bench/consume.py``'s corpus (pages of 100), then, each round, for each parser
-(``--parser``, default lxml and feedparser), runs one cold start with checkpoints per page of
-each checkout in turn, the order swapped from one round to the next (this checkout's
-``bench/_consume_run.py`` importing the consumer from that checkout: a fresh process and state
-file, and the raw rate that process measures right after over the same pages, "paired").
-Before each run it waits until the machine is quiet (``bench/consume.py``'s ``--quiet-limit``).
-Prints one line per run (the rate, the paired ratio, the time to open the consumer, the walk
-back per page, the main thread's CPU per page going forward) and the medians per checkout and
-parser: only runs of one invocation are compared.
+It starts Simplefeed as shipped, with this checkout's server (``bench/servers.py``). It seeds
+the default feed with ``bench/consume.py``'s corpus, in pages of 100. The checkouts alternate.
+Each round, for each parser, it runs one cold start of each checkout in turn, with checkpoints
+per page. The parsers come from ``--parser``, by default lxml and feedparser. The order swaps
+from one round to the next.
+
+Each run is this checkout's ``bench/_consume_run.py``, importing the consumer from that
+checkout. It is a fresh process and state file. Right after, that process measures the raw rate
+over the same pages, the "paired" rate. Before each run the script waits until the machine is
+quiet (``bench/consume.py``'s ``--quiet-limit``).
+
+It prints one line per run. The line gives the rate, the paired ratio and the time to open the
+consumer. It gives the walk back per page, and the main thread's CPU per page going forward.
+Then it prints the medians per checkout and parser. Only runs of one invocation are compared.
 """
 
 from __future__ import annotations

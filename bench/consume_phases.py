@@ -1,31 +1,36 @@
-"""Where a cold-start catch-up's time goes: the walk back against the rest, in one process,
-and the most any consumer that walks back first could reach.
+"""Show where a cold-start catch-up's time goes, in one process.
+
+It sets the walk back against the rest. It shows the most any consumer that walks back first
+could reach.
 
 ::
 
     .venv/bin/python bench/consume_phases.py [--entries 10000] [--rounds 4]
 
-Starts Simplefeed as shipped (``bench/servers.py``), seeds the default feed through its publish
-path (``bench/consume.py``'s corpus, pages of 100), then, each round in one process and one
-after the other:
+It starts Simplefeed as shipped (``bench/servers.py``). It seeds the default feed through its
+publish path, with ``bench/consume.py``'s corpus in pages of 100. Then each round runs three
+measures in one process, one after the other.
 
-- ``parse_page(..., parser="lxml")`` over every page held in memory: the raw rate (wall clock
-  and CPU time), and its time a page, *parse*;
-- a cold start of the lxml consumer with checkpoints per page (a fresh state file): its rate
-  against the raw rate of the same round, how long it walked back (until it handed over its
-  first entry) and went forward, each a page;
-- the floor of a walk back: the same archived pages fetched one after the other (each link is
-  known only once the page before is read) over one kept-alive connection with the standard
-  library's ``http.client`` (no bounds, retries or cache: the least a client can do), each
-  decoded and outlined (which hashes it, SHA-256) as the consumer does, *floor* a page.
+First, ``parse_page(..., parser="lxml")`` runs over every page held in memory. It gives the raw
+rate, in wall clock and CPU time. Its time a page is *parse*.
 
-Every entry of a cold start comes after its walk back (the chain of digests is anchored at the
-entry point, and the first page is the last reached), and memory stays flat only if the pages
-are parsed on the way forward, so a consumer in one interpreter spends at least *floor* +
-*parse* a page: the round's line ends with ``parse / (floor + parse)``, the most such a
-consumer could reach against the raw rate, and ``parse / (walk back + parse)``, the most this
-consumer's walk back leaves room for. On a shared machine the load changes from one minute to
-the next: only figures of one round are compared with each other.
+Second, the lxml consumer makes a cold start with checkpoints per page, from a fresh state
+file. It gives its rate against the raw rate of the same round. It gives how long it walked
+back and went forward, each a page. The walk back lasts until it hands over its first entry.
+
+Third comes the floor of a walk back. The same archived pages are fetched one after the other,
+because each link is known only once the page before is read. They come over one kept-alive
+connection with the standard library's ``http.client``. It has no bounds, retries or cache, so
+it is the least a client can do. Each page is decoded and outlined as the consumer does, which
+hashes it with SHA-256. Its time a page is *floor*.
+
+Every entry of a cold start comes after its walk back. The chain of digests is anchored at the
+entry point, and the first page is the last reached. Memory stays flat only if the pages are
+parsed on the way forward. So a consumer in one interpreter spends at least *floor* + *parse* a
+page. The round's line ends with two ratios. The ratio ``parse / (floor + parse)`` is the most
+such a consumer could reach against the raw rate. The ratio ``parse / (walk back + parse)`` is
+the most this consumer's walk back leaves room for. On a shared machine the load changes from
+one minute to the next. So only figures of one round are compared with each other.
 """
 
 from __future__ import annotations
@@ -49,8 +54,10 @@ from simplefeed.client.walk import Progress
 
 
 def floor_walk(urls: list[str]) -> float:
-    """Seconds to fetch, decode and outline (which hashes) ``urls`` one after the other over
-    one connection with ``http.client``."""
+    """Return the seconds to fetch, decode and outline ``urls`` one after the other.
+
+    They come over one connection with ``http.client``. Outlining hashes each page.
+    """
     first = urlsplit(urls[0])
     connection = http.client.HTTPConnection(first.hostname or "127.0.0.1", first.port)
     started = time.perf_counter()
@@ -77,7 +84,7 @@ def main() -> None:
     with seeded(args.entries) as (server, workdir):
         url = server.url("/recent")
         pages = feed_documents(url)
-        archived = [at for at, _ in pages[1:]]  # the entry point is read before any walk
+        archived = [at for at, _ in pages[1:]]  # The entry point is read before any walk.
         for round_ in range(args.rounds):
             started, cpu = time.perf_counter(), time.process_time()
             parsed = sum(len(parse_page(u, b, parser="lxml").entries) for u, b in pages)
@@ -107,7 +114,7 @@ def main() -> None:
             back = (first_entry[0] if first_entry else started) - started
             floor = floor_walk(archived)
             n = len(archived)
-            per = {  # milliseconds a page
+            per = {  # Milliseconds a page.
                 "parse": parse_seconds / len(pages) * 1000,
                 "back": back / n * 1000,
                 "forward": (seconds - back) / n * 1000,

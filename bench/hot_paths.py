@@ -1,7 +1,7 @@
-"""The hot paths in one command: each against its baseline, side by side, with its target.
+"""Measure the hot paths in one command, each beside its baseline and its target.
 
-From the checkout (needs wrk; PostgreSQL rows need ``SIMPLEFEED_TEST_POSTGRES_URL`` or
-``--postgres-url``)::
+Run it from the checkout. It needs wrk. PostgreSQL rows need ``SIMPLEFEED_TEST_POSTGRES_URL``
+or ``--postgres-url``::
 
     .venv/bin/python bench/hot_paths.py --quick     # under five minutes
     .venv/bin/python bench/hot_paths.py             # three rounds of 3 s a cell
@@ -13,16 +13,21 @@ baseline, so that a slow moment on a shared machine hurts both. The table shows 
 ratio of ours to the baseline, and the target. CPU per request is the servers' own (user and
 system time from /proc). It is steadier than rates when other work runs beside.
 
-- Reading (``bench/read.py``'s servers): ``/recent`` 304 and 200 against the minimal falcon app
-  answering the same bytes (``bench/minimal_falcon.py``), at 1 and 4 processes; a client that
-  closes its connection after each request against one that keeps it (ours both).
-- Publishing (``bench/publish.py``'s servers): single events and batches of 100 against a
-  falcon app that inserts one row per event (``bench/_publish_baseline.py``), SQLite and
-  PostgreSQL.
-- Consuming: a cold-start catch-up (``Consumer(parser="lxml", checkpoint_every="page")``, run by
-  ``bench/_consume_run.py``) against a reader that only extracts every field of the same pages
-  with lxml.
-- Long-polls (``bench/longpoll.py``): 500 consumers wait on ``/recent``; publish to delivery.
+Reading uses ``bench/read.py``'s servers. It runs ``/recent`` 304 and 200 against the minimal
+falcon app answering the same bytes (``bench/minimal_falcon.py``), at 1 and 4 processes. It
+runs a client that closes its connection after each request against one that keeps it. Both
+of those are ours.
+
+Publishing uses ``bench/publish.py``'s servers. It runs single events and batches of 100, on
+SQLite and PostgreSQL. The baseline is a falcon app that inserts one row per event
+(``bench/_publish_baseline.py``).
+
+Consuming runs a cold-start catch-up (``Consumer(parser="lxml", checkpoint_every="page")``).
+The script ``bench/_consume_run.py`` runs it. The baseline is a reader that only extracts every
+field of the same pages with lxml.
+
+Long-polls use ``bench/longpoll.py``. Then 500 consumers wait on ``/recent``, and the row times
+publish to delivery.
 """
 
 from __future__ import annotations
@@ -69,6 +74,9 @@ class Row:
     base: list[float] = field(default_factory=list)
     ours_cpu: list[float] = field(default_factory=list)
     base_cpu: list[float] = field(default_factory=list)
+    #: (p50, p99) latencies in ms, a pair per round.
+    ours_ms: list[tuple[float, float]] = field(default_factory=list)
+    base_ms: list[tuple[float, float]] = field(default_factory=list)
 
     @staticmethod
     def median(values: list[float]) -> float:
@@ -109,6 +117,21 @@ HEADER = (
 
 def show(row: Row) -> None:
     print("| " + " | ".join(row.cells()) + " |", flush=True)
+
+
+def show_latency(row: Row) -> None:
+    """A row of latencies: the median p50 and p99 of the rounds, ours and the baseline's."""
+
+    def pair(values: list[tuple[float, float]]) -> str:
+        p50 = Row.median([v[0] for v in values])
+        p99 = Row.median([v[1] for v in values])
+        return f"{p50:.2f} / {p99:.2f} ms"
+
+    cells = row.cells()
+    cells[2] = pair(row.ours_ms)
+    cells[3] = f"{pair(row.base_ms)} ({row.baseline})"
+    cells[4] = cells[6] = ""
+    print("| " + " | ".join(cells) + " |", flush=True)
 
 
 class Bench:
@@ -173,7 +196,7 @@ class Bench:
             for i in range(READ_ENTRIES)
         ]
         server.publish(events)
-        time.sleep(1.1)  # Last-Modified settles: the answers are final
+        time.sleep(1.1)  # Last-Modified settles, so the answers are final.
 
     def read_rows(self, ours: UwsgiServer, base_pgid: int, base: str, processes: int) -> None:
         assert ours.process is not None
@@ -207,7 +230,7 @@ class Bench:
                 _ratio(0.5),
             )
         )
-        # Warm both up: a worker's first answers (and each way's first, in ours) cost more.
+        # Warm both up. A worker's first answers cost more, and so does each way's first in ours.
         for target in ((pgid, recent, etag), (base_pgid, base, base_etag)):
             wrk(
                 target[1],
@@ -286,21 +309,34 @@ class Bench:
             )
         ]
         if processes == 4:
-            if kind == "sqlite":
-                cells.append(
-                    (
-                        Row(
-                            f"single event, {db}, 64 producers",
-                            p,
-                            "events/s",
-                            "one-insert app at 64",
-                            ">= 2.0 (group commit)",
-                            _ratio(2.0),
-                        ),
-                        "single",
-                        64,
-                    )
+            cells.append(
+                (
+                    Row(
+                        f"single event, {db}, 1 producer: p50 / p99 latency",
+                        p,
+                        "ms",
+                        "one-insert app",
+                        "no longer than before group commit",
+                    ),
+                    "single",
+                    1,
                 )
+            )
+            cells.append(
+                (
+                    Row(
+                        f"single event, {db}, 64 producers",
+                        p,
+                        "events/s",
+                        "one-insert app at 64",
+                        ">= 2.0 (group commit)",
+                        _ratio(2.0),
+                    ),
+                    "single",
+                    64,
+                )
+            )
+            if kind == "sqlite":
                 batch_target = (">= 30,000 and >= 0.40", lambda o, r: o >= 30_000 and r >= 0.4)
             else:
                 batch_target = (">= 0.40", _ratio(0.4))
@@ -350,7 +386,12 @@ class Bench:
                     cpu_us = cpu * 1e6 / max(1, result.requests)
                     (row.ours if app == "simplefeed" else row.base).append(events)
                     (row.ours_cpu if app == "simplefeed" else row.base_cpu).append(cpu_us)
-            show(row)
+                    latency = (result.p50_ms, result.p99_ms)
+                    (row.ours_ms if app == "simplefeed" else row.base_ms).append(latency)
+            if connections == 1:
+                show_latency(row)
+            else:
+                show(row)
         publish.check_feed(servers["simplefeed"].database_url)
 
     # -- consuming ----------------------------------------------------------------------------
@@ -415,8 +456,11 @@ def _ratio(target: float) -> Callable[[float, float], bool]:
 
 
 def extract_rate(url: str) -> float:
-    """Entries per second of a reader that only extracts every field with lxml (each element's
-    text and attributes, no checks), over every document of the feed held in memory."""
+    """Return the entries per second of a reader that only extracts every field with lxml.
+
+    It reads each element's text and attributes, with no checks. It runs over every document of
+    the feed held in memory.
+    """
     documents = feed_documents(url)
     started = time.perf_counter()
     entries = fields = 0

@@ -1,8 +1,8 @@
-"""What one access-log line costs: writes ``--lines`` lines like a /recent 304's to /dev/null.
+"""Measure what one access-log line costs, by writing ``--lines`` lines to /dev/null.
 
-Counted in instructions, which other load on the machine does not disturb (docs/benchmarks.md,
-"An access line"): run it under callgrind with ``--lines 0`` and with ``--lines 4000`` and
-divide the difference by 4000.
+The lines are like a /recent 304's. The cost is counted in instructions, which other load on
+the machine does not disturb (docs/benchmarks.md, "An access line"). Run it under callgrind
+with ``--lines 0`` and with ``--lines 4000``. Divide the difference by 4000.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def main() -> None:
     logs.configure("INFO")
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logs.LineHandler):
-            handler.fd = os.open(os.devnull, os.O_WRONLY)  # lives as long as the run
+            handler.fd = os.open(os.devnull, os.O_WRONLY)  # Lives as long as the run.
     log = logging.getLogger("simplefeed.access")
     fields = {
         "method": "GET",

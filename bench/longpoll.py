@@ -1,59 +1,69 @@
-"""Long-poll benchmark (issue #15): how long after a publish's 2xx a following consumer has the
-entry, with ``Prefer: wait`` against polling, and what 500 waiting consumers cost the reads.
+"""Long-poll benchmark (issue #15), for the delay to a consumer and the cost to reads.
+
+It measures how long after a publish's 2xx a following consumer has the entry. It compares
+``Prefer: wait`` with polling. It measures what 500 waiting consumers cost the reads.
 
 One command, from the checkout (needs wrk: ``apt-get install -y wrk``)::
 
     .venv/bin/python bench/longpoll.py             # about 7 minutes
     .venv/bin/python bench/longpoll.py --quick     # fewer events, to try it out
 
-For 1, 100 and 500 consumers at once, it runs each way of following the feed, each row on a
-fresh Simplefeed as shipped (``simplefeed serve``, ``uwsgi.ini``: 4 processes of 200 threads,
-SQLite) on 127.0.0.1 whose /recent holds 50 entries before the row's first event (half the
-shipped page size: what a consumer of a shipped feed sees on average; pages hold 1,000 here so
-that none freezes under consumers that read /recent only). One server for all the rows made
-each row's documents larger than the last's (a 500-consumer row served a /recent of 126-147
-entries, more than a shipped page ever holds), so rows could not be compared:
+The rows. For 1, 100 and 500 consumers at once, it runs each way of following the feed. Each
+row runs on a fresh Simplefeed as shipped, on 127.0.0.1. That is ``simplefeed serve`` with
+``uwsgi.ini``, 4 processes of 200 threads, and SQLite. Its /recent holds 50 entries before the
+row's first event. That is half the shipped page size, so it is what a consumer of a shipped
+feed sees on average. Pages hold 1,000 here, so that no page is archived under consumers that
+read /recent only. One server for all the rows would make each row's documents larger than the
+last's. A 500-consumer row would serve a /recent of 126-147 entries, more than a shipped page
+ever holds. Then rows could not be compared.
 
-- ``wait``: each consumer holds a kept-alive connection and asks for /recent with its ETag and
-  ``Prefer: wait=30``, again as soon as it is answered;
-- ``poll max-age=10`` and ``poll max-age=1``: each consumer asks for /recent conditionally once
-  per max-age (phases spread at random), as a consumer honouring the document's max-age does
-  (a new connection per poll when it would idle past the server's 4 s socket timeout).
+The ways of following. With ``wait``, each consumer holds a kept-alive connection. It asks for
+/recent with its ETag and ``Prefer: wait=30``, and asks again as soon as it is answered. With
+``poll max-age=10`` and ``poll max-age=1``, each consumer asks for /recent conditionally once
+per max-age. Their phases are spread at random. That is what a consumer honouring the
+document's max-age does. It opens a new connection per poll when it would idle past the
+server's 4 s socket timeout.
 
-Consumers are asyncio tasks in 4 processes (one connection each, asking for gzip as the
-Simplefeed consumer does and decompressing what they read): light clients, so that the figures
-are the server's more than theirs, on two cores that both share.
+The consumers. They are asyncio tasks in 4 processes, with one connection each. Each asks for
+gzip as the Simplefeed consumer does, and decompresses what it reads. They are light clients,
+so that the figures are the server's more than theirs. The two cores are shared by both.
 
-A producer publishes one event every ``--interval`` seconds; for every (consumer, event) the
-latency is the time from the publish's 2xx (as the producer saw it) to that consumer having a
-body with the entry (a consumer task, in its process, reading the HTTP response; a consumer
-may have it before the producer has its 2xx: those count as 0). p50 and p99 over all of them.
+The latency. A producer publishes one event every ``--interval`` seconds. For every consumer
+and event, the latency runs from the publish's 2xx, as the producer saw it, to that consumer
+having a body with the entry. The body is read by a consumer task, in its process, from the HTTP
+response. A consumer may have it before the producer has its 2xx, and those count as 0. The
+table gives p50 and p99 over all of them.
 
-"declined": long-polls answered at once without ``Preference-Applied`` (the consumer then asks
-again after max-age, as the Simplefeed consumer does). "server CPU ms per event": the CPU time
-of the server's processes (/proc) from the first event to two seconds after the last, divided
-by the events: delivering each event to every consumer, plus the watchers' own polling
-meanwhile (the same whether anyone waits or not). "consumers' CPU ms per event": the same for
-the consumers' processes (on the same two cores: what they take, the server cannot have).
+The columns. The column "declined" counts long-polls answered at once without
+``Preference-Applied``. The consumer then asks again after max-age, as the Simplefeed consumer
+does. The column "server CPU ms per event" is the CPU time of the server's processes, from
+/proc. It runs from the first event to two seconds after the last, divided by the events. It
+covers delivering each event to every consumer. It covers the watchers' own polling meanwhile
+too, which is the same whether anyone waits or not. The column "consumers' CPU ms per event" is
+the same for the consumers' processes. They run on the same two cores, so what they take the
+server cannot have.
 
-Holding them, after those: with 1, 100 and 500 consumers waiting on a fresh server and nothing
-published, the server's CPU per second over ``--idle-seconds`` (the watchers' own looks for a
-commit among it: what a node pays for its long-polls while its feeds are quiet).
+Holding them. After those rows, 1, 100 and 500 consumers wait on a fresh server, and nothing is
+published. The table gives the server's CPU per second over ``--idle-seconds``. The watchers'
+own looks for a commit are among it. It is what a node pays for its long-polls while its feeds
+are quiet.
 
-Capacity, in a run of its own after those: with 500 consumers waiting and the producer
-publishing (from the middle event on, until wrk is done), wrk asks for /recent, 304 and 200 in
-turn, five times 2 s each on 64 connections (the median of each; the 304 requests name the
-ETag of the last 200 wrk had, as a polling consumer does); the same just before the
-consumers started and just after they stopped is the baseline (their mean), in the same run.
-Each wrk run on Simplefeed is paired with one on the read benchmark's baseline (the minimal
-falcon app of bench/read.py, under the same uWSGI options, answering with the bytes of
-Simplefeed's /recent when the run began), right before or after it (alternately), and the
-read benchmark's ratio (Simplefeed's rate over the minimal app's) is the median of the five
-pairs' ratios, before, during and after: the issue's measure, with what the machine's other
-load takes from both taken out, and a machine whose speed changes from one pair to the next
-(seen: the minimal app at 37,000 and 48,000 304s a second ten seconds apart) moving both rates
-of a pair alike. The latencies of that run are shown too, on a line of their own. The figures
-are in docs/benchmarks.md ("Long-poll").
+Capacity. It comes in a run of its own after those. Then 500 consumers wait, and the producer
+publishes from the middle event on, until wrk is done. Meanwhile wrk asks for /recent, 304 and
+200 in turn. It runs five times 2 s each on 64 connections, and the median of each counts. The
+304 requests name the ETag of the last 200 wrk had, as a polling consumer does. The same just
+before the consumers started and just after they stopped is the baseline, by their mean. It is
+taken in the same run.
+
+Each wrk run on Simplefeed is paired with one on the read benchmark's baseline. That is the
+minimal falcon app of bench/read.py, under the same uWSGI options. It answers with the bytes of
+Simplefeed's /recent when the run began. The pair's runs go right after each other, in
+alternate order. The read benchmark's ratio is Simplefeed's rate over the minimal app's. The
+figure is the median of the five pairs' ratios, before, during and after. That is the issue's
+measure. It takes out what the machine's other load takes from both. The machine's speed may
+change from one pair to the next. The minimal app has given 37,000 and 48,000 304s a second ten
+seconds apart. Such a change moves both rates of a pair alike. The latencies of that run are
+shown too, on a line of their own. The figures are in docs/benchmarks.md ("Long-poll").
 """
 
 from __future__ import annotations
@@ -87,8 +97,8 @@ TITLE = re.compile(rb"<title>ev-(\d+)</title>")
 ETAG = "etag"
 
 
-#: uwsgi.ini's socket-timeout: a polling consumer idle for longer finds its connection closed,
-#: so it opens one per poll (as httpx's pool does when it sees the connection closed).
+#: The socket-timeout of uwsgi.ini. A polling consumer idle for longer finds its connection
+#: closed. So it opens one per poll, as httpx's pool does when it sees the connection closed.
 SOCKET_TIMEOUT_S = 4.0
 
 
@@ -97,7 +107,7 @@ class Consumer:
     """One consumer on its own connection, a task of its process's event loop."""
 
     port: int
-    mode: str  # "wait" or "poll"
+    mode: str  # "wait" or "poll".
     max_age: float
     received: dict[int, float] = field(default_factory=dict)
     errors: int = 0
@@ -138,8 +148,8 @@ class Consumer:
                 for match in TITLE.finditer(body):
                     self.received.setdefault(int(match[1]), now)
             if asks_to_wait and not held:
-                # Not held (a server may ignore the preference): as the Simplefeed consumer
-                # does, ask again after the document's max-age.
+                # Not held, since a server may ignore the preference. Ask again after the
+                # document's max-age, as the Simplefeed consumer does.
                 self.declined += 1
                 await asyncio.sleep(DECLINED_WAIT_S)
             if self.mode == "poll":
@@ -151,19 +161,23 @@ class Consumer:
             connection[1].close()
 
 
-#: What every consumer asks: /recent, compressed as the Simplefeed consumer asks it (gzip here,
-#: decompressed with zlib to find the entries: the consumer's own cost stays small).
+#: What every consumer asks, which is /recent, compressed as the Simplefeed consumer asks it.
+#: Here it is gzip, decompressed with zlib to find the entries. So the consumer's own cost
+#: stays small.
 REQUEST = "GET /recent HTTP/1.1\r\nHost: bench\r\nAccept-Encoding: gzip\r\n{headers}\r\n"
 
 
-#: The service's max-age for /recent (SIMPLEFEED_RECENT_MAX_AGE's default): how long a
-#: consumer whose long-poll was not held waits before asking again.
+#: The service's max-age for /recent, the default of SIMPLEFEED_RECENT_MAX_AGE. A consumer
+#: whose long-poll was not held waits this long before asking again.
 DECLINED_WAIT_S = 10.0
 
 
 async def read_response(reader: asyncio.StreamReader) -> tuple[int, str, bytes, bool]:
-    """Status, ETag, (decoded) body of one response (Content-Length framed, as the service
-    sends), and whether the server held it (``Preference-Applied``)."""
+    """Read the status, ETag and decoded body of one response.
+
+    The response is framed by Content-Length, as the service sends it. Also return whether the
+    server held it (``Preference-Applied``).
+    """
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split(" ", 2)[1])
@@ -180,10 +194,13 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, str, bytes, 
 def crowd_process(
     port: int, mode: str, max_age: float, count: int, stop: Any, results: Any
 ) -> None:
-    """``count`` consumers in one event loop of this process, until ``stop``; their receipts
-    (by event, the monotonic clock, which all processes share) and errors go to ``results``.
-    An event loop, not threads: 125 threads of one process reading their responses at once
-    spent most of the time handing the GIL to each other, on the two cores the server uses."""
+    """Run ``count`` consumers in one event loop of this process, until ``stop``.
+
+    Their receipts and errors go to ``results``. Receipts are by event, on the monotonic
+    clock, which all processes share. It is an event loop, not threads. Take 125 threads of one
+    process reading their responses at once. They would spend most of the time handing the GIL
+    to each other, on the two cores the server uses.
+    """
 
     async def main() -> None:
         consumers = [Consumer(port, mode, max_age) for _ in range(count)]
@@ -192,14 +209,14 @@ def crowd_process(
             await asyncio.sleep(0.05)
         for c in consumers:
             c.stopping = True
-        # A waiting consumer ends with its next answer: the caller publishes once more.
+        # A waiting consumer ends with its next answer, so the caller publishes once more.
         await asyncio.wait(tasks, timeout=40)
         results.send([(c.received, c.errors, c.declined) for c in consumers])
 
     asyncio.run(main())
 
 
-#: Consumers run in this many processes (an event loop in each), so that reading 500 responses
+#: Consumers run in this many processes, with an event loop in each. So reading 500 responses
 #: at once is not one Python process's work.
 CONSUMER_PROCESSES = 4
 
@@ -216,13 +233,13 @@ class Run:
     samples: list[float]
     missing: int
     errors: int
-    #: Long-polls the server answered at once, without ``Preference-Applied``: the consumer
+    #: Long-polls the server answered at once, without ``Preference-Applied``. The consumer
     #: then asked again after max-age.
     declined: int
     #: CPU seconds the server's processes spent from the first event to the last one's
     #: delivery, per event.
     cpu_per_event: float
-    #: The same for the consumers' processes: reading each event, asking again.
+    #: The same for the consumers' processes, reading each event and asking again.
     consumers_cpu_per_event: float
 
     def row(self) -> str:
@@ -236,7 +253,7 @@ class Run:
 
 
 class Server(Protocol):
-    """What ``follow`` needs of a server: Simplefeed under uWSGI, or bench/longpoll_floor.py's."""
+    """What ``follow`` needs of a server, Simplefeed under uWSGI or bench/longpoll_floor.py's."""
 
     port: int
     token: str
@@ -252,8 +269,10 @@ def publish(server: Server, client: httpx.Client, i: int) -> float:
 
 
 class Crowd:
-    """``consumers`` consumers following ``server`` (``kind``: "wait" or "poll"), in
-    :data:`CONSUMER_PROCESSES` processes, from now until :meth:`end`."""
+    """A number of ``consumers`` following ``server``, from now until :meth:`end`.
+
+    ``kind`` is "wait" or "poll". They run in :data:`CONSUMER_PROCESSES` processes.
+    """
 
     def __init__(self, server: Server, kind: str, max_age: float, consumers: int) -> None:
         self.server = server
@@ -275,12 +294,14 @@ class Crowd:
             self.children.append(child)
 
     def cpu(self) -> float:
-        """The consumers' processes' CPU seconds so far."""
+        """Return the CPU seconds of the consumers' processes so far."""
         return process_cpu(*(child.pid or 0 for child in self.children))
 
     def end(self, last: int) -> list[tuple[dict[int, float], int, int]]:
-        """Stop every consumer (publishing event ``last``: a waiting consumer ends with its
-        next answer) and return their receipts, errors and declined long-polls."""
+        """Stop every consumer, and return their receipts, errors and declined long-polls.
+
+        It publishes event ``last``, because a waiting consumer ends with its next answer.
+        """
         self.stop.set()
         headers = {"Authorization": f"Bearer {self.server.token}"}
         with httpx.Client(headers=headers, timeout=30) as client:
@@ -302,7 +323,7 @@ def follow(
     during: Callable[[], None] | None = None,
 ) -> Run:
     crowd = Crowd(server, "wait" if mode == "wait" else "poll", max_age, consumers)
-    time.sleep(2.0 + (max_age if mode != "wait" else 0))  # every consumer has the document
+    time.sleep(2.0 + (max_age if mode != "wait" else 0))  # Every consumer has the document.
     acked: dict[int, float] = {}
     headers = {"Authorization": f"Bearer {server.token}"}
     pgid = server.process.pid if server.process else 0
@@ -311,15 +332,15 @@ def follow(
     meanwhile = threading.Thread(target=during or (lambda: None))
     i = first
     with httpx.Client(headers=headers, timeout=30) as client:
-        # ``during`` runs from the middle event on, the producer publishing meanwhile (past
-        # ``events`` if it takes longer).
+        # The ``during`` part runs from the middle event on, with the producer publishing
+        # meanwhile. It goes past ``events`` if it takes longer.
         while i < first + events or meanwhile.is_alive():
             acked[i] = publish(server, client, i)
             if during is not None and i == first + events // 2:
                 meanwhile.start()
             time.sleep(interval * random.uniform(0.5, 1.5))
             i += 1
-    time.sleep((max_age if mode != "wait" else 0) + 2.0)  # the last event reaches everyone
+    time.sleep((max_age if mode != "wait" else 0) + 2.0)  # The last event reaches everyone.
     cpu = group_cpu(pgid) - cpu
     consumers_cpu = crowd.cpu() - consumers_cpu
     reports = crowd.end(i)
@@ -345,10 +366,12 @@ def follow(
 
 
 def idle(server: Server, consumers: int, seconds: float) -> float:
-    """The server's CPU seconds per second while ``consumers`` wait and nothing is published:
-    what holding them costs (the watchers' looks for a commit among it)."""
+    """Return the server's CPU seconds per second while ``consumers`` wait, with no publish.
+
+    That is what holding them costs. The watchers' looks for a commit are among it.
+    """
     crowd = Crowd(server, "wait", 0.0, consumers)
-    time.sleep(2.0)  # every consumer has the document and waits
+    time.sleep(2.0)  # Every consumer has the document and waits.
     pgid = server.process.pid if server.process else 0
     cpu, started = group_cpu(pgid), time.monotonic()
     time.sleep(seconds)
@@ -358,7 +381,7 @@ def idle(server: Server, consumers: int, seconds: float) -> float:
 
 
 def print_head() -> None:
-    """The machine, then the head of the table whose rows are :meth:`Run.row`."""
+    """Print the machine, then the head of the table whose rows are :meth:`Run.row`."""
     for key, value in machine().items():
         print(f"{key}: {value}")
     print()
@@ -369,9 +392,9 @@ def print_head() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
 
 
-#: wrk's kept-alive connections in :func:`capacity`. Each stays with the uWSGI process that
-#: accepted it, so 16 over 4 processes could land mostly on one, and one server gave
-#: 2,871-7,760 /recent 304s a second in six runs of 3 s; 64 gave 5,570-6,819 in four.
+#: The kept-alive connections of wrk in :func:`capacity`. Each stays with the uWSGI process
+#: that accepted it. So 16 over 4 processes could land mostly on one. Then one server gives
+#: 2,871-7,760 /recent 304s a second in six runs of 3 s. With 64 it gives 5,570-6,819 in four.
 CAPACITY_CONNECTIONS = 64
 FOLLOW_ETAG_LUA = Path(__file__).resolve().parent / "_follow_etag.lua"
 CAPACITY_ROUNDS = 5
@@ -379,13 +402,16 @@ CAPACITY_SECONDS = 2.0
 
 
 def capacity(server: UwsgiServer, minimal: tuple[Child, str], seconds: float) -> dict[str, float]:
-    """/recent 304 and 200 rates now, of Simplefeed and of the read benchmark's baseline (the
-    minimal falcon app under the same uWSGI options, bench/minimal_falcon.py): the median of
-    :data:`CAPACITY_ROUNDS` runs of wrk (``seconds`` each, :data:`CAPACITY_CONNECTIONS`
-    connections) for each; and the read benchmark's ratio, the median of each round's
-    Simplefeed rate over the minimal app's run right beside it (which of the two goes first
-    alternates by round), so that a change in the machine's speed between rounds cancels out.
-    Keys: "304", "200", "minimal 304", "minimal 200", "ratio 304", "ratio 200"."""
+    """Measure the /recent 304 and 200 rates now, of Simplefeed and of the baseline.
+
+    The baseline is the read benchmark's, the minimal falcon app under the same uWSGI options
+    (bench/minimal_falcon.py). Each rate is the median of :data:`CAPACITY_ROUNDS` runs of wrk.
+    Each run takes ``seconds`` on :data:`CAPACITY_CONNECTIONS` connections. The read
+    benchmark's ratio is the median of each round's Simplefeed rate over the minimal app's run
+    right beside it. Which of the two goes first alternates by round. So a change in the
+    machine's speed between rounds cancels out. The keys are "304", "200", "minimal 304",
+    "minimal 200", "ratio 304" and "ratio 200".
+    """
     rates: dict[str, list[float]] = {}
     ours = server.process.pid if server.process else 0
     minimal_pgid = minimal[0].process.pid
@@ -395,7 +421,7 @@ def capacity(server: UwsgiServer, minimal: tuple[Child, str], seconds: float) ->
         etag = httpx.get(server.url("/recent")).headers["etag"]
         for status in ("304", "200"):
             runs = [
-                # The producer publishes meanwhile: each request names the last ETag seen.
+                # The producer publishes meanwhile, so each request names the last ETag seen.
                 (status, server.url("/recent"), etag, FOLLOW_ETAG_LUA, ours),
                 (f"minimal {status}", minimal_url, minimal_etag, None, minimal_pgid),
             ]
@@ -417,9 +443,12 @@ def capacity(server: UwsgiServer, minimal: tuple[Child, str], seconds: float) ->
 
 @contextlib.contextmanager
 def minimal_server(server: UwsgiServer) -> Iterator[tuple[Child, str]]:
-    """The read benchmark's baseline beside ``server``: bench/minimal_falcon.py under the same
-    uWSGI options and process count, answering /recent with the bytes ``server``'s /recent has
-    now (the identity document; it grows by an entry an event on ``server``, not here)."""
+    """Run the read benchmark's baseline beside ``server``.
+
+    It is bench/minimal_falcon.py under the same uWSGI options and process count. It answers
+    /recent with the bytes that ``server``'s /recent has now, as the identity document. That
+    document grows by an entry an event on ``server``, but not here.
+    """
     body = server.workdir / "minimal-recent.xml"
     body.write_bytes(httpx.get(server.url("/recent")).content)
     child, url = minimal_falcon("minimal", server.workdir, body, processes=SERVER_PROCESSES)
@@ -429,9 +458,9 @@ def minimal_server(server: UwsgiServer) -> Iterator[tuple[Child, str]]:
         child.stop()
 
 
-#: Entries /recent holds before a row's first event: half the shipped page size
-#: (SIMPLEFEED_PAGE_SIZE, 100), what a consumer of a shipped feed sees on average. Pages hold
-#: :data:`PAGE_SIZE` here, so that no page freezes under consumers that read /recent only.
+#: Entries /recent holds before a row's first event. That is half the shipped page size
+#: (SIMPLEFEED_PAGE_SIZE, 100), so what a consumer of a shipped feed sees on average. Pages hold
+#: :data:`PAGE_SIZE` here, so that no page is archived under consumers that read /recent only.
 PREFILL = 50
 PAGE_SIZE = 1000
 #: As shipped (uwsgi.ini).
@@ -440,8 +469,10 @@ SERVER_PROCESSES = 4
 
 @contextlib.contextmanager
 def fresh_server() -> Iterator[UwsgiServer]:
-    """Simplefeed as shipped on a database of its own, /recent holding :data:`PREFILL` entries:
-    every row serves documents of the same sizes, whatever ran before it."""
+    """Run Simplefeed as shipped on a database of its own, /recent holding :data:`PREFILL` entries.
+
+    So every row serves documents of the same sizes, whatever ran before it.
+    """
     with tempfile.TemporaryDirectory(prefix="sf-longpoll-") as tmp:
         work = Path(tmp)
         server = UwsgiServer.scratch(
@@ -495,8 +526,8 @@ def main() -> None:
             with fresh_server() as server:
                 cost = idle(server, count, args.idle_seconds)
             print(f"| {count} | {cost * 1000:,.1f} |", flush=True)
-    # Capacity, apart: wrk at full speed in the middle of a latency run would delay the events
-    # published around it, and the latency rows are the server's alone.
+    # Capacity runs apart. Wrk at full speed in the middle of a latency run would delay the
+    # events published around it. The latency rows are the server's alone.
     run, held = capacity_run(max(counts), args.events, args.interval)
     print(run.row().replace("| wait |", "| wait, wrk on /recent meanwhile |"))
     print()
@@ -506,8 +537,10 @@ def main() -> None:
 def capacity_run(
     consumers: int, events: int, interval: float
 ) -> tuple[Run, dict[str, dict[str, float]]]:
-    """:func:`capacity` before ``consumers`` wait on a fresh server, while they wait and the
-    producer publishes, and after they stopped; the latencies of that run."""
+    """Run :func:`capacity` before, during and after ``consumers`` wait on a fresh server.
+
+    During the wait the producer publishes. Also return the latencies of that run.
+    """
     held: dict[str, dict[str, float]] = {}
     with fresh_server() as server, minimal_server(server) as minimal:
         held["before"] = capacity(server, minimal, CAPACITY_SECONDS)
@@ -521,8 +554,11 @@ def capacity_run(
 
 
 def capacity_report(held: dict[str, dict[str, float]]) -> str:
-    """Two tables: Simplefeed's /recent rates, then the read benchmark's ratios (Simplefeed's
-    rate over the minimal app's, measured alternately), before, during and after."""
+    """Format two tables, for before, during and after.
+
+    The first gives Simplefeed's /recent rates. The second gives the read benchmark's ratios.
+    Each is Simplefeed's rate over the minimal app's, measured alternately.
+    """
     lines = [
         "| /recent | req/s before | req/s with the consumers waiting | req/s after"
         " | ratio to before and after |",

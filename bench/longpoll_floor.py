@@ -1,23 +1,28 @@
-"""The floor under bench/longpoll.py's latencies on this machine: the same consumers, the same
-producer, against a server that does nothing but long-polls, in one asyncio event loop.
+"""Measure the floor under bench/longpoll.py's latencies on this machine.
+
+It runs the same consumers and the same producer against a server that does nothing but
+long-polls, in one asyncio event loop.
 
     .venv/bin/python bench/longpoll_floor.py                   # 500 waiting consumers
     .venv/bin/python bench/longpoll_floor.py --consumers 1,100,500
     .venv/bin/python bench/longpoll_floor.py --uwsgi           # the same under uWSGI's threads
 
-Not Simplefeed: a stand-in for the cheapest server imaginable, to tell the machine's share of
-a latency from the service's. It keeps one document (an Atom feed of the events published so
-far, each entry about as long as Simplefeed renders an event with a title only), gzipped once
-per version; answers ``GET /recent`` with 200 or, when ``If-None-Match`` names the current
-version, 304, or holds it while ``Prefer: wait`` asks (``Preference-Applied``), until a
-``POST /entries`` (``{"title": ...}``) makes a new version; every held request is answered
-from the one gzipped body. No database, no durability, no validation, no logging.
+This is not Simplefeed. It stands in for the cheapest server imaginable. So it tells the
+machine's share of a latency from the service's. It keeps one document, gzipped once per
+version. The document is an Atom feed of the events published so far. Each entry is about as
+long as Simplefeed renders an event with a title only.
 
-With ``--uwsgi`` the same document is served by a minimal WSGI app under uWSGI, with the
-shipped options that shape a long-poll (bench/longpoll_floor_app.py): what uWSGI's threads cost
-by themselves, without Simplefeed's app.
+It answers ``GET /recent`` with 200. When ``If-None-Match`` names the current version, it
+answers 304. While ``Prefer: wait`` asks, it holds the request instead (``Preference-Applied``).
+It holds it until a ``POST /entries`` (``{"title": ...}``) makes a new version. Every held
+request is answered from the one gzipped body. There is no database, no durability, no
+validation and no logging.
 
-What the rows mean is in bench/longpoll.py; the figures are in docs/benchmarks.md
+With ``--uwsgi`` a minimal WSGI app under uWSGI serves the same document
+(bench/longpoll_floor_app.py). It has the shipped options that shape a long-poll. So it shows
+what uWSGI's threads cost by themselves, without Simplefeed's app.
+
+What the rows mean is in bench/longpoll.py. The figures are in docs/benchmarks.md
 ("Long-poll").
 """
 
@@ -47,8 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.longpoll import follow, print_head
 from bench.servers import HOST
 
-#: One entry, as Simplefeed renders ``{"title": "ev-N"}`` (id, title, updated, summary,
-#: published, link, sequence number): about 350 bytes, 40 gzipped.
+#: One entry, as Simplefeed renders ``{"title": "ev-N"}``. It has an id, title, updated,
+#: summary, published, link and sequence number. It takes about 350 bytes, 40 gzipped.
 ENTRY = (
     "<entry><id>urn:uuid:{uuid}</id><title>{title}</title>"
     "<updated>{now}</updated><summary>{title}</summary><published>{now}</published>"
@@ -135,8 +140,11 @@ async def run_server(port: int) -> None:
 
 
 class FloorServer:
-    """The floor server in a process (and process group) of its own, as bench/longpoll.py's
-    ``follow`` expects of a server: ``port``, ``url()``, ``token``, ``process``."""
+    """The floor server in a process and process group of its own.
+
+    It has what bench/longpoll.py's ``follow`` expects of a server. That is ``port``,
+    ``url()``, ``token`` and ``process``.
+    """
 
     token = "none"
 
@@ -167,8 +175,11 @@ class FloorServer:
 
 
 class UwsgiFloorServer(FloorServer):
-    """bench/longpoll_floor_app.py under uWSGI: 4 processes of 200 threads on an
-    ``http11-socket``, with uwsgi.ini's other options that shape a long-poll."""
+    """The app of bench/longpoll_floor_app.py under uWSGI.
+
+    It runs 4 processes of 200 threads on an ``http11-socket``. It takes the other options of
+    uwsgi.ini that shape a long-poll.
+    """
 
     def __enter__(self) -> FloorServer:
         work = Path(tempfile.mkdtemp(prefix="simplefeed-floor-"))

@@ -1,13 +1,15 @@
-"""The floor server's document under uWSGI's threads (``bench/longpoll_floor.py --uwsgi``): a
-minimal WSGI app, loaded by uWSGI with the shipped options that shape a long-poll (4 processes
-of 200 threads, ``http11-socket``, ``tcp-nodelay``, ``thunder-lock``, ``sharedarea``).
+"""Serve the floor server's document under uWSGI's threads (``bench/longpoll_floor.py --uwsgi``).
 
-Each process holds its long-polls on one condition, each waiter woken waking the next (as
-changes.py does), and answers them from one gzipped body rendered once per version. A
-``POST /entries`` appends the title to a file and counts a version in uWSGI's shared area; a
-thread per process looks at that count every 10 ms (as Simplefeed's SQLite watcher looks at
-``data_version``). No database, no validation, no logging: what uWSGI's threads cost by
-themselves.
+This is a minimal WSGI app. uWSGI loads it with the shipped options that shape a long-poll.
+They are 4 processes of 200 threads, ``http11-socket``, ``tcp-nodelay``, ``thunder-lock`` and
+``sharedarea``.
+
+Each process holds its long-polls on one condition. Each waiter woken wakes the next, as
+changes.py does. It answers them from one gzipped body, rendered once per version. A
+``POST /entries`` appends the title to a file, and counts a version in uWSGI's shared area. A
+thread per process looks at that count every 10 ms. Simplefeed's SQLite watcher looks at
+``data_version`` the same way. There is no database, no validation and no logging. So it shows
+what uWSGI's threads cost by themselves.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def application(env: dict[str, Any], start_response: Callable[..., Any]) -> list
         with changed:
             while state["etag"] == asked and time.monotonic() < deadline:
                 changed.wait(deadline - time.monotonic())
-            changed.notify()  # pass the news on
+            changed.notify()  # Pass the news on.
         held = True
     etag, gzipped = state["etag"], state["gzipped"]
     headers = [("ETag", etag), ("Vary", "Accept-Encoding, Prefer")]

@@ -1,16 +1,19 @@
-"""What a long-poll costs the server's Python, without uWSGI, sockets or other processes: the
-app called in-process by ``--waiters`` threads that long-poll ``/recent`` (gzip) and ask again
-as soon as they are answered, as uWSGI's threads of one worker serve a publish's waiters.
+"""Measure what a long-poll costs the server's Python, without uWSGI, sockets or other processes.
+
+The app is called in-process by ``--waiters`` threads. They long-poll ``/recent`` (gzip), and
+ask again as soon as they are answered. So they act as uWSGI's threads of one worker serving a
+publish's waiters.
 
     .venv/bin/python bench/longpoll_threads.py                  # 125 waiters, 20 publishes
     .venv/bin/python bench/longpoll_threads.py --floor          # a trivial app, same threads
 
-Prints the waiting threads' own CPU time (``time.thread_time``) per answer over the publishes:
-a figure the machine's other load disturbs far less than bench/longpoll.py's latencies, so
-before/after pairs of a change to the long-poll path show in a few runs. ``--floor`` runs the
-same threads against an app that only waits on a condition and answers "x": what the threads,
-the GIL and the condition cost by themselves. The access log is on (INFO, written to
-/dev/null), as the shipped service has it. Results: docs/benchmarks.md ("Long-poll").
+It prints the waiting threads' own CPU time (``time.thread_time``) per answer over the
+publishes. The machine's other load disturbs that figure far less than bench/longpoll.py's
+latencies. So before/after pairs of a change to the long-poll path show in a few runs. The
+option ``--floor`` runs the same threads against an app that only waits on a condition and
+answers "x". That shows what the threads, the GIL and the condition cost by themselves. The
+access log is on (INFO, written to /dev/null), as the shipped service has it. The results are
+in docs/benchmarks.md ("Long-poll").
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def environ(etag: str | None) -> dict[str, Any]:
 
 
 def call(app: WsgiApp, env: dict[str, Any]) -> str:
-    """The response's ETag."""
+    """Return the response's ETag."""
     headers: dict[str, str] = {}
 
     def start_response(status: str, head: list[tuple[str, str]], exc_info: Any = None) -> None:
@@ -71,8 +74,10 @@ def call(app: WsgiApp, env: dict[str, Any]) -> str:
 
 
 class Floor:
-    """An app that holds a request while its If-None-Match is the current version, then
-    answers; each waiter woken wakes the next, as simplefeed.service.changes does."""
+    """An app that holds a request while its If-None-Match is the current version, then answers.
+
+    Each waiter woken wakes the next, as simplefeed.service.changes does.
+    """
 
     def __init__(self) -> None:
         self.version = 0
@@ -123,7 +128,7 @@ def main() -> None:
         if floor is not None
         else (lambda i: core.publish("events", [Event(title=f"ev-{i}")]))
     )
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # the access lines, as uWSGI's log takes them
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # The access lines, as uWSGI's log takes them.
     logs.configure("INFO")
 
     measuring = threading.Event()
@@ -144,7 +149,7 @@ def main() -> None:
     threads = [threading.Thread(target=waiter, daemon=True) for _ in range(args.waiters)]
     for t in threads:
         t.start()
-    time.sleep(2.0)  # every waiter waiting
+    time.sleep(2.0)  # Every waiter is waiting.
     measuring.set()
     for i in range(args.events):
         publish(i)
@@ -158,7 +163,7 @@ def main() -> None:
         f" the waiting threads' CPU {cpu / max(answers, 1) * 1e6:,.0f} us per answer",
         flush=True,
     )
-    os._exit(0)  # the waiters are still waiting
+    os._exit(0)  # The waiters are still waiting.
 
 
 if __name__ == "__main__":

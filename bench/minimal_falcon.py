@@ -1,10 +1,11 @@
-"""The framework's ceiling: a minimal falcon app that answers like Simplefeed's /recent, no store.
+"""The framework's ceiling, a minimal falcon app that answers like Simplefeed's /recent.
 
-``bench/read.py`` runs it under the same uWSGI options as the service (an ini derived from the
-shipped ``uwsgi.ini`` with only ``module`` changed). It returns the bytes of the file named by
-``SIMPLEFEED_BENCH_BODY`` with the headers the service sends for /recent (Content-Type,
-Cache-Control, ETag, Last-Modified), and a 304 when ``If-None-Match`` carries that ETag; to a
-request that accepts gzip, the same bytes gzipped once at start (and their own ETag).
+It has no store. The script ``bench/read.py`` runs it under the same uWSGI options as the
+service. Its ini is derived from the shipped ``uwsgi.ini`` with only ``module`` changed. It
+returns the bytes of the file named by ``SIMPLEFEED_BENCH_BODY``. It sends the headers the
+service sends for /recent: Content-Type, Cache-Control, ETag and Last-Modified. It answers 304
+when ``If-None-Match`` carries that ETag. A request that accepts gzip gets the same bytes,
+gzipped once at start, with their own ETag.
 """
 
 from __future__ import annotations

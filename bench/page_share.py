@@ -1,12 +1,15 @@
-"""What the door's page-share rule costs a publish (docs/explanation/decisions/page-size.md).
+"""Measure what the door's page-share rule costs a publish.
+
+See docs/explanation/decisions/page-size.md.
 
     .venv/bin/python bench/page_share.py [--rounds 5]
 
-In-process, on a SQLite file in a temporary directory: the time of ``Simplefeed.publish`` for
-one event and for a batch of 100, against the time of the rule alone on the same entries
-(``Publishing.refuse_too_large`` with the locator base it needs, as ``publish`` calls it), each
-the median of ``--rounds`` rounds. The events are ``bench/door.py``'s shop events. The rule
-runs before the feed's lock, on every publish, so its share of one is its cost.
+It runs in-process, on a SQLite file in a temporary directory. It times ``Simplefeed.publish``
+for one event and for a batch of 100. It sets that against the time of the rule alone on the
+same entries. The rule is ``Publishing.refuse_too_large`` with the locator base it needs, as
+``publish`` calls it. Each figure is the median of ``--rounds`` rounds. The events are
+``bench/door.py``'s shop events. The rule runs before the feed's lock, on every publish. So its
+share of one is its cost.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def main() -> None:
         for size in (1, 100):
             body = batch(size)
             events, _ = parse_events(read_body(body), Limits(), 0)
-            core.publish(name, events)  # the feed known to this process, as in a server
+            core.publish(name, events)  # The feed is known to this process, as in a server.
             pending = appending.pending_entries(events, 0, lambda: "urn:uuid:x")
             publish, rule = [], []
             for _ in range(args.rounds):

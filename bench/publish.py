@@ -4,26 +4,31 @@
     .venv/bin/python bench/publish.py --quick         # shorter runs, no 1,000,000-entry phase
     .venv/bin/python bench/publish.py --help
 
-What it does, all on 127.0.0.1, every server started here and stopped at the end:
+It runs all on 127.0.0.1. Every server is started here and stopped at the end. It has two
+phases.
 
-1. Throughput. For each database (SQLite file; PostgreSQL at ``--postgres-url``, default
-   ``$SIMPLEFEED_BENCH_POSTGRES_URL``, else ``$SIMPLEFEED_TEST_POSTGRES_URL``, else skipped) and
-   each uWSGI process count (1 and 4): ``simplefeed serve`` (the shipped ``uwsgi.ini``) on a fresh
-   database, and the baseline app (``bench/_publish_baseline.py``: falcon, parse the JSON, insert
-   one row per event with SQLAlchemy in its own transaction, on the same engine settings) under
-   the *same* ``uwsgi.ini`` with only its ``module`` line swapped. wrk POSTs single events and
-   batches of 100 for ``--duration`` seconds each (after a short warm-up); the table gives
-   absolute rates and Simplefeed / baseline in the same run.
-2. Size. A feed seeded directly in the database with 1,000,000 entries (bulk insert of the
-   entries, the feed head moved to 1,000,000, and every one of its 10,000 pages frozen for real:
-   rendered by Simplefeed's renderer, stored with its ETag, spot-checked against
-   ``Simplefeed.rerender``; their static files are not written) against an empty feed: append
-   rate and the RSS of every uWSGI worker (``/proc/<pid>/status``) sampled across each run.
+1. Throughput. It runs for each database and each uWSGI process count (1 and 4). The databases
+   are a SQLite file and PostgreSQL at ``--postgres-url``. That URL defaults to
+   ``$SIMPLEFEED_BENCH_POSTGRES_URL``, else ``$SIMPLEFEED_TEST_POSTGRES_URL``, else the
+   database is skipped. It runs ``simplefeed serve``, with the shipped ``uwsgi.ini``, on a
+   fresh database. Against it runs the baseline app (``bench/_publish_baseline.py``). That app
+   is falcon. It parses the JSON and inserts one row per event with SQLAlchemy, in its own
+   transaction, on the same engine settings. It runs under the *same* ``uwsgi.ini``, with only
+   its ``module`` line swapped. Wrk POSTs single events and batches of 100, for ``--duration``
+   seconds each, after a short warm-up. The table gives absolute rates, and Simplefeed /
+   baseline in the same run.
+2. Size. A feed seeded directly in the database with 1,000,000 entries runs against an empty
+   feed. The entries are bulk-inserted, and the feed head is moved to 1,000,000. Every one of
+   its 10,000 pages is archived for real. Each is rendered by Simplefeed's renderer and stored
+   with its ETag. Some are spot-checked against ``Simplefeed.rerender``. Their static files are
+   not written. The phase gives the append rate. It samples the RSS of every uWSGI worker
+   (``/proc/<pid>/status``) across each run.
 
-The load generator is wrk (``apt-get install -y wrk``; installed here if missing and root), a
-separate C process with a static Lua-configured POST (body, Content-Type, producer token).
-Bodies carry no producer ids, so every request appends new entries. After every Simplefeed run
-the database is checked: head = number of entries, sequence contiguous, every full page frozen.
+The load generator is wrk (``apt-get install -y wrk``). It is installed here if missing, when
+run as root. Wrk is a separate C process with a static Lua-configured POST, holding the body,
+Content-Type and producer token. Bodies carry no producer ids, so every request appends new
+entries. After every Simplefeed run the database is checked. The head must equal the number of
+entries. The sequence must be contiguous, and every full page archived.
 """
 
 from __future__ import annotations
@@ -91,9 +96,12 @@ def machine() -> dict[str, str]:
 
 
 def fsync_ms(directory: Path, count: int = 200) -> float:
-    """Median latency of write + fsync of 100 bytes on ``directory``'s file system: what every
-    durable commit pays (SQLite's WAL with synchronous=FULL, PostgreSQL's WAL flush). It varies
-    with whatever else uses the disk, so it is measured at the start and at the end."""
+    """Return the median latency of write + fsync of 100 bytes on ``directory``'s file system.
+
+    Every durable commit pays it, as SQLite's WAL with synchronous=FULL or PostgreSQL's WAL
+    flush. It varies with whatever else uses the disk. So it is measured at the start and at the
+    end.
+    """
     path = directory / "fsync-probe"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     times = []
@@ -110,8 +118,11 @@ def fsync_ms(directory: Path, count: int = 200) -> float:
 
 
 def sqlite_commits_per_s(directory: Path, synchronous: str, seconds: float = 1.0) -> float:
-    """Single-row write transactions per second, one connection, WAL, ``synchronous`` as
-    given: SQLite's one-writer ceiling on this disk, without any Python web stack around it."""
+    """Return the single-row write transactions per second SQLite makes on this disk.
+
+    It uses one connection, WAL, and ``synchronous`` as given. That is SQLite's one-writer
+    ceiling on this disk, without any Python web stack around it.
+    """
     path = directory / f"commit-probe-{synchronous}.sqlite3"
     conn = sqlite3.connect(path, isolation_level=None)
     try:
@@ -149,7 +160,7 @@ def ensure_wrk() -> None:
 
 
 class Databases:
-    """Fresh databases: SQLite files under ``workdir``; PostgreSQL databases created and dropped."""
+    """Fresh databases, as SQLite files under ``workdir`` or PostgreSQL databases made here."""
 
     def __init__(self, workdir: Path, postgres_url: str | None) -> None:
         self.workdir = workdir
@@ -202,7 +213,7 @@ def server_version(url: str) -> str:
 
 
 def baseline_ini(workdir: Path) -> Path:
-    """The project's uwsgi.ini with only the ``module`` line pointing at the baseline app."""
+    """Write the project's uwsgi.ini with only the ``module`` line pointing at the baseline app."""
     source = (ROOT / "uwsgi.ini").read_text()
     swapped, count = re.subn(
         r"(?m)^module\s*=\s*simplefeed\.runtime\.wsgi:application\s*$",
@@ -269,7 +280,7 @@ def rss_kib(pid: int) -> int | None:
 
 
 class RssSampler:
-    """Samples VmRSS of every worker every ``interval`` seconds in a thread."""
+    """Sample the VmRSS of every worker every ``interval`` seconds, in a thread."""
 
     def __init__(self, pids: list[int], interval: float = 0.5) -> None:
         self.pids = pids
@@ -300,7 +311,7 @@ class RssSampler:
         self._thread.join()
 
     def summary(self) -> dict[str, float]:
-        """MiB: the largest worker's first and last sample, and the largest sample seen."""
+        """Return, in MiB, the largest worker's first and last sample, and the largest seen."""
         first = max((s[0] for s in self.samples.values() if s), default=0)
         last = max((s[-1] for s in self.samples.values() if s), default=0)
         peak = max((max(s) for s in self.samples.values() if s), default=0)
@@ -311,7 +322,7 @@ _last_stat: list[tuple[float, dict[int, int]]] = []
 
 
 def proc_stat(pid: int) -> tuple[str, list[str]] | None:
-    """A process's name and the fields after it in ``/proc/<pid>/stat``; None once it is gone."""
+    """Return a process's name and the fields after it in ``/proc/<pid>/stat``, or None."""
     try:
         head, _, tail = Path(f"/proc/{pid}/stat").read_text().rpartition(")")
     except OSError:
@@ -320,14 +331,17 @@ def proc_stat(pid: int) -> tuple[str, list[str]] | None:
 
 
 def cpu_ticks(fields: list[str]) -> int:
-    """User plus system time (clock ticks) from :func:`proc_stat`'s fields."""
+    """Return user plus system time, in clock ticks, from :func:`proc_stat`'s fields."""
     return int(fields[11]) + int(fields[12])
 
 
 def background_cpu() -> float:
-    """Share of the machine's CPU time used, since the last call, by processes that are not
-    the benchmark's (itself and its descendants: servers, their workers, wrk) nor PostgreSQL's
-    (shared, so counted as ours): another job running meanwhile skews the figures."""
+    """Return the share of the machine's CPU time that other processes used since the last call.
+
+    The benchmark's processes are not counted. They are itself and its descendants, the
+    servers, their workers and wrk. PostgreSQL's are not counted either, because it is shared
+    and so counted as ours. Another job running meanwhile skews the figures.
+    """
     parents: dict[int, int] = {}
     ticks: dict[int, int] = {}
     names: dict[int, str] = {}
@@ -416,7 +430,7 @@ def run_wrk(
     elapsed = _ms(requests_match.group(2) + requests_match.group(3)) / 1000
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = re.search(r"Socket errors: (.*)", out)
-    # The latency distribution's own lines: "89.50%" in the thread stats above also ends in 50%.
+    # The latency distribution's own lines, since "89.50%" in the thread stats also ends in 50%.
     p50 = re.search(r"^\s*50%\s+(\S+)", out, re.M)
     p99 = re.search(r"^\s*99%\s+(\S+)", out, re.M)
     return WrkResult(
@@ -444,9 +458,10 @@ def events_per_request(mode: str) -> int:
 
 
 def check_feed(url: str) -> dict[str, int]:
-    """Head = entries, sequence contiguous 1..head, every full page frozen once.
+    """Check that head = entries, the sequence is 1..head, and every full page is archived once.
 
-    One statement, so one snapshot: requests still in flight when wrk stops may commit meanwhile.
+    It runs one statement, so one snapshot. Requests still in flight when wrk stops may commit
+    meanwhile.
     """
     feed = "(SELECT id FROM feeds WHERE name = 'events')"
     query = (
@@ -486,7 +501,7 @@ def count_baseline(url: str) -> int:
 
 
 def seed(url: str, workdir: Path, n: int) -> dict[str, float]:
-    """Put ``n`` entries in the default feed, move its head, freeze every full page for real."""
+    """Put ``n`` entries in the default feed, move its head, and archive every full page."""
     from simplefeed import archive, atom
     from simplefeed.model import ArchivedPage, Entry, Event
     from simplefeed.rules import paging
@@ -502,7 +517,7 @@ def seed(url: str, workdir: Path, n: int) -> dict[str, float]:
     fingerprint = event.fingerprint()
     data = json.dumps(event.to_json(), ensure_ascii=False, separators=(",", ":"))
     now = time.time_ns() // 1000
-    base = now - 3_600_000_000 - n  # an hour ago, 1 µs apart: updated strictly increases
+    base = now - 3_600_000_000 - n  # An hour ago, 1 µs apart, so updated strictly increases.
     ids = [f"urn:uuid:{uuid.uuid4()}" for _ in range(n)]
     rows = (
         (feed.id, seq, ids[seq - 1], base + seq, base + seq, fingerprint, data)
@@ -545,7 +560,7 @@ def seed(url: str, workdir: Path, n: int) -> dict[str, float]:
                 conn.execute(pages_table.insert(), [page_row(p, feed.page_size) for p in pages])
             pages = []
     engine.dispose()
-    # The seeded pages are what freezing would have stored: compare with a render from the rows.
+    # The seeded pages are what archiving would store. Compare them with a render from the rows.
     for number in (1, n // feed.page_size // 2, n // feed.page_size):
         stored = core.store.page(feed.id, number)
         assert stored is not None and stored.body == core.rerender(feed, number), number
@@ -612,8 +627,11 @@ def measure(
 
 
 def throughput(dbs: Databases, kind: str, args: argparse.Namespace, workdir: Path) -> list[Run]:
-    """Both apps up at once (an idle one costs nothing), measured in alternation, round after
-    round: a disturbance from outside hits both, and the median of the rounds is reported."""
+    """Run both apps at once, and measure them in alternation, round after round.
+
+    An idle app costs nothing. A disturbance from outside hits both. The median of the rounds
+    is reported.
+    """
     runs = []
     for processes in args.processes:
         with contextlib.ExitStack() as stack:
@@ -651,8 +669,11 @@ def throughput(dbs: Databases, kind: str, args: argparse.Namespace, workdir: Pat
 
 
 def size_phase(dbs: Databases, kind: str, args: argparse.Namespace, workdir: Path) -> list[Run]:
-    """An empty feed and one seeded with 1,000,000 entries, both served at once with the most
-    uWSGI processes asked for, measured in alternation, round after round."""
+    """Serve an empty feed and one seeded with 1,000,000 entries at once.
+
+    They run with the most uWSGI processes asked for. They are measured in alternation, round
+    after round.
+    """
     runs = []
     processes = max(args.processes)
     with contextlib.ExitStack() as stack:
@@ -703,8 +724,11 @@ def _label(mode: str) -> str:
 
 
 def report(info: dict[str, str], runs: list[Run], sizes: list[Run]) -> str:
-    """Medians over the rounds; a ratio is the median of the rounds' ratios (each round measures
-    both sides within seconds of each other)."""
+    """Report medians over the rounds.
+
+    A ratio is the median of the rounds' ratios. Each round measures both sides within seconds
+    of each other.
+    """
     out = [
         f"machine: {info['nproc']} CPUs, {info['cpu']}; Python {info['python']};"
         f" SQLite {info['sqlite']}; {info.get('postgres', 'PostgreSQL: not run')};"
@@ -805,7 +829,7 @@ def main() -> None:
     if "postgres" in kinds and not args.postgres_url:
         print("PostgreSQL skipped: set SIMPLEFEED_BENCH_POSTGRES_URL or --postgres-url")
         kinds.remove("postgres")
-    # SIGTERM (timeout, kill) unwinds like Ctrl-C: servers stopped, databases dropped.
+    # SIGTERM (timeout, kill) unwinds like Ctrl-C. Servers are stopped, databases dropped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ensure_wrk()
     info = machine()

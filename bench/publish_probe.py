@@ -2,26 +2,30 @@
 
 Its figures are in docs/benchmarks.md, "One publish from the inside".
 
-bench/publish.py compares Simplefeed with its baseline; this answers why a figure is what it is.
-It starts one app (`simplefeed` or `baseline`) under the shipped uwsgi.ini on a fresh database,
-warms it up, runs wrk for a few seconds, and reports:
+The script bench/publish.py compares Simplefeed with its baseline. This one answers why a
+figure is what it is. It starts one app (`simplefeed` or `baseline`) under the shipped
+uwsgi.ini on a fresh database. It warms the app up and runs wrk for a few seconds. Then it
+reports four things.
 
-- events per second and wrk's median latency;
-- CPU milliseconds per request spent by the uWSGI processes and by the PostgreSQL server
-  processes (from /proc, so it includes kernel time such as fsync's), and how busy the whole
-  machine was: a machine near 100% is CPU-bound, one well below it is waiting (for a lock, a
-  flush, the network);
-- on PostgreSQL, what the app's server backends were doing, sampled every 10 ms from
-  pg_stat_activity (e.g. `Lock:advisory` = waiting for a feed's lock, `IO:WALSync` = flushing a
-  commit), as the average number of backends in each state;
-- on PostgreSQL, the size and update counts of the feeds table (dead row versions pile up
-  there when appenders fight over the feed's row).
+It reports events per second and wrk's median latency.
+
+It reports CPU milliseconds per request, spent by the uWSGI processes and by the PostgreSQL
+server processes. They come from /proc, so they include kernel time such as fsync's. It reports
+how busy the whole machine was. A machine near 100% is CPU-bound. One well below it is waiting,
+for a lock, a flush or the network.
+
+On PostgreSQL, it reports what the app's server backends were doing. It samples
+pg_stat_activity every 10 ms. For example, `Lock:advisory` means waiting for a feed's lock, and
+`IO:WALSync` means flushing a commit. It gives the average number of backends in each state.
+
+On PostgreSQL, it also reports the size and update counts of the feeds table. Dead row versions
+pile up there when appenders fight over the feed's row.
 
     .venv/bin/python bench/publish_probe.py --app simplefeed --database postgres --processes 4
     .venv/bin/python bench/publish_probe.py --app baseline --mode batch --database sqlite
 
-Like bench/publish.py it needs Debian's wrk and, for PostgreSQL, an admin URL
-(`--postgres-url`, `$SIMPLEFEED_BENCH_POSTGRES_URL` or `$SIMPLEFEED_TEST_POSTGRES_URL`); it
+Like bench/publish.py it needs Debian's wrk. For PostgreSQL it needs an admin URL too, from
+`--postgres-url`, `$SIMPLEFEED_BENCH_POSTGRES_URL` or `$SIMPLEFEED_TEST_POSTGRES_URL`. It
 creates and drops its own database.
 """
 
@@ -46,27 +50,28 @@ from bench import publish
 
 
 def machine_ticks() -> tuple[int, int]:
-    """(all, idle + iowait) jiffies of the machine so far."""
+    """Return the machine's jiffies so far, all and idle + iowait."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return sum(fields), fields[3] + fields[4]
 
 
 def process_ticks(pgrep: list[str]) -> int:
-    """User + system clock ticks of the processes ``pgrep`` finds with these arguments."""
+    """Return the user + system clock ticks of the processes ``pgrep`` finds with these args."""
     pids = subprocess.run(["pgrep", *pgrep], capture_output=True, text=True).stdout.split()
     stats = (publish.proc_stat(int(pid)) for pid in pids)
     return sum(publish.cpu_ticks(stat[1]) for stat in stats if stat is not None)
 
 
-# The servers' processes, by what they run: uWSGI's by command line (its workers are Python
-# processes running the uwsgi entry point), PostgreSQL's by process name, so that this script
-# (whose command line may say "postgres") and anything else that mentions it are not counted.
+# The servers' processes, by what they run. Those of uWSGI go by command line, because its
+# workers are Python processes running the uwsgi entry point. Those of PostgreSQL go by process
+# name. So this script, whose command line may say "postgres", is not counted. Nor is anything
+# else that mentions it.
 UWSGI = ["-f", "uwsgi --ini"]
 POSTGRES = ["-x", "postgres"]
 
 
 class WaitSampler:
-    """Samples pg_stat_activity for one database every 10 ms, in a thread."""
+    """Sample pg_stat_activity for one database every 10 ms, in a thread."""
 
     def __init__(self, admin_url: str, database: str) -> None:
         self.dsn = make_url(admin_url).set(drivername="postgresql").render_as_string(False)
@@ -140,7 +145,7 @@ def main() -> None:
                 token = server.token if args.app == "simplefeed" else None
                 target = server.url("/entries")
                 body = publish.body(args.mode)
-                publish.run_wrk(target, body, token, 2, args.connections, workdir)  # warm-up
+                publish.run_wrk(target, body, token, 2, args.connections, workdir)  # Warm-up.
                 sampler = (
                     WaitSampler(admin_url, database)
                     if admin_url and args.database == "postgres"

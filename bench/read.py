@@ -1,29 +1,34 @@
-"""Read-path benchmark: every GET a consumer or a cache makes, against the machine's ceilings.
+"""Read-path benchmark, for every GET a consumer or a cache makes, against the machine's ceilings.
 
 One command, from the checkout (needs wrk and nginx: ``apt-get install -y wrk nginx``)::
 
     .venv/bin/python bench/read.py              # about 9 minutes
     .venv/bin/python bench/read.py --quick      # one short round per cell, to try it out
 
-It starts every server itself on 127.0.0.1 (and stops them, whatever happens):
+It starts every server itself on 127.0.0.1, and stops them whatever happens. These are the
+servers.
 
-- Simplefeed as shipped (``simplefeed serve``, ``uwsgi.ini``) on a SQLite database with 250
-  entries (pages 1-2 archived, page 3 working, /recent holding 50 entries);
-- the framework's ceiling: a minimal falcon app (``bench/minimal_falcon.py``) under the same
-  uWSGI options (an ini derived from ``uwsgi.ini`` with only ``module`` changed), answering
-  /recent with the same bytes and headers, or a 304;
-- uWSGI serving a plain static file (the same derived ini with ``static-map``, without the
-  shipped static route), against the shipped static route for archived pages;
-- nginx with the shipped server block (``deploy/nginx/``), and a plain static server block in
-  the same nginx;
-- nginx as a CDN's edge (``deploy/cdn/``) in front of moto's S3 server, against the same
-  object straight from the S3 server (``--no-bucket`` skips it);
+Simplefeed runs as shipped (``simplefeed serve``, ``uwsgi.ini``) on a SQLite database with 250
+entries. Pages 1-2 are archived, page 3 is working, and /recent holds 50 entries.
 
-and measures each with wrk (one thread, 16 connections, rounds of a few seconds, ours and its
-baseline alternating so that a slow moment hurts both), for 1 and 4 uWSGI processes. Ratios are
-of median request rates. Then the uWSGI options themselves: http11-socket with 200 threads
-per worker (shipped) against http-socket + ``Connection: close`` (shipped before keep-alive),
-one thread per worker, and uWSGI's HTTP router.
+The framework's ceiling is a minimal falcon app (``bench/minimal_falcon.py``). It runs under
+the same uWSGI options, from an ini derived from ``uwsgi.ini`` with only ``module`` changed. It
+answers /recent with the same bytes and headers, or a 304.
+
+Plain uWSGI serves a static file, against the shipped static route for archived pages. It uses
+the same derived ini with ``static-map``, without the shipped static route.
+
+One nginx runs the shipped server block (``deploy/nginx/``) and a plain static server block.
+
+Another nginx acts as a CDN's edge (``deploy/cdn/``) in front of moto's S3 server. It runs
+against the same object straight from the S3 server. The option ``--no-bucket`` skips it.
+
+It measures each with wrk, for 1 and 4 uWSGI processes. Wrk runs one thread on 16 connections,
+in rounds of a few seconds. Ours and its baseline alternate, so that a slow moment hurts both.
+Ratios are of median request rates. Then it measures the uWSGI options themselves. The shipped
+http11-socket with 200 threads per worker runs against three others. One is http-socket with
+``Connection: close``, as shipped before keep-alive. One is a single thread per worker. One is
+uWSGI's HTTP router.
 
 The figures and the reading of them are in docs/benchmarks.md (section "Reading").
 """
@@ -60,8 +65,10 @@ from simplefeed.archive.s3 import S3Store
 
 
 def get(url: str, headers: Mapping[str, str] | None = None) -> httpx.Response:
-    """GET as wrk asks: no Accept-Encoding unless ``headers`` give one (httpx would send its
-    own, and be answered in br with br's ETag)."""
+    """GET as wrk asks, with no Accept-Encoding unless ``headers`` give one.
+
+    Else httpx would send its own, and be answered in br with br's ETag.
+    """
     return httpx.get(url, headers={"Accept-Encoding": "identity", **(headers or {})}, timeout=10)
 
 
@@ -108,7 +115,7 @@ class Row:
 
     @property
     def cpu_ratio(self) -> float | None:
-        """Baseline's CPU per request over ours: the same comparison, less disturbed by load."""
+        """Return the baseline's CPU per request over ours, a comparison less disturbed by load."""
         ours = self.cpu(self.ours)
         return self.cpu(self.baseline) / ours if ours and self.baseline else None
 
@@ -133,7 +140,7 @@ class Bench:
             page_size=PAGE_SIZE,
             processes=processes,
             ini=ini,
-            # The same links (so the same bytes) from every configuration measured.
+            # The same links, so the same bytes, from every configuration measured.
             extra_env={"SIMPLEFEED_BASE_URL": "http://feeds.example.test", **env},
         )
         return self.stack.enter_context(server)
@@ -175,12 +182,12 @@ class Bench:
         headers: Mapping[str, str] | None = None,
         connections: int | None = None,
     ) -> Load:
-        """wrk against url; the CPU time of ``server`` (all of them, if several) is measured."""
+        """Run wrk against url, and measure the CPU time of ``server``, or of all if several."""
         servers = server if isinstance(server, tuple) else (server,)
         pgids = []
         for s in servers:
             assert s.process is not None
-            pgids.append(s.process.pid)  # each server leads its own session and process group
+            pgids.append(s.process.pid)  # Each server leads its own process group (setsid).
         return wrk(
             url,
             duration=self.args.duration,
@@ -223,8 +230,9 @@ class Bench:
             f"uwsgi-static-{processes}", processes, static_map=f"/static={self.archive}"
         )
 
-        # Archived pages from uWSGI as `simplefeed serve` runs alone (http11-socket): `ours`
-        # has the uwsgi socket for nginx, and so an HTTP socket that closes every connection.
+        # Archived pages from uWSGI as `simplefeed serve` runs alone, on http11-socket. The
+        # `ours` server has the uwsgi socket for nginx. So its HTTP socket closes every
+        # connection.
         alone = self.ours(f"alone-{processes}", processes)
         recent, page1 = ours.url("/recent"), alone.url("/pages/1")
         same_file = ustatic + "/static/pages/1"
@@ -238,7 +246,7 @@ class Bench:
             accept = {"Accept-Encoding": coding}
             for url in (page1, same_file):
                 assert get(url, accept).headers["content-encoding"] == coding, url
-        # Compressed: the client asks for gzip; its 304s carry the gzip ETag.
+        # Compressed. The client asks for gzip, and its 304s carry the gzip ETag.
         gz = {"Accept-Encoding": "gzip"}
         gz_inm = {**gz, "If-None-Match": etag[:-1] + '-gzip"'}
         min_gz_inm = {**gz, "If-None-Match": min_etag[:-1] + '-gzip"'}
@@ -261,7 +269,7 @@ class Bench:
             lambda: self.load(alone, page1),
             lambda: self.load(ust, same_file),
         )
-        # What the static route saves: the same page through the app (a query string).
+        # What the static route saves. A query string sends the same page through the app.
         self.pair(
             Row("more", "archived page through the app", p, [], "uWSGI static-map"),
             lambda: self.load(alone, page1 + "?app"),
@@ -327,8 +335,10 @@ class Bench:
             self.run_bucket(processes, ours, page_bytes)
 
     def run_bucket(self, processes: int, ours: UwsgiServer, page_bytes: bytes) -> None:
-        """nginx as a CDN's edge in front of moto's S3 server (deploy/cdn/), against the same
-        object straight from the S3 server."""
+        """Run nginx as a CDN's edge in front of moto's S3 server (deploy/cdn/).
+
+        It runs against the same object straight from the S3 server.
+        """
         s3 = self.stack.enter_context(S3Server(self.workdir / f"s3-{processes}"))
         s3.bucket(BUCKET)
         s3.public_read(BUCKET, "archive")
@@ -357,7 +367,7 @@ class Bench:
         )
 
     def run_modes(self, processes: int) -> None:
-        """The uWSGI options of uwsgi.ini: how it listens, and threads."""
+        """Measure the uWSGI options of uwsgi.ini, how it listens and its threads."""
         p = processes
         variants: list[tuple[str, dict[str, object], int]] = [
             (
@@ -384,7 +394,7 @@ class Bench:
         with contextlib.ExitStack() as stack:
             saved, self.stack = self.stack, stack
             try:
-                # `simplefeed serve` sets SIMPLEFEED_THREADS, over the ini's default threads.
+                # The command `simplefeed serve` sets SIMPLEFEED_THREADS, over the ini's default.
                 threads = (
                     {"SIMPLEFEED_THREADS": str(derive["threads"])} if "threads" in derive else {}
                 )

@@ -1,18 +1,20 @@
-"""``simplefeed archive recover`` on a restored SQLite database: how fast, and how much memory.
+"""Time ``simplefeed archive recover`` on a restored SQLite database, and measure its memory.
 
 ::
 
     .venv/bin/python bench/recover.py [--pages 100 400] [--page-size 100] [--batch N]
 
-For each page count: a feed of that many frozen pages (events of a title, a JSON object of
-about 300 bytes, an author and a category, published in batches of a page through the core),
-a backup of its SQLite file made after its first page froze, the backup restored beside the
-archive, then the installed command ``simplefeed archive recover`` in a child process: its wall
-time, its CPU time and its peak resident memory (``ru_maxrss``), and the pages and entries a
-second it took back. Pages are taken back 64 a transaction
-(``maintenance.RECOVERY_BATCH``): the peak memory should not grow with the page count.
-``--batch N`` runs the same command with another batch (``python -c``, the module's constant
-replaced), to show what the batches bound.
+For each page count it builds a feed of that many archived pages. Each event has a title, a
+JSON object of about 300 bytes, an author and a category. They are published through the core,
+in batches of a page. A backup of the SQLite file is made after the first page is archived.
+The backup is restored beside the archive. Then the installed command ``simplefeed archive
+recover`` runs in a child process. The script reports its wall time, its CPU time and its peak
+resident memory (``ru_maxrss``). It reports the pages and entries a second it took back.
+
+Pages are taken back 64 a transaction (``maintenance.RECOVERY_BATCH``). So the peak memory
+should not grow with the page count. The option ``--batch N`` runs the same command with
+another batch, through ``python -c`` with the module's constant replaced. That shows what the
+batches bound.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def trial(directory: Path, pages: int, page_size: int, batch: int | None) -> dic
         "SIMPLEFEED_BASE_URL": BASE_URL,
         "SIMPLEFEED_PAGE_SIZE": str(page_size),
     }
-    # A fresh parent per trial, so that its children's peak memory is this command's alone.
+    # A fresh parent per run, so that its children's peak memory is this command's alone.
     measure = (
         "import json, resource, subprocess, sys, time\n"
         "t = time.perf_counter()\n"

@@ -1,11 +1,12 @@
-"""Real servers for the end-to-end tests and the benchmarks: the shipped CLI and uWSGI, on a free
-127.0.0.1 port, and private PostgreSQL clusters.
+"""Real servers for the end-to-end tests and the benchmarks.
 
-:class:`UwsgiServer` migrates the database with ``simplefeed db upgrade`` (a subprocess, as an
-operator would) unless it is migrated already, mints a producer token, then runs ``simplefeed
-serve`` (which execs uWSGI with ``uwsgi.ini``, so the child's pid is uWSGI's master), waits
-for ``GET /healthz`` to answer 200 and, when stopped, ends the master with SIGTERM and falls
-back to SIGKILL on its process group. Nothing is mocked.
+They are the shipped CLI and uWSGI on a free 127.0.0.1 port, and private PostgreSQL clusters.
+
+The class :class:`UwsgiServer` migrates the database with ``simplefeed db upgrade``, unless it
+is migrated already. It runs that in a subprocess, as an operator would. It mints a producer
+token. Then it runs ``simplefeed serve``, which execs uWSGI with ``uwsgi.ini``. So the child's
+pid is uWSGI's master. It waits for ``GET /healthz`` to answer 200. When stopped, it ends the
+master with SIGTERM, and falls back to SIGKILL on its process group. Nothing is mocked.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-#: The checkout under test: uwsgi.ini and alembic/ live here.
+#: The checkout under test, where uwsgi.ini and alembic/ live.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 HOST = "127.0.0.1"
@@ -42,7 +43,7 @@ SHUTDOWN_MARK = "SIGINT/SIGTERM received"
 
 
 def simplefeed_command() -> list[str]:
-    """The installed ``simplefeed`` console script of the interpreter running the tests."""
+    """Return the installed ``simplefeed`` console script of the interpreter running the tests."""
     script = Path(sys.executable).with_name("simplefeed")
     if script.exists():
         return [str(script)]
@@ -53,7 +54,10 @@ def simplefeed_command() -> list[str]:
 
 
 def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago (the caller retries on a race)."""
+    """Return a TCP port that was free on 127.0.0.1 a moment ago.
+
+    The caller retries on a race.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
         port: int = s.getsockname()[1]
@@ -61,19 +65,21 @@ def free_port() -> int:
 
 
 def clean_environ() -> dict[str, str]:
-    """The test process's environment without any SIMPLEFEED_* setting leaking into the server."""
+    """Return the test process's environment, so no SIMPLEFEED_* setting leaks into the server."""
     return {k: v for k, v in os.environ.items() if not k.startswith("SIMPLEFEED_")}
 
 
 def _exited(pid: int) -> bool:
-    """Whether our child ``pid`` has exited, without reaping it (its pid stays reserved)."""
+    """Tell whether our child ``pid`` has exited, without reaping it, so its pid stays reserved."""
     info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     return info is not None and info.si_pid == pid
 
 
 def sqlite_backup(database: Path, backup: Path) -> None:
-    """An online, consistent copy of a SQLite database, as docs/how-to/backup.md makes one
-    (the ``sqlite3`` backup API), both connections closed after."""
+    """Make an online, consistent copy of a SQLite database, as docs/how-to/backup.md makes one.
+
+    It uses the ``sqlite3`` backup API, and closes both connections after.
+    """
     source, copy = sqlite3.connect(database), sqlite3.connect(backup)
     try:
         source.backup(copy)
@@ -87,10 +93,10 @@ class ServerError(RuntimeError):
 
 
 class UwsgiServer:
-    """``simplefeed serve`` on a free port, with its own database, archive directory and log.
+    """Run ``simplefeed serve`` on a free port, with its own database, archive directory and log.
 
-    Use as a context manager, or call :meth:`start` and :meth:`stop` (``stop`` is idempotent
-    and always leaves no process behind)::
+    Use it as a context manager, or call :meth:`start` and :meth:`stop`. The ``stop`` method is
+    idempotent, and always leaves no process behind::
 
         with UwsgiServer(database_url, archive_dir, workdir) as server:
             httpx.get(server.url("/recent"))
@@ -103,7 +109,7 @@ class UwsgiServer:
         workdir: Path,
         *,
         page_size: int = 100,
-        processes: int | None = 2,  # None: `serve` without --processes (its default)
+        processes: int | None = 2,  # None runs `serve` without --processes, at its default.
         extra_env: Mapping[str, str] | None = None,
         startup_timeout: float = 20.0,
         stop_timeout: float = 10.0,
@@ -118,18 +124,20 @@ class UwsgiServer:
         self.extra_env = dict(extra_env or {})
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
-        self.ini = ini  # None: the checkout's uwsgi.ini, as `simplefeed serve` picks it
-        #: False: SIMPLEFEED_BASE_URL unset, as an operator who only passes --port
+        self.ini = ini  # None takes the checkout's uwsgi.ini, as `simplefeed serve` picks it.
+        #: False leaves SIMPLEFEED_BASE_URL unset, as an operator who only passes --port does.
         self.base_url_env = base_url_env
         self.log_path = self.workdir / "uwsgi.log"
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
-        self.token = ""  # a producer token for every feed, minted by start()
+        self.token = ""  # A producer token for every feed, minted by start().
 
     @classmethod
     def scratch(cls, workdir: Path, **options: Any) -> UwsgiServer:
-        """A server on a SQLite database of its own in ``workdir`` (``simplefeed.sqlite3``),
-        its archive directory and log there too; ``options`` as for the constructor."""
+        """Make a server on a SQLite database of its own in ``workdir`` (``simplefeed.sqlite3``).
+
+        Its archive directory and log go there too. ``options`` are as for the constructor.
+        """
         return cls(
             f"sqlite:///{workdir / 'simplefeed.sqlite3'}", workdir / "archive", workdir, **options
         )
@@ -144,11 +152,11 @@ class UwsgiServer:
         return self.base_url + path
 
     def env(self) -> dict[str, str]:
-        """The environment of every command run against this server's database and archive."""
+        """Return the environment for every command on this server's database and archive."""
         env = clean_environ()
-        # Import the checkout under test whatever the working directory and however the package
-        # was installed (an editable install made before a package had its __init__.py maps it
-        # as a namespace package, which only works from the checkout's own directory).
+        # Import the checkout under test, whatever the working directory, and however the
+        # package was installed. An editable install made before a package had its __init__.py
+        # maps it as a namespace package. That only works from the checkout's own directory.
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p
         )
@@ -159,7 +167,7 @@ class UwsgiServer:
                 "SIMPLEFEED_PAGE_SIZE": str(self.page_size),
             }
         )
-        if self.base_url_env and self.port:  # (none before the port is chosen)
+        if self.base_url_env and self.port:  # There is none before the port is chosen.
             env["SIMPLEFEED_BASE_URL"] = self.base_url
         env.update(self.extra_env)
         return env
@@ -167,7 +175,7 @@ class UwsgiServer:
     def cli(
         self, *args: str, check: bool = True, timeout: float = 60.0
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``simplefeed ARGS`` with this server's environment; output captured as text."""
+        """Run ``simplefeed ARGS`` with this server's environment, and capture output as text."""
         result = subprocess.run(
             [*simplefeed_command(), *args],
             env=self.env(),
@@ -190,12 +198,14 @@ class UwsgiServer:
         self.cli("db", "upgrade")
 
     def create_token(self, *args: str) -> str:
-        """A producer token minted with ``simplefeed token create ARGS`` (printed on stdout)."""
+        """Mint a producer token with ``simplefeed token create ARGS``, which prints it."""
         return self.cli("token", "create", *args).stdout.strip()
 
     def publish(self, events: list[dict[str, Any]]) -> httpx.Response:
-        """POST ``events`` to ``/entries`` as a producer does, with this server's token; the
-        201 answer, or :class:`ServerError` with what the server said."""
+        """POST ``events`` to ``/entries`` as a producer does, with this server's token.
+
+        Return the 201 answer. Else raise :class:`ServerError` with what the server said.
+        """
         reply = httpx.post(
             self.url("/entries"),
             json=events,
@@ -207,12 +217,14 @@ class UwsgiServer:
         return reply
 
     def _prepare(self) -> None:
-        """Migrate the database with ``simplefeed db upgrade`` unless it is at the newest schema
-        already (a migrated copy of the tests' template), and mint the producer token.
+        """Migrate the database with ``simplefeed db upgrade``, and mint the producer token.
 
-        Both in this process when they can be: each command is a Python starting and importing
-        the package (~1 s); the tests start dozens of servers. The commands themselves are
-        tested as such in tests/test_operators_cli.py."""
+        The migration is skipped when the database is at the newest schema already. Then it is
+        a migrated copy of the tests' template. Both steps run in this process when they can.
+        Each command is a Python starting and importing the package, about 1 s. The tests start
+        dozens of servers. The commands themselves are tested as such in
+        tests/test_operators_cli.py.
+        """
         from simplefeed.errors import DatabaseNotReady
         from simplefeed.service import Simplefeed
         from simplefeed.settings import Settings
@@ -229,8 +241,11 @@ class UwsgiServer:
             core.close()
 
     def start(self, *, attempts: int = 3, port: int | None = None) -> None:
-        """Migrate, then start uWSGI and wait for /healthz; retries if the port was taken.
-        With ``port`` (a restart at the same base URL), on that port, once."""
+        """Migrate, then start uWSGI and wait for /healthz.
+
+        It retries if the port was taken. With ``port`` it starts once, on that port. That is
+        a restart at the same base URL.
+        """
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.archive_dir.mkdir(parents=True, exist_ok=True)
         self._prepare()
@@ -267,7 +282,7 @@ class UwsgiServer:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                # Its own process group: the SIGKILL fallback reaches the workers too.
+                # Its own process group, so the SIGKILL fallback reaches the workers too.
                 start_new_session=True,
             )
 
@@ -298,8 +313,10 @@ class UwsgiServer:
     def wait_all_workers(self, timeout: float = 30.0) -> set[int]:
         """Wait until every worker has loaded the app, and return their pids.
 
-        /healthz answers once one worker has (uwsgi.ini has lazy-apps): until the others have,
-        that worker takes every request, so a test of what several workers do waits here."""
+        The /healthz route answers once one worker has, because uwsgi.ini has lazy-apps. Until
+        the others have, that worker takes every request. So a test of what several workers do
+        waits here.
+        """
         if not self.processes:
             raise ServerError("wait_all_workers needs the server's --processes")
         deadline = time.monotonic() + timeout
@@ -316,7 +333,10 @@ class UwsgiServer:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        """SIGTERM to the master (uwsgi.ini has die-on-term), wait; SIGKILL the group if need be."""
+        """Send SIGTERM to the master, and wait. SIGKILL the group if need be.
+
+        The master dies on SIGTERM, because uwsgi.ini has die-on-term.
+        """
         process = self.process
         if process is None:
             return
@@ -327,9 +347,10 @@ class UwsgiServer:
                     os.kill(process.pid, signal.SIGTERM)
                 self._wait_exit_unreaped(process.pid, self.stop_timeout)
         finally:
-            # The master is a zombie (exited, not reaped) or still running, so its pid, which is
-            # also the id of the process group it leads, cannot have been reused: ending the
-            # group reaches only its workers, which could outlive a master that died abnormally.
+            # The master is a zombie (exited, not reaped) or still running. So its pid cannot have
+            # been reused, nor the id of the process group it leads, which is the same. Ending
+            # the group reaches only its workers. They could outlive a master that died
+            # abnormally.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
@@ -351,13 +372,16 @@ class UwsgiServer:
             return "(no uWSGI log)"
 
     def problems(self) -> list[str]:
-        """Server errors in the log: each 5xx request line, a Python traceback, and a worker
-        that died (uWSGI respawns it: a signal such as SIGBUS or SIGSEGV, or an exit), up to
-        the moment the server was told to stop. (What follows is shutdown: a worker that is
-        still importing the app under `lazy-apps` on a busy machine is interrupted with a
-        traceback, which says nothing about any request.)"""
+        """List server errors in the log, up to the moment the server was told to stop.
+
+        They are each 5xx request line, a Python traceback, and a worker that died. uWSGI
+        respawns such a worker. It died of a signal such as SIGBUS or SIGSEGV, or it exited.
+        What follows the stop is shutdown. A worker still importing the app under `lazy-apps`
+        on a busy machine is then interrupted with a traceback. That says nothing about any
+        request.
+        """
         log = self.log().split(SHUTDOWN_MARK, 1)[0]
-        # A 501 answers a method the client made up (BREW): no error of the server's.
+        # A 501 answers a method the client made up (BREW), so it is no error of the server's.
         found = [line for line in log.splitlines() if re.search(r'"status":(?!501)5\d\d\b', line)]
         if "Traceback" in log:
             found.append("a Python traceback in the uWSGI log")
@@ -382,9 +406,9 @@ class UwsgiServer:
 
 
 class S3Server:
-    """moto's S3 API server on a free 127.0.0.1 port: a real S3 endpoint, in memory.
+    """Run moto's S3 API server on a free 127.0.0.1 port, a real S3 endpoint in memory.
 
-    Use as a context manager. :meth:`environ` gives the standard AWS variables that point a
+    Use it as a context manager. :meth:`environ` gives the standard AWS variables that point a
     client at it, and :meth:`bucket` makes a bucket.
     """
 
@@ -410,7 +434,7 @@ class S3Server:
         }
 
     def client(self) -> Any:
-        """A boto3 S3 client of this server."""
+        """Return a boto3 S3 client of this server."""
         import boto3
 
         env = self.environ()
@@ -496,8 +520,11 @@ class S3Server:
 
 
 def ensure_debian_binary(package: str, find: Callable[[], str | None]) -> str:
-    """The path ``find`` gives for a Debian package's binary; installs the package when missing
-    and we are root with apt-get, else skips the test saying why."""
+    """Return the path ``find`` gives for a Debian package's binary.
+
+    It installs the package when missing, if we are root with apt-get. Else it skips the test,
+    saying why.
+    """
     found = find()
     if found:
         return found
@@ -515,7 +542,10 @@ def ensure_debian_binary(package: str, find: Callable[[], str | None]) -> str:
 
 
 def render_template(template: str, values: dict[str, str]) -> str:
-    """envsubst with a named list: only ``${NAME}`` for the given names; none may be left."""
+    """Fill only ``${NAME}`` for the given names, as envsubst with a named list does.
+
+    None may be left unfilled.
+    """
     for key, value in values.items():
         template = template.replace("${" + key + "}", value)
     left = re.findall(r"\$\{SIMPLEFEED_[A-Z_]+\}", template)
@@ -528,8 +558,11 @@ PG_ENV = "SIMPLEFEED_TEST_POSTGRES_URL"
 
 @contextlib.contextmanager
 def scratch_postgres_database(prefix: str) -> Iterator[str]:
-    """A fresh, empty database on the PostgreSQL of ``SIMPLEFEED_TEST_POSTGRES_URL`` (yielded as
-    its URL, dropped afterwards); skips the test, saying why, when the variable is unset."""
+    """Yield the URL of a fresh, empty database on ``SIMPLEFEED_TEST_POSTGRES_URL``'s server.
+
+    The database is dropped afterwards. When the variable is unset, the test is skipped, saying
+    why.
+    """
     admin_url = os.environ.get(PG_ENV)
     if not admin_url:
         pytest.skip(f"PostgreSQL half skipped: set {PG_ENV} to run it")
@@ -548,11 +581,12 @@ def scratch_postgres_database(prefix: str) -> Iterator[str]:
 
 
 class PrivatePostgres:
-    """A PostgreSQL cluster of the test's own (``initdb`` into a temporary directory, on a free
-    127.0.0.1 port), for tests that crash the database server: the shared one must not be.
+    """A PostgreSQL cluster of the test's own, for tests that crash the database server.
 
-    PostgreSQL refuses to run as root: as root, the cluster runs as the ``postgres`` user
-    (``runuser``). Use :func:`private_postgres`, which skips the test saying what is missing.
+    The shared server must not crash. The cluster is made by ``initdb`` in a temporary
+    directory, and runs on a free 127.0.0.1 port. PostgreSQL refuses to run as root. So as root,
+    the cluster runs as the ``postgres`` user (``runuser``). Use :func:`private_postgres`, which
+    skips the test saying what is missing.
     """
 
     def __init__(self, bindir: Path, as_user: list[str]) -> None:
@@ -594,9 +628,11 @@ class PrivatePostgres:
         )  # fmt: skip
 
     def crash(self) -> None:
-        """Immediate shutdown: every server process quits at once, nothing written or flushed
-        on the way out (what is in shared memory, WAL buffers included, is lost); the next
-        start runs crash recovery from the WAL on disk."""
+        """Shut down at once, so every server process quits, writing or flushing nothing.
+
+        What is in shared memory, WAL buffers included, is lost. The next start runs crash
+        recovery from the WAL on disk.
+        """
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
 
     def url(self, database: str = "postgres") -> str:
@@ -630,9 +666,11 @@ def _postgres_bindir() -> Path | None:
 
 @contextlib.contextmanager
 def private_postgres(*settings: str) -> Iterator[PrivatePostgres]:
-    """A started :class:`PrivatePostgres` (with ``settings``, ``name=value``), destroyed
-    afterwards; skips the test, saying why, without PostgreSQL's server binaries or (as root) a
-    ``postgres`` user and ``runuser``."""
+    """Yield a started :class:`PrivatePostgres`, and destroy it afterwards.
+
+    ``settings`` are ``name=value``. It skips the test, saying why, without PostgreSQL's server
+    binaries. As root, it skips without a ``postgres`` user and ``runuser`` too.
+    """
     bindir = _postgres_bindir()
     if bindir is None:
         pytest.skip("PostgreSQL's server binaries (initdb, pg_ctl) are not installed")

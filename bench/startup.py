@@ -1,16 +1,17 @@
-"""Starting a command and a uWSGI worker's app, for two checkouts, alternating: before/after.
+"""Time the start of a command and of a uWSGI worker's app, for two checkouts in turn.
 
 ::
 
     git -C /path/to/main archive HEAD~1 | tar -x -C /tmp/before
     .venv/bin/python bench/startup.py /tmp/before . [--runs 15]
 
-Each run is a fresh interpreter with ``PYTHONPATH`` set to one checkout, on one migrated SQLite
-database: ``simplefeed feed list`` as an operator runs it (the ``cli`` case), and what each
-uWSGI worker does before its first request, ``import simplefeed.runtime.wsgi`` (the ``worker`` case:
-settings, the database check, the app). The checkouts alternate run by run, so both see the
-same load on the machine; printed: the median CPU seconds (user + system, of the child) and
-wall seconds per case and checkout, and the ratio after/before of the CPU medians.
+Each run is a fresh interpreter with ``PYTHONPATH`` set to one checkout. All runs use one
+migrated SQLite database. The ``cli`` case runs ``simplefeed feed list``, as an operator runs
+it. The ``worker`` case does what each uWSGI worker does before its first request. It runs
+``import simplefeed.runtime.wsgi``, which loads the settings, checks the database and builds the
+app. The checkouts alternate run by run, so both see the same load on the machine. The script
+prints the median CPU seconds (user + system, of the child) and wall seconds per case and
+checkout. It prints the ratio after/before of the CPU medians too.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ CASES = {
 
 
 def run_once(checkout: Path, program: str, env: dict[str, str]) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of one fresh interpreter running ``program``."""
+    """Return the CPU seconds and wall seconds of one fresh interpreter running ``program``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(

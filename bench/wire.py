@@ -1,16 +1,20 @@
-"""Bytes on the wire for a catch-up: a consumer reading a whole feed from the start, per content
-coding (issue #15: compressed <= 0.20 of identity).
+"""Count bytes on the wire for a catch-up, per content coding.
+
+A consumer reads a whole feed from the start. Issue #15 asks that compressed be at most 0.20 of
+identity.
 
     .venv/bin/python bench/wire.py                      # 100,000 entries, pages of 100
     .venv/bin/python bench/wire.py --entries 10000      # quicker
 
-Starts Simplefeed as shipped (``simplefeed serve``, ``uwsgi.ini``) on a SQLite database, publishes
-``--entries`` events like bench/read.py's (an order: JSON content, a category, ~250 bytes of
-JSON) in batches of 100, then walks the feed as a consumer does (``/recent``, then every
-``prev-archive`` page down to page 1) once per Accept-Encoding: identity, gzip, br, and the
-consumer's own ``br, gzip``. Counted per response: the body as received plus the status line
-and header fields as sent (name, ": ", value, CRLF). Also the time the walk took from this
-process (one connection per request: the shipped http-socket closes each).
+It starts Simplefeed as shipped (``simplefeed serve``, ``uwsgi.ini``) on a SQLite database.
+It publishes ``--entries`` events like bench/read.py's, in batches of 100. Each is an order,
+with JSON content, a category, and about 250 bytes of JSON. Then it walks the feed as a
+consumer does. It reads ``/recent``, then every ``prev-archive`` page down to page 1. It walks
+once per Accept-Encoding: identity, gzip, br, and the consumer's own ``br, gzip``.
+
+Each response counts the body as received. It adds the status line and header fields as sent,
+as name, ": ", value and CRLF. The script also gives the time the walk took from this process.
+It uses one connection per request, because the shipped http-socket closes each.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def publish(server: UwsgiServer, entries: int) -> float:
 
 
 def walk(server: UwsgiServer, accept: str) -> dict[str, float]:
-    """Every document of the feed, newest first, as a catch-up reads them."""
+    """Read every document of the feed, newest first, as a catch-up reads them."""
     wire = decoded = requests = entries = 0
     start = time.perf_counter()
     with httpx.Client(timeout=60) as client:

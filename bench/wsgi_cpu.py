@@ -1,14 +1,16 @@
-"""CPU per request of the app itself: the WSGI callable called in this process, no server, no
-network, for the reads that matter (the /recent 304 and 200, an archived page), identity and
-compressed. For before/after comparisons of hot-path changes, where a loaded machine makes
-bench/read.py's request rates useless:
+"""Measure the CPU per request of the app itself.
+
+The WSGI callable is called in this process, with no server and no network. It covers the
+reads that matter, identity and compressed. They are the /recent 304 and 200, and an archived
+page. It serves before/after comparisons of hot-path changes. A loaded machine makes
+bench/read.py's request rates useless for those::
 
     .venv/bin/python bench/wsgi_cpu.py
     PYTHONPATH=/path/to/an/older/checkout .venv/bin/python bench/wsgi_cpu.py   # the other side
 
-(alternate the two a few times). A SQLite feed of 250 entries with pages of 100 (as
-bench/read.py seeds), 5,000 requests per figure, CPU time of this process per request.
-Compressed rows are left out where the code under test does not compress.
+Alternate the two a few times. The feed is on SQLite, with 250 entries in pages of 100, as
+bench/read.py seeds it. Each figure takes 5,000 requests, and gives this process's CPU time per
+request. Compressed rows are left out where the code under test does not compress.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def main() -> int:
                 "/entries", json=batch, headers={"Authorization": f"Bearer {token}"}
             )
             assert r.status_code == 201, r.text
-        time.sleep(1.1)  # Last-Modified settles
+        time.sleep(1.1)  # Last-Modified settles.
         etag = client.simulate_get("/recent").headers["etag"]
         rows = [
             ("/recent 304", "/recent", {"If-None-Match": etag}),

@@ -1,18 +1,18 @@
 """Content codings (RFC 9110 8.4, 12.5.3): which one a request accepts, and the codings themselves.
 
-The only user of ``gzip``, ``zlib`` and ``brotli``: the service encodes with it, the consumer
-decodes what it receives (:class:`Decoder`, within a size bound) and what its cache holds. The
-service offers ``br`` and ``gzip`` besides ``identity``, preferring them in that order when a
-request accepts several equally: Atom and JSON compress well (an archived page of 100 entries to
-0.06 of its size with brotli, 0.08 with gzip).
+This is the only user of ``gzip``, ``zlib`` and ``brotli``. The service encodes with it. The
+consumer decodes with it what it receives (:class:`Decoder`, within a size bound) and what its
+cache holds. The service offers ``br`` and ``gzip`` besides ``identity``. It prefers them in
+that order when a request accepts several equally. Atom and JSON compress well. An archived page
+of 100 entries shrinks to 0.06 of its size with brotli, and 0.08 with gzip.
 
-Each coding of a document is a representation of its own, with its own ETag: the identity ETag's
-opaque part with ``-<coding>`` appended (``"abc"`` -> ``"abc-gzip"``), so that a conditional
-request is evaluated against the representation that would be sent (a copy of the identity bytes
-is never confirmed by a 304 that is read as the gzip one, nor the other way round).
+Each coding of a document is a representation of its own, with its own ETag. That is the
+identity ETag's opaque part with ``-<coding>`` appended (``"abc"`` -> ``"abc-gzip"``). So a
+conditional request is evaluated against the representation that would be sent. A copy of the
+identity bytes is never confirmed by a 304 that is read as the gzip one, nor the other way round.
 
-Compression is deterministic (gzip without a timestamp or name; brotli has neither): the same
-bytes at the same level give the same encoded bytes, so an encoded document is the same whether
+Compression is deterministic. gzip writes no timestamp or name, and brotli has neither. The same
+bytes at the same level give the same encoded bytes. So an encoded document is the same whether
 it was encoded once at freeze time, on another node, or again by ``archive rebuild``.
 """
 
@@ -25,16 +25,17 @@ import zlib
 
 import brotli
 
-#: Offered codings, most preferred first ("identity" is always available besides them).
+#: Offered codings, most preferred first. "identity" is always available besides them.
 CODINGS = ("br", "gzip")
 IDENTITY = "identity"
-#: The file name suffix of an archived page's precompressed copy, per coding (what nginx's
-#: gzip_static and uWSGI's static-gzip look for with gzip).
+#: The file name suffix of an archived page's precompressed copy, per coding. With gzip, nginx's
+#: gzip_static and uWSGI's static-gzip look for it.
 SUFFIXES = {"br": ".br", "gzip": ".gz"}
 
-#: Levels for what is encoded once and kept (archived pages, one live document version):
-#: gzip's best; brotli 6: 0.063 of a 100-entry page in 0.4 ms, against 0.057 in 560 ms at 11
-#: (under the publish that freezes the page; docs/explanation/decisions/compression.md).
+#: Levels for what is encoded once and kept: archived pages, and one live document version.
+#: gzip uses its best. brotli uses 6, which gives 0.063 of a 100-entry page in 0.4 ms. Level 11
+#: gives 0.057 in 560 ms, under the publish that freezes the page. See
+#: docs/explanation/decisions/compression.md.
 _KEPT = {"gzip": 9, "br": 6}
 #: Levels for replies encoded per request (JSON replies): cheap.
 _PER_REQUEST = {"gzip": 6, "br": 4}
@@ -48,8 +49,11 @@ _ALIASES = {"x-gzip": "gzip"}
 
 
 def encode(data: bytes, coding: str, *, kept: bool = True) -> bytes:
-    """``data`` in ``coding`` (one of CODINGS); ``kept`` for bytes encoded once and kept, at the
-    higher level, else the per-request level."""
+    """``data`` in ``coding`` (one of CODINGS).
+
+    ``kept`` means bytes encoded once and kept, at the higher level. Otherwise the per-request
+    level applies.
+    """
     levels = _KEPT if kept else _PER_REQUEST
     if coding == "gzip":
         return gzip.compress(data, compresslevel=levels["gzip"], mtime=0)
@@ -74,18 +78,20 @@ class TooLarge(ValueError):
     """Decoding would give more bytes than the decoder's limit."""
 
 
-#: The most content codings a body may have been given one after another (RFC 9110 8.4 allows
-#: a list; servers apply one, and a second is the most any sends by mistake).
+#: The most content codings a body may have been given one after another. RFC 9110 8.4 allows
+#: a list. Servers apply one, and a second is the most any sends by mistake.
 MAX_CODINGS = 2
 
 
 class Decoder:
-    """Decodes a body sent with ``Content-Encoding: content_encoding`` as it arrives, never
-    holding more than ``limit`` decoded bytes (:class:`TooLarge` past it: a bomb stops at the
-    bound, never inflated whole). The codings a client may be sent: ``br``, ``gzip`` (and
-    ``x-gzip``), ``deflate`` (the zlib format, RFC 9110 8.4.1.2), ``identity``, several in the
-    order they were applied. ValueError for any other, and for bytes not valid in their coding
-    or ending before it does."""
+    """Decode a body sent with ``Content-Encoding: content_encoding`` as it arrives.
+
+    It never holds more than ``limit`` decoded bytes, and raises :class:`TooLarge` past it. So a
+    bomb stops at the bound and is never inflated whole. A client may be sent ``br``, ``gzip``
+    (and ``x-gzip``), ``deflate`` and ``identity``. ``deflate`` is the zlib format (RFC 9110
+    8.4.1.2). Several may come, in the order they were applied. Any other raises ValueError. So
+    do bytes not valid in their coding, and bytes ending before it does.
+    """
 
     def __init__(self, content_encoding: str | None, limit: int) -> None:
         names = [name.strip().lower() for name in (content_encoding or "").split(",")]
@@ -93,8 +99,9 @@ class Decoder:
             _ALIASES.get(name, name) for name in names if name and name != IDENTITY
         )
         if len(self.codings) > MAX_CODINGS:
-            # Each is a stage holding up to ``limit`` bytes, each chunk passing through all of
-            # them: 19,000 gzip layers (a 955 KB body) took a consumer to 716 MB.
+            # Each is a stage holding up to ``limit`` bytes, and each chunk passes through all
+            # of them. Without the bound on codings, 19,000 gzip layers (a 955 KB body) would
+            # take a consumer to 716 MB.
             raise ValueError(
                 f"{len(self.codings)} content codings applied one after another (at most"
                 f" {MAX_CODINGS})"
@@ -116,9 +123,12 @@ class Decoder:
 
 
 class _Inflate:
-    """gzip or deflate (zlib's formats), never more than ``limit`` bytes out. A gzip body may
-    be several members one after the other (RFC 1952 2.2), each read as :func:`decode` reads
-    them; anything else after the end of the stream is refused, not dropped."""
+    """gzip or deflate (zlib's formats), never more than ``limit`` bytes out.
+
+    A gzip body may be several members one after the other (RFC 1952 2.2). Each is read as
+    :func:`decode` reads them. Anything else after the end of the stream is refused, not
+    dropped.
+    """
 
     def __init__(self, coding: str, limit: int) -> None:
         self.coding = coding
@@ -141,7 +151,7 @@ class _Inflate:
                 return out
             if self.coding != "gzip":
                 raise ValueError(f"not valid {self.coding}: bytes after the end of the stream")
-            self._zlib = zlib.decompressobj(self._wbits)  # the next member
+            self._zlib = zlib.decompressobj(self._wbits)  # The next member.
 
     def end(self) -> bytes:
         if not self._zlib.eof:
@@ -189,12 +199,14 @@ def tagged(etag: str, coding: str) -> str:
 
 @functools.lru_cache(maxsize=512)
 def choose(accept_encoding: str | None) -> str | None:
-    """The coding to send for a request's Accept-Encoding: one of CODINGS, ``identity``, or None
-    when none of them is acceptable (``identity;q=0`` or ``*;q=0`` and no offered coding).
+    """The coding to send for a request's Accept-Encoding.
 
-    No header: identity (a client that says nothing may not decode anything). The highest
-    weight wins; equal weights go by CODINGS' order, then identity. An element that does not
-    parse is ignored, as is an unknown coding.
+    It is one of CODINGS or ``identity``. It is None when none of them is acceptable, that is
+    ``identity;q=0`` or ``*;q=0`` and no offered coding.
+
+    No header means identity, because a client that says nothing may not decode anything. The
+    highest weight wins. Equal weights go by CODINGS' order, then identity. An element that
+    does not parse is ignored, as is an unknown coding.
     """
     if accept_encoding is None:
         return IDENTITY

@@ -34,8 +34,8 @@
     ├── PageConflict                .where: the archive holds other bytes for a page
     └── ClientError                 the consumer's branch: see simplefeed.client.errors
 
-Each error carries the attributes that identify what failed; the HTTP layer maps them to a status
-and a JSON body in one place (``simplefeed.app.errors``).
+Each error carries the attributes that identify what failed. The HTTP layer maps them to a
+status and a JSON body in one place (``simplefeed.app.errors``).
 """
 
 from __future__ import annotations
@@ -52,9 +52,11 @@ class ConfigError(SimplefeedError):
 
 
 class BaseUrlMismatch(ConfigError):
-    """Feeds whose frozen pages were rendered with another base URL than the configured one:
-    serving them as they are would mix two sets of links. One line per feed in ``problems``;
-    the message joins them."""
+    """Feeds whose frozen pages were rendered with another base URL than the configured one.
+
+    Serving them as they are would mix two sets of links. ``problems`` holds one line per feed,
+    and the message joins them.
+    """
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
@@ -62,10 +64,13 @@ class BaseUrlMismatch(ConfigError):
 
 
 class DefaultFeedMismatch(ConfigError):
-    """Feeds whose frozen pages are at the default feed's URLs (``/pages/N``) while
-    SIMPLEFEED_DEFAULT_FEED names another, or at ``/feeds/NAME/pages/N`` while it names them:
-    serving them so would give their pages' URLs to another feed's. One line per feed in
-    ``problems``; the message joins them."""
+    """Feeds whose frozen pages are at URLs of the wrong feed.
+
+    Their pages may be at the default feed's URLs (``/pages/N``) while SIMPLEFEED_DEFAULT_FEED
+    names another. Or they may be at ``/feeds/NAME/pages/N`` while it names them. Serving them
+    so would give their pages' URLs to another feed's. ``problems`` holds one line per feed, and
+    the message joins them.
+    """
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
@@ -73,10 +78,13 @@ class DefaultFeedMismatch(ConfigError):
 
 
 class ArchiveAhead(ConfigError):
-    """Feeds whose archive has a page file past the database's frozen pages: the database is
-    older than the archive (restored from a backup), so its next pages would freeze with other
-    entries under URLs readers and caches already hold, over files holding entries the
-    database lacks. One line per feed in ``problems``; the message joins them."""
+    """Feeds whose archive has a page file past the database's frozen pages.
+
+    The database is older than the archive, because it was restored from a backup. So its next
+    pages would freeze with other entries under URLs that readers and caches already hold. They
+    would land over files holding entries the database lacks. ``problems`` holds one line per
+    feed, and the message joins them.
+    """
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
@@ -84,7 +92,7 @@ class ArchiveAhead(ConfigError):
 
 
 class DefaultFeedMissing(ConfigError):
-    """SIMPLEFEED_DEFAULT_FEED names no feed: /recent and ``POST /entries`` would answer 404."""
+    """SIMPLEFEED_DEFAULT_FEED names no feed, so /recent and ``POST /entries`` would answer 404."""
 
 
 class NotFound(SimplefeedError):
@@ -126,8 +134,10 @@ class Conflict(SimplefeedError):
 
 
 class EntryConflict(Conflict):
-    """An entry id the feed holds with other content, or that a batch gives twice with
-    different content (``earlier``: the index of its first)."""
+    """An entry id the feed holds with other content, or that a batch gives twice differently.
+
+    ``earlier`` is the index of its first appearance in the batch.
+    """
 
     def __init__(
         self, entry_id: str, index: int | None = None, *, earlier: int | None = None
@@ -199,7 +209,7 @@ class UnsupportedMediaType(RequestError):
 
 
 class UnsupportedContentCoding(UnsupportedMediaType):
-    """A request body in a content coding the door does not decode (it reads identity only)."""
+    """A request body in a content coding the door does not decode. It reads identity only."""
 
 
 class InvalidEvent(RequestError):
@@ -212,28 +222,42 @@ class InvalidEvent(RequestError):
 
 
 class StoreError(SimplefeedError):
-    """The database refused or failed a statement. The store raises this (never its driver's
-    or SQLAlchemy's exceptions, which it chains as ``__cause__``)."""
+    """The database refused or failed a statement.
+
+    The store raises this, never its driver's or SQLAlchemy's exceptions. It chains those as
+    ``__cause__``.
+    """
 
 
 class StoreUnavailable(StoreError):
-    """The database cannot serve us now (unreachable, shut down, locked for longer than the
-    busy timeout, read-only, out of resources): retrying later may succeed."""
+    """The database cannot serve us now, but retrying later may succeed.
+
+    It may be unreachable, shut down, or read-only. It may be locked for longer than the busy
+    timeout, or out of resources.
+    """
 
 
 class PublishingBusy(StoreUnavailable):
-    """Every publishing slot of this process is taken by publishes waiting for the database
-    (a held SQLite write lock, a busy PostgreSQL): back-pressure, answered at once."""
+    """Every publishing slot of this process is taken by publishes waiting for the database.
+
+    A held SQLite write lock or a busy PostgreSQL causes this. It is back-pressure, answered at
+    once.
+    """
 
 
 class StorageLow(StoreUnavailable):
-    """A directory the service writes (the SQLite database's, the archive) has less free space
-    than the configured floor: publishing is refused before it could fail halfway."""
+    """A directory the service writes has less free space than the configured floor.
+
+    Such directories are the SQLite database's and the archive. Publishing is refused before it
+    could fail halfway.
+    """
 
 
 class DatabaseNotReady(SimplefeedError):
-    """The database is missing, does not answer, or is not at the newest schema. The message is
-    one line naming the database (password masked) and what to do."""
+    """The database is missing, does not answer, or is not at the newest schema.
+
+    The message is one line naming the database (password masked) and what to do.
+    """
 
     def __init__(
         self,
@@ -245,15 +269,19 @@ class DatabaseNotReady(SimplefeedError):
     ) -> None:
         super().__init__(f"database {url} {problem}; {fix}")
         self.url = url
-        #: False when the database did not answer (a server that is down may come up), True
-        #: when it answered and is not what Simplefeed needs (missing, empty, an older schema).
+        #: False when the database did not answer, because a server that is down may come up.
+        #: True when it answered and is not what Simplefeed needs: missing, empty, or an older
+        #: schema.
         self.answered = answered
 
 
 class ArchiveUnreadable(SimplefeedError):
-    """The archive directory could not be checked against the database: not a directory, a
-    file in it that cannot be read, or no page file at all while the database has frozen pages
-    (the wrong directory, most likely). ``path`` names it; the message is one line."""
+    """The archive directory could not be checked against the database.
+
+    It may not be a directory, or a file in it cannot be read. Or it holds no page file at all
+    while the database has frozen pages, most likely because it is the wrong directory.
+    ``path`` names it, and the message is one line.
+    """
 
     def __init__(self, path: Path, problem: str) -> None:
         super().__init__(f"{path}: {problem}")
@@ -261,9 +289,11 @@ class ArchiveUnreadable(SimplefeedError):
 
 
 class ArchiveUnavailable(SimplefeedError):
-    """The archive store did not do what was asked: unreachable, too slow, or refused (no
-    credentials, no such bucket, no permission). Trying again later may work. ``where`` names
-    the store; the message is one line."""
+    """The archive store did not do what was asked. Trying again later may work.
+
+    It was unreachable or too slow, or it refused: no credentials, no such bucket, or no
+    permission. ``where`` names the store, and the message is one line.
+    """
 
     def __init__(self, where: str, problem: str) -> None:
         super().__init__(f"{where}: {problem}")
@@ -271,8 +301,11 @@ class ArchiveUnavailable(SimplefeedError):
 
 
 class PageConflict(SimplefeedError):
-    """The archive already holds other bytes where a page was to be written. A page is written
-    once, so nothing was overwritten. ``where`` names the page's object or file."""
+    """The archive already holds other bytes where a page was to be written.
+
+    A page is written once, so nothing was overwritten. ``where`` names the page's object or
+    file.
+    """
 
     def __init__(self, where: str, problem: str) -> None:
         super().__init__(f"{where}: {problem}")

@@ -1,14 +1,16 @@
-"""A line of a command's tab-separated output (``simplefeed consume``, ``token list``): its
-fields escaped, so that whatever a field holds (an entry's title from a server, a token's label
-stored before labels were checked) it can neither add a field or a line nor reach the terminal
-as a control."""
+"""A line of a command's tab-separated output (``simplefeed consume``, ``token list``).
+
+Its fields are escaped, whatever a field holds. A field may hold an entry's title from a server,
+or a token's label stored before labels were checked. It can neither add a field or a line nor
+reach the terminal as a control.
+"""
 
 from __future__ import annotations
 
 #: Backslash-escapes for what would break a tab-separated line, or a terminal.
 _ESCAPES = {ord("\\"): "\\\\", ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"}
-#: Unicode's bidirectional formatting characters: in a terminal they reorder what follows them
-#: on the line, so that a field could show the text of another ("Trojan Source", CVE-2021-42574).
+#: Unicode's bidirectional formatting characters. In a terminal, they reorder what follows them
+#: on the line. So a field could show the text of another ("Trojan Source", CVE-2021-42574).
 BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 _CONTROLS = {
     code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
@@ -20,15 +22,20 @@ _LINE = str.maketrans({**_CONTROLS, **{c: e for c, e in _ESCAPES.items() if c !=
 
 
 def escape_field(text: str) -> str:
-    """``text`` with backslash, tab, line breaks, other control characters and bidirectional
-    formatting characters backslash-escaped, so that it is one field of one tab-separated line,
-    shown as it is, whatever it holds."""
+    """``text`` as one field of one tab-separated line, shown as it is, whatever it holds.
+
+    Backslash, tab, line breaks, other control characters and bidirectional formatting
+    characters are backslash-escaped.
+    """
     return text.translate(_FIELD)
 
 
 def one_line(text: str) -> str:
-    """``text`` (a message that may quote a server: a URL, what its error body said) with line
-    breaks, tabs, other control characters and bidirectional formatting characters
-    backslash-escaped, so that it is one line and reaches the terminal as text; a backslash
-    stays as it is (a message's quoted strings already escape theirs)."""
+    """``text`` as one line that reaches the terminal as text.
+
+    ``text`` is a message that may quote a server, such as a URL or what its error body said.
+    Line breaks, tabs, other control characters and bidirectional formatting characters are
+    backslash-escaped. A backslash stays as it is, because a message's quoted strings already
+    escape theirs.
+    """
     return text.translate(_LINE)

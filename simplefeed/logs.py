@@ -1,18 +1,18 @@
 """Logging: every record one JSON object on one line, on standard error.
 
-Under uWSGI a worker's standard error is uWSGI's log (the server's output), so the access lines,
+Under uWSGI, a worker's standard error is uWSGI's log, the server's output. So the access lines,
 warnings and errors of every worker arrive in one stream, one line each. Each line has ``time``
-(RFC 3339, UTC, milliseconds), ``level``, ``logger``, ``pid`` (the worker) and ``message``, the
-fields the caller gave (``extra={"fields": {...}}``), and the ``request_id`` of the request being
-served, if any.
+(RFC 3339, UTC, milliseconds), ``level``, ``logger``, ``pid`` (the worker) and ``message``. It
+also has the fields the caller gave (``extra={"fields": {...}}``), and the ``request_id`` of the
+request being served, if any.
 
-Lines are bounded: a string field keeps at most :data:`MAX_FIELD_CHARS` characters and a
-traceback at most :data:`MAX_TRACEBACK_CHARS`, so no request, however large its path or headers,
-makes a large line; and a line takes at most :data:`MAX_LINE_BYTES` with its newline, so that
-one write puts it out whole whatever the other threads and processes write beside it (a longer
-one loses the end of its traceback, or else all but its time, level, logger, pid, request id and
-message, and says ``"clipped": true``). Nothing here ever sees a token: callers log a token's
-id, never its secret.
+Lines are bounded. A string field keeps at most :data:`MAX_FIELD_CHARS` characters, and a
+traceback at most :data:`MAX_TRACEBACK_CHARS`. So no request makes a large line, however large
+its path or headers. A line takes at most :data:`MAX_LINE_BYTES` with its newline. So one write
+puts it out whole, whatever the other threads and processes write beside it. A longer line loses
+the end of its traceback. If that is not enough, it keeps only its time, level, logger, pid,
+request id and message. It then says ``"clipped": true``. Nothing here ever sees a token,
+because callers log a token's id, never its secret.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _bounded(value: Any) -> Any:
     return clip(value if isinstance(value, str) else repr(value))
 
 
-#: One encoder for every line (``json.dumps`` with options builds a new one per call).
+#: One encoder for every line, because ``json.dumps`` with options builds a new one per call.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 #: Its C part, made once. ``encode`` makes one per call, a third of a short line's cost.
 #: Lines hold no container to check for cycles (:func:`_bounded`).
@@ -122,8 +122,8 @@ class JsonFormatter(logging.Formatter):
         if exception is not None:
             rest["exception"] = exception
         stamp = self._time(created)
-        # The head's keys are the same on every line of a logger: encoded once. What varies
-        # is encoded apart and joined to it (the encoder's cost is per key).
+        # The head's keys are the same on every line of a logger, so they are encoded once.
+        # What varies is encoded apart and joined to it, because the encoder's cost is per key.
         head = self._heads.get((level, logger, pid))
         if head is None:
             head = _ENCODER.encode({"level": level, "logger": logger, "pid": pid})[1:-1]
@@ -136,12 +136,15 @@ class JsonFormatter(logging.Formatter):
         return _fit(line, text)
 
 
-#: The keys every line begins with; a field of the same name is left out.
+#: The keys every line begins with. A field of the same name is left out.
 _HEAD_KEYS = frozenset({"time", "level", "logger", "pid", "message"})
 
 
 def _bytes(text: str) -> bytes:
-    """A line as written (a lone surrogate in a field, from a decoded path, backslash-escaped)."""
+    """A line as written, with a lone surrogate in a field backslash-escaped.
+
+    Such a surrogate may come from a decoded path.
+    """
     return text.encode("utf-8", "backslashreplace")
 
 
@@ -152,8 +155,8 @@ def _fit(line: dict[str, Any], text: str) -> str:
         return text
     exception = line.get("exception")
     if isinstance(exception, str):
-        # Cut the traceback's end, in proportion to the bytes it must lose (its characters take
-        # 1 to 6 bytes each as written), until the line fits.
+        # Cut the traceback's end until the line fits, in proportion to the bytes it must lose.
+        # Its characters take 1 to 6 bytes each as written.
         for _ in range(4):
             size = len(_bytes(_ENCODER.encode(exception)))
             keep = len(exception) * (size - excess - 4) // size
@@ -168,30 +171,33 @@ def _fit(line: dict[str, Any], text: str) -> str:
     return _ENCODER.encode({**kept, "message": clip(line["message"]), "clipped": True})
 
 
-#: How long an INFO line (an access line) may wait to be written with the others. Each write
-#: is a system call, which lets another thread take the interpreter, and under uWSGI's threads
-#: every such hand-over costs both threads CPU: one write per access line was 70 of a /recent
+#: How long an INFO line (an access line) may wait to be written with the others. Each write is
+#: a system call, which lets another thread take the interpreter. Under uWSGI's threads, every
+#: such hand-over costs both threads CPU. One write per access line would be 70 us of a /recent
 #: 304's 170 us (docs/explanation/decisions/interpreter.md). Warnings and errors are written at
 #: once, after the lines waiting.
 BATCH_S = 0.1
-#: Lines waiting beyond this many are written by the thread that adds one (a log that does not
-#: take them holds requests up, as one write per line did; no memory grows).
+#: Lines waiting beyond this many are written by the thread that adds one. So a log that does not
+#: take them holds requests up, as one write per line would, and no memory grows.
 MAX_WAITING_LINES = 10_000
 
 
 class LineHandler(logging.Handler):
-    """Each record one line (at most MAX_LINE_BYTES: :class:`JsonFormatter`), written to a file
-    descriptor in writes of whole lines of at most PIPE_BUF bytes together: a write that small
-    is atomic on a pipe, and on a file opened for appending, such as uWSGI's log, so lines of
+    """Write each record as one line, batching whole lines into atomic writes.
+
+    Each line holds at most MAX_LINE_BYTES (:class:`JsonFormatter`). Lines go to a file
+    descriptor in writes of whole lines, at most PIPE_BUF bytes together. A write that small is
+    atomic on a pipe, and on a file opened for appending, such as uWSGI's log. So lines of
     threads and processes writing at once never interleave.
 
-    INFO lines wait, at most ``batch_s`` (:data:`BATCH_S`), to be written together by a thread
-    of the handler's; a WARNING or above is written at once by its own thread, after the lines
-    waiting, so the order of a process's lines is the order they were logged in. The threads
-    adding lines take no lock (``StreamHandler`` held its lock across the write and the flush:
-    docs/explanation/decisions/long-poll.md). :meth:`flush` writes what waits (the logging
-    module calls it at exit; a uWSGI worker at its end: runtime/wsgi.py); a process killed
-    outright loses at most ``batch_s`` of INFO lines."""
+    INFO lines wait, at most ``batch_s`` (:data:`BATCH_S`), for a thread of the handler's to
+    write them together. A WARNING or above is written at once by its own thread, after the
+    lines waiting. So the order of a process's lines is the order they were logged in. The
+    threads adding lines take no lock. ``StreamHandler`` holds its lock across the write and the
+    flush (docs/explanation/decisions/long-poll.md). :meth:`flush` writes what waits. The
+    logging module calls it at exit, and a uWSGI worker at its end (runtime/wsgi.py). A process
+    killed outright loses at most ``batch_s`` of INFO lines.
+    """
 
     def __init__(self, fd: int, batch_s: float = BATCH_S) -> None:
         super().__init__()
@@ -257,7 +263,7 @@ class LineHandler(logging.Handler):
         while True:
             due.wait()
             time.sleep(self.batch_s)
-            due.clear()  # before taking the lines: one added from now on sets it again
+            due.clear()  # Before taking the lines, so one added from now on sets it again.
             self.flush()
 
     def _take(self) -> list[bytes]:
@@ -281,16 +287,18 @@ class LineHandler(logging.Handler):
         # A log that cannot be written (a closed pipe, a full disk) has nowhere to say so.
         with contextlib.suppress(OSError):
             view = memoryview(chunk)
-            while view:  # one write, unless a signal or a full disk cut it short
+            while view:  # One write, unless a signal or a full disk cuts it short.
                 view = view[os.write(self.fd, view) :]
 
 
 def info(logger: logging.Logger, message: str, fields: dict[str, Any]) -> None:
-    """The line ``logger.info("%s", message, extra={"fields": fields})`` writes, at its cost
-    where :func:`configure`'s handler alone takes it: then no record is made and passed along.
-    Every answered request writes an access line, and the logging module's record, its
-    handlers and its formatting took 108,000 of a /recent 304's 288,000 instructions
-    (docs/benchmarks.md, "Hot paths")."""
+    """Write the line ``logger.info("%s", message, extra={"fields": fields})`` writes, for less.
+
+    It costs less where :func:`configure`'s handler alone takes the line, because then no record
+    is made and passed along. Every answered request writes an access line. The logging
+    module's record, its handlers and its formatting would take 108,000 of a /recent 304's
+    288,000 instructions (docs/benchmarks.md, "Hot paths").
+    """
     if not logger.isEnabledFor(logging.INFO):
         return
     handler = _sole_handler(logger)
@@ -304,9 +312,12 @@ def info(logger: logging.Logger, message: str, fields: dict[str, Any]) -> None:
 
 
 def _sole_handler(logger: logging.Logger) -> LineHandler | None:
-    """The handler an INFO record of ``logger`` would reach, if it is the only one, writes it
-    with :class:`JsonFormatter`, and nothing filters the record on its way; else None.
-    (Logger.handle applies the filters of the record's own logger, and each handler its own.)"""
+    """The handler an INFO record of ``logger`` would reach, or None.
+
+    It is returned only if it is the only one, it writes with :class:`JsonFormatter`, and
+    nothing filters the record on its way. Logger.handle applies the filters of the record's
+    own logger, and each handler its own.
+    """
     if logger.disabled or logger.filters:
         return None
     found: LineHandler | None = None
@@ -327,8 +338,10 @@ def _sole_handler(logger: logging.Logger) -> LineHandler | None:
 
 
 def configure(level: str) -> None:
-    """Send every ``simplefeed`` record at ``level`` or above to standard error, as JSON lines
-    (the root logger gets warnings from libraries the same way)."""
+    """Send every ``simplefeed`` record at ``level`` or above to standard error, as JSON lines.
+
+    The root logger gets warnings from libraries the same way.
+    """
     handler = LineHandler(2)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
@@ -338,9 +351,10 @@ def configure(level: str) -> None:
     root.setLevel(logging.WARNING)
     logging.getLogger("simplefeed").setLevel(level)
     # Every answered request writes a line, so a line's cost is on every request's path. The
-    # lines carry no source location, thread or multiprocessing name: have the logging module
-    # not look them up (the Logging HOWTO's "Optimization"): 0.74 of the instructions per
-    # access line with the shared encoder above (docs/benchmarks.md, "An access line").
+    # lines carry no source location, thread or multiprocessing name. So the logging module
+    # does not look them up (the Logging HOWTO's "Optimization"). That leaves 0.74 of the
+    # instructions per access line, with the shared encoder above (docs/benchmarks.md, "An
+    # access line").
     logging._srcfile = None
     logging.logThreads = False
     logging.logMultiprocessing = False

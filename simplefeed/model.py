@@ -10,31 +10,32 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import quote
 
-#: Our Atom extension namespace (a name, not a document): ``<sf:seq>`` carries the sequence number.
+#: Our Atom extension namespace (a name, not a document). ``<sf:seq>`` carries the sequence number.
 SF_NS = "https://simplefeed.dev/ns/1.0"
-#: SQLite's ``PRAGMA application_id`` of a consumer's state file ("SFcs"): what it is, for
-#: ``file(1)``, for the consumer (which opens no file another application marked) and for
-#: ``db upgrade`` (which migrates none into a service database).
+#: SQLite's ``PRAGMA application_id`` of a consumer's state file ("SFcs"). It says what the file
+#: is, for ``file(1)`` and for the consumer, which opens no file another application marked. It
+#: also serves ``db upgrade``, which migrates no such file into a service database.
 STATE_FILE_APPLICATION_ID = 0x53466373
 #: RFC 5005 feed history namespace: ``<fh:archive/>`` marks an archived page.
 FH_NS = "http://purl.org/syndication/history/1.0"
 ATOM_NS = "http://www.w3.org/2005/Atom"
 XHTML_NS = "http://www.w3.org/1999/xhtml"
 XML_NS = "http://www.w3.org/XML/1998/namespace"
-#: The most attributes an element of a document may have: feedparser looks each one up among
-#: all of them (stdlib SAX's ``getValueByQName``), so its time grows with their square (43,000
-#: on one element, 462 KB, took 11-15 s). The door refuses more in inline content; the
-#: consumer refuses documents with more before feedparser reads them.
+#: The most attributes an element of a document may have. feedparser looks each one up among
+#: all of them (stdlib SAX's ``getValueByQName``), so its time grows with their square. 43,000
+#: on one element (462 KB) take 11-15 s. The door refuses more in inline content. The consumer
+#: refuses documents with more before feedparser reads them.
 MAX_ATTRIBUTES = 256
-#: The most namespace declarations inline content may make: feedparser's time grows with the
-#: square of the namespaces a document declares (40,000 in 1.5 MB took 29 s), and the door's
-#: own check with their number times the elements'.
+#: The most namespace declarations inline content may make. feedparser's time grows with the
+#: square of the namespaces a document declares, so 40,000 in 1.5 MB take 29 s. The door's own
+#: check grows with their number times the elements'.
 MAX_CONTENT_NAMESPACES = 16
 ATOM_MEDIA_TYPE = "application/atom+xml; charset=utf-8"
-#: Characters XML 1.0 can carry but discourages (section 2.2: DEL and the C1 controls) and the
-#: replacement character: the W3C validator flags each as "bad characters" (they are what text
-#: decoded with the wrong charset looks like). JSON content carries them as escapes, Base64
-#: content encoded; text fields and inline XML refuse them, written or as references.
+#: Characters XML 1.0 can carry but discourages, and the replacement character. Section 2.2
+#: discourages DEL and the C1 controls. The W3C validator flags each as "bad characters",
+#: because text decoded with the wrong charset looks like that. JSON content carries them as
+#: escapes, and Base64 content encoded. Text fields and inline XML refuse them, written or as
+#: references.
 DISCOURAGED_CHAR = re.compile("[\u007f-\u009f\ufffd]")
 #: A percent sign that does not start a percent-encoded octet.
 BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
@@ -46,8 +47,11 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def text_problem(value: str, max_chars: int | None = None) -> str | None:
-    """Why ``value`` cannot be a text the documents carry (an entry's title or a feed's), or
-    None: characters XML cannot carry or feed validators flag, more than ``max_chars``."""
+    """Why ``value`` cannot be a text the documents carry, or None if it can.
+
+    Such a text is an entry's title or a feed's. It must hold no characters XML cannot carry or
+    feed validators flag, and no more than ``max_chars``.
+    """
     bad = _NOT_XML_CHAR.search(value)
     if bad:
         return f"contains U+{ord(bad.group()):04X}, which XML cannot carry"
@@ -84,7 +88,7 @@ def rfc3339(us: int) -> str:
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
-# Built once: json.dumps builds an encoder per call when given options.
+# Built once, because json.dumps builds an encoder per call when given options.
 _CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 _STORED_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
@@ -92,8 +96,9 @@ _STORED_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 def plain(value: Any) -> Any:
     """``dataclasses.asdict`` without its deep copies: dataclasses become dicts, tuples lists.
 
-    JSON writes lists and tuples alike, so the JSON of this equals the JSON of ``asdict``, in a
-    fraction of the time (``asdict`` was half the CPU time of publishing a batch of 100).
+    JSON writes lists and tuples alike, so the JSON of this equals the JSON of ``asdict``. It
+    takes a fraction of the time. ``asdict`` would be half the CPU time of publishing a batch
+    of 100.
     """
     names = _FIELDS.get(type(value))
     if names is None:
@@ -122,11 +127,11 @@ class Feed:
     head_seq: int
     #: ``updated`` of the newest entry (None while the feed is empty).
     head_updated_us: int | None
-    #: Server clock when the feed last changed; drives Last-Modified of the live documents.
+    #: Server clock when the feed last changed. It drives Last-Modified of the live documents.
     modified_us: int
     #: The base URL its frozen pages were rendered with (None while no page is frozen).
     base_url: str | None = None
-    #: When it was retired (None: it takes events). A retired feed is read, never appended to.
+    #: When it was retired (None while it takes events). A retired feed is read, never appended to.
     retired_us: int | None = None
 
     @property
@@ -165,7 +170,7 @@ ContentMode = Literal["text", "html", "xhtml", "xml", "json", "textual", "base64
 class Event:
     """What a producer sent, validated and normalised; nothing assigned by the server.
 
-    ``content`` is always text: JSON values are serialised by the API before they get here.
+    ``content`` is always text, because the API serialises JSON values before they get here.
     ``content_type`` is ``None`` (plain text), ``text``, ``html``, ``xhtml`` or a media type.
     """
 
@@ -184,7 +189,7 @@ class Event:
         return _fingerprint(self._plain())
 
     def to_json(self) -> dict[str, Any]:
-        """The event as stored: every field the producer gave, but the id (it has a column)."""
+        """The event as stored: every field the producer gave but the id, which has a column."""
         return _stored(self._plain())
 
     def stored_json(self) -> str:
@@ -192,11 +197,13 @@ class Event:
         return _STORED_JSON.encode(self.to_json())
 
     def replay_fingerprints(self) -> frozenset[str]:
-        """The fingerprints under which an entry stored with this event's id is a replay of
-        it: its own, and those of the event with its content type spelt another way that the
-        documents cannot tell from it (text content named ``text``, ``text/plain`` or not at
-        all; HTML as ``html`` or ``text/html``): a producer's retry that names the default or
-        leaves it out is not a conflict."""
+        """The fingerprints under which an entry stored with this event's id is a replay of it.
+
+        They are its own, and those of the event with its content type spelt another way. The
+        documents cannot tell those spellings apart. Text content may be named ``text``,
+        ``text/plain`` or not at all. HTML may be ``html`` or ``text/html``. So a producer's
+        retry that names the default or leaves it out is not a conflict.
+        """
         data = self._plain()
         found = {_fingerprint(data)}
         if self.content is not None:
@@ -211,8 +218,10 @@ class Event:
         return _fingerprint(data), _STORED_JSON.encode(_stored(data))
 
     def _plain(self) -> dict[str, Any]:
-        """``plain(self)``, written out for this class: what publishing a batch spent most of
-        its own time on (tests hold the two equal)."""
+        """``plain(self)``, written out for this class.
+
+        Publishing a batch spent most of its own time on it. Tests hold the two equal.
+        """
         author = self.author
         return {
             "title": self.title,
@@ -256,9 +265,9 @@ class Event:
         )
 
 
-#: Spellings of a content type that Atom carries alike, by ``type`` (:func:`content_mode`
-#: reads them), as the door keeps them (lower case): an event's fingerprint is of the one it
-#: was sent with, and a retry with another is a replay (:meth:`Event.replay_fingerprints`).
+#: Spellings of a content type that Atom carries alike, by ``type``, as the door keeps them
+#: (lower case). :func:`content_mode` reads them. An event's fingerprint is of the spelling it
+#: was sent with. A retry with another is a replay (:meth:`Event.replay_fingerprints`).
 SAME_CONTENT_TYPE: dict[ContentMode, tuple[str | None, ...]] = {
     "text": (None, "text", "text/plain"),
     "html": ("html", "text/html"),
@@ -291,8 +300,8 @@ def content_mode(content_type: str | None) -> ContentMode:
 def locator_segment(entry_id: str) -> str:
     """An entry id as one path segment of its entry locator.
 
-    Every byte of its UTF-8 but RFC 3986's unreserved characters is percent-encoded, so that
-    ``/``, ``?``, ``#`` and ``%`` in ids survive.
+    Every byte of its UTF-8 but RFC 3986's unreserved characters is percent-encoded. So ``/``,
+    ``?``, ``#`` and ``%`` in ids survive.
     """
     return quote(entry_id, safe="")
 
@@ -319,10 +328,13 @@ class Entry:
 
 @dataclass(frozen=True)
 class PendingEntry:
-    """An event on its way into a feed: its entry id (the producer's, or one made for it) and
-    the time it happened (its own, or when it was received) are fixed; its sequence number and
-    ``updated`` are not yet (:mod:`simplefeed.rules.appending` decides them under the feed's lock).
-    ``fingerprint`` and ``data`` are :meth:`Event.canonical`, computed before the lock."""
+    """An event on its way into a feed, with its entry id and time fixed.
+
+    The entry id is the producer's, or one made for it. The time it happened is its own, or when
+    it was received. Its sequence number and ``updated`` are not fixed yet.
+    :mod:`simplefeed.rules.appending` decides them under the feed's lock. ``fingerprint`` and
+    ``data`` are :meth:`Event.canonical`, computed before the lock.
+    """
 
     id: str
     event: Event
@@ -336,8 +348,11 @@ class PendingEntry:
 
 @dataclass(frozen=True)
 class StoredEntry:
-    """What the store says of an entry id already in a feed: where it is, and the fingerprint
-    of the event stored under it (equal for a replay, different for a conflict)."""
+    """What the store says of an entry id already in a feed.
+
+    It says where the entry is, and gives the fingerprint of the event stored under it. That is
+    equal for a replay, and different for a conflict.
+    """
 
     id: str
     seq: int
@@ -372,9 +387,9 @@ class Located:
 
     entry_id: str
     seq: int
-    #: The permanent URL of the page holding it (the same before and after it freezes).
+    #: The permanent URL of the page holding it, the same before and after it freezes.
     page_url: str
-    #: Whether that page is frozen (else it is the working page).
+    #: Whether that page is frozen. Otherwise it is the working page.
     frozen: bool
 
 
@@ -424,11 +439,11 @@ class Document:
     number: int
     updated_us: int
     links: tuple[tuple[str, str], ...]
-    #: Where entry locators start (``<prefix>/entries/``, see
-    #: :class:`simplefeed.rules.paging.Urls`):
-    #: an entry without content links to ``locator_base`` + its percent-encoded id.
+    #: Where entry locators start: ``<prefix>/entries/``, see
+    #: :class:`simplefeed.rules.paging.Urls`. An entry without content links to
+    #: ``locator_base`` plus its percent-encoded id.
     locator_base: str
     entries: tuple[Entry, ...] = field(default=())
     #: Lowercase hex SHA-256 of the previous page's bytes, carried as ``sf:sha256`` on the
-    #: ``prev-archive`` link (None: page 1, or not known).
+    #: ``prev-archive`` link. None for page 1, or when not known.
     prev_sha256: str | None = None

@@ -124,9 +124,9 @@ def assert_published(entry: FeedEntry, event: Event) -> None:
         EntryCategory(c.term, c.scheme, c.label) for c in event.categories
     )
     published = tuple(EntryLink(**asdict(link)) for link in event.links)
-    assert entry.links[: len(published)] == published
-    for extra in entry.links[len(published) :]:  # the locator of an entry without content
-        assert event.content is None and extra.rel == "alternate" and extra.href.startswith(BASE)
+    # Exactly the producer's: not the server's alternate link to the locator of an entry
+    # without content.
+    assert entry.links == published
     assert entry.updated and entry.published
 
 
@@ -680,6 +680,40 @@ def test_what_a_producer_publishes_every_reader_receives(
         assert seen.title == event.title.strip() or not event.title.isascii()
         if is_json_type(event.content_type) and event.content and event.content.isascii():
             assert json.loads(seen.content[0].value) == entry.content
+
+
+def test_an_entry_carries_exactly_the_producers_links(
+    reader: Reader, client: falcon.testing.TestClient, clock: FakeClock
+) -> None:
+    """Events with and without content, with and without links (an alternate one among them):
+    each parser hands over exactly the links sent. The server's alternate link to the locator
+    of an entry without content, which the document carries, is left out."""
+    page = {"href": "https://shop.test/o/7", "rel": "alternate", "type": "text/html"}
+    enclosure = {"href": "https://shop.test/o/7.pdf", "rel": "enclosure", "length": 9}
+    note = {"content": "a note"}
+    events = {
+        "bare": {},
+        "enclosure": {"links": [enclosure]},
+        "alternate": {"links": [page, enclosure]},
+        "bare with content": note,
+        "enclosure with content": {**note, "links": [enclosure]},
+        "alternate with content": {**note, "links": [page]},
+        "locator-like": {"links": [{"href": f"{BASE}/entries/urn%3Aother", "rel": "alternate"}]},
+    }
+    clock.advance(1)
+    post(client, [{"title": title, **event} for title, event in events.items()])
+    clock.advance(3600)
+    documents_text = b"".join(body for _, body in documents(client))
+    assert documents_text.count(b"/entries/") >= 2  # the locator of "bare" and "enclosure"
+    for parser in PARSERS:
+        entries = {entry.title: entry for entry in reader.read(parser)}
+        for title, event in events.items():
+            sent = tuple(EntryLink(**link) for link in event.get("links", []))
+            assert entries[title].links == sent, (parser, title)
+            assert entries[title].to_json()["links"] == [
+                {"type": None, "hreflang": None, "title": None, "length": None, **link}
+                for link in event.get("links", [])
+            ]
 
 
 def test_a_corpus_reads_the_same_with_either_parser_and_exactly_as_published(

@@ -324,16 +324,17 @@ def test_the_room_holds_only_what_the_app_would_hold(
     etag = teach_the_room(app)
     r, took = timed(
         lambda: app.simulate_get(
-            "/recent", headers={"If-None-Match": etag, "Prefer": "wait=3", **header}
+            "/recent", headers={"If-None-Match": etag, "Prefer": "wait=30", **header}
         )
     )
-    assert r.status_code == 412 and took < 2, took
+    assert r.status_code == 412 and took < 15, took
     publish(core)
     r, took = timed(
-        lambda: app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=3"})
+        lambda: app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=30"})
     )
-    # (Within the watcher's interval the stale copy may wait until it sees the commit.)
-    assert r.status_code == 200 and took < 2, took
+    # Within the watcher's interval the stale copy may wait until it sees the commit.
+    # Answered well before the 30 s wait ends shows that it did not wait for the timeout.
+    assert r.status_code == 200 and took < 15, took
 
 
 def test_the_room_keeps_a_bounded_number_of_answers(

@@ -827,6 +827,74 @@ def test_kill_9_while_publishing(database: str, tmp_path: Path) -> None:
         srv.stop()
 
 
+def _append_commits(client: httpx.Client, srv: UwsgiServer) -> tuple[float, float]:
+    """(commits, publishes) of append transactions so far, summed over the server's workers."""
+    text_ = client.get(srv.url("/metrics")).text
+    found = dict(
+        re.findall(r'^simplefeed_append_publishes_(count|sum)\{feed="events"\} (\S+)$', text_, re.M)
+    )
+    return float(found.get("count", 0)), float(found.get("sum", 0))
+
+
+def test_kill_9_in_the_middle_of_group_commits(database: str, tmp_path: Path) -> None:
+    """Many producers of single events at once, so that publishes are committed in groups
+    (the server's metrics show fewer commits than publishes), then SIGKILL to the master and
+    every worker: every event answered 2xx is in the feed after a restart, once, where its
+    answer said; nothing is stored that was not sent."""
+    srv = server(
+        database, tmp_path, tmp_path / "archive", processes=2, page_size=5, public=PUBLIC_BASE
+    )
+    stop = tmp_path / "stop"
+    try:
+        srv.start()
+        url = srv.url("/entries")
+        started = start_producers(
+            tmp_path,
+            lambda p: [url],
+            srv.token,
+            producers=12,
+            count=100_000,
+            tag="group",
+            sizes=(1,),
+            all_ids=True,
+            replay_every=0,
+            seconds=60.0,
+            stop=stop,
+            stop_on_error=True,
+        )
+        grouped = False
+        deadline = time.monotonic() + 45
+        with httpx.Client(timeout=10) as client:
+            while time.monotonic() < deadline and not (grouped and acks_so_far(started) >= 200):
+                commits, publishes = _append_commits(client, srv)
+                grouped = 0 < commits < publishes
+                time.sleep(0.05)
+        assert grouped, "no group formed: as many commits as publishes"
+        assert srv.process is not None
+        os.killpg(srv.process.pid, signal.SIGKILL)  # the master and every worker, at once
+        srv.stop()
+        stop.touch()
+        outcome = finish_producers(started, timeout=60)
+    finally:
+        stop.touch()
+        srv.stop()
+    assert [f for f in outcome.failures if "exited" in f or "did not" in f] == []
+    st = check_database(database, PUBLIC_BASE)
+    check_acknowledged(st, outcome)
+    check_producer_order(outcome)
+    stored_titles = {t for _, _, t in st.entries}
+    assert stored_titles <= {t for s in outcome.requests for t in s.titles}, "never sent"
+    try:
+        srv.start()
+        with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {srv.token}"}) as client:
+            r = client.post(srv.url("/entries"), json={"title": "after the crash"})
+            assert r.status_code == 201, r.text
+            assert r.json()["seq"] == st.head + 1
+    finally:
+        srv.stop()
+    print(f"\ngroup crash: {len(outcome.acked)} acknowledged, {len(outcome.in_doubt)} in doubt")
+
+
 def _crash_event(producer: int, title: str, event_id: str | None) -> dict[str, Any]:
     """The event the producer script sent with this title (see PRODUCER's ``event``)."""
     j = int(title.rsplit(" e", 1)[1])

@@ -270,8 +270,11 @@ def test_varnish_in_front_of_the_service(stack: tuple[Origin, Varnish]) -> None:
 
         def poll(n: int) -> None:
             etag = None
+            done = 0
             with httpx.Client(timeout=10.0) as client:
-                while time.monotonic() < stop:
+                # A fixed count as well as a time, so that a busy machine polls no less.
+                while done < 12 or time.monotonic() < stop:
+                    done += 1
                     headers = {"If-None-Match": etag} if etag and n % 2 else {}
                     resp = client.get(cache.url("/recent"), headers=headers)
                     with lock:
@@ -285,9 +288,7 @@ def test_varnish_in_front_of_the_service(stack: tuple[Origin, Varnish]) -> None:
             list(pool.map(poll, range(POLLERS)))
         elapsed = time.monotonic() - started
         recent_hits = origin.hits_for("/recent")[before:]
-        polls = sum(statuses.values())
         assert set(statuses) <= {200, 304}, statuses
-        assert polls > 10 * POLLERS, f"only {polls} polls"
         # At most one origin request per max-age (+1 for the first fill, +1 for an edge).
         assert 1 <= len(recent_hits) <= elapsed / MAX_AGE + 2, (len(recent_hits), elapsed)
         revalidations = [h for h in recent_hits if h.if_none_match or h.if_modified_since]

@@ -37,15 +37,17 @@ def create_app(
     threads: int | None = None,
     waits: waiting.WaitingSlots | None = None,
 ) -> WsgiApp:
-    """The app: falcon's, behind two fronts. :class:`~repeats.Repeats` answers plain polls of
-    a live document again while the feed is unchanged. The :class:`~waiting.WaitingRoom` holds
-    long-polls.
-    ``threads``: how many requests a process serves at once (uWSGI's threads per worker), so
-    that publishes waiting for the database never take them all
-    (:func:`resources.writer_slots`); ``waits``: where long-polls wait, so that they never
-    take every thread of the node. None: no such bound (one request at a time, or tests)."""
+    """The app: falcon's, behind two fronts.
+
+    :class:`~repeats.Repeats` answers plain polls of a live document again while the feed is
+    unchanged. The :class:`~waiting.WaitingRoom` holds long-polls. ``threads`` is how many
+    requests a process serves at once (uWSGI's threads per worker). It keeps publishes waiting
+    for the database from taking them all (:func:`resources.writer_slots`). ``waits`` is where
+    long-polls wait, so they never take every thread of the node. None means no such bound,
+    for one request at a time, or tests.
+    """
     core = core if core is not None else Simplefeed(settings, clock=clock, new_uuid=new_uuid)
-    # The access log first: it sees every request, and its response hook runs last.
+    # The access log comes first. It sees every request, and its response hook runs last.
     rules = HttpRules(core.clock)
     middleware: list[access.Access | HttpRules | compression.Compress] = [
         access.Access(settings.default_feed),
@@ -76,25 +78,25 @@ def create_app(
     app.add_route("/healthz", resources.Health(core))
     app.add_route("/openapi.json", resources.OpenApi())
     if settings.metrics:
-        app.add_route("/metrics", resources.Metrics(core))
+        app.add_route("/metrics", resources.Metrics(core, waits))
     return room
 
 
 class HttpRules:
     """What every request and response share.
 
-    - ``Date`` on every response (RFC 9110 6.6.1: an origin with a clock MUST send it),
-      formatted once per second.
-    - One document, one URL: an empty path segment (``//recent``) names nothing (404), but
-      in an entry locator's id (``/entries/http:%2F%2F...`` arrives decoded).
+    - ``Date`` on every response, formatted once per second. RFC 9110 6.6.1 says an origin
+      with a clock MUST send it.
+    - One document, one URL. An empty path segment (``//recent``) names nothing (404). An
+      entry locator's id may hold one, because ``/entries/http:%2F%2F...`` arrives decoded.
     - Request heads within bounds (:func:`limits.head_problem`): a 414 or 431 with a JSON body.
-    - A method this server does not know (``BREW``) is not implemented: a 501 with a JSON body,
-      as RFC 9110 15.6.2 says. A known method a resource does not allow gets a 405.
-    - ``Connection: close`` when the request's body may be left unread (:func:`body_unread`):
-      uWSGI's http11-socket then closes the connection after the response, and says nothing;
-      a pooled client told so opens a new one instead of sending into a closed one.
-    - ``X-Content-Type-Options: nosniff`` on every response with a body (JSON replies quote
-      what a request sent: a browser must never read one as anything but its type).
+    - A method this server does not know (``BREW``) is not implemented. It gets a 501 with a
+      JSON body, as RFC 9110 15.6.2 says. A known method a resource does not allow gets a 405.
+    - ``Connection: close`` when the request's body may be left unread (:func:`body_unread`).
+      uWSGI's http11-socket then closes the connection after the response, and says nothing.
+      A pooled client told so opens a new connection instead of sending into a closed one.
+    - ``X-Content-Type-Options: nosniff`` on every response with a body. JSON replies quote
+      what a request sent, so a browser must never read one as anything but its type.
     """
 
     def __init__(self, clock: Clock) -> None:
@@ -131,10 +133,12 @@ class HttpRules:
 
 
 def body_unread(env: Mapping[str, Any], status: int) -> bool:
-    """Whether a request's body may be left unread by its response: a body on anything but a
-    publish, or a publish refused (the refusal may come before the body is read: 401, 413,
-    415, ...), or a chunked body (uWSGI does not decode those). A publish that succeeded read
-    its whole body."""
+    """Whether a request's body may be left unread by its response.
+
+    That is a body on anything but a publish, or a publish refused. The refusal may come before
+    the body is read: 401, 413, 415, and so on. It is also a chunked body, because uWSGI does
+    not decode those. A publish that succeeded read its whole body.
+    """
     if env.get("HTTP_TRANSFER_ENCODING"):
         return True
     if env.get("CONTENT_LENGTH", "") in ("", "0"):
@@ -142,10 +146,11 @@ def body_unread(env: Mapping[str, Any], status: int) -> bool:
     return env.get("REQUEST_METHOD") != "POST" or not 200 <= status < 300
 
 
-#: What a connection kept alive carries after a body that uWSGI did not read (a chunked one,
-#: which its http-socket does not decode), if the client sends it anyway: uWSGI parses those
-#: bytes as a request without a method or path, which falcon cannot take (KeyError, a 500 with
-#: a traceback). Answered here instead, and the connection closed.
+#: What a connection kept alive carries after a body that uWSGI did not read, if the client sends
+#: it anyway. Such a body is a chunked one, which uWSGI's http-socket does not decode. uWSGI
+#: parses those bytes as a request without a method or path. Falcon cannot take that, and would
+#: answer a 500 with a traceback (KeyError). So it is answered here instead, and the connection
+#: closed.
 _NOT_A_REQUEST = (
     b'{"title": "400 Bad Request", "description": "not an HTTP request (a request line with'
     b' a method and a path)"}'
@@ -153,8 +158,11 @@ _NOT_A_REQUEST = (
 
 
 def requests_only(app: WsgiApp) -> WsgiApp:
-    """``app`` behind a check that the server parsed a request line: a 400 with a JSON body
-    and ``Connection: close`` otherwise (see :data:`_NOT_A_REQUEST`)."""
+    """``app`` behind a check that the server parsed a request line.
+
+    Otherwise the answer is a 400 with a JSON body and ``Connection: close`` (see
+    :data:`_NOT_A_REQUEST`).
+    """
 
     def application(env: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         if "PATH_INFO" in env and env.get("REQUEST_METHOD"):

@@ -1,11 +1,12 @@
 """Every request the application answers: a request id, one access-log line, its metrics.
 
-The request id comes from a well-formed ``X-Request-Id`` sent by a proxy in front, or is made
-here; it is returned in the ``X-Request-Id`` response header and is on every log line written
-while the request is served (an error's traceback included), so a client's complaint leads to
-the line. The access line (logger ``simplefeed.access``, level INFO, ERROR for a 5xx) carries
-method, path (never the query string), status, bytes, duration, feed, and for a publish the
-sequence numbers assigned and the token's id (never its secret).
+The request id comes from a well-formed ``X-Request-Id`` sent by a proxy in front. Otherwise it
+is made here. It is returned in the ``X-Request-Id`` response header. It is on every log line
+written while the request is served, an error's traceback included. So a client's complaint
+leads to the line. The access line goes to logger ``simplefeed.access``, at level INFO, or ERROR
+for a 5xx. It carries method, path (never the query string), status, bytes, duration and feed.
+For a publish, it also carries the sequence numbers assigned and the token's id, never its
+secret.
 """
 
 from __future__ import annotations
@@ -26,22 +27,25 @@ log = logging.getLogger("simplefeed.access")
 REQUEST_ID_HEADER = "X-Request-Id"
 _GOOD_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}\Z")
 
-#: The environ key of the moment a request came (``time.perf_counter``), when something before
-#: the app saw it first (a long-poll waiting in :class:`~simplefeed.app.waiting.WaitingRoom`):
-#: the access line's duration counts from there.
+#: The environ key of the moment a request came (``time.perf_counter``). It is set when
+#: something before the app saw the request first, such as a long-poll waiting in
+#: :class:`~simplefeed.app.waiting.WaitingRoom`. The access line's duration counts from there.
 STARTED = "simplefeed.started"
 #: The environ key where the access line leaves what it said of a request besides its status
-#: and duration: ``(fields, document)`` (:class:`~simplefeed.app.waiting.WaitingRoom` says the
-#: same of the requests it answers alike).
+#: and duration: ``(fields, document)``. :class:`~simplefeed.app.waiting.WaitingRoom` says the
+#: same of the requests it answers alike.
 LOGGED = "simplefeed.logged"
 
 
 def request_id(env: dict[str, Any]) -> str:
-    """A well-formed ``X-Request-Id`` the request came with, else a new one: 64 random bits
-    from the process's own generator (an id for logs needs to be unique, not secret; Python
-    reseeds it in each forked process). ``secrets`` reads the kernel's generator each time, a
-    system call that lets another thread take the interpreter: the 125 long-polls of a worker
-    woken by one publish handed it over 125 more times."""
+    """A well-formed ``X-Request-Id`` the request came with, else a new one.
+
+    A new id is 64 random bits from the process's own generator. An id for logs needs to be
+    unique, not secret, and Python reseeds the generator in each forked process. ``secrets``
+    reads the kernel's generator each time. That system call lets another thread take the
+    interpreter. When one publish wakes a worker's 125 long-polls, that would hand the
+    interpreter over 125 more times.
+    """
     given: str | None = env.get("HTTP_X_REQUEST_ID")
     if given and _GOOD_REQUEST_ID.match(given):
         return given
@@ -56,13 +60,15 @@ def answered(
     document: str | None,
     seconds: float,
 ) -> None:
-    """A request's access line (``fields``: method, path, status, bytes, duration and the rest)
-    and its read and error metrics."""
+    """Write a request's access line and its read and error metrics.
+
+    ``fields`` holds method, path, status, bytes, duration and the rest.
+    """
     if document is not None and status in (200, 304):
         metrics.read(document, status, seconds)
     if status >= 400:
         metrics.error(status)
-    # A 501 answers a method the client made up, not a fault of the server's.
+    # A 501 answers a method the client made up. It is not a fault of the server's.
     if status >= 500 and status != 501:
         log.error("%s %s %d", method, logs.clip(path, 96), status, extra={"fields": fields})
     else:
@@ -88,7 +94,7 @@ def _body_bytes(resp: falcon.Response) -> int:
 
 
 class Access:
-    """Falcon middleware; installed first, so it sees every request and every answer."""
+    """Falcon middleware, installed first, so it sees every request and every answer."""
 
     def __init__(self, default_feed: str) -> None:
         self.default_feed = default_feed

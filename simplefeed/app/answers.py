@@ -1,5 +1,4 @@
-"""The app's answers to requests for live documents, kept and given again while the feed is
-unchanged.
+"""The app's answers to requests for live documents, given again while the feed is unchanged.
 
 A live document (the recent document, the working page) changes only when its feed does. So
 the app's answer to one request holds for every request asked alike while the feed stays that
@@ -9,8 +8,8 @@ version only, at most :data:`MAX_VARIANTS` ways of asking per document. Each ans
 has the request's own ``Date``, ``X-Request-Id``, access line and metrics
 (:meth:`Answers.again`). So it is the app's answer, by construction.
 
-Two fronts use it: :class:`~simplefeed.app.waiting.WaitingRoom` for long-polls woken alike,
-and :class:`~simplefeed.app.repeats.Repeats` for the plain polls of a document.
+Two fronts use it. :class:`~simplefeed.app.waiting.WaitingRoom` uses it for long-polls woken
+alike. :class:`~simplefeed.app.repeats.Repeats` uses it for the plain polls of a document.
 """
 
 from __future__ import annotations
@@ -27,18 +26,20 @@ from simplefeed.model import Feed
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
-#: The environ key where a resource leaves the feed it answered from, when the answer holds
-#: for every request asked alike while the feed stays that version: a live document, with
-#: validators that are final (Last-Modified is left out while its second runs), not a stale
-#: copy served while the database does not answer.
+#: The environ key where a resource leaves the feed it answered from. It does so when the answer
+#: holds for every request asked alike while the feed stays that version. That is a live
+#: document with final validators. Last-Modified is left out while its second runs. A stale
+#: copy served while the database does not answer never qualifies.
 SERVED = "simplefeed.served"
 
 
 @dataclasses.dataclass(frozen=True)
 class Answer:
-    """The app's answer to a request, as it answers every request asked alike while the feed
-    is ``feed``: everything but the ``Date`` and ``X-Request-Id`` headers, and what its access
-    line said."""
+    """The app's answer to a request, as it answers every request asked alike at version ``feed``.
+
+    It holds everything but the ``Date`` and ``X-Request-Id`` headers. It also holds what its
+    access line said.
+    """
 
     feed: Feed
     status: str
@@ -48,11 +49,11 @@ class Answer:
     document: str | None
 
 
-#: The documents (paths) kept at most; past that all are forgotten and learnt again. Working
-#: pages that froze would otherwise pile up, one entry each.
+#: The most documents (paths) kept. Past that, all are forgotten and learnt again. Otherwise
+#: working pages that froze would pile up, one entry each.
 MAX_DOCUMENTS = 1024
-#: The answers kept per document and version: one per way of asking, which clients choose.
-#: The others are answered by the app each time.
+#: The answers kept per document and version, one per way of asking. Clients choose the ways.
+#: The app answers the others each time.
 MAX_VARIANTS = 16
 
 #: Headers each answer has of its own.
@@ -60,13 +61,15 @@ _OWN_HEADERS = frozenset({"date", access.REQUEST_ID_HEADER.lower()})
 
 
 class Answers:
-    """Answers kept per document (``PATH_INFO``) for one version of its feed, one per way of
-    asking. ``date``: the ``Date`` header's value now."""
+    """Answers kept per document (``PATH_INFO``) for one version of its feed, one per way of asking.
+
+    ``date`` gives the ``Date`` header's value now.
+    """
 
     def __init__(self, date: Callable[[], str]) -> None:
         self.date = date
-        #: PATH_INFO -> the feed version answered, and the answer to each way of asking (the
-        #: previous version's answers are dropped with it).
+        #: PATH_INFO -> the feed version answered, and the answer to each way of asking. The
+        #: previous version's answers are dropped with it.
         self._kept: dict[str, tuple[Feed, dict[tuple[str, ...], Answer]]] = {}
 
     def feed(self, path: str) -> Feed | None:
@@ -94,9 +97,12 @@ class Answers:
         way: tuple[str, ...],
         feed: Feed | None = None,
     ) -> Iterable[bytes]:
-        """The app's answer to the request, kept for ``way`` when it holds for every request
-        asked alike: a 200 or 304 with its body in memory, from the feed the resource served
-        (:data:`SERVED`), or ``feed`` when the caller gave the app that version to answer."""
+        """The app's answer to the request, kept for ``way`` when it holds for all asked alike.
+
+        That is a 200 or 304 with its body in memory. It comes from the feed the resource served
+        (:data:`SERVED`). Or it comes from ``feed``, when the caller gave the app that version
+        to answer.
+        """
         got: list[Any] = []
 
         def keep(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:

@@ -1,16 +1,15 @@
-"""HTTP validators and conditional requests (RFC 9110 section 13, RFC 9111), and the cheap reads
-behind them.
+"""HTTP validators and conditional requests (RFC 9110 section 13, RFC 9111), and cheap reads.
 
-Live documents (the recent document and the working page) change; their Last-Modified is only
-sent once the second it names is over (RFC 9110 8.8.2.2): a change later in that same second
-would otherwise keep the same Last-Modified, and a client revalidating with If-Modified-Since
-would be told "not modified" while it is. The ETag is always sent and always exact.
+Live documents (the recent document and the working page) change. Their Last-Modified is only
+sent once the second it names is over (RFC 9110 8.8.2.2). Otherwise a change later in that same
+second would keep the same Last-Modified. A client revalidating with If-Modified-Since would
+then be told "not modified" while it is. The ETag is always sent and always exact.
 
-The hot path of a feed server is the poll of ``/recent``: mostly a 304, else the same bytes again.
-:class:`FeedHeads` gives its validators for the price of the store's fastest lookup of the feed
-(one indexed lookup with nothing around it, or on SQLite usually less); :class:`ServedPages`
-remembers the validators of archived pages, which never change, so serving one from Python costs
-no query at all after the first.
+The hot path of a feed server is the poll of ``/recent``. It is mostly a 304, else the same
+bytes again. :class:`FeedHeads` gives its validators for the price of the store's fastest lookup
+of the feed. That is one indexed lookup with nothing around it, or on SQLite usually less.
+:class:`ServedPages` remembers the validators of archived pages, which never change. So serving
+one from Python costs no query at all after the first.
 """
 
 from __future__ import annotations
@@ -60,17 +59,17 @@ class LiveValidators:
     etags: Mapping[str, str]
     #: Whole seconds, or None while the second of the last change is still running.
     last_modified_s: int | None
-    #: ``last_modified_s`` as an HTTP date (formatted once per version).
+    #: ``last_modified_s`` as an HTTP date, formatted once per version.
     last_modified: str | None
 
 
 class FeedHeads:
     """The validators of the live documents, from the feed as committed at this moment.
 
-    Every request sees the feed as committed, by any process, node or the CLI: nothing is
-    cached for a time. The lookup is the store's fastest (:meth:`Simplefeed.feed_head`: on
-    SQLite usually less than a query); the validators (ETag, Last-Modified) are derived once
-    per version of the feed.
+    Every request sees the feed as committed by any process, node or the CLI. Nothing is cached
+    for a time. The lookup is the store's fastest (:meth:`Simplefeed.feed_head`). On SQLite it
+    usually costs less than a query. The validators (ETag, Last-Modified) are derived once per
+    version of the feed.
     """
 
     def __init__(self, core: Simplefeed) -> None:
@@ -82,14 +81,18 @@ class FeedHeads:
         return self.core.feed_head(name)
 
     def last_known(self, name: str, kind: DocumentKind) -> LiveValidators | None:
-        """The validators this process last derived for the document, if any (while the
-        database does not answer)."""
+        """The validators this process last derived for the document, if any.
+
+        They serve while the database does not answer.
+        """
         known = self._validators.get((name, kind))
         return known[1] if known is not None else None
 
     def validators(self, name: str, kind: DocumentKind, feed: Feed | None = None) -> LiveValidators:
-        """Validators of ``name``'s recent document or working page, as of this moment (or as
-        of ``feed``, just read with :meth:`feed`)."""
+        """Validators of ``name``'s recent document or working page, as of this moment.
+
+        With ``feed``, just read with :meth:`feed`, they are as of that feed.
+        """
         if feed is None:
             feed = self.core.feed_head(name)
         key = (name, kind)
@@ -97,7 +100,7 @@ class FeedHeads:
         if known is not None and (known[0] is feed or known[0] == feed):
             if known[1].last_modified_s is not None:
                 return known[1]
-            live = known[1].live  # the same version; only Last-Modified may have settled
+            live = known[1].live  # The same version. Only Last-Modified may have settled.
         else:
             live = self.core.live(feed, kind)
         second = settled_second(feed.modified_us, self.core.clock())
@@ -113,8 +116,10 @@ class FeedHeads:
 
 
 class LiveBodies:
-    """The live documents' bytes in each coding: rendered (:meth:`Simplefeed.live_body`) and
-    encoded once per version and process, then served from memory."""
+    """The live documents' bytes in each coding, served from memory.
+
+    They are rendered (:meth:`Simplefeed.live_body`) and encoded once per version and process.
+    """
 
     def __init__(self, core: Simplefeed) -> None:
         self.core = core
@@ -122,7 +127,7 @@ class LiveBodies:
         self._encoding = Striped()
 
     def has(self, live: Live) -> bool:
-        """Whether this version's bytes are here (no query needed to serve it)."""
+        """Whether this version's bytes are here, so serving it needs no query."""
         return self.core.cached_live_body(live) is not None
 
     def body(self, live: Live, coding: str) -> bytes:
@@ -132,7 +137,7 @@ class LiveBodies:
         cached = self._encoded.get(key)
         if cached is not None and cached[0] == live.etag:
             return cached[1]
-        with self._encoding(key):  # once per version: the others wait, then find it here
+        with self._encoding(key):  # Once per version. The others wait, then find it here.
             cached = self._encoded.get(key)
             if cached is not None and cached[0] == live.etag:
                 return cached[1]
@@ -145,9 +150,12 @@ class LiveBodies:
 
 
 class Stamp(NamedTuple):
-    """A page file as it was when its bytes were checked: one replaced (a new inode), written
-    in place (a new mtime: page files keep their freeze time; and a new ctime, which no one
-    can set back, as ``touch -r`` sets the mtime back) or cut short is not that file."""
+    """A page file as it was when its bytes were checked.
+
+    A file replaced (a new inode) is not that file. Nor is one written in place, which gets a
+    new mtime and a new ctime. Page files keep their freeze time as mtime. No one can set the
+    ctime back, as ``touch -r`` sets the mtime back. A file cut short is not that file either.
+    """
 
     size: int
     inode: int
@@ -163,25 +171,25 @@ class Stamp(NamedTuple):
 class ServedPage:
     """An archived page's validators and where its static files are: fixed once frozen.
 
-    Everything here comes from the page file alone (its bytes and mtime), so that a process
-    can serve a frozen page while the database does not answer: the ETag is the SHA-256 of the
-    file's bytes, Last-Modified its mtime (the freeze time, set when it was written).
+    Everything here comes from the page file alone (its bytes and mtime). So a process can serve
+    a frozen page while the database does not answer. The ETag is the SHA-256 of the file's
+    bytes. Last-Modified is its mtime, the freeze time set when it was written.
     """
 
     path: Path
     etag: str
     last_modified_s: int
     last_modified: str
-    #: Each coding's file ("identity" is the page file) as it was when checked, for the codings
-    #: offered.
+    #: Each coding's file as it was when checked, for the codings offered. "identity" is the
+    #: page file.
     files: Mapping[str, Stamp]
 
     def open_file(self, coding: str) -> OpenFile | None:
-        """The file of the page in ``coding``, if it is there as it was when the page was
-        read (:class:`Stamp`); None otherwise.
+        """The file of the page in ``coding``, if it is there as it was when the page was read.
 
-        (Its bytes are the page's: written atomically from them, repaired by ``archive
-        rebuild``; the stamp catches a file changed since without reading it.)
+        None otherwise (:class:`Stamp`). Its bytes are the page's, because it was written
+        atomically from them and ``archive rebuild`` repairs it. The stamp catches a file
+        changed since, without reading it.
         """
         path = self.path if coding == IDENTITY else archive.encoded_path(self.path, coding)
         try:
@@ -195,22 +203,24 @@ class ServedPage:
         return OpenFile(fd, self.files[coding].size, time.monotonic())
 
 
-#: How long a process keeps a page file open for its requests before opening it again: a file
-#: rebuilt (``archive rebuild``), removed (written back from the database) or cut short on
-#: disk is seen within this long. A page asked for all the time costs one open, fstat and
-#: close a second per process instead of one per request.
+#: How long a process keeps a page file open for its requests before opening it again. So a file
+#: rebuilt (``archive rebuild``), removed (written back from the database) or cut short on disk
+#: is seen within this long. A page asked for all the time costs one open, fstat and close a
+#: second per process instead of one per request.
 OPEN_FOR_S = 1.0
-#: Page files a process keeps open at most (the oldest opened is let go first).
+#: Page files a process keeps open at most. The oldest opened is let go first.
 OPEN_FILES = 64
 
 
 class OpenFile:
-    """A page's file in one coding, open for every request of the process that sends it: each
-    reads it through a :class:`PageStream` of its own, so a request costs no ``open``,
-    ``fstat`` or ``close``. Each is a system call, which lets another thread take the
-    interpreter, and under uWSGI's threads such hand-overs made an archived page cost 318 us of
-    CPU against /recent's 170 (docs/explanation/decisions/interpreter.md). Closed when no
-    request and no cache holds it any more."""
+    """A page's file in one coding, open for every request of the process that sends it.
+
+    Each request reads it through a :class:`PageStream` of its own. So a request costs no
+    ``open``, ``fstat`` or ``close``. Each of those is a system call, which lets another thread
+    take the interpreter. Under uWSGI's threads, such hand-overs would make an archived page
+    cost 318 us of CPU against /recent's 170 (docs/explanation/decisions/interpreter.md). The
+    file is closed when no request and no cache holds it any more.
+    """
 
     __slots__ = ("fd", "opened", "size")
 
@@ -227,10 +237,11 @@ class OpenFile:
 class PageStream:
     """One response's reading of a :class:`OpenFile`, what ``wsgi.file_wrapper`` is given.
 
-    Nobody moves the shared descriptor's offset: uWSGI sends the file with ``sendfile`` at
-    offsets of its own (from 0; ``uwsgi_proto_base_sendfile``), :meth:`read` reads at this
-    stream's own offset (``pread``), and a server that asks the descriptor where to start
-    (``lseek``, as gunicorn does) is told 0. Closing it leaves the file open."""
+    Nobody moves the shared descriptor's offset. uWSGI sends the file with ``sendfile`` at
+    offsets of its own, from 0 (``uwsgi_proto_base_sendfile``). :meth:`read` reads at this
+    stream's own offset (``pread``). A server that asks the descriptor where to start
+    (``lseek``, as gunicorn does) is told 0. Closing the stream leaves the file open.
+    """
 
     __slots__ = ("_file", "_offset")
 
@@ -253,9 +264,10 @@ class PageStream:
 
 
 class ServedPages:
-    """Validators of archived pages, remembered per process: a frozen page never changes.
+    """Validators of archived pages, remembered per process, because a frozen page never changes.
 
-    At most ``limit`` pages (a few hundred bytes each); past that the memory starts again.
+    It holds at most ``limit`` pages, a few hundred bytes each. Past that, the memory starts
+    again.
     """
 
     def __init__(self, path_of: Callable[[str, int], Path], limit: int = 100_000) -> None:
@@ -268,9 +280,12 @@ class ServedPages:
         return self._known.get((feed, number))
 
     def file(self, page: ServedPage, coding: str) -> OpenFile | None:
-        """The page's file in ``coding``, open (:class:`OpenFile`): as opened by an earlier
-        request of the process less than :data:`OPEN_FOR_S` ago, else opened now; None if it
-        is not there as it was (:meth:`ServedPage.open_file`)."""
+        """The page's file in ``coding``, open (:class:`OpenFile`).
+
+        It is the file an earlier request of the process opened less than :data:`OPEN_FOR_S`
+        ago, else it is opened now. None if the file is not there as it was
+        (:meth:`ServedPage.open_file`).
+        """
         key = (page.path, coding)
         kept = self._files.get(key)
         if kept is not None and time.monotonic() - kept.opened < OPEN_FOR_S:
@@ -281,16 +296,18 @@ class ServedPages:
             return None
         if key not in self._files and len(self._files) >= OPEN_FILES:
             with contextlib.suppress(StopIteration, RuntimeError):
-                self._files.pop(next(iter(self._files)), None)  # another thread may race
+                self._files.pop(next(iter(self._files)), None)  # Another thread may race.
         self._files[key] = opened
         return opened
 
     def load(self, feed: str, number: int, expected: bytes | None = None) -> ServedPage | None:
-        """The page from its file, remembered; None if there is no file, or if it does not
-        hold ``expected`` (the page's bytes in the database, when it answers): a damaged file
-        is neither served nor made into compressed copies. Its precompressed copies are
-        checked (and written where missing or wrong: pages frozen before there were copies get
-        them here)."""
+        """The page from its file, remembered.
+
+        None if there is no file, or if it does not hold ``expected``. That is the page's bytes
+        in the database, when it answers. A damaged file is neither served nor made into
+        compressed copies. Its precompressed copies are checked, and written where missing or
+        wrong. Pages frozen before copies existed get them here.
+        """
         path = self._path_of(feed, number)
         try:
             with path.open("rb") as f:

@@ -29,7 +29,7 @@ from simplefeed.errors import (
 
 log = logging.getLogger(__name__)
 
-#: A full disk is not freed within a second: producers are asked to wait longer.
+#: A full disk is not freed within a second, so producers are asked to wait longer.
 STORAGE_RETRY_AFTER_S = 30
 
 _STATUS_CODES = {
@@ -91,20 +91,20 @@ def handle_domain(req: falcon.Request, resp: falcon.Response, ex: Exception, par
         _reply(resp, ex.status, ex.message, index=ex.index, field=ex.field)
     elif isinstance(ex, UnsupportedContentCoding):
         _reply(resp, ex.status, ex.message)
-        resp.set_header("Accept-Encoding", "identity")  # RFC 9110 12.5.3: what it would take
+        resp.set_header("Accept-Encoding", "identity")  # RFC 9110 12.5.3: what it would take.
     elif isinstance(ex, RequestError):
         _reply(resp, ex.status, ex.message)
     elif isinstance(ex, BaseUrlMismatch):
-        # A publish that would freeze a page under another base URL than the pages before it
-        # (this process started before its check could see them): the operator's to fix, so
-        # the producer keeps its event and retries; /healthz names the feed meanwhile.
+        # A publish would freeze a page under another base URL than the pages before it. This
+        # process started before its check could see them. The operator must fix it, so the
+        # producer keeps its event and retries. Meanwhile /healthz names the feed.
         log.error("publishing refused on %s %s: %s", req.method, req.path, ex)
         _reply(resp, 503, "the server's base URL differs from its frozen pages'; retry later")
         resp.set_header("Retry-After", str(STORAGE_RETRY_AFTER_S))
     elif isinstance(ex, DefaultFeedMismatch):
-        # A publish that would freeze a page at another feed's URLs than the pages before it
-        # (SIMPLEFEED_DEFAULT_FEED changed; this process started before its check could see
-        # them): as above, the operator's to fix.
+        # A publish would freeze a page at another feed's URLs than the pages before it, because
+        # SIMPLEFEED_DEFAULT_FEED changed. This process started before its check could see
+        # them. As above, the operator must fix it.
         log.error("publishing refused on %s %s: %s", req.method, req.path, ex)
         _reply(resp, 503, "the server's default feed differs from its frozen pages'; retry later")
         resp.set_header("Retry-After", str(STORAGE_RETRY_AFTER_S))
@@ -127,7 +127,7 @@ def handle_domain(req: falcon.Request, resp: falcon.Response, ex: Exception, par
 def handle_unexpected(
     req: falcon.Request, resp: falcon.Response, ex: Exception, params: Any
 ) -> None:
-    if isinstance(ex, falcon.HTTPError):  # falcon's own: 404 no route, 405, ...
+    if isinstance(ex, falcon.HTTPError):  # Falcon's own: 404 no route, 405, and so on.
         _reply(resp, ex.status_code, ex.description or ex.title)
         headers = ex.headers or {}
         for name, value in headers.items() if isinstance(headers, Mapping) else headers:
@@ -138,8 +138,11 @@ def handle_unexpected(
 
 
 def reply(req: falcon.Request, resp: falcon.Response, ex: Exception) -> None:
-    """The JSON error reply for ``ex``, as the handlers below write it: for a resource that
-    answers some clients otherwise (a page for people), from the same mapping."""
+    """The JSON error reply for ``ex``, as the handlers below write it.
+
+    A resource that answers some clients otherwise (a page for people) uses it, so the mapping
+    stays the same.
+    """
     if isinstance(ex, SimplefeedError):
         handle_domain(req, resp, ex, None)
     else:

@@ -1,11 +1,13 @@
-"""Pages for people: ``GET /`` (the feeds) and ``GET /feeds/{feed}`` (one page of a feed's
-entries, newest first, with links to the older and newer pages). The one module that imports
-Jinja2.
+"""Pages for people: ``GET /`` (the feeds) and ``GET /feeds/{feed}`` (one page of a feed).
 
-Server-rendered, no JavaScript, no external assets. Everything a producer sent is shown as text
-(Jinja2 escapes it): JSON content pretty-printed, HTML and XML content as their source, never
-rendered; links only when they are http(s). A Content-Security-Policy that allows nothing but
-the inline stylesheet backs that up. The Atom documents are not touched: these are other URLs.
+A feed's page shows its entries newest first, with links to the older and newer pages. This is
+the one module that imports Jinja2.
+
+The pages are rendered on the server, with no JavaScript and no external assets. Everything a
+producer sent is shown as text, because Jinja2 escapes it. JSON content is pretty-printed. HTML
+and XML content show as their source, never rendered. Links appear only when they are http(s).
+A Content-Security-Policy that allows nothing but the inline stylesheet backs that up. The Atom
+documents are not touched, because these are other URLs.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
     "frame-ancestors 'none'"
 )
-#: Content longer than this is cut in the page (the Atom documents have all of it).
+#: Content longer than this is cut in the page. The Atom documents have all of it.
 MAX_SHOWN_CHARS = 64 * 1024
 
 
@@ -44,7 +46,7 @@ class EntryView:
     id: str
     title: str
     updated: str
-    kind: str  # what the content is, as shown: "JSON", "text", "HTML source", ...
+    kind: str  # What the content is, as shown: "JSON", "text", "HTML source", ...
     content: str | None
     summary: str | None
     author: str | None
@@ -103,8 +105,8 @@ class _Html:
 
     def send(self, resp: falcon.Response, template: str, **values: object) -> None:
         resp.content_type = falcon.MEDIA_HTML
-        # Rendered per request, without a validator: nothing to revalidate a stored copy with
-        # (REDbot warned of "no-cache" without one), so no copy is kept.
+        # Rendered per request, without a validator. There is nothing to revalidate a stored
+        # copy with, so no copy is kept. REDbot warns of "no-cache" without a validator.
         resp.cache_control = ["no-store"]
         resp.set_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         resp.text = _TEMPLATES.get_template(template).render(**values)
@@ -119,12 +121,16 @@ class Index(_Html):
 
 
 class FeedPage(_Html):
-    """``GET /feeds/{feed}[?page=N]``: page N of the feed (default: the working page) for
-    people, newest entry first, with links to the older and newer pages.
+    """``GET /feeds/{feed}[?page=N]``: page N of the feed for people.
 
-    A feed or page that is not there, or a malformed ``page``, is a page for people too when
-    the request prefers HTML to JSON (a browser's does): the same status and message as the
-    JSON error every other client gets, which the reply then varies on (``Vary: Accept``)."""
+    The default is the working page. Entries show newest first, with links to the older and
+    newer pages.
+
+    A feed or page that is not there, or a malformed ``page``, is a page for people too. That
+    holds when the request prefers HTML to JSON, as a browser's does. It has the same status and
+    message as the JSON error every other client gets. The reply then varies on that
+    (``Vary: Accept``).
+    """
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, feed: str) -> None:
         try:
@@ -133,7 +139,7 @@ class FeedPage(_Html):
             resp.vary = ["Accept"]
             if req.client_prefers((falcon.MEDIA_JSON, falcon.MEDIA_HTML)) != falcon.MEDIA_HTML:
                 raise
-            errors.reply(req, resp, exc)  # the status and message every client gets
+            errors.reply(req, resp, exc)  # The status and message every client gets.
             status, message = resp.status, resp.media["message"]
             resp.media = None
             self.send(resp, "error.html", status=status, message=message)
@@ -146,7 +152,7 @@ class FeedPage(_Html):
         stats = self.core.stats(f).describe()
         working = paging.working_page(f.head_seq, f.page_size)
         number = req.get_param_as_int("page", min_value=1) or working
-        if number > working:  # a page the feed does not have (yet): not a malformed request
+        if number > working:  # A page the feed does not have yet. Not a malformed request.
             raise NotFound(f"feed {f.name!r} has pages 1 to {working}")
         entries = [entry_view(e) for e in self.core.page_entries(f, number)]
         self.send(

@@ -1,8 +1,9 @@
 """The OpenAPI 3.1 description of the HTTP API, served at ``/openapi.json``.
 
-The event schema is generated from the same pydantic models that validate requests, so the
-document cannot drift from the validator; ``docs/openapi.json`` is the committed copy (a test
-checks it is current; regenerate with ``python -m simplefeed.app.openapi > docs/openapi.json``).
+The event schema is generated from the same pydantic models that validate requests. So the
+document cannot drift from the validator. ``docs/openapi.json`` is the committed copy, and a
+test checks that it is current. Regenerate it with
+``python -m simplefeed.app.openapi > docs/openapi.json``.
 """
 
 from __future__ import annotations
@@ -302,9 +303,12 @@ def render() -> str:
 
 @functools.cache
 def served() -> bytes:
-    """The document as ``GET /openapi.json`` sends it: rendered on the first request of a
-    process (it depends on the code alone), not at each app's start (10-20 ms of a worker's
-    load, and of every test's app)."""
+    """The document as ``GET /openapi.json`` sends it.
+
+    It is rendered on the first request of a process, because it depends on the code alone.
+    Rendering it at each app's start would cost 10-20 ms of a worker's load, and of every
+    test's app.
+    """
     return render().encode()
 
 

@@ -1,13 +1,14 @@
 """Conditional requests (RFC 9110 section 13) for GET and HEAD: pure decisions, no I/O.
 
 :func:`evaluate` takes the request's ``If-*`` headers (a WSGI environ) and what the server knows
-of the selected representation, and says whether the answer is the representation (None), a 304
-or a 412. The order is RFC 9110 13.2.2's: If-Match, else If-Unmodified-Since (412 when false);
-then If-None-Match, else If-Modified-Since (304 when false). A date header that does not parse as
-one of the three HTTP date formats (5.6.7), a list of dates among them, is ignored (13.1.3, 13.1.4).
+of the selected representation. It says whether the answer is the representation (None), a 304
+or a 412. The order is RFC 9110 13.2.2's. If-Match comes first, else If-Unmodified-Since, with
+412 when false. Then If-None-Match, else If-Modified-Since, with 304 when false. Some date
+headers are ignored (13.1.3, 13.1.4). Those are a value that does not parse as one of the three
+HTTP date formats (5.6.7), and a list of dates among them.
 
-Every route that serves a document (the app's, and through it the shipped uWSGI and nginx
-configurations) answers through this one function, so they answer alike.
+Every route that serves a document answers through this one function, so they answer alike.
+That covers the app's routes, and through it the shipped uWSGI and nginx configurations.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ _DAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
 _LONG_DAY = r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)"
 _MONTH = r"(?P<month>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 _TIME = r"(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)"
-# IMF-fixdate, RFC 850 and asctime (RFC 9110 5.6.7), each the whole value.
-# re.ASCII: DIGIT is 0-9 (RFC 5234), not every script's digits as \d is for str patterns.
+# IMF-fixdate, RFC 850 and asctime (RFC 9110 5.6.7), each the whole value. With re.ASCII, DIGIT
+# is 0-9 (RFC 5234), not every script's digits, as \d is for str patterns.
 _IMF = re.compile(rf"{_DAY}, (?P<day>\d\d) {_MONTH} (?P<year>\d{{4}}) {_TIME} GMT", re.ASCII)
 _RFC850 = re.compile(rf"{_LONG_DAY}, (?P<day>\d\d)-{_MONTH}-(?P<yy>\d\d) {_TIME} GMT", re.ASCII)
 _ASCTIME = re.compile(rf"{_DAY} {_MONTH} (?P<day>[ \d]\d) {_TIME} (?P<year>\d{{4}})", re.ASCII)
@@ -36,8 +37,8 @@ _ETAG = re.compile(r'\s*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*(?:,|$)')
 def parse_http_date(value: str, now_s: int) -> int | None:
     """Seconds since the epoch for an HTTP date in any of its three formats; None if invalid.
 
-    A two-digit RFC 850 year that would be more than 50 years after ``now_s`` is taken as the
-    most recent past year with those digits (RFC 9110 5.6.7).
+    A two-digit RFC 850 year might be more than 50 years after ``now_s``. It is then taken as
+    the most recent past year with those digits (RFC 9110 5.6.7).
     """
     value = value.strip(" \t")
     match = _IMF.fullmatch(value) or _ASCTIME.fullmatch(value)
@@ -112,9 +113,9 @@ def evaluate(
 ) -> int | None:
     """304, 412, or None (send the representation) for a GET or HEAD.
 
-    ``modified_s`` is the representation's modification time in whole seconds; ``settled`` is
-    False while that second is still running (the Last-Modified header is not sent then, and
-    If-Modified-Since cannot say "not modified").
+    ``modified_s`` is the representation's modification time in whole seconds. ``settled`` is
+    False while that second is still running. The Last-Modified header is not sent then, and
+    If-Modified-Since cannot say "not modified".
     """
     if_match = env.get("HTTP_IF_MATCH")
     if if_match is not None:
@@ -139,15 +140,17 @@ def evaluate(
 
 # A delta-seconds value (RFC 9111 1.2.2 / RFC 7240 4.3), bare or quoted.
 _SECONDS = re.compile(r'"?([0-9]+)"?')
-#: Digits past which a delta-seconds is more than any wait (RFC 9111 1.2.2: a value too large
-#: to represent counts as 2^31, which any cap is below).
+#: Digits past which a delta-seconds is more than any wait. RFC 9111 1.2.2 counts a value too
+#: large to represent as 2^31, and any cap is below that.
 _MAX_DIGITS = 9
 
 
 def preferred_wait(header: str, cap: int) -> int | None:
-    """The seconds of a ``Prefer`` header's ``wait`` preference (RFC 7240 4.3), at most
-    ``cap``; None if it has none, or an invalid one (preferences not understood are ignored,
-    RFC 7240 2), or if it or ``cap`` is 0. The first ``wait`` counts."""
+    """The seconds of a ``Prefer`` header's ``wait`` preference (RFC 7240 4.3), at most ``cap``.
+
+    None if it has none, or an invalid one, because preferences not understood are ignored
+    (RFC 7240 2). None too if it or ``cap`` is 0. The first ``wait`` counts.
+    """
     for preference in header.split(","):
         name, _, value = preference.partition(";")[0].partition("=")
         if name.strip().lower() != "wait":

@@ -1,17 +1,19 @@
 """Plain polls of a live document, answered in front of the app while the feed is unchanged.
 
-Most requests a feed server answers are polls of ``/recent``: a 304, else the same bytes again.
-Through falcon, its middleware and the resource, such a poll cost four times the instructions
-of a minimal falcon app's 304 (docs/benchmarks.md, "Hot paths"). :class:`Repeats` asks the app
-once per way of asking and feed version, keeps its answer (:class:`~answers.Answers`), and gives
-it to the next requests asked alike while the feed's head is the same, looked up as the app
-looks it up (:meth:`Simplefeed.feed_head <simplefeed.service.Simplefeed.feed_head>`).
+Most requests a feed server answers are polls of ``/recent``. The answer is a 304, else the
+same bytes again. Through falcon, its middleware and the resource, such a poll costs four times
+the instructions of a minimal falcon app's 304 (docs/benchmarks.md, "Hot paths").
+:class:`Repeats` asks the app once per way of asking and feed version. It keeps the app's answer
+(:class:`~answers.Answers`). It gives that answer to the next requests asked alike while the
+feed's head is the same. It looks the head up as the app does
+(:meth:`Simplefeed.feed_head <simplefeed.service.Simplefeed.feed_head>`).
 
-Only plain requests come here: GET or HEAD, no query, no body, a head within the app's bounds,
-no ``Prefer`` (long-polls go to the :class:`~simplefeed.app.waiting.WaitingRoom`), and no
-precondition but ``If-None-Match`` (``If-Modified-Since`` only beside it, which then decides
-nothing: RFC 9110 13.1.3). Anything else, a feed that is not found, and a database that does
-not answer go to the app, which answers as it always does (a 404, a stale copy, a 503).
+Only plain requests come here. That means GET or HEAD, no query, no body, and a head within the
+app's bounds. It also means no ``Prefer``, because long-polls go to the
+:class:`~simplefeed.app.waiting.WaitingRoom`. The only precondition allowed is
+``If-None-Match``. ``If-Modified-Since`` may come only beside it, and then decides nothing
+(RFC 9110 13.1.3). Anything else goes to the app, and so do a feed that is not found and a
+database that does not answer. The app answers as it always does: a 404, a stale copy, a 503.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ from simplefeed.model import Feed
 
 
 def plain(env: dict[str, Any]) -> bool:
-    """Whether the app answers this request as it answers any other asked alike (the same
-    method, path, ``Accept-Encoding`` and ``If-None-Match``) while the feed is unchanged."""
+    """Whether the app answers this request as it answers any other asked alike.
+
+    Alike means the same method, path, ``Accept-Encoding`` and ``If-None-Match``, while the feed
+    is unchanged.
+    """
     return (
         env.get("REQUEST_METHOD") in ("GET", "HEAD")
         and not env.get("QUERY_STRING")
@@ -42,8 +47,11 @@ def plain(env: dict[str, Any]) -> bool:
 
 
 class Repeats:
-    """A WSGI wrapper around ``app``: see the module's docstring. ``feed_head``: the feed as
-    committed now, by name; ``date``: the ``Date`` header's value now."""
+    """A WSGI wrapper around ``app``: see the module's docstring.
+
+    ``feed_head`` gives the feed as committed now, by name. ``date`` gives the ``Date`` header's
+    value now.
+    """
 
     def __init__(
         self, app: WsgiApp, feed_head: Callable[[str], Feed], date: Callable[[], str]

@@ -1,24 +1,28 @@
 """Long-polls (``Prefer: wait``) wait in front of the application, not inside it.
 
-A consumer answered by a long-poll asks again at once, with the new ETag and ``Prefer: wait``:
-at 500 waiting consumers a publish brings 500 such requests in a burst, and each one's way
-through falcon and the middleware to the point where it waits cost as much as a plain request
-(docs/explanation/decisions/long-poll.md). :class:`WaitingRoom` holds them before the app
-instead. The app teaches it, whenever one of its long-polls finds the client's copy current
-(:meth:`WaitingRoom.learn`): this path, while the feed is exactly this version, serves a
-document whose ETags are these. A request for a learnt path whose ``If-None-Match`` is one of
-those ETags, with nothing else that could change the answer (no other precondition, no query,
-a head within the app's bounds, a valid ``wait``), waits here while its feed stays that
-version (:meth:`Changes.wait <simplefeed.service.changes.Changes.wait>`, one of the node's waiting
-slots held; none free: the app declines it, as it does). When the wait ends, the first of the
-requests that waited alike (same method, path, ``Accept-Encoding``, ``If-None-Match``,
-``Prefer``) goes to the app marked as waited (:data:`WAITED`), and the app answers it as it
-answers a long-poll it held itself (``Preference-Applied``, ``Vary: Prefer``, the feed as last
-seen). The room keeps that answer (:class:`~simplefeed.app.answers.Answers`), and the others
-that saw the same feed version get it with their own ``Date``, ``X-Request-Id``, access line and
-metrics, without the app. Anything
-else goes to the app as it came, which may hold it itself: the room only ever waits where the
-app would have.
+A consumer answered by a long-poll asks again at once, with the new ETag and ``Prefer: wait``.
+At 500 waiting consumers, a publish brings 500 such requests in a burst. Each one's way through
+falcon and the middleware to the point where it waits costs as much as a plain request
+(docs/explanation/decisions/long-poll.md). So :class:`WaitingRoom` holds them before the app
+instead.
+
+The app teaches the room whenever one of its long-polls finds the client's copy current
+(:meth:`WaitingRoom.learn`). It says that this path, while the feed is exactly this version,
+serves a document with these ETags. A request may then wait here while its feed stays that
+version. It must be for a learnt path, with an ``If-None-Match`` that is one of those ETags. It
+must hold nothing else that could change the answer. So it has no other precondition and no
+query, a head within the app's bounds, and a valid ``wait``. The wait uses
+:meth:`Changes.wait <simplefeed.service.changes.Changes.wait>` and holds one of the node's
+waiting slots. With none free, the room declines the request, as the app does.
+
+When the wait ends, the first of the requests that waited alike goes to the app, marked as
+waited (:data:`WAITED`). Alike means the same method, path, ``Accept-Encoding``,
+``If-None-Match`` and ``Prefer``. The app answers it as it answers a long-poll it held itself,
+with ``Preference-Applied``, ``Vary: Prefer`` and the feed as last seen. The room keeps that
+answer (:class:`~simplefeed.app.answers.Answers`). The others that saw the same feed version get
+it without the app. Each gets its own ``Date``, ``X-Request-Id``, access line and metrics.
+Anything else goes to the app as it came, and the app may hold it itself. So the room only ever
+waits where the app would have.
 """
 
 from __future__ import annotations
@@ -40,20 +44,27 @@ WAITED = "simplefeed.waited"
 
 
 class WaitingSlots(Protocol):
-    """Room for long-polls (``Prefer: wait``) to wait, shared by the processes of a node
-    (:class:`simplefeed.runtime.wsgi.NodeWaitingSlots` under uWSGI)."""
+    """Room for long-polls (``Prefer: wait``) to wait, shared by the processes of a node.
+
+    Under uWSGI, it is :class:`simplefeed.runtime.wsgi.NodeWaitingSlots`.
+    """
 
     def acquire(self) -> bool:
-        """Take a place to wait, or False (at once) if none is free."""
+        """Take a place to wait, or return False at once if none is free."""
 
     def release(self) -> None:
         """Give back a place taken."""
 
+    def waiting(self) -> int:
+        """How many long-polls wait now, on the whole node."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Held:
-    """What the app said of a path: while its feed is ``feed``, its document's ETags (one per
-    coding) are ``etags``."""
+    """What the app said of a path: while its feed is ``feed``, its document's ETags are ``etags``.
+
+    There is one ETag per coding.
+    """
 
     name: str
     feed: Feed
@@ -61,9 +72,11 @@ class Held:
 
 
 class WaitingRoom:
-    """A WSGI wrapper around ``app``: see the module's docstring. ``waits``: the node's
-    waiting slots (None: no bound); ``max_wait``: SIMPLEFEED_MAX_WAIT; ``date``: the ``Date``
-    header's value now."""
+    """A WSGI wrapper around ``app``: see the module's docstring.
+
+    ``waits`` holds the node's waiting slots (None means no bound). ``max_wait`` is
+    SIMPLEFEED_MAX_WAIT. ``date`` gives the ``Date`` header's value now.
+    """
 
     def __init__(
         self,
@@ -85,8 +98,10 @@ class WaitingRoom:
         self.app = app
 
     def learn(self, path: str, name: str, feed: Feed, etags: Iterable[str]) -> None:
-        """The app found a long-poll for ``path`` current: its document is ``etags`` while
-        ``name`` is ``feed``."""
+        """The app found a long-poll for ``path`` current.
+
+        Its document is ``etags`` while ``name`` is ``feed``.
+        """
         held = self._held.get(path)
         if held is None or held.feed != feed:
             if held is None and len(self._held) >= MAX_DOCUMENTS:
@@ -142,8 +157,10 @@ class WaitingRoom:
     def _answer(
         self, env: dict[str, Any], start_response: StartResponse, feed: Feed
     ) -> Iterable[bytes]:
-        """The app's answer to a request that waited here, given once per document, feed
-        version and request alike; the others that waited alike get the same."""
+        """The app's answer to a request that waited here, given once per document, version and way.
+
+        The others that waited alike get the same answer.
+        """
         path = env["PATH_INFO"]
         way = (
             env["REQUEST_METHOD"],
@@ -154,7 +171,7 @@ class WaitingRoom:
         known = self.answers.get(path, way, feed)
         if known is not None:
             return self.answers.again(known, env, start_response)
-        with self._answering((path, *way)):  # one asks the app; those alike that woke wait
+        with self._answering((path, *way)):  # One asks the app. Those alike that woke wait.
             known = self.answers.get(path, way, feed)
             if known is not None:
                 return self.answers.again(known, env, start_response)

@@ -1,4 +1,4 @@
-"""Our documents: rendering them (:mod:`.render`) and reading our own pages back (:mod:`.read`).
+"""Our documents, rendered (:mod:`.render`) and our own pages read back (:mod:`.read`).
 
 The checks on what producers send are the door's (:mod:`simplefeed.door`).
 """

@@ -1,22 +1,21 @@
-"""Reading our own pages back: their links, and the entries they were rendered from.
+"""Read our own pages back, their links and the entries they were rendered from.
 
-:func:`page_entries` is the inverse of :func:`simplefeed.atom.render`, for ``simplefeed archive
-recover``. A database restored from a backup older than the archive lacks the entries of the
-pages archived after the backup, and their files hold them. No I/O here.
+The function :func:`page_entries` is the inverse of :func:`simplefeed.atom.render`. It serves
+``simplefeed archive recover``. Say a database is restored from a backup older than the
+archive. It lacks the entries of the pages archived after the backup, and their files hold
+them. This module does no I/O.
 
-What a page cannot tell is read as the renderer would have written it:
-
-- content of type ``text`` has no ``content_type``, because ``text`` and ``text/plain`` render
-  alike (a retry spelt either way is a replay: :meth:`Event.replay_fingerprints`);
-- a summary equal to the title of an entry without content, or with Base64 content, is the one
-  the server added (RFC 4287 4.1.1.1);
-- an entry without content whose last link is its own entry locator, with no other alternate
-  link, got that link from the server (4.1.1);
-- JSON content is the text the page carries (``<`` written ``\\u003c`` is the same value);
-- the entry's ``published`` is the time the producer gave (``updated`` in its event).
+What a page cannot tell is read as the renderer would have written it. Content of type
+``text`` has no ``content_type``, because ``text`` and ``text/plain`` render alike. A retry
+spelt either way is a replay (:meth:`Event.replay_fingerprints`). Take an entry without
+content, or with Base64 content. A summary equal to its title is the one the server added
+(RFC 4287 4.1.1.1). Take an entry without content whose last link is its own entry locator.
+If it has no other alternate link, that link came from the server (4.1.1). JSON content is
+the text the page carries. A ``<`` written ``\\u003c`` is the same value. The entry's
+``published`` is the time the producer gave, as ``updated`` in its event.
 
 So a recovered entry's fingerprint is that of the event as its page shows it. A producer's
-retry that spells the event otherwise (no ``updated``, say) is answered as a conflict.
+retry that spells the event otherwise is answered as a conflict. It may lack ``updated``, say.
 """
 
 from __future__ import annotations
@@ -60,19 +59,21 @@ _A = f"{{{ATOM_NS}}}"
 _ENTRY = f"{_A}entry"
 _SF_TYPE = f"{{{SF_NS}}}type"
 _DIV = f"{{{XHTML_NS}}}div"
-#: Only the well-formed XML the renderer writes is read: no DTD, no entity, no network.
+#: Only the well-formed XML the renderer writes is read. So no DTD, no entity, no network.
 _PARSER = etree.XMLParser(
     resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False, remove_pis=True
 )
 
 
 class PageUnreadable(ValueError):
-    """The file is not a page this service rendered: said in one sentence."""
+    """The file is not a page this service rendered, said in one sentence."""
 
 
 def page_entries(body: bytes, locator_base: str) -> list[Entry]:
-    """The entries of an archived page's bytes, newest first (as the page lists them).
-    ``locator_base`` is the feed's (:attr:`Document.locator_base`)."""
+    """Return the entries of an archived page's bytes, newest first, as the page lists them.
+
+    ``locator_base`` is the feed's (:attr:`Document.locator_base`).
+    """
     return _entries(_root(body), locator_base)
 
 
@@ -91,7 +92,7 @@ def _entries(root: Any, locator_base: str) -> list[Entry]:
         return [_entry(el, locator_base) for el in root.iterchildren(_ENTRY)]
     except PageUnreadable:
         raise
-    except (TypeError, ValueError) as exc:  # a value this service does not write
+    except (TypeError, ValueError) as exc:  # A value this service does not write.
         raise PageUnreadable(
             f"holds an entry this service could not have written ({exc})"
         ) from None
@@ -99,17 +100,20 @@ def _entries(root: Any, locator_base: str) -> list[Entry]:
 
 @dataclass(frozen=True)
 class FeedHead:
-    """What a feed's first page says of the feed: enough to create it again, as it was."""
+    """What a feed's first page says of the feed, enough to create it again as it was."""
 
     uuid: str
     title: str
     page_size: int
-    #: When its first entry was published: the feed's creation time is in no page.
+    #: When its first entry was published, because the feed's creation time is in no page.
     created_us: int
 
 
 def feed_head(body: bytes) -> FeedHead:
-    """The feed a first page belongs to (:class:`PageUnreadable` if it does not say)."""
+    """Return the feed a first page belongs to.
+
+    Raises :class:`PageUnreadable` if the page does not say.
+    """
     root = _root(body)
     atom_id = root.findtext(f"{_A}id") or ""
     title = root.findtext(f"{_A}title") or ""
@@ -141,11 +145,11 @@ def _entry(el: Any, locator_base: str) -> Entry:
     summary = fields.get("summary")
     mode = content_mode(fields.get("content_type"))
     if summary == title and (content is None or mode == "base64"):
-        summary = None  # the server's (RFC 4287 4.1.1.1)
+        summary = None  # The server's (RFC 4287 4.1.1.1).
     if content is None and links and not any(link.rel == "alternate" for link in links[:-1]):
         locator = Link(href=locator_base + locator_segment(entry_id))
         if links[-1] == locator:
-            links.pop()  # the server's (RFC 4287 4.1.1)
+            links.pop()  # The server's (RFC 4287 4.1.1).
     event = Event(
         title=title,
         content=content,
@@ -161,7 +165,7 @@ def _entry(el: Any, locator_base: str) -> Entry:
 
 
 def _fields(el: Any) -> tuple[dict[str, Any], list[Link], list[Category]]:
-    """An entry element's fields by name, its links and its categories, as written."""
+    """Return an entry element's fields by name, its links and its categories, as written."""
     fields: dict[str, Any] = {}
     links: list[Link] = []
     categories: list[Category] = []
@@ -214,11 +218,11 @@ def _link(el: Any) -> Link:
 
 
 def _content(el: Any) -> tuple[str | None, str]:
-    """(content type as the event had it, content text) of ``atom:content``."""
+    """Return the content type, as the event had it, and the text of ``atom:content``."""
     kind = el.get("type", "text")
     declared = el.get(_SF_TYPE)
     if declared is not None:
-        return declared, el.text or ""  # JSON, as the text the page carries
+        return declared, el.text or ""  # JSON, as the text the page carries.
     mode = content_mode(kind)
     if mode == "text":
         return None, el.text or ""
@@ -237,11 +241,14 @@ def _content(el: Any) -> tuple[str | None, str]:
             return kind, base64.b64decode(el.text or "", validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError):
             raise PageUnreadable(f"{kind} content is not Base64 of UTF-8 text") from None
-    return kind, el.text or ""  # html, other text/*
+    return kind, el.text or ""  # HTML, or other text/*.
 
 
 def _serialised(el: Any) -> str:
-    """An element as XML text, on its own (a copy: no namespace of the page around it)."""
+    """Return an element as XML text, on its own.
+
+    It is a copy, so it holds no namespace of the page around it.
+    """
     alone = copy.deepcopy(el)
     alone.tail = None
     text: str = etree.tostring(alone, encoding="unicode")
@@ -249,7 +256,7 @@ def _serialised(el: Any) -> str:
 
 
 def _inner(div: Any) -> str:
-    """What the renderer's XHTML ``div`` was written around: its text and children as XML."""
+    """Return what the renderer wrote the XHTML ``div`` around, its text and children as XML."""
     whole = _serialised(div)
     start = whole.find(">") + 1
     if whole.endswith("/>"):
@@ -258,8 +265,10 @@ def _inner(div: Any) -> str:
 
 
 def prev_archive_sha256(body: bytes) -> str | None:
-    """The ``sf:sha256`` of a document's ``prev-archive`` link, if it has one (to check the
-    chain of archived pages: ``simplefeed archive verify``)."""
+    """Return the ``sf:sha256`` of a document's ``prev-archive`` link, if it has one.
+
+    It checks the chain of archived pages, for ``simplefeed archive verify``.
+    """
     root = etree.fromstring(body, _PARSER)
     for link in root.iterfind(f"{{{ATOM_NS}}}link"):
         if link.get("rel") == "prev-archive":
@@ -269,9 +278,12 @@ def prev_archive_sha256(body: bytes) -> str | None:
 
 
 def self_href(body: bytes) -> str | None:
-    """The ``href`` of a document's own ``self`` link (the feed element's, which the renderer
-    writes in the feed's head), or None if it has none or cannot be read. Read up to the first
-    entry only: a frozen page's entries are most of its bytes."""
+    """Return the ``href`` of a document's own ``self`` link, or None.
+
+    The link is the feed element's, which the renderer writes in the feed's head. None means
+    the document has none or cannot be read. Only the part before the first entry is read,
+    because an archived page's entries are most of its bytes.
+    """
     atom_link, atom_entry = f"{{{ATOM_NS}}}link", f"{{{ATOM_NS}}}entry"
     events = etree.iterparse(
         io.BytesIO(body),

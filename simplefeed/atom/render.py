@@ -4,13 +4,13 @@ Rendering is deterministic. The bytes depend on the :class:`~simplefeed.model.Do
 with no clock reads and no library version strings. So an archived page rendered again from the
 database is byte for byte the one written when it was archived.
 
-Two renderers give the same bytes. :func:`render_with_feedgen` builds the document through
-feedgen's object model, and lxml writes it out: it is the reference. :func:`render` writes the
-same bytes directly, in a fraction of the time, because a page is rendered under the feed's
-lock. Tests hold the two to byte equality (``tests/test_atom.py``), so an upgrade of feedgen or
-lxml that changes the output shows there.
+Two renderers give the same bytes. The reference is :func:`render_with_feedgen`. It builds the
+document through feedgen's object model, and lxml writes it out. The function :func:`render`
+writes the same bytes directly, in a fraction of the time. Speed matters because a page is
+rendered under the feed's lock. Tests hold the two to byte equality (``tests/test_atom.py``).
+So an upgrade of feedgen or lxml that changes the output shows there.
 
-Content is declared honestly (RFC 4287 section 4.1.3):
+Content is declared honestly, as RFC 4287 section 4.1.3 asks. The table shows how.
 
 ============================  ====================================================
 ``content_type``               rendered as
@@ -29,10 +29,10 @@ no content (or empty)          no ``content``; an alternate link to the entry's
                                the title as ``summary`` unless the producer gave one
 ============================  ====================================================
 
-RFC 4287 4.1.1 wants content or an alternate link in every entry, and validators warn about an
+RFC 4287 4.1.1 wants content or an alternate link in every entry. Validators warn about an
 empty ``<content/>``. So an entry without content links to its entry locator, which redirects
-to its page, unless the producer gave an alternate link. RFC 4287 requires a summary with
-Base64 content and advises one without content. Where the producer gave none, the summary is
+to its page. The producer's own alternate link replaces it. RFC 4287 requires a summary with
+Base64 content, and advises one without content. Where the producer gave none, the summary is
 the title.
 """
 
@@ -84,33 +84,36 @@ __all__ = [
 GENERATOR = "Simplefeed"
 
 
-#: The form of the documents this renderer writes. Live documents' ETags include it, so a release
-#: that changes their bytes (as 2 did: JSON content as text, sf:sha256 digests, no empty
-#: content; as 3 did: inline content's attribute namespaces declared once) changes every live
-#: ETag: a client's old copy is not confirmed by a 304. Raise it with every such change;
-#: archived pages are never re-rendered and keep their bytes and ETags.
+#: The form of the documents this renderer writes. Live documents' ETags include it. So a
+#: release that changes their bytes changes every live ETag. Then a 304 does not confirm a
+#: client's old copy. Such changes include JSON content as text, sf:sha256 digests, and no
+#: empty content. Declaring inline content's attribute namespaces once is one too. Raise the
+#: number with every such change. Archived pages are never rendered again, and keep their bytes
+#: and ETags.
 DOCUMENT_FORMAT = 3
 
 
 GENERATOR_URI = "https://simplefeed.dev/"
 
 
-#: The most bytes a document may take as rendered (an archived page, or a live document, which
-#: holds up to a page): within the 64 MiB a Simplefeed consumer reads of a response by default
-#: (``simplefeed.client.fetch.Bounds.max_bytes``), with room to spare. A page is frozen once and
-#: kept for good, so one a consumer cannot read would stop it there for good: the door refuses
-#: an entry that could make a page of its feed larger (:func:`max_entry_bytes`). JSON text that
-#: escapes heavily (``<`` is written ``\\u003c``) takes six bytes a character, so 22 entries
-#: within the body limit once made a 69 MB page.
+#: The most bytes a document may take as rendered. The document is an archived page, or a live
+#: document, which holds up to a page. The bound lies within the 64 MiB that a Simplefeed
+#: consumer reads of a response by default (``simplefeed.client.fetch.Bounds.max_bytes``). It
+#: leaves room to spare. A page is archived once and kept for good. So a page that a consumer
+#: cannot read would stop it there for good. The door refuses an entry that could make a page of
+#: its feed larger (:func:`max_entry_bytes`). JSON text that escapes heavily takes six bytes a
+#: character, since ``<`` is written ``\\u003c``. So 22 entries within the body limit could make
+#: a 69 MB page.
 MAX_DOCUMENT_BYTES = 48 * 1024 * 1024
 
 
-#: What a document takes besides its entries, at the most: the feed's id, title (twice) and
-#: links, each within its own limit.
+#: What a document takes besides its entries, at the most. That is the feed's id, its title
+#: twice, and its links, each within its own limit.
 _HEAD_BYTES = 64 * 1024
 
 
-#: What an entry takes besides its :data:`EntryParts`: its ``updated``, number and end tags.
+#: What an entry takes besides its :data:`EntryParts`. That is its ``updated``, number and end
+#: tags.
 _NUMBERED_BYTES = 128
 
 
@@ -123,7 +126,7 @@ def atom_content_type(content_type: str | None) -> str:
 
 
 class _FeedExtension(BaseExtension):  # type: ignore[misc]
-    """Feed level: ``fh:archive`` on archived pages."""
+    """Write the feed-level ``fh:archive`` on archived pages."""
 
     def __init__(self) -> None:
         self.archive = False
@@ -145,9 +148,11 @@ class _FeedExtension(BaseExtension):  # type: ignore[misc]
 
 
 class _EntryExtension(BaseEntryExtension):  # type: ignore[misc]
-    """Entry level: ``sf:seq``, and what feedgen 1.0 cannot do itself: Base64 content, the
-    ``sf:type`` of JSON content, and entry links (its ``atom_entry`` drops every link attribute
-    but ``href``)."""
+    """Write the entry-level ``sf:seq``, and what feedgen 1.0 cannot do itself.
+
+    It cannot write Base64 content, or the ``sf:type`` of JSON content. Nor can it write entry
+    links, because its ``atom_entry`` drops every link attribute but ``href``.
+    """
 
     def __init__(self) -> None:
         self.seq = 0
@@ -167,7 +172,7 @@ class _EntryExtension(BaseEntryExtension):  # type: ignore[misc]
                 content.remove(child)
             content.append(_prefixed(etree.fromstring(self.inline_xml, _SAFE_PARSER)))
         for link in self.links:
-            el = etree.SubElement(entry, "link")  # un-namespaced, like feedgen's: Atom by default
+            el = etree.SubElement(entry, "link")  # Un-namespaced like feedgen's, so Atom.
             el.set("href", link.href)
             el.set("rel", link.rel)
             if link.type is not None:
@@ -180,7 +185,7 @@ class _EntryExtension(BaseEntryExtension):  # type: ignore[misc]
                 el.set("length", str(link.length))
         if self.base64 is not None:
             media_type, text = self.base64
-            content = entry.find("content")  # feedgen builds un-namespaced elements
+            content = entry.find("content")  # Feedgen builds un-namespaced elements.
             content.set("type", media_type)
             content.text = base64.b64encode(text.encode("utf-8")).decode("ascii")
         seq = etree.SubElement(entry, f"{{{SF_NS}}}seq")
@@ -188,17 +193,19 @@ class _EntryExtension(BaseEntryExtension):  # type: ignore[misc]
         return entry
 
 
-#: An entry's XML but for its ``updated`` and its sequence number, which are known only under
-#: the feed's lock: what goes before ``updated``, and what goes between it and the number.
+#: An entry's XML but for its ``updated`` and its sequence number. Those are known only under
+#: the feed's lock. So it holds what goes before ``updated``, and what goes between it and the
+#: number.
 EntryParts = tuple[str, str]
 
 
 def render(doc: Document, parts: Mapping[str, EntryParts] | None = None) -> bytes:
-    """Render a document to UTF-8 Atom bytes: the bytes :func:`render_with_feedgen` gives,
-    written directly (inline XML content is parsed and serialised by lxml, as there).
+    """Render a document to UTF-8 Atom bytes, as :func:`render_with_feedgen` gives them.
 
-    ``parts`` holds entries already written by :func:`entry_parts` (by entry id): an append
-    prepares the page it may fill before it takes the feed's lock, and only fills them in.
+    The bytes are written directly. Inline XML content is parsed and serialised by lxml, as
+    there. ``parts`` holds entries already written by :func:`entry_parts`, by entry id. An
+    append prepares the page it may fill before it takes the feed's lock. Under the lock it
+    only fills them in.
     """
     feed = doc.feed
     archive = doc.kind == "archive"
@@ -234,9 +241,12 @@ def render(doc: Document, parts: Mapping[str, EntryParts] | None = None) -> byte
 
 
 def entry_parts(entry: WritableEntry, locator_base: str) -> EntryParts:
-    """An entry, in the order feedgen's ``atom_entry`` and :class:`_EntryExtension` write it,
-    but for its ``updated`` and its sequence number (see :data:`EntryParts`).
-    ``locator_base`` is the document's (:attr:`Document.locator_base`)."""
+    """Write an entry in the order that feedgen's ``atom_entry`` and the extension use.
+
+    The extension is :class:`_EntryExtension`. The entry's ``updated`` and sequence number are
+    left out (see :data:`EntryParts`). ``locator_base`` is the document's
+    (:attr:`Document.locator_base`).
+    """
     event = entry.event
     head = f"<entry><id>{_text(entry.id)}</id><title>{_text(event.title)}</title><updated>"
     out = ["</updated>"]
@@ -287,7 +297,7 @@ def _write_content(out: list[str], event: Event) -> str | None:
         assert event.content_type is not None
         encoded = base64.b64encode(text.encode("utf-8")).decode("ascii")
         out += ('<content type="', _attr(event.content_type), '">', encoded, "</content>")
-        # RFC 4287 4.1.1.1: Base64 content requires a summary.
+        # RFC 4287 4.1.1.1 says Base64 content requires a summary.
         return event.title if summary is None else summary
     if mode == "json":
         assert event.content_type is not None
@@ -307,44 +317,56 @@ def _write_content(out: list[str], event: Event) -> str | None:
 
 
 def max_entry_bytes(page_size: int) -> int:
-    """The most bytes an entry of a feed with pages of ``page_size`` may take as rendered: so
-    many of them and a document's head stay within :data:`MAX_DOCUMENT_BYTES`."""
+    """Return the most bytes an entry may take as rendered, for pages of ``page_size``.
+
+    So many entries and a document's head stay within :data:`MAX_DOCUMENT_BYTES`.
+    """
     return (MAX_DOCUMENT_BYTES - _HEAD_BYTES) // page_size
 
 
 def entry_bytes_bound(stored: str, locator_base: str) -> int:
-    """At least the bytes an entry takes as rendered, from what is stored of it (``stored``:
-    ``Event.canonical``), for the cost of a length: every character of a field is at least
-    one character there, and takes at most six bytes rendered (an XML or JSON escape), twelve
-    for a title written again as the summary; the markup besides, and an entry locator link,
-    take less than 4 KiB and the locator base."""
+    """Bound from above the bytes an entry takes as rendered, for the cost of a length.
+
+    The bound comes from what is stored of the entry. ``stored`` is ``Event.canonical``. Every
+    character of a field is at least one character there. It takes at most six bytes rendered,
+    as an XML or JSON escape. A title written again as the summary takes twelve. The markup
+    besides, and an entry locator link, take less than 4 KiB and the locator base.
+    """
     return 12 * len(stored) + 4096 + len(locator_base)
 
 
 def entry_bytes(entry: WritableEntry, locator_base: str) -> int:
-    """The bytes ``entry`` takes in a document, at the most (its ``updated`` and number
-    counted at their longest)."""
+    """Return the bytes ``entry`` takes in a document, at the most.
+
+    Its ``updated`` and number are counted at their longest.
+    """
     head, middle = entry_parts(entry, locator_base)
     return len(head.encode("utf-8")) + len(middle.encode("utf-8")) + _NUMBERED_BYTES
 
 
 def entry_links(event: Event, entry_id: str, locator_base: str) -> tuple[Link, ...]:
-    """The entry's links: the producer's, and for an entry without content that has no
-    alternate link of the producer's, one to its entry locator (RFC 4287 4.1.1: an entry
-    without content must have an alternate link; the producer's, if any, is the better one, and
-    a second one without ``type`` and ``hreflang`` beside an untyped one would be invalid)."""
+    """Return the entry's links.
+
+    They are the producer's links. An entry without content gets one more, to its entry
+    locator, unless the producer gave an alternate link. RFC 4287 4.1.1 says an entry without
+    content must have an alternate link. The producer's, if any, is the better one. A second
+    one without ``type`` and ``hreflang`` beside an untyped one would be invalid.
+    """
     if event.content or any(link.rel == "alternate" for link in event.links):
         return event.links
     return (*event.links, Link(href=locator_base + locator_segment(entry_id)))
 
 
 def json_text(text: str) -> str:
-    """JSON text as ``atom:content`` carries it, some characters written as JSON escapes
-    (``\\u003c``), which can only stand inside JSON strings and leave the value unchanged:
-    those XML cannot carry (U+FFFE, U+FFFF), those validators flag in text (C1 controls,
-    U+FFFD), and ``<``, ``>`` and ``&`` (as Go's encoder does), so that no string in the JSON
-    reads as markup or an entity to a reader that guesses (the W3C validator warns of HTML in
-    text content when it sees ``</p>`` or ``&amp;``)."""
+    """Return JSON text as ``atom:content`` carries it.
+
+    Some characters are written as JSON escapes (``\\u003c``). Such escapes can only stand
+    inside JSON strings, and they leave the value unchanged. Escaped are the characters XML
+    cannot carry (U+FFFE, U+FFFF). So are those validators flag in text (C1 controls, U+FFFD).
+    So are ``<``, ``>`` and ``&``, as Go's encoder does. Then no string in the JSON reads as
+    markup or an entity to a reader that guesses. The W3C validator warns of HTML in text
+    content when it sees ``</p>`` or ``&amp;``.
+    """
     return text.translate(_JSON_ESCAPES) if not _NEEDS_JSON_ESCAPE.isdisjoint(text) else text
 
 
@@ -358,9 +380,12 @@ _NEEDS_JSON_ESCAPE = frozenset(map(chr, _JSON_ESCAPED))
 
 
 class WritableEntry(Protocol):
-    """What :func:`entry_parts` needs of an entry, numbered or not (an
-    :class:`~simplefeed.model.Entry`, or a :class:`~simplefeed.model.PendingEntry` before the
-    feed's lock): all but its ``updated`` and number."""
+    """What :func:`entry_parts` needs of an entry, numbered or not.
+
+    The entry is an :class:`~simplefeed.model.Entry`, or a
+    :class:`~simplefeed.model.PendingEntry` before the feed's lock. All but its ``updated`` and
+    number is needed.
+    """
 
     @property
     def id(self) -> str: ...
@@ -371,8 +396,10 @@ class WritableEntry(Protocol):
 
 
 def _iso(us: int) -> str:
-    """``us_to_datetime(us).isoformat()`` (what feedgen writes), with the part up to the second
-    cached: the entries of a page mostly share their seconds."""
+    """Return ``us_to_datetime(us).isoformat()``, which is what feedgen writes.
+
+    The part up to the second is cached, because the entries of a page mostly share it.
+    """
     seconds, micro = divmod(us, 1_000_000)
     head = _SECONDS.get(seconds)
     if head is None:
@@ -385,8 +412,8 @@ def _iso(us: int) -> str:
 _SECONDS: dict[int, str] = {}
 
 
-# What lxml (libxml2) writes for the root element feedgen builds: its namespace declarations
-# (nsmap, in order) before its one attribute, a literal `xmlns`.
+# What lxml (libxml2) writes for the root element feedgen builds. Its namespace declarations
+# (nsmap, in order) come before its one attribute, a literal `xmlns`.
 _HEAD_LIVE = (
     f"<?xml version='1.0' encoding='UTF-8'?>\n<feed xmlns:sf=\"{SF_NS}\" xmlns=\"{ATOM_NS}\">"
 )
@@ -401,8 +428,9 @@ _HEAD_ARCHIVE = (
 _GENERATOR = f'<generator uri="{GENERATOR_URI}">{GENERATOR}</generator>'
 
 
-# libxml2's escaping when it writes UTF-8: in text, & < > and CR; in attribute values also the
-# double quote, LF and tab (the characters XML's attribute-value normalisation would change).
+# How libxml2 escapes when it writes UTF-8. In text it escapes & < > and CR. In attribute values
+# it also escapes the double quote, LF and tab. XML's attribute-value normalisation would change
+# those.
 _TEXT_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "&#13;"})
 
 
@@ -426,7 +454,7 @@ _NEEDS_ATTR_ESCAPE = frozenset('&<>"\r\n\t')
 
 
 def _text(value: str) -> str:
-    # Most values need no escaping: a set check is several times cheaper than translate.
+    # Most values need no escaping, and a set check is several times cheaper than translate.
     return value.translate(_TEXT_ESCAPES) if not _NEEDS_TEXT_ESCAPE.isdisjoint(value) else value
 
 
@@ -435,7 +463,7 @@ def _attr(value: str) -> str:
 
 
 def render_with_feedgen(doc: Document) -> bytes:
-    """Render a document to UTF-8 Atom bytes through feedgen: the reference for :func:`render`."""
+    """Render a document to UTF-8 Atom bytes through feedgen, the reference for :func:`render`."""
     fg = FeedGenerator()
     fg.register_extension("sf", _FeedExtension, _EntryExtension, atom=True, rss=False)
     fg.sf.archive = doc.kind == "archive"
@@ -448,7 +476,7 @@ def render_with_feedgen(doc: Document) -> bytes:
     fg.generator(GENERATOR, uri=GENERATOR_URI)
     for rel, href in doc.links:
         fg.link(href=href, rel=rel)
-    # feedgen prepends added entries by default; add oldest first so the newest ends up on top.
+    # Feedgen prepends added entries by default. Add oldest first, so the newest ends up on top.
     for entry in reversed(doc.entries):
         _add_entry(fg, entry, doc.locator_base)
     out: bytes = fg.atom_str(pretty=False)
@@ -473,18 +501,18 @@ def _add_entry(fg: Any, entry: Entry, locator_base: str) -> None:
     text = event.content
     summary = event.summary
     if not text:
-        # No content element: an alternate link instead (entry_links), written by the
-        # extension. feedgen refuses an entry with neither among its own links, which lose
-        # their attributes: it gets a placeholder that the extension takes out again.
+        # No content element, but an alternate link instead (entry_links), which the extension
+        # writes. Feedgen refuses an entry with neither among its own links. Its own links
+        # lose their attributes. So the entry gets a placeholder that the extension takes out.
         fe.link(href=_PLACEHOLDER, rel="alternate")
         if summary is None:
-            summary = event.title  # RFC 4287 4.1.1.1 advises textual content
+            summary = event.title  # RFC 4287 4.1.1.1 advises textual content.
     elif mode == "base64":
         assert event.content_type is not None
-        fe.content("")  # an empty placeholder the entry extension fills in
+        fe.content("")  # An empty placeholder that the entry extension fills in.
         fe.sf.base64 = (event.content_type, text)
         if summary is None:
-            summary = event.title  # RFC 4287 4.1.1.1: Base64 content requires a summary
+            summary = event.title  # RFC 4287 4.1.1.1 makes Base64 content need a summary.
     elif mode == "json":
         fe.content(json_text(text), type="text")
         fe.sf.json_type = event.content_type
@@ -523,18 +551,19 @@ _SAFE_PARSER = etree.XMLParser(
 
 
 def _prefixed(root: Any) -> Any:
-    """A copy of an XML tree in which every element's namespace has an explicit prefix.
+    """Return a copy of an XML tree in which every element's namespace has an explicit prefix.
 
     Inline content sits inside an Atom document whose default namespace is Atom. Content in a
-    default namespace of its own is correct XML, but feed parsers such as feedparser read such
-    elements by local name (a ``<link>`` in the content becomes a link of the entry). Explicit
-    prefixes (``c0``, ``c1``, ... in document order) keep the same XML infoset and no ambiguity
-    (a value naming a prefix, ``xsi:type="xs:string"``, is refused at the door: it would not).
+    default namespace of its own is correct XML. But feed parsers such as feedparser read such
+    elements by local name. So a ``<link>`` in the content becomes a link of the entry. Explicit
+    prefixes keep the same XML infoset with no ambiguity. They are ``c0``, ``c1``, ... in
+    document order. A value naming a prefix, such as ``xsi:type="xs:string"``, would not keep
+    its meaning. So the door refuses it.
 
-    The namespaces of attributes (``xlink:href``, ``inkscape:label``) are declared once, on the
-    root, after its own: left to lxml, each element holding one declared a prefix of its own
-    (``ns0``, ``ns1``, ...), so that 65 such elements made a page declare 67 prefixes, which the
-    Simplefeed consumer refuses (feedparser's time grows with them).
+    The namespaces of attributes (``xlink:href``, ``inkscape:label``) are declared once. They
+    go on the root, after its own. Left to lxml, each element holding one declares a prefix of
+    its own (``ns0``, ``ns1``, ...). Then 65 such elements make a page declare 67 prefixes. The
+    Simplefeed consumer refuses that, because feedparser's time grows with them.
     """
     prefixes: dict[str, str] = {etree.QName(root).namespace: "c0"}
     for el in root.iter(etree.Element):
@@ -545,7 +574,7 @@ def _prefixed(root: Any) -> Any:
     on_root = {prefix: namespace for namespace, prefix in prefixes.items()}
 
     def copy(node: Any, parent: Any) -> Any:
-        if not isinstance(node.tag, str):  # comment or processing instruction
+        if not isinstance(node.tag, str):  # A comment or processing instruction.
             clone = copy_module.copy(node)
             clone.tail = node.tail
             parent.append(clone)

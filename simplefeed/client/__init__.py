@@ -9,22 +9,24 @@
 
 Modules, each owning one thing:
 
-=============  =================================================================================
-``consumer``   :class:`Consumer`: the loop, checkpoints (at-least-once), follow mode
-``walk``       which entries are new: walk back through ``prev-archive``, forward again
-``fetch``      HTTP (the only httpx user): one pool, conditional GET, cache, retries
-``entry``      :class:`FeedEntry`: what the consumer hands over, every field published
-``parse``      bytes -> :class:`Page` (the only feedparser user), and the parser switch
-``checker``    feedparser's checks in a helper process while a catch-up reads ahead
-``tree``       the strict reading by namespace, exact values (the only lxml user)
-``state``      the SQLite state file: checkpoints and the HTTP cache
-``poll``       the adaptive polling interval (pure)
-``errors``     the exception hierarchy
-``command``    ``simplefeed consume`` and ``simplefeed consumer``
-=============  =================================================================================
+===============  =================================================================================
+``consumer``     :class:`Consumer`: the loop, checkpoints (at-least-once), follow mode
+``walk``         which entries are new: walk back through ``prev-archive``, forward again
+``fetch``        HTTP (the only httpx user): one pool, conditional GET, cache, retries
+``entry``        :class:`FeedEntry`: what the consumer hands over, every field published
+``parse``        bytes -> :class:`Page` (the only feedparser user), and the parser switch
+``checker``      feedparser's checks in a child process while a catch-up reads ahead
+``tree``         the strict reading by namespace, exact values (the only lxml user)
+``state``        the SQLite state file: checkpoints and the HTTP cache
+``saving``       a page's checkpoint stored on its own thread while the walk reads on
+``poll``         the adaptive polling interval (pure)
+``errors``       the exception hierarchy
+``command``      ``simplefeed consume`` and ``simplefeed consumer``
+``exec_stream``  ``consume --exec-stream``: one handler process, entries written ahead of acks
+===============  =================================================================================
 """
 
-from simplefeed.client.consumer import Consumer, Status
+from simplefeed.client.consumer import AcknowledgingHandler, Consumer, Status
 from simplefeed.client.entry import EntryAuthor, EntryCategory, EntryLink, FeedEntry
 from simplefeed.client.errors import (
     ClientError,
@@ -54,12 +56,15 @@ from simplefeed.client.poll import PollPolicy
 from simplefeed.client.state import Checkpoint, Head, Parked, StateFile
 from simplefeed.client.walk import Progress
 
-#: The public surface: the consumer, what it yields, how it is configured, what it raises,
-#: and what its methods return (:class:`Status`, :class:`Head`, :class:`Parked`), its
-#: ``progress`` callback receives (:class:`Progress`) or its errors carry (:class:`Parting`).
-#: Everything else (the walk, the fetcher, the parsers) is reachable through its module and may
-#: change without notice.
+#: The public surface. It holds the consumer, what it yields, how it is configured and what it
+#: raises. It holds the handler that takes entries ahead of their acknowledgements
+#: (:class:`AcknowledgingHandler`). It holds what its methods return (:class:`Status`,
+#: :class:`Head`, :class:`Parked`). It holds what its ``progress`` callback receives
+#: (:class:`Progress`) and what its errors carry (:class:`Parting`). Everything else is reachable
+#: through its module and may change without notice. That covers the walk, the fetcher and the
+#: parsers.
 __all__ = [
+    "AcknowledgingHandler",
     "Bounds",
     "Checkpoint",
     "ClientError",

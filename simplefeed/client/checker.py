@@ -1,29 +1,31 @@
 """feedparser's check of the pages a catch-up reads, in a process of its own.
 
-With ``parser="feedparser"`` every document is read twice: strictly, where the entries come
-from (:mod:`simplefeed.client.tree`), and by feedparser, which must take it for Atom 1.0
-(:func:`~simplefeed.client.parse.feedparser_verdict`). feedparser's reading is pure Python, about
-13 times the strict one's time, and its answer is small (a reason to refuse the document, and
-warnings). So when the walk reads pages ahead going forward, a :class:`Checker` has a child
-process (``python -m simplefeed.client.checker``) give feedparser's verdict on the next page
-while this process reads it strictly and hands the entries of the page before over: on two
-cores the catch-up goes at about feedparser's own rate
-(docs/explanation/decisions/consumer-reading.md). Nothing changes in what is accepted: a page's
-entries are handed over only after the verdict on it, the same verdict, and a page both
-readings refuse fails with feedparser's error, as :func:`~simplefeed.client.parse.parse_page`
-raises it.
+With ``parser="feedparser"``, every document is read twice. The strict reading gives the entries
+(:mod:`simplefeed.client.tree`). The document must also pass feedparser, which must take it for Atom
+1.0 (:func:`~simplefeed.client.parse.feedparser_verdict`). The feedparser reading is pure Python and
+takes about 13 times the strict one's time. Its answer is small: a reason to refuse the document,
+and warnings. So the walk may read pages ahead going forward. Then a :class:`Checker` has a child
+process (``python -m simplefeed.client.checker``) give feedparser's verdict on the next page.
+Meanwhile this process reads that page strictly and hands over the entries of the page before. On
+two cores, the catch-up goes at about feedparser's own rate
+(docs/explanation/decisions/consumer-reading.md). Nothing changes in what is accepted. A page's
+entries are handed over only after the verdict on it, and the verdict is the same. A page both
+readings refuse fails with feedparser's error, as :func:`~simplefeed.client.parse.parse_page` raises
+it.
 
-The child is a plain subprocess of the same interpreter, not :mod:`multiprocessing` (whose
-``spawn`` imports the caller's main module again in the child, and whose ``fork`` would copy a
-process with threads running). Protocol, on its standard input and output: the child says
-:data:`HELLO` first (within :data:`HELLO_S`, or it is not taken for the helper: where Python is
-embedded ``sys.executable`` may be another program); then, for each document, the parent writes
-an 8-byte big-endian length and the document's bytes; the child answers with a 4-byte length
-and a JSON object ``{"reason": str | null, "warnings": [str, ...]}``; end of input ends it (so
-does the parent's end, which closes the pipe). It runs in a session of its own: a Ctrl-C at the
-terminal is the parent's to handle. If the child cannot be started, or stops,
-or answers anything else, the check is made in this process for the rest of the checker's life,
-and a warning says so once: a slower catch-up, never a different one.
+The child is a plain subprocess of the same interpreter, not :mod:`multiprocessing`. The
+``spawn`` method of :mod:`multiprocessing` imports the caller's main module again in the child.
+Its ``fork`` method would copy a process with threads running.
+
+The protocol runs on the child's standard input and output. The child says :data:`HELLO` first,
+within :data:`HELLO_S`. Otherwise it is not taken for the child, because ``sys.executable`` may
+be another program where Python is embedded. Then, for each document, the parent writes an
+8-byte big-endian length and the document's bytes. The child answers with a 4-byte length and a
+JSON object ``{"reason": str | null, "warnings": [str, ...]}``. End of input ends the child.
+So does the parent's end, which closes the pipe. The child is detached from the terminal's
+process group, so a Ctrl-C at the terminal is the parent's to handle. The child may fail to
+start, stop, or answer anything else. Then the check is made in this process for the rest of
+the checker's life, and a warning says so once. The catch-up is slower, never different.
 """
 
 from __future__ import annotations
@@ -50,30 +52,32 @@ __all__ = ["Checker", "helps"]
 
 _LENGTH = struct.Struct(">Q")
 _ANSWER = struct.Struct(">I")
-#: What the child says first: a command that is not this module (``sys.executable`` may be
-#: another program where Python is embedded) says something else, or nothing.
+#: What the child says first. A command that is not this module says something else, or
+#: nothing. ``sys.executable`` may be another program where Python is embedded.
 HELLO = b"simplefeed.client.checker 1\n"
-#: How long the child may take to say it (it starts in about 0.17 s).
+#: How long the child may take to say it. It starts in about 0.17 s.
 HELLO_S = 10.0
-#: A verdict is a reason and a few warnings: an answer longer than this is not one.
+#: A verdict is a reason and a few warnings. An answer longer than this is not one.
 MAX_ANSWER_BYTES = 1 << 20
 #: The child, by default.
 COMMAND = (sys.executable, "-m", __name__)
 
 
 def helps() -> bool:
-    """Whether a child process would run beside this one: this process may use more than one
-    CPU."""
+    """Whether a child process would run beside this one: this process may use more than one CPU."""
     try:
         return len(os.sched_getaffinity(0)) > 1
-    except (AttributeError, OSError):  # not on Linux
+    except (AttributeError, OSError):  # Not on Linux.
         return (os.cpu_count() or 1) > 1
 
 
 class Checker:
-    """Pages parsed as ``parse_page(url, body, parser="feedparser")`` parses them, feedparser's
-    part in a child process (see the module's docstring). One document at a time; the caller
-    serialises (a lock guards it anyway). :meth:`close` stops the child."""
+    """Pages parsed as ``parse_page(url, body, parser="feedparser")`` parses them.
+
+    The feedparser part runs in a child process (see the module's docstring). It takes one
+    document at a time. The caller serialises, and a lock guards it anyway. :meth:`close` stops
+    the child.
+    """
 
     def __init__(self, command: Sequence[str] = COMMAND, hello_s: float = HELLO_S) -> None:
         self.command = list(command)
@@ -96,7 +100,7 @@ class Checker:
             return dataclasses.replace(page, warnings=accepted(url, self._answer(body)))
 
     def start(self) -> None:
-        """Start the child now (else the first page does): it loads feedparser meanwhile."""
+        """Start the child now, so it loads feedparser meanwhile. Else the first page starts it."""
         with self._lock:
             self._started()
 
@@ -109,7 +113,7 @@ class Checker:
     # -- the child --------------------------------------------------------------------------
 
     def _ask(self, body: bytes) -> bool:
-        """Send ``body`` to the child (started if need be); False if there is none."""
+        """Send ``body`` to the child, started if need be; False if there is none."""
         child = self._started()
         if child is None or not self._greeting(child):
             return False
@@ -128,8 +132,8 @@ class Checker:
             try:
                 self._child = subprocess.Popen(
                     self.command,
-                    # The modules this process imports (a checkout on sys.path, say), not
-                    # another installed copy.
+                    # The modules this process imports, not another installed copy. A checkout
+                    # on sys.path is one example.
                     env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, sys.path))},
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,

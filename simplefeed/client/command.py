@@ -2,7 +2,8 @@
 
 ::
 
-    simplefeed consume URL --state FILE [--from start|now|SEQ] [--jsonl | --exec CMD] [--follow]
+    simplefeed consume URL --state FILE [--from start|now|SEQ] [--follow]
+                           [--jsonl | --exec CMD | --exec-stream CMD [--ack-timeout SECONDS]]
                            [--parser feedparser|lxml] [--checkpoint entry|page]
                            [--max-size BYTES] [--max-time SECONDS] [--max-pages N]
                            [--allow-redirect-origin ORIGIN]... [--wait SECONDS]
@@ -14,7 +15,10 @@ seq, title, updated, published, content (JSON content as its value), content_typ
 author, categories, links, and the page), or runs a
 command per entry (``--exec``: the JSON object on its standard input, ``SIMPLEFEED_ENTRY_ID``
 (escaped as printed; left out past 8,192 characters) and ``SIMPLEFEED_ENTRY_SEQ`` in its
-environment; a non-zero exit stops processing at that entry).
+environment; a non-zero exit stops processing at that entry), or feeds every entry to one
+long-lived command (``--exec-stream``: the JSON objects as lines on its standard input, and one
+acknowledgement line per entry read back from its standard output, ``ok`` or the entry's error;
+the checkpoint moves only past acknowledged entries: :mod:`simplefeed.client.exec_stream`).
 Entries come oldest first, at least once (see :mod:`simplefeed.client.consumer`). Without
 ``--follow`` the command exits 0 once caught up; with it, it polls on until interrupted, each
 poll after the first a long poll (``Prefer: wait``, ``--wait``) that a server saying
@@ -25,8 +29,10 @@ Exit codes:
 ===  ===========================================================================================
 0    caught up (without ``--follow``)
 2    usage error
-3    the handler failed: ``--exec`` exited non-zero or could not be run, or output could not be
-     written; the checkpoint is on the entry before
+3    the handler failed: ``--exec`` exited non-zero or could not be run, ``--exec-stream``
+     answered an entry with an error line, exited, closed its standard output or stopped
+     reading, or acknowledged nothing for ``--ack-timeout``, or output could not be written;
+     the checkpoint is on the last entry handled (acknowledged)
 4    the feed broke the protocol: not Atom, a malformed page, a link loop, a link to another
      origin (not allowed by ``--allow-redirect-origin``), a sequence gap, an
      entry id repeated at another sequence number, a page whose SHA-256 is not the one the
@@ -69,6 +75,7 @@ import subprocess
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -84,6 +91,7 @@ from simplefeed.client.errors import (
     NoSuchEntry,
     StateError,
 )
+from simplefeed.client.exec_stream import ExecStream
 from simplefeed.client.fetch import Bounds, RetryPolicy, url_problem
 from simplefeed.client.parse import PARSERS, FeedEntry, Parser
 from simplefeed.client.poll import PollPolicy
@@ -105,7 +113,8 @@ EXIT_INTERRUPTED = 130
 EXIT_CODES = {
     EXIT_OK: "caught up",
     EXIT_USAGE: "usage error",
-    EXIT_HANDLER: "handler failed (--exec exited non-zero, or output failed)",
+    EXIT_HANDLER: "handler failed (--exec exited non-zero, --exec-stream answered an error, "
+    "exited or timed out, or output failed)",
     EXIT_FEED: "feed broke the protocol (not Atom, link loop, a link to another origin, sequence "
     "gap, repeated id, digest mismatch, entry gone)",
     EXIT_HTTP: "HTTP gave up after retries, an unexpected status, a response too large, or a "
@@ -211,19 +220,50 @@ def _print_json(entry: FeedEntry) -> None:
 MAX_ENV_ID_CHARS = 8192
 
 
+def _argv(command: str, flag: str) -> list[str]:
+    """``command`` split as a shell would; a usage error (exit 2) before any request when it
+    names no program that can be found and run."""
+    argv = shlex.split(command)
+    if not argv:
+        raise click.BadParameter("empty command", param_hint=flag)
+    if shutil.which(argv[0]) is None:
+        where = "" if os.sep in argv[0] else " on PATH"
+        raise click.BadParameter(
+            f"{argv[0]!r}: no such program{where}, or it is not executable", param_hint=flag
+        )
+    return argv
+
+
+@dataclass(frozen=True)
+class _Streamed:
+    """``--exec-stream``: one process for every entry (:mod:`simplefeed.client.exec_stream`)."""
+
+    command: str
+    argv: list[str]
+    ack_timeout: float | None
+
+
+def _process(
+    consumer: Consumer, handler: Callable[[FeedEntry], None] | _Streamed, follow: bool
+) -> None:
+    """Hand the new entries to ``handler``, or through the process it names."""
+    if not isinstance(handler, _Streamed):
+        consumer.run(handler, follow=follow)
+        return
+    try:
+        stream = ExecStream(handler.argv, handler.command, ack_timeout=handler.ack_timeout)
+    except OSError as exc:
+        raise ExecFailed(handler.command, f"could not be run: {exc}") from exc
+    with stream:
+        consumer.run_acknowledged(stream, follow=follow)
+
+
 def _exec_handler(command: str) -> Callable[[FeedEntry], None]:
     """The handler running ``command`` per entry. A program that cannot be found or run is a
     usage error (exit 2) before any request; one that cannot be run later (removed, or not a
     program) stops the consumer whatever ``--on-error`` says: with park, a misspelt
     ``--exec ./handle-entyr`` parked every entry of the feed and exited 0."""
-    argv = shlex.split(command)
-    if not argv:
-        raise click.BadParameter("empty command", param_hint="--exec")
-    if shutil.which(argv[0]) is None:
-        where = "" if os.sep in argv[0] else " on PATH"
-        raise click.BadParameter(
-            f"{argv[0]!r}: no such program{where}, or it is not executable", param_hint="--exec"
-        )
+    argv = _argv(command, "--exec")
 
     def run(entry: FeedEntry) -> None:
         data = json_text(entry.to_json()).encode("utf-8") + b"\n"
@@ -307,6 +347,21 @@ class _ProgressBars:
     "exec_command",
     metavar="CMD",
     help="Run CMD per entry (split like a shell would, not run by one), entry JSON on stdin.",
+)
+@click.option(
+    "--exec-stream",
+    "stream_command",
+    metavar="CMD",
+    help="Start CMD once; write each entry to its stdin as a JSON line, and read one line per "
+    "entry from its stdout: ok, or the entry's error. The checkpoint moves only past entries "
+    "acknowledged ok (or parked).",
+)
+@click.option(
+    "--ack-timeout",
+    type=Seconds(min=0.1),
+    default=None,
+    help="With --exec-stream: stop (exit 3) when CMD acknowledges nothing for this many "
+    "seconds while entries await. Default: wait as long as it takes.",
 )
 @click.option("--follow", is_flag=True, help="Keep polling for new entries.")
 @click.option(
@@ -399,6 +454,8 @@ def _consume(
     start: Start | int,
     jsonl: bool,
     exec_command: str | None,
+    stream_command: str | None,
+    ack_timeout: float | None,
     follow: bool,
     checkpoint_every: CheckpointEvery,
     parser: Parser,
@@ -424,7 +481,8 @@ def _consume(
     Exit codes:
       0    caught up
       2    usage error
-      3    handler failed (--exec exited non-zero, or output failed),
+      3    handler failed (--exec exited non-zero; --exec-stream answered
+           an error, exited, or passed --ack-timeout; output failed),
            or --max-parked reached; the checkpoint is on the entry before
       4    feed broke the protocol (not Atom, link loop, sequence gap,
            repeated id, digest mismatch, last processed entry gone,
@@ -436,16 +494,20 @@ def _consume(
       70   internal error (a bug; --debug shows the traceback)
       130  interrupted (SIGINT or SIGTERM)
     """
-    if jsonl and exec_command is not None:
-        raise click.UsageError("--jsonl and --exec are mutually exclusive")
+    if jsonl + (exec_command is not None) + (stream_command is not None) > 1:
+        raise click.UsageError("--jsonl, --exec and --exec-stream are mutually exclusive")
     if max_parked is not None and on_error != "park":
         # Taken silently, it read as a bound on failures that --on-error stop never applies.
         raise click.UsageError("--max-parked applies only with --on-error park")
+    if ack_timeout is not None and stream_command is None:
+        raise click.UsageError("--ack-timeout applies only with --exec-stream")
     if max_interval < min_interval:
         raise click.BadParameter("must be at least --min-interval", param_hint="--max-interval")
-    handler: Callable[[FeedEntry], None]
+    handler: Callable[[FeedEntry], None] | _Streamed
     if exec_command is not None:
         handler = _exec_handler(exec_command)
+    elif stream_command is not None:
+        handler = _Streamed(stream_command, _argv(stream_command, "--exec-stream"), ack_timeout)
     elif jsonl:
         handler = _print_json
     else:
@@ -485,7 +547,7 @@ def _consume(
 def _run(
     url: str,
     state_path: Path,
-    handler: Callable[[FeedEntry], None],
+    handler: Callable[[FeedEntry], None] | _Streamed,
     *,
     start: Start | int,
     follow: bool,
@@ -535,10 +597,12 @@ def _run(
             max_pages=max_pages,
             wait=wait,
         ) as consumer:
-            consumer.run(handler, follow=follow)
+            _process(consumer, handler, follow)
         return EXIT_OK
     except HandlerError as exc:
         return _fail(EXIT_HANDLER, exc.naming(FLAGS), bars)
+    except ExecFailed as exc:
+        return _fail(EXIT_HANDLER, str(exc), bars)
     except NoSuchEntry as exc:  # --from SEQ: found out only by reading the feed
         return _fail(EXIT_USAGE, f"--from {exc.seq}: {exc}", bars)
     except LastEntryVanished as exc:

@@ -1,4 +1,4 @@
-"""The consumer: entry point + checkpoint store -> new entries, oldest first, at least once.
+"""The consumer: entry point and checkpoint store in, new entries out, oldest first, at least once.
 
 ::
 
@@ -7,48 +7,53 @@
             handle(entry)
 
 Processing is **at least once**. An entry counts as processed when the caller asks for the next
-one (:meth:`Consumer.entries`) or when the handler returns (:meth:`Consumer.run`); only then can
-the checkpoint move past it. With ``checkpoint_every="entry"`` (the default) the checkpoint is
-stored durably after every processed entry, so a crash repeats at most the entry that was being
-processed. With ``checkpoint_every="page"`` it is stored when the last entry of a page has been
-processed (and whenever processing stops, for whatever reason, on the last processed entry), so a
-crash repeats at most one page of entries. An entry is never skipped: the checkpoint never
-moves past an entry that was not processed, and sequence numbers are checked to be contiguous.
+one (:meth:`Consumer.entries`). With :meth:`Consumer.run`, it counts when the handler returns.
+Only then can the checkpoint move past it. With ``checkpoint_every="entry"`` (the default), the
+checkpoint is stored durably after every processed entry. So a crash repeats at most the entry
+being processed. With ``checkpoint_every="page"``, it is stored when the last entry of a page
+has been processed. It is also stored on the last processed entry whenever processing stops,
+for whatever reason. So a crash repeats at most one page of entries. An entry is never skipped.
+The checkpoint never moves past an entry that was not processed. The consumer checks that
+sequence numbers are contiguous.
 
-A handler that raises stops processing at that entry, with the checkpoint on the entry before it
-(:class:`~simplefeed.client.errors.HandlerError`), unless ``on_error="park"``: the entry is then
-kept in the state file with its error (durably, before the checkpoint moves past it) and
-processing goes on; :meth:`Consumer.parked`, :meth:`Consumer.retry` and :meth:`Consumer.drop`
-work on the parked entries, and ``max_parked`` stops the consumer
-(:class:`~simplefeed.client.errors.TooManyParked`) before a broken handler parks the whole feed.
-:meth:`Consumer.status` tells the checkpoint, the head as last seen, the lag and the parked
-count. A feed that breaks the protocol (not Atom, a
-link loop, a sequence gap, the last processed entry gone) stops processing with a specific
-:class:`~simplefeed.client.errors.FeedError` before the entry past the problem, the checkpoint
-standing on the last processed entry.
+A handler that raises stops processing at that entry. The checkpoint stays on the entry before
+it (:class:`~simplefeed.client.errors.HandlerError`). With ``on_error="park"``, processing goes
+on instead. The entry is kept in the state file with its error, durably, before the checkpoint
+moves past it. The methods :meth:`Consumer.parked`, :meth:`Consumer.retry` and
+:meth:`Consumer.drop` work on the parked entries. The ``max_parked`` limit stops the consumer
+(:class:`~simplefeed.client.errors.TooManyParked`) before a broken handler parks the whole
+feed. The method :meth:`Consumer.status` tells the checkpoint, the head as last seen, the lag
+and the parked count.
+
+A feed may break the protocol: not Atom, a link loop, a sequence gap, or the last processed
+entry gone. Processing then stops with a specific
+:class:`~simplefeed.client.errors.FeedError` before the entry past the problem. The checkpoint
+stays on the last processed entry.
 
 ``parser`` chooses what reads documents besides the strict reading every entry comes from
-(:mod:`simplefeed.client.parse`): feedparser too, the default, or nothing else (``"lxml"``,
-several times faster); the entries are the same. A first run walks back through the
-whole history reading only outlines, then forward again, parsing each page once; memory stays
-flat in the number of pages (:mod:`simplefeed.client.walk`). With feedparser, a long
-catch-up has its checks made in a helper process (:mod:`simplefeed.client.checker`). The
-garbage collector is the application's: one catching up on a long history gains 7-10 % with
-lxml by calling ``gc.freeze()`` once its modules are loaded, as ``simplefeed consume`` does.
+(:mod:`simplefeed.client.parse`). The default adds feedparser. ``"lxml"`` adds nothing else and
+is several times faster. The entries are the same either way. A first run walks back through
+the whole history reading only outlines. Then it walks forward again, parsing each page once.
+Memory stays flat in the number of pages (:mod:`simplefeed.client.walk`). With feedparser, a
+long catch-up makes its checks in a child process (:mod:`simplefeed.client.checker`). The
+garbage collector belongs to the application. An application catching up on a long history
+gains 7-10 % with lxml by calling ``gc.freeze()`` once its modules are loaded.
+``simplefeed consume`` does so.
 
-Every response is bounded in size and time (``bounds``, :class:`~simplefeed.client.fetch.Bounds`)
-and redirects and links stay within the entry point's origin unless ``allow_redirect_origins``
-names others (:mod:`simplefeed.client.fetch`). Checkpoints are kept under the entry point as
-given: one that redirects permanently is warned of, once per consumer, naming the URL to give
-instead (``_HttpPages.head``). Memory stays flat across passes of follow mode: a pass holds at most
-three pages (the current one, the next, the one read ahead) besides the entry point's, and the
-walk's bounded trail.
+Every response is bounded in size and time (``bounds``,
+:class:`~simplefeed.client.fetch.Bounds`). Redirects and links stay within the entry point's
+origin, unless ``allow_redirect_origins`` names others (:mod:`simplefeed.client.fetch`).
+Checkpoints are kept under the entry point as given. If it redirects permanently, the consumer
+warns once and names the URL to give instead (``_HttpPages.head``). Memory stays flat across
+the passes of follow mode. A pass holds at most three pages besides the entry point's: the
+current one, the next, and the one read ahead. It also holds the walk's bounded trail.
 
-In follow mode the consumer polls the entry point again after each pass, waiting an interval
-that adapts to how often new entries appear (:mod:`simplefeed.client.poll`), never shorter than
-the entry point's max-age. :meth:`Consumer.stop`, from any thread or a signal handler, ends it
-within a quarter of a second, the checkpoint stored (the fetcher's waits look at it:
-:meth:`~simplefeed.client.fetch.Fetcher.interrupt`). The clock and the sleep are injected.
+In follow mode, the consumer polls the entry point again after each pass. The wait adapts to
+how often new entries appear (:mod:`simplefeed.client.poll`). It is never shorter than the
+entry point's max-age. :meth:`Consumer.stop` may be called from any thread or a signal handler.
+It ends follow mode within a quarter of a second, with the checkpoint stored. The fetcher's
+waits look at it (:meth:`~simplefeed.client.fetch.Fetcher.interrupt`). The clock and the sleep
+are injected.
 """
 
 from __future__ import annotations
@@ -58,13 +63,12 @@ import logging
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from os import PathLike
-from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from simplefeed.client.entry import FeedEntry
 from simplefeed.client.errors import (
@@ -91,6 +95,7 @@ from simplefeed.client.parse import (
     Parser,
 )
 from simplefeed.client.poll import PollPolicy, next_interval
+from simplefeed.client.saving import BackgroundSaver
 from simplefeed.client.state import Checkpoint, Head, Parked, StateFile, damaged_values
 from simplefeed.client.walk import (
     MAX_PAGES,
@@ -106,7 +111,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CheckpointEvery", "Consumer", "Handler", "OnError", "Start", "Status"]
+__all__ = [
+    "AcknowledgingHandler",
+    "CheckpointEvery",
+    "Consumer",
+    "Handler",
+    "OnError",
+    "Start",
+    "Status",
+]
 
 #: Where a consumer without a checkpoint starts: the whole history, or only what comes next.
 Start = Literal["start", "now"]
@@ -119,8 +132,11 @@ OnError = Literal["stop", "park"]
 
 @dataclass(frozen=True)
 class Status:
-    """Where a consumer stands: its checkpoint, the head of the feed as last seen, how many
-    entries it is behind (from sequence numbers), how many are parked."""
+    """Where a consumer stands.
+
+    It holds the checkpoint and the head of the feed as last seen. It tells how many entries
+    the consumer is behind, from sequence numbers, and how many are parked.
+    """
 
     url: str
     checkpoint: Checkpoint | None
@@ -135,61 +151,56 @@ class Status:
 
     @property
     def past_head(self) -> bool:
-        """Whether the checkpoint is past the head as last seen: the entry point read was an
-        older copy (a cache), or the server's database was restored from a backup that lost
-        entries read here (then :meth:`Consumer.reset` to its head)."""
+        """Whether the checkpoint is past the head as last seen.
+
+        Perhaps the entry point read was an older copy from a cache. Or the server's database
+        was restored from a backup that lost entries read here. In that case, use
+        :meth:`Consumer.reset` to its head.
+        """
         head, checkpoint = self.head, self.checkpoint
         return head is not None and checkpoint is not None and checkpoint.seq > head.seq
 
 
-#: A long poll the server says it held but that came back sooner than this, with nothing new,
-#: was not held: the next poll waits as an ordinary one would (a server cannot make us spin).
+#: The server may say it held a long poll that came back sooner than this with nothing new. Then
+#: it was not held, and the next poll waits as an ordinary one would. A server cannot make us spin.
 HELD = 1.0
 
 
 class Consumer:
-    """Reads a Simplefeed feed from its entry point, never missing or repeating an entry beyond
-    the at-least-once window described in the module docstring.
+    """Read a Simplefeed feed from its entry point, never missing or repeating an entry.
 
-    ``url`` is the feed's entry point. ``state`` keeps the checkpoint and the page cache: a
-    path (the file is created if missing, never its directory), or an open
-    :class:`StateFile`, which the caller closes.
+    Entries repeat only within the at-least-once window the module docstring describes.
+    ``url`` is the feed's entry point. ``state`` keeps the checkpoint and the page cache. It is
+    a path or an open :class:`StateFile`, which the caller closes. A missing file is created,
+    but never its directory.
 
-    - ``start``: where a consumer without a checkpoint begins: ``"start"``, the whole
-      history; ``"now"``, what comes next; or a sequence number, the entries after it
-      (:class:`NoSuchEntry` on the first pass when the feed holds no entry of it).
-    - ``checkpoint_every``: ``"entry"`` (a crash repeats at most one entry) or ``"page"``
-      (at most one page; faster).
+    - ``start``: where a consumer without a checkpoint begins. ``"start"`` is the whole
+      history, and ``"now"`` is what comes next. A sequence number means the entries after it.
+      The first pass raises :class:`NoSuchEntry` when the feed holds no entry of that number.
+    - ``checkpoint_every``: ``"entry"`` or ``"page"``. With ``"entry"``, a crash repeats at
+      most one entry. With ``"page"``, it repeats at most one page, and runs faster.
     - ``parser``: ``"feedparser"`` (its checks besides the strict reading) or ``"lxml"``.
     - ``on_error``, ``max_parked``: a handler's failure stops (``"stop"``) or parks the
-      entry (``"park"``), at most ``max_parked`` of them (:class:`TooManyParked`).
-    - ``timeout``: seconds each connect and each read on the socket may wait (a read of a
-      long poll: ``wait`` more); the whole response is bounded by ``bounds``
-      (:class:`Bounds`: ``max_seconds``, ``max_bytes``), so a server that drips bytes is cut
-      off at ``max_seconds``, whatever the timeout.
-    - ``retry``: attempts and backoff for network errors, timeouts, 5xx and 429
-      (:class:`RetryPolicy`); ``allow_redirect_origins``: origins besides the entry
-      point's that redirects and links may lead to.
-    - ``poll``: the adaptive interval of follow mode (:class:`PollPolicy`); ``wait``: the
-      seconds a long poll asks the server to hold it (``Prefer: wait``; 0: never).
-    - ``progress``: called with a :class:`Progress` as a long catch-up goes.
-    - ``max_pages``: the most pages a pass walks back (and so fetches and caches); a
-      history longer than that stops with :class:`MalformedPage`
-      (:data:`simplefeed.client.walk.MAX_PAGES` by default).
-    - ``clock``, ``sleep``, ``transport``: injected for tests (the default sleep ends at
-      :meth:`stop`).
+      entry (``"park"``). At most ``max_parked`` entries are parked (:class:`TooManyParked`).
+    - ``timeout``: seconds each connect and each socket read may wait. A long poll's read may
+      wait ``wait`` more. ``bounds`` (:class:`Bounds`) caps a whole response's seconds and
+      bytes, so a server that drips bytes is cut off whatever the timeout.
+    - ``retry`` (:class:`RetryPolicy`): attempts and backoff for network errors, timeouts, 5xx
+      and 429. ``allow_redirect_origins``: other origins that redirects and links may reach.
+    - ``poll`` (:class:`PollPolicy`): follow mode's adaptive interval. ``wait``: the seconds a
+      long poll asks the server to hold it (``Prefer: wait``). 0 never asks.
+    - ``progress``: called with a :class:`Progress` as a long catch-up goes. ``max_pages``: the
+      most pages a pass walks back, fetches and caches (:data:`~simplefeed.client.walk.MAX_PAGES`
+      by default). A longer history stops with :class:`MalformedPage`.
+    - ``clock``, ``sleep``, ``transport``: injected for tests. The default sleep ends at
+      :meth:`stop`.
     """
 
     #: Per page: the last processed entry, until its page is done. Its checkpoint is made
     #: then, not for every entry.
     _pending: FeedEntry | None = None
-    #: Per page: the checkpoint's durable write runs on a thread of its own, with its own
-    #: connection, while the walk reads the next pages. It is waited for before the next
-    #: page's first entry is handed over.
-    _writer: ThreadPoolExecutor | None = None
-    _writing: Future[None] | None = None
-    #: The iteration under way: the thread running it, and whether it is running now rather
-    #: than waiting at a yield for its caller to ask for the next entry.
+    #: The iteration under way: the thread running it, and whether it is running now. The
+    #: other case is waiting at a yield for its caller to ask for the next entry.
     _runner: int | None = None
     _executing = False
     _closed = False
@@ -231,7 +242,8 @@ class Consumer:
         self.progress = progress
         self._owns_state = not isinstance(state, StateFile)
         self.state = state if isinstance(state, StateFile) else StateFile(state)
-        try:
+        self._saver = BackgroundSaver(self.state.path)
+        with _closed_on_error(self.state if self._owns_state else None):
             self.fetcher = Fetcher(
                 self.state,
                 transport=transport,
@@ -242,12 +254,8 @@ class Consumer:
                 clock=clock,
                 sleep=sleep,
             )
-        except BaseException:
-            if self._owns_state:
-                self.state.close()
-            raise
-        #: Waits between polls and between attempts: the fetcher's pause, which :meth:`stop`
-        #: ends, unless another was given.
+        #: Waits between polls and between attempts. They use the fetcher's pause, which
+        #: :meth:`stop` ends, unless another was given.
         self.sleep = sleep if sleep is not None else self.fetcher.pause
         self._pages = HttpPages(self.fetcher, parser, url)
         self._saved = self.state.load_checkpoint(url)
@@ -259,7 +267,7 @@ class Consumer:
 
     @property
     def checkpoint(self) -> Checkpoint | None:
-        """The last processed entry (stored, or about to be at the end of its page)."""
+        """The last processed entry, stored or about to be at the end of its page."""
         return _checkpoint_of(self._pending) if self._pending is not None else self._saved
 
     def entries(
@@ -267,8 +275,9 @@ class Consumer:
     ) -> Iterator[FeedEntry]:
         """New entries, oldest first. Each counts as processed when the next one is asked for.
 
-        Without ``follow``, ends once caught up. With it, polls on until ``stop()`` is true
-        (checked after each pass), :meth:`stop` is called or the iterator is closed.
+        Without ``follow``, the iteration ends once caught up. With it, the consumer polls on.
+        It stops when ``stop()`` is true (checked after each pass), when :meth:`stop` is
+        called, or when the iterator is closed.
         """
         stream = self._stream(follow, stop)
         self._streams.add(stream)
@@ -284,11 +293,11 @@ class Consumer:
         """Call ``handler`` on each new entry, oldest first; return how many were processed.
 
         A handler that raises an :class:`Exception` stops processing with
-        :class:`HandlerError`, the checkpoint on the entry before; with ``on_error="park"``
-        the entry is parked (:meth:`park`) and processing goes on. A handler that raises
-        :class:`HandlerError` itself says that no entry can be handled now (its program is
-        gone, say): that stops processing whatever ``on_error`` is, and nothing is parked.
-        """
+        :class:`HandlerError`. The checkpoint stays on the entry before. With
+        ``on_error="park"``, the entry is parked instead (:meth:`park`) and processing goes on.
+        A handler may raise :class:`HandlerError` itself. That says no entry can be handled
+        now, for example because its program is gone. It stops processing whatever
+        ``on_error`` is, and nothing is parked."""
         processed = 0
         stream = self._stream(follow, stop)
         try:
@@ -298,25 +307,43 @@ class Consumer:
                 except HandlerError:
                     raise
                 except Exception as exc:
-                    if self.on_error == "stop":
-                        raise HandlerError(entry, exc) from exc
-                    self.park(entry, exc)
+                    _failed(self, entry, exc)
                 processed += 1
         finally:
             stream.close()
         return processed
 
+    def run_acknowledged(
+        self,
+        handler: AcknowledgingHandler,
+        *,
+        window: int = 1000,
+        follow: bool = False,
+        stop: Callable[[], bool] | None = None,
+    ) -> int:
+        """:meth:`run` through an :class:`AcknowledgingHandler`, at most ``window`` entries
+        ahead of the acknowledgements; return how many were acknowledged."""
+        pending = _Unacknowledged(self, handler, window)
+        with contextlib.closing(self._stream(follow, stop, pending)) as stream:
+            for entry in stream:
+                pending.send(entry)
+        return pending.acknowledged
+
     def stop(self) -> None:
-        """End the iteration under way (:meth:`entries`, :meth:`run`), from any thread or a
-        signal handler: the entry being handled finishes, no other is handed over, its
-        checkpoint is stored, and a wait (a long poll, the pause between polls or between
-        attempts) ends within a quarter of a second. Called while nothing iterates, it ends
-        the next iteration at its start. The consumer can iterate again afterwards."""
+        """End the iteration under way (:meth:`entries`, :meth:`run`).
+
+        It may be called from any thread or a signal handler. The entry being handled
+        finishes, and no other is handed over. Its checkpoint is stored. A wait ends within a
+        quarter of a second. That covers a long poll and the pause between polls or between
+        attempts. Called while nothing iterates, it ends the next iteration at its start. The
+        consumer can iterate again afterwards.
+        """
         self.fetcher.interrupt()
 
     def park(self, entry: FeedEntry, error: BaseException) -> None:
-        """Keep ``entry`` in the state file with ``error`` (durably), to be retried or dropped;
-        :class:`TooManyParked` instead when ``max_parked`` entries are parked already."""
+        """Keep ``entry`` in the state file with ``error``, durably, to be retried or dropped.
+
+        Raise :class:`TooManyParked` instead when ``max_parked`` entries are parked already."""
         if self.max_parked is not None and self.state.parked_count(self.url) >= self.max_parked:
             raise TooManyParked(entry, error, self.max_parked) from error
         log.warning("%s: entry %r (sequence %d) parked: %s", self.url, entry.id, entry.seq, error)
@@ -329,10 +356,13 @@ class Consumer:
         return self.state.parked(self.url)
 
     def retry(self, handler: Handler, entry_ids: Iterable[str] = ()) -> tuple[int, int]:
-        """Call ``handler`` on the parked entries (those of ``entry_ids``, or all), oldest
-        first, forgetting each that succeeds; (succeeded, failed). Holds the state file's
-        right to process, as :meth:`entries` does (:class:`StateError` at once if another
-        consumer or retry holds it): two retries at once handled every parked entry twice."""
+        """Call ``handler`` on parked entries; return (succeeded, failed).
+
+        It calls it on those of ``entry_ids``, or on all, oldest first. Each that succeeds is
+        forgotten. It holds the state file's right to process, as :meth:`entries` does. If
+        another consumer or retry holds it, :class:`StateError` comes at once. Two retries at
+        once would handle every parked entry twice.
+        """
         wanted = set(entry_ids)
         succeeded = failed = 0
         with self.state.processing():
@@ -354,25 +384,29 @@ class Consumer:
         return succeeded, failed
 
     def drop(self, entry_id: str) -> bool:
-        """Forget a parked entry; whether there was one."""
+        """Forget a parked entry; return whether there was one."""
         return self.state.unpark(self.url, entry_id)
 
     def reset(self, to: Start | int) -> Checkpoint:
-        """Move the checkpoint, back or forward, and return it: to ``"start"`` (every entry is
-        new again), ``"now"`` (the feed's newest entry counts as processed) or a sequence
-        number (the entries after it are new). For a server whose database was restored from
-        a backup that lost entries this consumer had read (it stops with
-        :class:`LastEntryVanished`): the number of the last entry the restore kept.
+        """Move the checkpoint, back or forward, and return it.
 
-        Reads the entry point, and for a number walks back to the page holding it, each page
-        checked as a pass checks it (the errors of :meth:`entries`; :class:`NoSuchEntry` for
-        a number the feed does not hold), holding the state file's right to process as
-        :meth:`entries` does. The cached archived pages are forgotten (a restored server may
-        have frozen other pages under their URLs); parked entries are kept."""
+        ``"start"`` makes every entry new again. ``"now"`` counts the feed's newest entry as
+        processed. A sequence number makes the entries after it new. A server's database may be
+        restored from a backup that lost entries this consumer had read. The consumer then
+        stops with :class:`LastEntryVanished`. Give the number of the last entry the restore
+        kept.
+
+        It reads the entry point. For a number, it walks back to the page holding it and checks
+        each page as a pass checks it. It raises the errors of :meth:`entries`, and
+        :class:`NoSuchEntry` for a number the feed does not hold. It holds the state file's
+        right to process as :meth:`entries` does. The cached archived pages are forgotten,
+        because a restored server may have frozen other pages under their URLs. Parked entries
+        are kept.
+        """
         _check_position("to", to)
         with self.state.processing():
             self.fetcher.forget_archived_pages()
-            self.fetcher.forget(self.url)  # a copy from before a restore, fresh for seconds more
+            self.fetcher.forget(self.url)  # A copy from before a restore stays fresh for seconds.
             try:
                 head = self._pages.head(self.url, None)
                 checkpoint = self._position(head, 0 if to == "start" else to)
@@ -381,7 +415,7 @@ class Consumer:
             self._save(checkpoint)
             if head.newest_seq is not None:
                 self.state.save_head(self.url, head.newest_seq, self.clock())
-            else:  # a page had just frozen: the head as last seen may be from before a restore
+            else:  # A page had just frozen. The head as last seen may predate a restore.
                 self.state.forget_head(self.url)
         return checkpoint
 
@@ -394,10 +428,13 @@ class Consumer:
         )
 
     def close(self) -> None:
-        """Close the consumer: its iteration, HTTP connections and state file. From another
-        thread than the one iterating, or from a signal handler that interrupted the iteration,
-        it only stops it (:meth:`stop`; closing the connections and the state file under it broke
-        it); the thread that iterates then closes the consumer when it is done (``with``)."""
+        """Close the consumer: its iteration, HTTP connections and state file.
+
+        From another thread than the one iterating, it only stops the iteration (:meth:`stop`).
+        So it does from a signal handler that interrupted the iteration. Closing the
+        connections and the state file under the iteration would break it. The thread that
+        iterates then closes the consumer when it is done (``with``).
+        """
         if self._closed:
             return
         runner = self._runner
@@ -410,9 +447,7 @@ class Consumer:
                 stream.close()
             self._flush()
         finally:
-            if self._writer is not None:
-                self._writer.submit(_close_writer_state)
-                self._writer.shutdown(wait=True)
+            self._saver.close()
             self._pages.close()
             self.fetcher.close()
             if self._owns_state:
@@ -432,19 +467,23 @@ class Consumer:
     # -- the loop ------------------------------------------------------------------------
 
     def _stream(
-        self, follow: bool, stop: Callable[[], bool] | None
+        self,
+        follow: bool,
+        stop: Callable[[], bool] | None,
+        pending: _Unacknowledged | None = None,
     ) -> Generator[FeedEntry, None, None]:
         interval = self.poll.initial
-        wait: float | None = None  # the first pass answers at once
-        holds = False  # the server has held one of our long polls
+        wait: float | None = None  # The first pass answers at once.
+        holds = False  # The server has held one of our long polls.
         if self._runner is not None:
             raise StateError(
                 str(self.state.path),
                 "this consumer is iterating already: one iteration at a time (close the other"
                 " iterator first)",
             )
-        with self.state.processing():  # no other consumer on this state file
+        with self.state.processing():  # No other consumer works on this state file.
             self._runner, self._executing = threading.get_ident(), True
+            self._unacknowledged = pending  # processed when acknowledged
             try:
                 while True:
                     found = 0
@@ -453,19 +492,22 @@ class Consumer:
                             for entry in passing:
                                 if self.fetcher.interrupted:
                                     return
-                                if self._writing is not None or (
+                                if self._saver.busy or (
                                     self._pending is not None
                                     and self._pending.page_url != entry.page_url
                                 ):
-                                    self._flush()  # every entry of the previous page is done
+                                    self._flush()  # Every entry of the previous page is done.
                                 self._executing = False
                                 yield entry
                                 self._executing = True
-                                # The caller came back for more: the entry is processed.
-                                self._processed(entry)
+                                if pending is None:
+                                    # The caller came back for more: the entry is processed.
+                                    self._processed(entry)
                                 found += 1
                         except Stopped:
                             return
+                    if pending is not None:
+                        pending.settle()
                     self._flush()
                     if not follow:
                         log.debug("%s: %d new entries; caught up", self.url, found)
@@ -479,6 +521,7 @@ class Consumer:
                         self.sleep(pause)
             finally:
                 self._runner, self._executing = None, False
+                self._unacknowledged = None
                 self.fetcher.resume()
                 if not self._closed:
                     self._flush()
@@ -486,17 +529,18 @@ class Consumer:
     def _next_poll(
         self, found: int, interval: float, first: bool, holds: bool
     ) -> tuple[float, float, bool]:
-        """The pause before the next poll, the polling interval, and whether the server holds
-        long polls, after a pass that found ``found`` entries."""
+        """The wait before the next poll, after a pass that found ``found`` entries.
+
+        Return the pause, the polling interval, and whether the server holds long polls."""
         pages = self._pages
         held = pages.head_waited and (found > 0 or pages.head_seconds >= HELD)
         holds = holds or held
         if self.wait and (first or held or (holds and found > 0)):
-            # The first long poll goes out at once, and so does the next after one the server
-            # held until the feed changed or the wait was over. So does one after new entries
-            # from a server that held one before, because a copy made stale between two polls
-            # is answered at once, by some servers without Preference-Applied. A server that
-            # does not hold them gets the ordinary interval, never shorter than max-age.
+            # The first long poll goes out at once. So does the next after one the server held
+            # until the feed changed or the wait was over. So does one after new entries from a
+            # server that held one before. A copy made stale between two polls is answered at
+            # once, by some servers without Preference-Applied. A server that does not hold long
+            # polls gets the ordinary interval, never shorter than max-age.
             return 0.0, interval, holds
         interval = next_interval(self.poll, interval, found, pages.head_max_age)
         return interval, interval, holds
@@ -523,27 +567,31 @@ class Consumer:
         except LastEntryVanished as exc:
             raise self._parted(head, exc) from None
         except DigestMismatch:
-            # A cached copy the server's chain no longer vouches for (the feed was re-rendered:
-            # `archive rebase`), or a damaged one: the others were cached alike, so all go, and
-            # the next run reads them again (it stopped once per cached page, 15 runs for 15).
+            # The server's chain no longer vouches for a cached copy, or the copy is damaged.
+            # The feed may have been re-rendered (`archive rebase`). The other copies were
+            # cached alike, so all go, and the next run reads them again. Otherwise the
+            # consumer would stop once per cached page.
             self.fetcher.forget_archived_pages()
             raise
         finally:
             self._pages.end_pass()
         caught_up = self.checkpoint
         if caught_up is not None and newest is None:
-            # The entry point held no entries (a page had just frozen): the newest entry of the
-            # feed seen is the last one processed, not an older head (`consumer status` showed
-            # a head behind the checkpoint). An entry point whose newest entry is older than
-            # the checkpoint's is kept as the head: `consumer status` says so (past_head).
+            # The entry point held no entries, because a page had just frozen. The newest entry
+            # of the feed seen is the last one processed, not an older head. So `consumer status`
+            # does not show a head behind the checkpoint. An entry point whose newest entry is
+            # older than the checkpoint's is kept as the head. `consumer status` says so
+            # (past_head).
             self.state.save_head(self.url, caught_up.seq, self.clock())
 
     def _behind(self, page: Page, checkpoint: Checkpoint) -> None:
-        """The feed's newest entry, on ``page`` (the entry point, or the page before an entry
-        point without entries), is older than the checkpoint's: an older copy of the entry
-        point (nothing new yet: :func:`new_entries`), said in the log; or, when the entry read
-        here at that number was another, a feed that lost entries read here
-        (:class:`LastEntryVanished`)."""
+        """Handle a feed whose newest entry is older than the checkpoint's.
+
+        The entry is on ``page``: the entry point, or the page before an entry point without
+        entries. Usually this is an older copy of the entry point. Nothing is new yet
+        (:func:`new_entries`), and the log says so. The entry read here at that number may have
+        been another. Then the feed lost entries read here (:class:`LastEntryVanished`).
+        """
         newest = page.newest_seq
         assert newest is not None
         read = self.state.processed_id(self.url, newest)
@@ -560,8 +608,7 @@ class Consumer:
         )
 
     def _parted(self, head: Page, vanished: LastEntryVanished) -> LastEntryVanished:
-        """``vanished``, saying where the feed parts from the entries read here when they are
-        remembered and the feed can be read back to them."""
+        """``vanished``, saying where the feed parts from the entries read here, if it can."""
         read = self.state.processed(self.url)
         if not read:
             return vanished
@@ -575,8 +622,7 @@ class Consumer:
         return LastEntryVanished(vanished.url, vanished.entry_id, found)
 
     def _position(self, head: Page, to: Literal["now"] | int) -> Checkpoint:
-        """The checkpoint at the feed's newest entry (``"now"``) or at the entry numbered
-        ``to``, read from ``head`` on."""
+        """The checkpoint at the newest entry (``"now"``) or entry ``to``, read from ``head`` on."""
         if to == "now":
             return starting_point(self._pages, head)
         return entry_numbered(self._pages, head, to, max_pages=self.max_pages)
@@ -591,62 +637,102 @@ class Consumer:
             self._unsaved.append((entry.seq, entry.id))
 
     def _page_done(self) -> None:
-        """The walk is past the last entry of a page, all of them processed: with checkpoints
-        per page, start storing the checkpoint while the walk reads on."""
+        """The walk is past the last entry of a page, and all of them are processed.
+
+        With checkpoints per page, start storing the checkpoint while the walk reads on."""
+        if self._unacknowledged is not None:
+            self._unacknowledged.settle()
         if self.checkpoint_every != "page" or self._pending is None:
             return
         pending = _checkpoint_of(self._pending)
-        self._wait_written()
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="simplefeed-checkpoint")
-        self._writing = self._writer.submit(
-            _save_in_background, self.state.path, self.url, pending, self.clock(), self._unsaved
-        )
+        self._saver.start(self.url, pending, self.clock(), self._unsaved)
         self._saved = pending
         self._pending = None
         self._unsaved = []
 
-    def _wait_written(self) -> None:
-        writing, self._writing = self._writing, None
-        if writing is not None:
-            writing.result()  # durable now, or its StateError
-
     def _flush(self) -> None:
-        self._wait_written()
+        self._saver.wait()
         if self._pending is not None:
             self._save(_checkpoint_of(self._pending), self._unsaved)
 
     def _save(self, checkpoint: Checkpoint, processed: list[tuple[int, str]] | None = None) -> None:
-        """Store ``checkpoint`` with the entries ``processed`` since the one before (none:
-        the checkpoint was moved, not reached)."""
+        """Store ``checkpoint`` with the entries ``processed`` since the one before.
+
+        None processed means the checkpoint was moved, not reached."""
         self.state.save_checkpoint(self.url, checkpoint, self.clock(), processed or ())
         self._saved = checkpoint
         self._pending = None
         self._unsaved = []
 
 
+class AcknowledgingHandler(Protocol):
+    """A handler that takes entries ahead of their acknowledgements (``run_acknowledged``).
+
+    :meth:`send` hands an entry over. :meth:`acknowledgement` waits for the outcome of the
+    entry given, the oldest not acknowledged: ``None`` once handled, or its error, which stops
+    or parks as ``on_error`` says. At most the window's entries await theirs, and all of them
+    do before the walk leaves a page and before each poll. Processing that stops (an error,
+    :meth:`Consumer.stop`) leaves the checkpoint on the last acknowledged entry, and those sent
+    after it come again. Raising :class:`HandlerError` says no entry can be handled now (the
+    handler is gone).
+    """
+
+    def send(self, entry: FeedEntry) -> None: ...
+
+    def acknowledgement(self, entry: FeedEntry) -> Exception | None: ...
+
+
+class _Unacknowledged:
+    """The entries sent to an acknowledging handler and not yet acknowledged, oldest first."""
+
+    def __init__(self, consumer: Consumer, handler: AcknowledgingHandler, window: int) -> None:
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        self.consumer, self.handler, self.window = consumer, handler, window
+        self.entries: deque[FeedEntry] = deque()
+        self.acknowledged = 0
+
+    def send(self, entry: FeedEntry) -> None:
+        while len(self.entries) >= self.window:
+            self._settle_one()
+        self.handler.send(entry)
+        self.entries.append(entry)
+
+    def settle(self) -> None:
+        """Wait for every entry sent to be acknowledged, and process each."""
+        while self.entries:
+            self._settle_one()
+
+    def _settle_one(self) -> None:
+        entry = self.entries[0]
+        error = self.handler.acknowledgement(entry)
+        self.entries.popleft()
+        if error is not None:
+            _failed(self.consumer, entry, error)
+        self.consumer._processed(entry)
+        self.acknowledged += 1
+
+
+def _failed(consumer: Consumer, entry: FeedEntry, error: Exception) -> None:
+    """The handler failed on ``entry``: stop there, or park it, as ``on_error`` says."""
+    if consumer.on_error == "stop":
+        raise HandlerError(entry, error) from error
+    consumer.park(entry, error)
+
+
+@contextlib.contextmanager
+def _closed_on_error(state: StateFile | None) -> Iterator[None]:
+    """Close ``state`` if the block raises, because a consumer that failed to start owns it."""
+    try:
+        yield
+    except BaseException:
+        if state is not None:
+            state.close()
+        raise
+
+
 def _checkpoint_of(entry: FeedEntry) -> Checkpoint:
     return Checkpoint(entry.id, entry.seq, entry.page_url)
-
-
-_writer_state = threading.local()
-
-
-def _save_in_background(
-    path: Path, url: str, checkpoint: Checkpoint, now: float, processed: list[tuple[int, str]]
-) -> None:
-    """On the checkpoint thread: store durably, through that thread's own connection."""
-    state: StateFile | None = getattr(_writer_state, "file", None)
-    if state is None:
-        state = _writer_state.file = StateFile(path)
-    state.save_checkpoint(url, checkpoint, now, processed)
-
-
-def _close_writer_state() -> None:
-    state: StateFile | None = getattr(_writer_state, "file", None)
-    if state is not None:
-        state.close()
-        _writer_state.file = None
 
 
 def _describe(error: BaseException) -> str:

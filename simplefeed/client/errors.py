@@ -31,12 +31,12 @@
         └── StateError                  .path: the checkpoint file cannot be used
 
 Every error carries the attributes that identify what failed. A :class:`FeedError` never moves
-the checkpoint: fix the feed (or the checkpoint, by hand) and run again.
+the checkpoint. Fix the feed, or the checkpoint by hand, and run again.
 
-An error that a setting could avoid names that setting's parameter (``allow_redirect_origins``,
-``max_parked``, ``max_pages``: :attr:`ClientError.setting`); ``simplefeed consume`` names its
-flag instead (:meth:`ClientError.naming`): a newcomer read "(see allow_redirect_origins)" and
-looked for an option of that name.
+Some errors a setting could avoid. Such an error names that setting's parameter
+(:attr:`ClientError.setting`). The parameters are ``allow_redirect_origins``, ``max_parked``
+and ``max_pages``. ``simplefeed consume`` names its flag instead (:meth:`ClientError.naming`).
+Otherwise a user would read "(see allow_redirect_origins)" and look for an option of that name.
 """
 
 from __future__ import annotations
@@ -51,15 +51,18 @@ from simplefeed.lines import escape_field
 if TYPE_CHECKING:
     from simplefeed.client.entry import FeedEntry
 
-#: The most characters of a server's own words (its error message, its Content-Type) an error
-#: message quotes.
+#: The most characters of a server's own words that an error message quotes. Such words are
+#: its error message or its Content-Type.
 QUOTED_CHARS = 200
 
 
 def quoted(text: str) -> str:
-    """Words a server sent, as an error message quotes them: at most :data:`QUOTED_CHARS`
-    characters, control characters backslash-escaped, so that they neither flood the one line
-    of the message nor reach the terminal as controls."""
+    """Words a server sent, as an error message quotes them.
+
+    They are cut at :data:`QUOTED_CHARS` characters, with control characters
+    backslash-escaped. So they neither flood the one line of the message nor reach the terminal
+    as controls.
+    """
     cut = escape_field(text[:QUOTED_CHARS])
     return f"{cut}..." if len(text) > QUOTED_CHARS else cut
 
@@ -67,14 +70,17 @@ def quoted(text: str) -> str:
 class ClientError(SimplefeedError):
     """Base of every error raised on purpose by :mod:`simplefeed.client`."""
 
-    #: The parameter of :class:`~simplefeed.client.Consumer` the message names (``None``: it
-    #: names none). Its last mention in the message is the error's own words: whatever a server
-    #: chose (a URL, an entry id) comes before it.
+    #: The parameter of :class:`~simplefeed.client.Consumer` the message names (``None`` for
+    #: none). Its last mention in the message is the error's own words. Whatever a server chose
+    #: comes before it, such as a URL or an entry id.
     setting: str | None = None
 
     def naming(self, names: Mapping[str, str]) -> str:
-        """The message, the parameter it names given as ``names`` calls it (the command line:
-        ``{"max_parked": "--max-parked"}``); as it is when it names none of them."""
+        """The message, with the parameter it names given as ``names`` calls it.
+
+        The command line passes ``{"max_parked": "--max-parked"}``, for example. The message
+        is returned as it is when it names none of them.
+        """
         text = str(self)
         if self.setting is None or self.setting not in names:
             return text
@@ -109,8 +115,10 @@ class RetriesExhausted(FetchError):
 
 
 class Stopped(FetchError):
-    """A request given up because the fetcher was interrupted (:meth:`Consumer.stop`); the
-    consumer ends its iteration on it."""
+    """A request given up because the fetcher was interrupted (:meth:`Consumer.stop`).
+
+    The consumer ends its iteration on it.
+    """
 
     def __init__(self, url: str) -> None:
         super().__init__(url, "stopped")
@@ -118,9 +126,11 @@ class Stopped(FetchError):
 
 class UnexpectedStatus(FetchError):
     """An HTTP status that retrying will not fix (a 404, a 403, a redirect loop...).
-    ``server_message``: the ``message`` of the JSON object the body held (a Simplefeed server's
-    error shape, ``{"error": ..., "message": ...}``), quoted in the error's message: the status
-    alone does not tell a mistyped feed name from a page gone."""
+
+    ``server_message`` is the ``message`` of the JSON object the body held. That is a
+    Simplefeed server's error shape, ``{"error": ..., "message": ...}``. The error's message
+    quotes it, because the status alone does not tell a mistyped feed name from a page gone.
+    """
 
     def __init__(
         self, url: str, status: int, server_message: str | None = None, *, why: str = ""
@@ -133,7 +143,7 @@ class UnexpectedStatus(FetchError):
 
 
 class RedirectRefused(FetchError):
-    """A redirect to an origin other than the entry point's (and not allowed)."""
+    """A redirect to an origin other than the entry point's, and not allowed."""
 
     setting = "allow_redirect_origins"
 
@@ -154,9 +164,11 @@ class FeedError(ClientError):
 
 class NotAtom(FeedError):
     """The body is not well-formed XML, or its root is not an Atom 1.0 ``feed``.
-    ``content_type``: the response's Content-Type when it names no XML type (an HTML page, a
-    JSON reply), said first in the message: the parser's complaint about such a body ("syntax
-    error" at line 2) does not tell that the URL is not a feed's."""
+
+    ``content_type`` is the response's Content-Type when it names no XML type. An HTML page or
+    a JSON reply are examples. The message says it first. The parser's complaint about such a
+    body ("syntax error" at line 2) does not tell that the URL is not a feed's.
+    """
 
     def __init__(self, url: str, reason: str, content_type: str | None = None) -> None:
         of_type = "" if content_type is None else f" (Content-Type {quoted(content_type)})"
@@ -166,8 +178,11 @@ class NotAtom(FeedError):
 
 
 class MalformedPage(FeedError):
-    """Atom, but not what the protocol promises (an entry without an id or sequence number,
-    entries out of order, an archived page without ``next-archive``...)."""
+    """Atom, but not what the protocol promises.
+
+    Examples are an entry without an id or sequence number, entries out of order, and an
+    archived page without ``next-archive``.
+    """
 
     def __init__(self, url: str, reason: str) -> None:
         super().__init__(url, reason)
@@ -175,8 +190,11 @@ class MalformedPage(FeedError):
 
 
 class TooManyPages(MalformedPage):
-    """Walking back from the entry point went over ``limit`` pages (``max_pages``) before it
-    reached the last processed entry, or the feed's start: not fetched further."""
+    """Walking back from the entry point went over ``limit`` pages (``max_pages``).
+
+    It had not reached the last processed entry, or the feed's start. No more pages are
+    fetched.
+    """
 
     setting = "max_pages"
 
@@ -198,8 +216,11 @@ class LinkLoop(FeedError):
 
 
 class LinkRefused(FeedError):
-    """A page links (``prev-archive``, ``next-archive``) to an origin other than the entry
-    point's and those allowed (``allow_redirect_origins``): not fetched."""
+    """A page links to an origin that is not allowed, so the link is not fetched.
+
+    The links are ``prev-archive`` and ``next-archive``. The allowed origins are the entry
+    point's and those in ``allow_redirect_origins``.
+    """
 
     setting = "allow_redirect_origins"
 
@@ -213,8 +234,10 @@ class LinkRefused(FeedError):
 
 
 class SequenceGap(FeedError):
-    """The next entry's sequence number is not the previous one plus one: entries are missing
-    (or repeated, or out of order)."""
+    """The next entry's sequence number is not the previous one plus one.
+
+    Entries are missing, repeated, or out of order.
+    """
 
     def __init__(self, url: str, entry_id: str, expected: int, found: int) -> None:
         super().__init__(
@@ -228,8 +251,11 @@ class SequenceGap(FeedError):
 
 
 class RepeatedEntry(FeedError):
-    """An entry id appears at another sequence number than the one it was processed (or
-    listed) at: position is found by id and sequence number, never by id alone."""
+    """An entry id appears at another sequence number than the one it was processed at.
+
+    The same holds for the number it was listed at. Position is found by id and sequence
+    number, never by id alone.
+    """
 
     def __init__(self, url: str, entry_id: str, expected: int, found: int) -> None:
         super().__init__(
@@ -243,8 +269,10 @@ class RepeatedEntry(FeedError):
 
 
 class DigestMismatch(FeedError):
-    """A page's SHA-256 is not the digest the newer document's ``prev-archive`` link gives
-    for it: the page was altered (or is not the one linked). Nothing on it is processed."""
+    """A page's SHA-256 is not the digest the newer document's ``prev-archive`` link gives.
+
+    The page was altered, or is not the one linked. Nothing on it is processed.
+    """
 
     def __init__(self, url: str, expected: str, found: str) -> None:
         super().__init__(
@@ -264,25 +292,30 @@ class ResponseTooLarge(FetchError):
 
 @dataclass(frozen=True)
 class Parting:
-    """Where a feed parts from the entries a consumer read: ``agreed``, the sequence number of
-    the last of them the feed holds at its number, each before it held as read too (None: not
-    even the oldest read is); ``lost``, those read after it (sequence number and id, oldest
-    first)."""
+    """Where a feed parts from the entries a consumer read.
+
+    ``agreed`` is the sequence number of the last of them the feed holds at its number. The
+    feed holds each entry before it as read too. None means not even the oldest read is held.
+    ``lost`` lists those read after it, by sequence number and id, oldest first.
+    """
 
     agreed: int | None
     lost: tuple[tuple[int, str], ...]
 
 
 class LastEntryVanished(FeedError):
-    """The last processed entry is not on the page its sequence number places it on (walking
-    back from the entry point), nor on the page its checkpoint names; or the feed's newest
-    entry is another than the one read at its number (a server's database restored from a
-    backup that lost entries, and published to since).
+    """The last processed entry is gone from the feed.
 
-    Where the consumer remembers the entries it read (the state file's last
-    :data:`~simplefeed.client.state.PROCESSED_KEPT`), ``parting`` says where the feed parts
-    from them (:class:`Parting`: the last entry read that the feed
-    still holds at its number, and those read after it, which it does not)."""
+    Walking back from the entry point, it is not on the page its sequence number places it on.
+    Nor is it on the page its checkpoint names. Or the feed's newest entry is another than the
+    one read at its number. This happens when a server's database is restored from a backup
+    that lost entries, and published to since.
+
+    The consumer may remember the entries it read: the state file's last
+    :data:`~simplefeed.client.state.PROCESSED_KEPT`. Then ``parting`` says where the feed
+    parts from them (:class:`Parting`). It gives the last entry read that the feed still holds
+    at its number. It also gives those read after it, which the feed does not hold.
+    """
 
     def __init__(self, url: str, entry_id: str, parting: Parting | None = None) -> None:
         said = f"the last processed entry '{quoted(entry_id)}' is no longer in the feed"
@@ -318,8 +351,11 @@ class HandlerError(ClientError):
 
 
 class TooManyParked(HandlerError):
-    """The handler failed on ``entry`` with ``limit`` entries parked already: the consumer
-    stops (the checkpoint just before that entry) rather than park the whole feed."""
+    """The handler failed on ``entry`` with ``limit`` entries parked already.
+
+    The consumer stops rather than park the whole feed. The checkpoint stays just before that
+    entry.
+    """
 
     setting = "max_parked"
 

@@ -1,52 +1,56 @@
 """Retrieving documents over HTTP: the consumer's only user of httpx, the only user of tenacity.
 
-(``simplefeed publish``, a producer's one POST, sends it with httpx too:
-``simplefeed/runtime/cli.py``.)
+``simplefeed publish`` sends a producer's one POST with httpx too
+(``simplefeed/runtime/cli.py``).
 
-One :class:`Fetcher` holds one transport (httpx's, over one connection pool), so every request
-of a consumer goes through one pool. It sends its requests to the transport itself, not
-through an :class:`httpx.Client`: the client's layers (cookies, auth, redirects, event hooks,
-merging URLs and headers) are all things a consumer does not use or does itself, and they cost
-about a fifth of a request's CPU time. For each URL it asks its
+One :class:`Fetcher` holds one transport (httpx's, over one connection pool). So every request
+of a consumer goes through one pool. The fetcher sends its requests to the transport itself,
+not through an :class:`httpx.Client`. The client's layers are cookies, auth, redirects, event
+hooks, and merging URLs and headers. A consumer does not use them or does that work itself.
+They cost about a fifth of a request's CPU time. For each URL, the fetcher asks its
 :class:`~simplefeed.client.state.PageCache` first:
 
-* an *immutable* document (an archived page, pinned with :meth:`Fetcher.remember` once it parsed
-  as one) is served from the cache without a request, for as long as the cache keeps it (the
-  state file drops a page once the checkpoint has left it);
-* a document still fresh by its ``Cache-Control: max-age`` (minus ``Age``) is served from the
-  cache too: the entry point is never polled faster than its max-age allows;
-* otherwise the request is conditional (``If-None-Match`` / ``If-Modified-Since`` from the stored
-  validators) and a ``304`` reuses the stored body.
+* An *immutable* document is served from the cache without a request, for as long as the cache
+  keeps it. That is an archived page, pinned with :meth:`Fetcher.remember` once it parsed as
+  one. The state file drops a page once the checkpoint has left it.
+* A document still fresh by its ``Cache-Control: max-age`` (minus ``Age``) is served from the
+  cache too. So the entry point is never polled faster than its max-age allows.
+* Otherwise the request is conditional (``If-None-Match`` / ``If-Modified-Since`` from the
+  stored validators). A ``304`` reuses the stored body.
 
-Retrieval and parsing are separate: :meth:`Fetcher.get` returns a :class:`Fetched` and does not
-write the cache; the caller parses the body and then calls :meth:`Fetcher.remember`, so a body
-that fails to parse (an error page, truncated XML) is never cached. The cache keeps a body as it
-came over the wire, in its content coding (:func:`simplefeed.codings.Decoder` decodes it as it
-arrives and again when it is reused): an archived page of 100 entries takes 0.06 of its decoded
-size there, and storing it costs a fifth of the time (docs/benchmarks.md, "Consuming").
+Retrieval and parsing are separate. :meth:`Fetcher.get` returns a :class:`Fetched` and does not
+write the cache. The caller parses the body and then calls :meth:`Fetcher.remember`. So a body
+that fails to parse is never cached, such as an error page or truncated XML. The cache keeps a
+body as it came over the wire, in its content coding. The class
+:func:`simplefeed.codings.Decoder` decodes it as it arrives and again when it is reused. An
+archived page of 100 entries takes 0.06 of its decoded size there. Storing it costs a fifth of
+the time (docs/benchmarks.md, "Consuming").
 
-Every response is bounded (:class:`Bounds`): its body is streamed and given up on past
-``max_bytes``, as received and once decompressed (a gzip bomb stops at the bound, never
-inflated whole), and the whole response, headers and body, must arrive within ``max_seconds``:
-each read on the socket waits at most for what is left of that time, so a server that drips
-one byte at a time is cut off. Redirects are followed, and pages fetched, only within the entry
-point's origin and the origins named in ``allow_redirect_origins``
-(:class:`~simplefeed.client.errors.RedirectRefused`,
-:class:`~simplefeed.client.errors.LinkRefused` otherwise), at most :data:`MAX_REDIRECTS` in a
-row. Header values that overflow (a 400-digit ``max-age``, ``Age`` or ``Retry-After``) are
-taken at the bound RFC 9111 gives (2**31 seconds), never a traceback.
+Every response is bounded (:class:`Bounds`). Its body is streamed and given up on past
+``max_bytes``, both as received and once decompressed. So a gzip bomb stops at the bound and is
+never inflated whole. The whole response, headers and body, must arrive within
+``max_seconds``. Each read on the socket waits at most for what is left of that time. So a
+server that drips one byte at a time is cut off. Redirects are followed, and pages fetched,
+only within allowed origins. These are the entry point's origin and the origins named in
+``allow_redirect_origins``. Others raise :class:`~simplefeed.client.errors.RedirectRefused` or
+:class:`~simplefeed.client.errors.LinkRefused`. At most :data:`MAX_REDIRECTS` redirects are
+followed in a row. Some header values overflow, such as a 400-digit ``max-age``, ``Age`` or
+``Retry-After``. They are taken at the bound RFC 9111 gives (2**31 seconds), never a traceback.
 
-Network errors, timeouts, ``5xx`` and ``429`` are retried with exponential backoff and jitter
-(honouring ``Retry-After`` up to the maximum wait) until :attr:`RetryPolicy.attempts` attempts
-have failed; then :class:`~simplefeed.client.errors.RetriesExhausted`. Other statuses raise
-:class:`~simplefeed.client.errors.UnexpectedStatus` at once, quoting the ``message`` of a JSON
-error body (a Simplefeed server's: ``{"error": "not_found", "message": "no feed named 'x'"}``).
-Each :class:`Fetched` says its Content-Type and where permanent redirects led
-(:attr:`Fetched.moved_to`). The sleep between attempts and the clock are injected.
+Network errors, timeouts, ``5xx`` and ``429`` are retried with exponential backoff and jitter.
+The backoff honours ``Retry-After`` up to the maximum wait. After
+:attr:`RetryPolicy.attempts` failed attempts, the fetcher raises
+:class:`~simplefeed.client.errors.RetriesExhausted`. Other statuses raise
+:class:`~simplefeed.client.errors.UnexpectedStatus` at once. The error quotes the ``message``
+of a JSON error body. A Simplefeed server's looks like ``{"error": "not_found", "message":
+"no feed named 'x'"}``. Each :class:`Fetched` says its Content-Type and where permanent
+redirects led (:attr:`Fetched.moved_to`). The sleep between attempts and the clock are
+injected.
 
-:meth:`Fetcher.interrupt` (from any thread, or a signal handler) ends what the fetcher waits
-for within :data:`STOP_CHECK_S`: socket reads wait that long at most at a time, and so do its
-pauses; the request gives up with :class:`~simplefeed.client.errors.Stopped`.
+:meth:`Fetcher.interrupt` may be called from any thread, or a signal handler. It ends what the
+fetcher waits for within :data:`STOP_CHECK_S`. Socket reads wait that long at most at a time,
+and so do the fetcher's pauses. The request gives up with
+:class:`~simplefeed.client.errors.Stopped`.
 """
 
 from __future__ import annotations
@@ -87,9 +91,9 @@ __all__ = ["MAX_REDIRECTS", "Bounds", "Fetched", "Fetcher", "RetryPolicy", "Tran
 
 #: Redirects followed in a row before giving up (:class:`UnexpectedStatus` with the 3xx).
 MAX_REDIRECTS = 5
-#: RFC 9111 1.2.2: a delta-seconds value too large to hold is taken as this.
+#: RFC 9111 1.2.2 takes a delta-seconds value too large to hold as this.
 MAX_DELTA_SECONDS = 2**31
-#: The largest error body whose JSON ``message`` is read (a Simplefeed server's are ~100 bytes).
+#: The largest error body whose JSON ``message`` is read. A Simplefeed server's are ~100 bytes.
 ERROR_BODY_READ = 64 * 1024
 
 #: What :class:`Fetcher` accepts as a transport (``httpx.WSGITransport`` in tests).
@@ -97,8 +101,8 @@ Transport = httpx.BaseTransport
 
 USER_AGENT = "simplefeed-consumer/0.1 (+https://simplefeed.dev/)"
 ACCEPT = "application/atom+xml, application/xml;q=0.9, */*;q=0.1"
-#: The codings Simplefeed servers offer; httpx decodes them (br through the brotli package), so
-#: every body, its sf:sha256 digest included, is checked as decoded.
+#: The codings Simplefeed servers offer. httpx decodes them, br through the brotli package. So
+#: every body is checked as decoded, its sf:sha256 digest included.
 ACCEPT_ENCODING = "br, gzip"
 
 Source = Literal["network", "revalidated", "cache"]
@@ -106,9 +110,12 @@ Source = Literal["network", "revalidated", "cache"]
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How transient failures are retried: ``attempts`` in all (1 = no retry), waiting
-    ``initial * 2**n`` seconds plus up to ``jitter`` seconds of random jitter, at most
-    ``max_wait`` seconds, between attempts."""
+    """How transient failures are retried.
+
+    There are ``attempts`` in all, and 1 means no retry. Between attempts, the fetcher waits
+    ``initial * 2**n`` seconds plus up to ``jitter`` seconds of random jitter. It waits at
+    most ``max_wait`` seconds.
+    """
 
     attempts: int = 6
     initial: float = 0.5
@@ -124,8 +131,11 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class Bounds:
-    """What one response may cost: ``max_bytes`` of body (as received, and once decompressed)
-    and ``max_seconds`` for the whole of it, from sending the request to the last byte."""
+    """What one response may cost.
+
+    ``max_bytes`` bounds the body, both as received and once decompressed. ``max_seconds``
+    bounds the whole response, from sending the request to the last byte.
+    """
 
     max_bytes: int = 64 * 1024 * 1024
     max_seconds: float = 120.0
@@ -136,16 +146,21 @@ class Bounds:
 
 
 def finite_seconds(value: float) -> bool:
-    """Whether ``value`` is a number of seconds: finite and not negative (NaN and infinity,
-    which ``float()`` reads from text, would make every comparison with a deadline false, or
-    the deadline never come)."""
+    """Whether ``value`` is a number of seconds: finite and not negative.
+
+    ``float()`` reads NaN and infinity from text. They would make every comparison with a
+    deadline false, or the deadline never come.
+    """
     return math.isfinite(value) and value >= 0
 
 
 def url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be a consumer's entry point or an origin it follows redirects to, or
-    None: an absolute http(s) URL with a host and a port that can be, and no user name or
-    password (the consumer sends none from a URL, and prints its URL in every message)."""
+    """Why ``url`` cannot be a consumer's entry point or a redirect origin, or None if it can.
+
+    It must be an absolute http(s) URL with a host and a port that can be. It must hold no user
+    name or password, because the consumer sends none from a URL. The consumer also prints its
+    URL in every message.
+    """
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
@@ -165,8 +180,10 @@ def url_problem(url: str) -> str | None:
 
 
 def origin(url: str | httpx.URL) -> str:
-    """``scheme://host:port`` of a URL (the default port written out). Raises
-    ``httpx.InvalidURL`` for one that has none (``http://[::1``, a host IDNA refuses)."""
+    """``scheme://host:port`` of a URL, with the default port written out.
+
+    Raises ``httpx.InvalidURL`` for a URL that has none (``http://[::1``, a host IDNA refuses).
+    """
     if isinstance(url, str):
         return _origin(url)
     try:
@@ -178,15 +195,21 @@ def origin(url: str | httpx.URL) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _origin(url: str) -> str:
-    """:func:`origin` of a URL as text: a consumer asks it of the same entry point for every
-    request (parsing a URL costs about 20 us)."""
+    """:func:`origin` of a URL as text, cached.
+
+    A consumer asks it of the same entry point for every request. Parsing a URL costs about
+    20 us.
+    """
     return origin(httpx.URL(url))
 
 
 @dataclass(frozen=True)
 class Fetched:
-    """A document's body and where it came from. ``document`` is what the cache should hold
-    once the caller has accepted the body (see :meth:`Fetcher.remember`)."""
+    """A document's body and where it came from.
+
+    ``document`` is what the cache should hold once the caller has accepted the body (see
+    :meth:`Fetcher.remember`).
+    """
 
     url: str
     body: bytes
@@ -194,10 +217,10 @@ class Fetched:
     document: CachedDocument
     #: The server held the request as a ``Prefer: wait`` asked (``Preference-Applied: wait``).
     waited: bool = False
-    #: The response's Content-Type (None: it gave none, or the body came from the cache).
+    #: The response's Content-Type. None if it gave none, or the body came from the cache.
     content_type: str | None = None
-    #: Where permanent redirects (301, 308) from ``url`` led, the first temporary one (or the
-    #: answer) ending the way: the URL that document now lives at (None: not redirected so).
+    #: The URL the document now lives at, or None if not redirected so. Permanent redirects
+    #: (301, 308) from ``url`` lead there, until a temporary one or the answer ends the way.
     moved_to: str | None = None
 
     @property
@@ -217,8 +240,10 @@ class FetchStats:
 
 
 class _TooSlow(Exception):
-    """The response did not arrive whole within :attr:`Bounds.max_seconds` (retried as a
-    timeout is)."""
+    """The response did not arrive whole within :attr:`Bounds.max_seconds`.
+
+    It is retried as a timeout is.
+    """
 
 
 class _StopWhen(tenacity.stop.stop_base):
@@ -247,7 +272,7 @@ _RETRYABLE = (
     _Transient,
     _TooSlow,
 )
-#: Made once: each one is a reference cycle, which only the garbage collector frees.
+#: Made once, because each one is a reference cycle that only the garbage collector frees.
 _RETRY_IF = tenacity.retry_if_exception_type(_RETRYABLE)
 
 
@@ -276,8 +301,11 @@ class Fetcher:
         sleep: Callable[[float], None] | None = None,
         user_agent: str = USER_AGENT,
     ) -> None:
-        """``sleep``: how to wait between attempts (default :meth:`pause`, which an
-        :meth:`interrupt` ends)."""
+        """Make a fetcher.
+
+        ``sleep`` is how to wait between attempts. The default is :meth:`pause`, which an
+        :meth:`interrupt` ends.
+        """
         self.cache = cache
         self.retry = retry if retry is not None else RetryPolicy()
         self.bounds = bounds if bounds is not None else Bounds()
@@ -300,10 +328,10 @@ class Fetcher:
             if transport is not None
             else BoundedTransport(self._deadlines, self._interruption)
         )
-        # The headers of every request, as an httpx.Client with these would send them. No
-        # cookie jar: a feed needs no cookies, and a server setting a new one with every
-        # answer would grow the jar, and every request's Cookie header, for as long as the
-        # consumer follows it.
+        # The headers of every request, as an httpx.Client with these would send them. There
+        # is no cookie jar, because a feed needs no cookies. A server might set a new cookie
+        # with every answer. That would grow the jar, and every request's Cookie header, for as
+        # long as the consumer follows the feed.
         self._headers = {
             "Connection": "keep-alive",
             "User-Agent": user_agent,
@@ -317,12 +345,13 @@ class Fetcher:
     ) -> Fetched:
         """The document at ``url``, from the cache when allowed, else over the network.
 
-        ``url`` and its redirects stay within the origin of ``entry_point`` (by default
-        ``url``) and the allowed ones, because a hostile feed could make the consumer fetch any
-        URL it reaches (:class:`~simplefeed.client.errors.LinkRefused`, before any request).
-        ``wait`` makes a long poll: a cached copy with an ETag is revalidated with ``Prefer:
-        wait`` (RFC 7240), which a server honours by answering when the document changes or
-        the time is up (:attr:`Fetched.waited`). The wait adds to the response's time bounds.
+        ``url`` and its redirects stay within the allowed origins. These are the origin of
+        ``entry_point`` (by default ``url``) and the allowed ones. Otherwise a hostile feed
+        could make the consumer fetch any URL it reaches. A refused URL raises
+        :class:`~simplefeed.client.errors.LinkRefused` before any request. ``wait`` makes a long
+        poll. A cached copy with an ETag is revalidated with ``Prefer: wait`` (RFC 7240). A
+        server honours it by answering when the document changes or the time is up
+        (:attr:`Fetched.waited`). The wait adds to the response's time bounds.
         """
         if entry_point is not None and not self._within(url, entry_point):
             raise LinkRefused(url, entry_point)
@@ -377,7 +406,7 @@ class Fetcher:
             return None, b""
         try:
             return cached, self._decoded(cached)
-        except ValueError as exc:  # a damaged cache: ask the network
+        except ValueError as exc:  # A damaged cache: ask the network.
             log.warning("%s: the cached copy is not usable (%s); fetching it again", url, exc)
             self.cache.delete_document(url)
             return None, b""
@@ -390,19 +419,21 @@ class Fetcher:
         return decoder.decode(cached.body) + decoder.end()
 
     def remember(self, fetched: Fetched, *, immutable: bool) -> None:
-        """Store an accepted body; ``immutable`` marks it as never to be asked for again (an
-        archived page), for as long as the cache keeps it."""
+        """Store an accepted body.
+
+        ``immutable`` marks an archived page, never to be asked for again while the cache keeps
+        it.
+        """
         if fetched.source == "cache" and (fetched.document.immutable or not immutable):
             return
         self.cache.put_document(replace(fetched.document, immutable=immutable))
 
     def holds(self, url: str) -> bool:
-        """Whether the cache keeps an archived page under ``url``: :meth:`get` answers it
-        without a request."""
+        """Whether the cache keeps an archived page under ``url``, which :meth:`get` answers."""
         return self.cache.holds_archived_page(url)
 
     def forget(self, url: str) -> None:
-        """Drop what the cache holds for ``url`` (a body that turned out not to be usable)."""
+        """Drop what the cache holds for ``url``, a body that turned out not to be usable."""
         self.cache.delete_document(url)
 
     def forget_archived_pages(self) -> None:
@@ -410,9 +441,12 @@ class Fetcher:
         self.cache.delete_archived_pages()
 
     def interrupt(self) -> None:
-        """From any thread, or a signal handler: give up what this fetcher is doing within
-        :data:`STOP_CHECK_S` (a read waiting on the socket, a long poll, a pause between
-        attempts) and refuse new requests, each with :class:`Stopped`, until :meth:`resume`."""
+        """Give up what this fetcher is doing within :data:`STOP_CHECK_S`.
+
+        It may be called from any thread, or a signal handler. It ends a read waiting on the
+        socket, a long poll, or a pause between attempts. It refuses new requests, each with
+        :class:`Stopped`, until :meth:`resume`.
+        """
         self._interruption.requested = True
 
     def resume(self) -> None:
@@ -424,8 +458,7 @@ class Fetcher:
         return self._interruption.requested
 
     def pause(self, seconds: float) -> None:
-        """Sleep ``seconds``, or until :meth:`interrupt` (looked at every
-        :data:`STOP_CHECK_S`)."""
+        """Sleep ``seconds``, or until :meth:`interrupt` (looked at every :data:`STOP_CHECK_S`)."""
         end = time.monotonic() + seconds
         while not self._interruption.requested:
             left = end - time.monotonic()
@@ -481,7 +514,7 @@ class Fetcher:
             if self.interrupted:
                 raise Stopped(url) from last
             raise RetriesExhausted(url, policy.attempts, _describe(last)) from last
-        except httpx.HTTPError as exc:  # not retryable: redirect loop, bad encoding...
+        except httpx.HTTPError as exc:  # Not retryable: a redirect loop, a bad encoding...
             if self.interrupted:
                 raise Stopped(url) from exc
             raise FetchError(url, _describe(exc)) from exc
@@ -493,7 +526,7 @@ class Fetcher:
         """Whether ``url`` is on the entry point's origin or an allowed one."""
         scheme, sep, rest = entry_point.partition("://")
         prefix = f"{scheme}{sep}{rest.partition('/')[0]}/"
-        if url.startswith(prefix):  # the common case, without parsing (about 20 us a URL)
+        if url.startswith(prefix):  # The common case, without parsing (about 20 us a URL).
             return True
         try:
             return origin(url) in self.allow_redirect_origins | {origin(entry_point)}
@@ -501,12 +534,14 @@ class Fetcher:
             raise MalformedPage(url, f"a link to an invalid URL ({exc})") from None
 
     def _follow(self, url: str, headers: dict[str, str], home: str, extra: float) -> _Answer:
-        """One answer to GET ``url``, following redirects within the allowed origins; where
-        the permanent ones led (:attr:`Fetched.moved_to`)."""
+        """One answer to GET ``url``, following redirects within the allowed origins.
+
+        Also return where the permanent ones led (:attr:`Fetched.moved_to`).
+        """
         allowed = self.allow_redirect_origins | {home}
         target = httpx.URL(url)
         moved_to: str | None = None
-        permanent = True  # every redirect so far was
+        permanent = True  # Every redirect so far was permanent.
         for _ in range(MAX_REDIRECTS + 1):
             answer = self._once(url, target, headers, extra)
             location = answer.headers.get("Location")
@@ -530,8 +565,7 @@ class Fetcher:
         )
 
     def _once(self, url: str, target: httpx.URL, headers: dict[str, str], extra: float) -> _Answer:
-        """One request and its whole body, within the bounds (plus ``extra`` seconds: the
-        wait a long poll asked the server for)."""
+        """One request and its whole body, within the bounds plus ``extra`` (a long poll's wait)."""
         bounds = self.bounds
         deadline = time.monotonic() + bounds.max_seconds + extra
         self._deadlines.set(deadline)
@@ -571,7 +605,7 @@ class Fetcher:
                             body += decoder.decode(chunk)
                         if time.monotonic() > deadline:
                             raise _TooSlow(f"the response took over {bounds.max_seconds:g} s")
-                    if decoder.codings and raw:  # a 304 may name a coding, of no body
+                    if decoder.codings and raw:  # A 304 may name a coding, with no body.
                         body += decoder.end()
                 except codings.TooLarge:
                     raise ResponseTooLarge(url, "the decompressed body", bounds.max_bytes) from None
@@ -599,16 +633,19 @@ def _describe(exc: BaseException | None) -> str:
         return "no error"
     text = str(exc)
     name = type(exc).__name__
-    if name.startswith("_"):  # ours, private (_TooSlow): its words say what it is
+    if name.startswith("_"):  # Ours and private (_TooSlow). Its words say what it is.
         return text or "failed"
     return f"{name}: {text}" if text else name
 
 
 def _server_message(body: bytes) -> str | None:
-    """The ``message`` of the JSON object an error body holds (a Simplefeed server's error
-    shape), or None. Read only from a body of at most :data:`ERROR_BODY_READ` bytes (it was
-    received within the bounds; parsing a bigger one is not worth its memory), and given up on
-    when it is not JSON or nested too deep to parse."""
+    """The ``message`` of the JSON object an error body holds, or None.
+
+    That is a Simplefeed server's error shape. It is read only from a body of at most
+    :data:`ERROR_BODY_READ` bytes. The body was received within the bounds, but parsing a
+    bigger one is not worth its memory. It is given up on when it is not JSON, or nested too
+    deep to parse.
+    """
     if len(body) > ERROR_BODY_READ or not body.lstrip().startswith(b"{"):
         return None
     try:

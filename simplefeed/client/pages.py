@@ -30,8 +30,8 @@ class HttpPages:
     """The consumer's page source: fetch, parse, then let the cache keep what parsed.
 
     Walking back reads outlines (:func:`~simplefeed.client.parse.outline_page`), which pins
-    archived pages in the cache; the full parse on the way forward reads them from there. A
-    pinned page whose full parse fails is dropped from the cache, so that a later run asks the
+    archived pages in the cache. The full parse on the way forward reads them from there. A
+    pinned page whose full parse fails is dropped from the cache, so a later run asks the
     network again.
     """
 
@@ -40,30 +40,34 @@ class HttpPages:
         self.parser = parser
         self.entry_point = entry_point
         self.head_max_age: float | None = None
-        #: The last head request was held by the server (a long poll it honoured) and took
-        #: this long.
+        #: The server held the last head request (a long poll it honoured), and it took this
+        #: long.
         self.head_waited = False
         self.head_seconds = 0.0
         #: The entry point's permanent redirect has been warned of (once per consumer).
         self.moved_warned = False
-        # Read-ahead: the one page the walk will ask for next, fetched (or, for feedparser's
-        # checks, read from the cache) and parsed on a thread of its own while the current
-        # page's entries are handled (:meth:`prefetch`). One page at most: memory stays flat.
+        # Read-ahead: the one page the walk will ask for next. A thread of its own fetches and
+        # parses it while the current page's entries are handled (:meth:`prefetch`). For
+        # feedparser's checks, it reads the page from the cache. One page at most keeps memory
+        # flat.
         self._ahead: ThreadPoolExecutor | None = None
         self._next: tuple[str, Future[Page]] | None = None
-        # feedparser's checks in a helper process (:mod:`simplefeed.client.checker`), from the
-        # pass's HELPER_AFTER_PAGES-th page walked back or read ahead to the pass's end.
+        # feedparser's checks run in a child process (:mod:`simplefeed.client.checker`). They
+        # start at the pass's HELPER_AFTER_PAGES-th page walked back or read ahead, and run to
+        # the pass's end.
         self._checker: Checker | None = None
         self._pages_read: Counter[str] = Counter()
 
     def prefetch(self, url: str) -> None:
-        """Start reading the page at ``url``, which :meth:`page` will be asked for next, on a
-        thread of its own when the read waits on something besides this interpreter: the
-        network, or the helper process making feedparser's checks. An archived page the cache
-        keeps, parsed with lxml, is read when it is asked for: on a thread it would only share
-        the interpreter with the one handling entries, and a catch-up going forward through
-        the pages it walked back took 8 % longer so (docs/benchmarks.md,
-        "Consuming")."""
+        """Start reading the page at ``url``, which :meth:`page` will be asked for next.
+
+        The read runs on a thread of its own when it waits on something besides this
+        interpreter. That is the network, or the child process making feedparser's checks. An
+        archived page the cache keeps, parsed with lxml, is read when it is asked for. On a
+        thread it would only share the interpreter with the thread handling entries. A catch-up
+        going forward through the pages it walked back would take 8 % longer
+        (docs/benchmarks.md, "Consuming").
+        """
         if self._next is not None:
             return
         if self.parser == "lxml" and self.fetcher.holds(url):
@@ -74,14 +78,16 @@ class HttpPages:
         self._next = (url, self._ahead.submit(self._read, url))
 
     def _counted(self, way: Literal["back", "ahead"]) -> None:
-        """One more page read by the pass, walking back or ahead: from the
-        HELPER_AFTER_PAGES-th either way on, feedparser's checks are made in a helper process
-        when feedparser checks pages and a CPU is to spare (it starts now, while the walk goes
-        on, until the pass ends)."""
+        """Count one more page read by the pass, walking back or ahead.
+
+        From the HELPER_AFTER_PAGES-th page on, either way, feedparser's checks move to a child
+        process. That happens when feedparser checks pages and a CPU is to spare. The child
+        starts now, while the walk goes on, and runs until the pass ends.
+        """
         self._pages_read[way] += 1
         if self._pages_read[way] != HELPER_AFTER_PAGES:
             return
-        # Imported here, not with the package: the helper runs this module as its main.
+        # Imported here, not with the package, because the child runs this module as its main.
         from simplefeed.client.checker import Checker, helps
 
         if self._checker is None and self.parser == "feedparser" and helps():
@@ -89,7 +95,7 @@ class HttpPages:
             self._checker.start()
 
     def end_pass(self) -> None:
-        """A pass is over: a page read ahead is let finish, the helper process stops."""
+        """A pass is over: a page read ahead may finish, and the child process stops."""
         pending = self._take()
         if pending is not None:
             _settle(pending[1])
@@ -102,7 +108,7 @@ class HttpPages:
         pending = self._take()
         if pending is not None:
             if pending[0] == url:
-                return pending[1].result()  # its page, or the error reading it raised
+                return pending[1].result()  # Its page, or the error reading it raised.
             _settle(pending[1])
         return self._read(url)
 
@@ -111,8 +117,10 @@ class HttpPages:
         return pending
 
     def close(self) -> None:
-        """Let a page being read ahead finish (its result is not needed), stop the thread and
-        the helper process."""
+        """Let a page being read ahead finish, then stop the thread and the child process.
+
+        The page's result is not needed.
+        """
         self.end_pass()
         if self._ahead is not None:
             self._ahead.shutdown(wait=True)
@@ -135,16 +143,18 @@ class HttpPages:
         return page
 
     def _keep(self, url: str, fetched: Fetched, page: Page | Outline) -> None:
-        """Keep an archived page read from ``url`` in the cache, pinned, if ``url`` is its
-        permanent URL: the checkpoint names pages by that URL, and the cache lets a page go
-        when the checkpoint leaves it (state.py), so a page pinned under another URL (a link
-        with a query that changes at every pass) would stay for good, one more each pass: a
-        hostile server's trial grew a state file to 77 MB in 30 s so. Such a page is read
-        again when needed. A page that is not archived is never pinned."""
+        """Keep an archived page from ``url`` in the cache, pinned, if ``url`` is its permanent URL.
+
+        The checkpoint names pages by that URL. The cache lets a page go when the checkpoint
+        leaves it (state.py). A page pinned under another URL would stay for good, one more each
+        pass. A link with a query that changes at every pass does that. A hostile server could
+        grow a state file to 77 MB in 30 s so. Such a page is read again when needed. A page
+        that is not archived is never pinned.
+        """
         if page.is_archive and page.permanent_url == url:
             self.fetcher.remember(fetched, immutable=True)
         elif fetched.document.immutable:
-            self.fetcher.forget(url)  # pinned before, wrongly
+            self.fetcher.forget(url)  # It was pinned before, wrongly.
         elif not page.is_archive:
             self.fetcher.remember(fetched, immutable=False)
 
@@ -160,15 +170,17 @@ class HttpPages:
         return outline
 
     def head(self, url: str, wait: float | None = None) -> Page:
-        """The entry point: never pinned, whatever it claims; its max-age is kept. ``wait``:
-        a long poll (:meth:`Fetcher.get`).
+        """The entry point, never pinned whatever it claims, with its max-age kept.
 
-        An entry point that redirects permanently is warned of, once: checkpoints are kept
-        under the URL given, so another spelling of the same feed (``/feeds/events/recent``
-        and the ``/recent`` it redirects to) would have a checkpoint of its own in the same
-        state file, and read the whole history again. Checkpoints stay keyed as given (a
-        redirect a server makes today must not move them); the warning names the URL to give
-        instead."""
+        ``wait`` makes a long poll (:meth:`Fetcher.get`).
+
+        An entry point that redirects permanently is warned of, once. Checkpoints are kept
+        under the URL given. So another spelling of the same feed would have a checkpoint of
+        its own in the same state file, and read the whole history again. An example is
+        ``/feeds/events/recent`` and the ``/recent`` it redirects to. Checkpoints stay keyed as
+        given, because a redirect a server makes today must not move them. The warning names
+        the URL to give instead.
+        """
         pending = self._take()
         if pending is not None:
             _settle(pending[1])
@@ -176,8 +188,8 @@ class HttpPages:
         fetched = self.fetcher.get(url, entry_point=self.entry_point, wait=wait)
         self.head_seconds = time.monotonic() - started
         if fetched.source == "cache":
-            # Nothing is asked of the server, and a run that finds nothing new prints nothing:
-            # ``--debug`` says why (a newcomer took a silent run for one that did nothing).
+            # Nothing is asked of the server, and a run that finds nothing new prints nothing.
+            # ``--debug`` says why, because a silent run looks like one that did nothing.
             document = fetched.document
             age = self.fetcher.clock() - document.fetched_at
             log.debug(
@@ -204,9 +216,9 @@ class HttpPages:
         return page
 
 
-#: A helper process for feedparser's checks starts in about 0.17 s, the time feedparser takes
-#: over 9 pages of 100 entries (docs/explanation/decisions/consumer-reading.md): a pass that
-#: walks back or reads ahead fewer pages than this has its pages checked in this process.
+#: A child process for feedparser's checks starts in about 0.17 s. That is the time feedparser
+#: takes over 9 pages of 100 entries (docs/explanation/decisions/consumer-reading.md). A pass that
+#: walks back or reads ahead fewer pages than this checks its pages in this process.
 HELPER_AFTER_PAGES = 8
 
 #: The media types a feed may come as besides ``*/*+xml`` (``application/atom+xml``).
@@ -215,8 +227,10 @@ XML_TYPES = frozenset({"application/xml", "text/xml"})
 
 @contextlib.contextmanager
 def _typed(fetched: Fetched) -> Iterator[None]:
-    """A body that is not Atom and came with a Content-Type naming no XML type (a web page, a
-    JSON reply) raises :class:`NotAtom` saying that type."""
+    """Raise :class:`NotAtom` for a body that is not Atom and came with a non-XML type.
+
+    Examples are a web page and a JSON reply. The error says the Content-Type.
+    """
     try:
         yield
     except NotAtom as exc:

@@ -1,14 +1,14 @@
 """How long to wait before polling the entry point again: pure arithmetic, no I/O, no clock.
 
 The rule is the simple one from "Dynamic feed polling times for news aggregators"
-(``reference/adaptive-polling.txt``): start at the shortest interval; after a poll that found
-new entries, divide the interval by ``factor``; after one that found none, multiply it by
-``factor``; keep it within ``[min_interval, max_interval]``. On top of that the interval is never
-shorter than the entry point's ``max-age``: polling sooner would only be answered from the cache.
+(``reference/adaptive-polling.txt``). Start at the shortest interval. After a poll that found
+new entries, divide the interval by ``factor``. After one that found none, multiply it by
+``factor``. Keep it within ``[min_interval, max_interval]``. On top of that, the interval is
+never shorter than the entry point's ``max-age``, because the cache would answer a sooner poll.
 
-A busy feed is thus polled every ``min_interval`` seconds (or every max-age), a quiet one backs
-off geometrically to ``max_interval``, and the first entry after a quiet spell brings the
-interval back down by one ``factor`` per poll that finds something.
+So a busy feed is polled every ``min_interval`` seconds, or every max-age. A quiet one backs
+off geometrically to ``max_interval``. The first entry after a quiet spell brings the interval
+back down by one ``factor`` per poll that finds something.
 """
 
 from __future__ import annotations

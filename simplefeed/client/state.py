@@ -2,45 +2,47 @@
 
 Five tables, keyed by absolute URL:
 
-``checkpoints``  one row per entry point: the last processed entry's id, its sequence number and
-                 the permanent URL of its page (``via`` / ``self``): a restart walks back from
-                 the entry point to that page (archived pages after it come from the cache) and
-                 on from the entry there.
-``documents``    the HTTP cache: body and validators of every document fetched, the body as it
-                 came over the wire (``coding``: its Content-Encoding, ``identity`` for none).
-                 Rows flagged ``immutable`` (archived pages) are used without asking the
-                 network; the others are revalidated (conditional GET) once their ``max-age``
-                 is over. An archived page is kept while a run may need it again: when an
-                 entry point's checkpoint moves to another page, the page it leaves is deleted
-                 (the trigger ``passed_page_forgotten``, in the checkpoint's own transaction).
-                 Checkpoints only move forward, and resuming starts at the checkpoint's page,
-                 so a page older than it is never read again; the cache holds the pages from
-                 the checkpoint's to the newest walked, however long a consumer follows its
-                 feed (it kept every page of the history, about 4 KB each, before).
-``parked``       entries whose handler failed with ``on_error="park"``: the entry (as JSON), the
-                 last error, when it was parked and how many times it was tried. Written
-                 durably, before the checkpoint moves past the entry.
-``heads``        per entry point, the newest sequence number seen at its head and when: what
-                 ``simplefeed consumer status`` reports the lag from.
-``processed``    per entry point, the ids of the last :data:`PROCESSED_KEPT` entries processed,
-                 a row for each checkpoint's run of them (its first and last sequence number,
-                 the ids as a JSON array), written with the checkpoint in its transaction:
-                 what the consumer read, to tell where a feed that no longer holds its last
-                 entry (a server's database restored from a backup) parts from it, and which
-                 entries it read that the feed lost. A row a page rather than one an entry:
-                 100 rows written a page slowed a catch-up by about 7 %.
+``checkpoints``  One row per entry point. It holds the last processed entry's id, its sequence
+                 number and the permanent URL of its page (``via`` / ``self``). A restart walks
+                 back from the entry point to that page, and on from the entry there. Archived
+                 pages after it come from the cache.
+``documents``    The HTTP cache. It holds the body and validators of every document fetched.
+                 The body is kept as it came over the wire. ``coding`` is its Content-Encoding,
+                 or ``identity`` for none. Rows flagged ``immutable`` (archived pages) are used
+                 without asking the network. The others are revalidated (conditional GET) once
+                 their ``max-age`` is over. An archived page is kept while a run may need it
+                 again. When an entry point's checkpoint moves to another page, the page it
+                 leaves is deleted. The trigger ``passed_page_forgotten`` does this, in the
+                 checkpoint's own transaction. Checkpoints only move forward, and resuming
+                 starts at the checkpoint's page. So a page older than it is never read again.
+                 The cache holds the pages from the checkpoint's to the newest walked. This
+                 stays true however long a consumer follows its feed. Keeping every page of the
+                 history would cost about 4 KB a page.
+``parked``       Entries whose handler failed with ``on_error="park"``. A row holds the entry
+                 (as JSON), the last error, when it was parked and how many times it was tried.
+                 It is written durably, before the checkpoint moves past the entry.
+``heads``        Per entry point, the newest sequence number seen at its head, and when.
+                 ``simplefeed consumer status`` reports the lag from it.
+``processed``    Per entry point, the ids of the last :data:`PROCESSED_KEPT` entries processed.
+                 Each checkpoint's run of them is a row. The row holds its first and last
+                 sequence number and the ids as a JSON array. It is written with the checkpoint,
+                 in its transaction. It records what the consumer read. A feed may no longer
+                 hold the consumer's last entry, for example after a server's database was
+                 restored from a backup. The table then tells where the feed parts from what
+                 was read, and which entries read here the feed lost. A row covers a page, not
+                 an entry, because 100 rows a page would slow a catch-up by about 7 %.
 
-The file runs in WAL mode. Checkpoint writes are committed with ``synchronous=FULL``: fsynced
-before :meth:`StateFile.save_checkpoint` returns, so a checkpoint that was acknowledged
-survives a crash or a power cut. Cache writes are committed with ``synchronous=NORMAL``: atomic
-all the same, but not fsynced on their own (the next checkpoint's fsync takes them along); a
-power cut may lose the last few, which costs a request each, never a wrong answer. That halves
-the fsyncs of a catch-up that stores its checkpoint once a page. Writes are single statements
-in autocommit mode (each its own transaction), but for a checkpoint and the entries it
-covers (:meth:`StateFile.save_checkpoint`).
+The file runs in WAL mode. Checkpoint writes are committed with ``synchronous=FULL``. They are
+fsynced before :meth:`StateFile.save_checkpoint` returns, so an acknowledged checkpoint
+survives a crash or a power cut. Cache writes are committed with ``synchronous=NORMAL``. They
+are atomic all the same, but not fsynced on their own. The next checkpoint's fsync takes them
+along. A power cut may lose the last few, which costs a request each, never a wrong answer.
+That halves the fsyncs of a catch-up that stores its checkpoint once a page. Writes are single
+statements in autocommit mode, each its own transaction. The exception is a checkpoint and the
+entries it covers (:meth:`StateFile.save_checkpoint`).
 
-The consumer only needs the two small protocols :class:`CheckpointStore` and :class:`PageCache`;
-:class:`StateFile` is the one implementation shipped.
+The consumer only needs the two small protocols :class:`CheckpointStore` and
+:class:`PageCache`. :class:`StateFile` is the one implementation shipped.
 """
 
 from __future__ import annotations
@@ -74,16 +76,16 @@ __all__ = [
     "StateFile",
 ]
 
-#: 3: documents.coding (version 2 kept bodies decoded: its rows are ``identity``). The trigger
-#: ``passed_page_forgotten`` came later without a new version: a file that has it is read alike
-#: by the versions before it, and opening a file adds it. 4: the table ``processed`` (a version
-#: 3 consumer would refuse a file with a table it does not know).
+#: 3 added documents.coding. Version 2 kept bodies decoded, so its rows are ``identity``. The
+#: trigger ``passed_page_forgotten`` needs no new version. Earlier versions read a file that has
+#: it alike, and opening a file adds it. 4 added the table ``processed``. A version 3 consumer
+#: would refuse a file with a table it does not know.
 SCHEMA_VERSION = 4
-#: How many of the last entries processed a state file remembers, per entry point: a restore
-#: that lost more than that many entries read here is told, but not where the feed parts.
+#: How many of the last entries processed a state file remembers, per entry point. A restore
+#: that lost more entries read here than that is told, but not where the feed parts.
 PROCESSED_KEPT = 10_000
 
-#: The tables of a state file: a file holding any other is not one.
+#: The tables of a state file. A file holding any other is not one.
 _TABLES = frozenset({"checkpoints", "parked", "heads", "documents", "processed"})
 
 _SCHEMA = """
@@ -153,13 +155,13 @@ class CachedDocument:
     body: bytes
     etag: str | None
     last_modified: str | None
-    #: Never changes (an archived page): reused without a request while it is kept.
+    #: Never changes (an archived page), so it is reused without a request while it is kept.
     immutable: bool
     #: When it was last fetched or revalidated, in seconds since the epoch (the injected clock).
     fetched_at: float
-    #: Freshness lifetime from Cache-Control (None: revalidate every time).
+    #: Freshness lifetime from Cache-Control. None means revalidate every time.
     max_age: float | None
-    #: The body's content coding(s), as Content-Encoding gave them (``identity``: none).
+    #: The body's content coding(s), as Content-Encoding gave them. ``identity`` means none.
     coding: str = IDENTITY
 
     def fresh(self, now: float) -> bool:
@@ -216,8 +218,11 @@ class PageCache(Protocol):
 
 @contextlib.contextmanager
 def damaged_values(path: Path | str, what: str) -> Iterator[None]:
-    """Values read from a state file made into ours: one damaged (edited by hand, written by
-    another program) is a :class:`StateError` naming it (exit 6), not an internal error (70)."""
+    """Make values read from a state file into ours.
+
+    A damaged file, edited by hand or written by another program, raises a :class:`StateError`
+    naming it (exit 6). It is not an internal error (70).
+    """
     try:
         yield
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -228,14 +233,17 @@ def damaged_values(path: Path | str, what: str) -> Iterator[None]:
 class StateFile:
     """A SQLite file holding checkpoints and the HTTP cache. Use as a context manager.
 
-    The file is created if missing, never its directory: a mistyped directory
-    (``--state /var/lib/consmer/c.sqlite3``) made a new, empty state file there, and the
-    consumer read the whole history again. :class:`StateError` names the missing directory."""
+    A missing file is created, but never its directory. A mistyped directory
+    (``--state /var/lib/consmer/c.sqlite3``) would make a new, empty state file there. The
+    consumer would then read the whole history again. So :class:`StateError` names the missing
+    directory.
+    """
 
     def __init__(self, path: str | PathLike[str], *, read_only: bool = False) -> None:
-        """``read_only``: open an existing file only to read it (``simplefeed consumer status``
-        and ``parked``), as it is: no table, column or schema version added, so that a file a
-        consumer of an older release still uses stays readable by it."""
+        """Open the state file; ``read_only`` opens an existing file only to read it, as it is.
+
+        This serves ``simplefeed consumer status`` and ``parked``. No table, column or schema
+        version is added, so a consumer of an older release can still read a file it uses."""
         self.path = Path(path)
         self._lock = threading.Lock()
         self._closed = False
@@ -246,8 +254,8 @@ class StateFile:
                     f"no such directory: {self.path.parent} (a state file is created only in"
                     " a directory that exists)",
                 )
-            # One connection, used from the consumer's thread and its read-ahead thread (the
-            # page being read next), one statement at a time (the lock).
+            # One connection, used from the consumer's thread and its read-ahead thread. The
+            # read-ahead thread reads the next page. The lock allows one statement at a time.
             self._db = sqlite3.connect(
                 f"file:{quote(str(self.path.absolute()))}?mode=ro" if read_only else self.path,
                 isolation_level=None,
@@ -263,10 +271,10 @@ class StateFile:
                 self._durable = False
                 self._check_version()
                 if not tables:
-                    # An empty file (``touch consumer.sqlite3``, or an SQLite database without
-                    # a table): SQLite takes it as an empty database, and so does the consumer,
-                    # a state file no consumer has run on; read as one, in memory, the file left
-                    # as it is (it said "no such table: checkpoints", exit 6).
+                    # An empty file is a state file no consumer has run on. Examples are
+                    # ``touch consumer.sqlite3`` and an SQLite database without a table. SQLite
+                    # takes it as an empty database, and so does the consumer. It is read as an
+                    # empty state, in memory, and the file is left as it is.
                     self._db.close()
                     self._db = sqlite3.connect(
                         ":memory:", isolation_level=None, check_same_thread=False
@@ -279,7 +287,7 @@ class StateFile:
             self._check_version()
             self._db.executescript(_SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(documents)")}
-            if "coding" not in columns:  # a version 2 file
+            if "coding" not in columns:  # A version 2 file.
                 self._db.execute(
                     "ALTER TABLE documents ADD COLUMN coding TEXT NOT NULL DEFAULT 'identity'"
                 )
@@ -302,11 +310,13 @@ class StateFile:
             )
 
     def _check_own(self) -> set[str]:
-        """Raise :class:`StateError` unless the file is empty or a consumer's state file, before
-        anything is written to it: ``--state`` given the service's own database (or another
-        application's) put the consumer's tables, journal mode and schema version in it. A file
-        that is not an SQLite database at all is said to be so (it said "not a usable state
-        file: file is not a database"). Return the tables the file holds."""
+        """Raise :class:`StateError` unless the file is empty or a consumer's state file.
+
+        The check runs before anything is written to the file. Otherwise ``--state`` given the
+        service's own database, or another application's, would put the consumer's tables,
+        journal mode and schema version in it. A file that is not an SQLite database at all is
+        named as such. Return the tables the file holds.
+        """
         try:
             application_id = self._db.execute("PRAGMA application_id").fetchone()[0]
         except sqlite3.DatabaseError as exc:
@@ -349,11 +359,14 @@ class StateFile:
         now: float,
         processed: Sequence[tuple[int, str]] = (),
     ) -> None:
-        """Store durably (fsynced before returning), in one transaction with ``processed``,
-        the sequence numbers and ids of the entries processed since the checkpoint before, in
-        order. None: the checkpoint was moved (back, or forward past entries not processed),
-        and the entries remembered past it are forgotten. The entries older than the last
-        :data:`PROCESSED_KEPT` are forgotten too, a run at a time."""
+        """Store the checkpoint durably, fsynced before returning.
+
+        The same transaction stores ``processed``: the sequence numbers and ids of the entries
+        processed since the checkpoint before, in order. None means the checkpoint was moved,
+        back or forward past entries not processed. Then the entries remembered past it are
+        forgotten. The entries older than the last :data:`PROCESSED_KEPT` are forgotten too, a
+        run at a time.
+        """
         seq = checkpoint.seq
         try:
             with self._lock:
@@ -374,9 +387,9 @@ class StateFile:
                             "(feed_url, first_seq, last_seq, entry_ids) VALUES (?, ?, ?, ?)",
                             [(feed_url, *run) for run in _runs(processed)],
                         )
-                        # first_seq <= last_seq: the bound on it (the key) keeps the delete
-                        # to the runs it removes; on last_seq alone it read every row, and a
-                        # checkpoint an entry read 10,000 (0.13 ms a save became 0.45).
+                        # first_seq <= last_seq. The bound on first_seq (the key) keeps the
+                        # delete to the runs it removes. On last_seq alone it would read every
+                        # row. With 10,000 rows, a save would take 0.45 ms instead of 0.13.
                         oldest = seq - PROCESSED_KEPT
                         db.execute(
                             "DELETE FROM processed"
@@ -403,7 +416,7 @@ class StateFile:
             "DELETE FROM processed WHERE feed_url = ? AND last_seq > ?", (feed_url, seq)
         )
         for first, last, entry_ids in rows:
-            if first <= seq:  # the run the checkpoint is in: its entries up to it stay
+            if first <= seq:  # The checkpoint is in this run. Its entries up to it stay.
                 with damaged_values(self.path, "processed entries"):
                     kept = _run_ids(first, last, entry_ids)[: seq - first + 1]
                 self._db.execute(
@@ -413,8 +426,10 @@ class StateFile:
                 )
 
     def processed(self, feed_url: str) -> dict[int, str]:
-        """The entries processed last (at least :data:`PROCESSED_KEPT` of them, when there
-        were as many): id by sequence number."""
+        """The entries processed last, as id by sequence number.
+
+        There are at least :data:`PROCESSED_KEPT` of them, when there were as many.
+        """
         rows = self._all(
             "SELECT first_seq, last_seq, entry_ids FROM processed WHERE feed_url = ?"
             " ORDER BY first_seq",
@@ -428,8 +443,8 @@ class StateFile:
 
     def processed_id(self, feed_url: str, seq: int) -> str | None:
         """The id of the entry numbered ``seq`` processed here, if it is remembered."""
-        # The run starting last at or before ``seq`` (runs do not overlap), found on the key:
-        # a bound on last_seq too read every row before it.
+        # Find the run starting last at or before ``seq`` on the key, because runs do not
+        # overlap. A bound on last_seq too would read every row before it.
         row = self._query(
             "SELECT first_seq, last_seq, entry_ids FROM processed"
             " WHERE feed_url = ? AND first_seq <= ? ORDER BY first_seq DESC LIMIT 1",
@@ -457,8 +472,10 @@ class StateFile:
     def park(
         self, feed_url: str, entry_id: str, seq: int, entry: dict[str, Any], error: str, now: float
     ) -> None:
-        """Keep an entry whose handler failed (durably); parked again, its error is updated
-        and its attempts counted."""
+        """Keep an entry whose handler failed, durably.
+
+        An entry parked again has its error updated and its attempts counted.
+        """
         self._write(
             "INSERT INTO parked (feed_url, entry_id, seq, entry_json, error, parked_at) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (feed_url, entry_id) DO UPDATE SET "
@@ -485,7 +502,7 @@ class StateFile:
         return int(row[0]) if row is not None else 0
 
     def unpark(self, feed_url: str, entry_id: str) -> bool:
-        """Forget a parked entry; whether there was one."""
+        """Forget a parked entry; return whether there was one."""
         return self._execute(
             "DELETE FROM parked WHERE feed_url = ? AND entry_id = ?",
             (feed_url, entry_id),
@@ -552,7 +569,7 @@ class StateFile:
         )
 
     def holds_archived_page(self, url: str) -> bool:
-        """Whether an archived page is kept under ``url`` (reused without a request)."""
+        """Whether an archived page is kept under ``url``, to reuse without a request."""
         return (
             self._query("SELECT 1 FROM documents WHERE url = ? AND immutable", (url,)) is not None
         )
@@ -582,7 +599,7 @@ class StateFile:
             raise self._failed("read", exc) from exc
 
     def _write(self, sql: str, params: tuple[object, ...]) -> None:
-        """One durable transaction (fsynced before returning)."""
+        """One durable transaction, fsynced before returning."""
         self._execute(sql, params, durable=True)
 
     def _write_cache(self, sql: str, params: tuple[object, ...]) -> None:
@@ -590,33 +607,35 @@ class StateFile:
         self._execute(sql, params, durable=False)
 
     def _execute(self, sql: str, params: tuple[object, ...], *, durable: bool) -> bool:
-        """Run one write; whether it changed a row."""
+        """Run one write; return whether it changed a row."""
         try:
             with self._lock:
                 self._set_durable(durable)
-                return self._db.execute(sql, params).rowcount > 0  # autocommit: one transaction
+                return self._db.execute(sql, params).rowcount > 0  # Autocommit: a transaction.
         except sqlite3.Error as exc:
             raise self._failed("write", exc) from exc
 
     def _set_durable(self, durable: bool) -> None:
-        """Commits from here on are fsynced (``durable``) or only atomic; under the lock."""
+        """Make commits from here on fsynced (``durable``) or only atomic; under the lock."""
         if durable != self._durable:
             self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             self._durable = durable
 
     @contextlib.contextmanager
     def processing(self) -> Iterator[None]:
-        """Hold the right to process entries from this state file, or raise
-        :class:`StateError` at once if another consumer holds it: two consumers on one file
-        (a cron job's run overlapping the next) each handled every new entry, at the same
-        time. An exclusive ``flock`` on ``<state file>.lock``, released when the block ends
-        or the process does, however it ends. Reading the file (``simplefeed consumer
-        status``) needs no such right.
+        """Hold the right to process entries from this state file.
 
-        The lock file is named after the state file's real path, so that a consumer given a
-        symbolic link to it takes the same lock; a state file with another hard link is
-        refused (a consumer given the other name would take another lock: a reviewer's
-        trial had two consumers handle every entry, each, so)."""
+        Raise :class:`StateError` at once if another consumer holds it. Otherwise two consumers
+        on one file would each handle every new entry, at the same time. A cron job's run
+        overlapping the next is one such case. The right is an exclusive ``flock`` on
+        ``<state file>.lock``. It is released when the block ends or the process does, however
+        it ends. Reading the file (``simplefeed consumer status``) needs no such right.
+
+        The lock file is named after the state file's real path. So a consumer given a symbolic
+        link to it takes the same lock. A state file with another hard link is refused. A
+        consumer given the other name would take another lock, and two consumers would each
+        handle every entry.
+        """
         real = Path(os.path.realpath(self.path))
         try:
             links = os.stat(real).st_nlink
@@ -645,10 +664,10 @@ class StateFile:
                 ) from None
             yield
         finally:
-            os.close(fd)  # releases the lock
+            os.close(fd)  # Closing releases the lock.
 
     def _failed(self, what: str, exc: sqlite3.Error) -> StateError:
-        if self._closed:  # (SQLite says "Cannot operate on a closed database")
+        if self._closed:  # SQLite would say "Cannot operate on a closed database".
             return StateError(str(self.path), f"{what} after the state file was closed")
         return StateError(str(self.path), f"{what} failed: {exc}")
 
@@ -677,8 +696,10 @@ def _object(text: str) -> dict[str, Any]:
 
 
 def _run_ids(first: object, last: object, text: object) -> list[str]:
-    """The ids of a run of entries processed, numbered ``first`` to ``last``, from its JSON
-    array (ValueError or TypeError when the row does not hold that)."""
+    """The ids of a run of entries processed, numbered ``first`` to ``last``, from its JSON array.
+
+    Raise ValueError or TypeError when the row does not hold that.
+    """
     if not isinstance(first, int) or not isinstance(last, int) or not isinstance(text, str):
         raise TypeError("a run of entries that is not two numbers and a text")
     value = json.loads(text)
@@ -690,8 +711,11 @@ def _run_ids(first: object, last: object, text: object) -> list[str]:
 
 
 def _runs(processed: Sequence[tuple[int, str]]) -> Iterator[tuple[int, int, str]]:
-    """``processed`` (sequence number, id) as runs of consecutive numbers: first, last, the
-    ids as a JSON array. One run a page as a consumer processes them."""
+    """``processed`` (sequence number, id) as runs of consecutive numbers.
+
+    Each run gives its first and last number and the ids as a JSON array. A consumer makes one
+    run a page.
+    """
     first = last = processed[0][0]
     ids = [processed[0][1]]
     for seq, entry_id in processed[1:]:

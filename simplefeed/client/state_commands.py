@@ -1,9 +1,10 @@
 """``simplefeed consumer``: working on a consumer's state file from the shell.
 
 ``parked``, ``retry`` and ``drop`` work on the entries parked with ``--on-error park``.
-``status`` says where each consumer stands, and ``reset`` moves its checkpoint (after a
-server's restore lost entries it had read). None of them creates a state file: one that does
-not exist is a usage error (exit 2). Errors exit as ``simplefeed consume`` says.
+``status`` says where each consumer stands. ``reset`` moves a consumer's checkpoint, for
+example after a server's restore lost entries it had read. None of them creates a state file.
+A state file that does not exist is a usage error (exit 2). Errors exit as
+``simplefeed consume`` says.
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ _URL = click.option(
 
 
 class _ReportingGroup(click.Group):
-    """A group whose commands report an unusable state file (exit 6) and an internal error
-    (exit 70) as ``consume`` does."""
+    """A group whose commands report errors as ``consume`` does.
+
+    That covers an unusable state file (exit 6) and an internal error (exit 70).
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         # SIGTERM stops a retry or a reset as Ctrl-C does (exit 130), as for consume.
@@ -71,7 +74,8 @@ class _ReportingGroup(click.Group):
             click.echo(f"simplefeed consumer: error: {one_line(exc.naming(FLAGS))}", err=True)
             sys.exit(next(c for kind, c in code.items() if isinstance(exc, kind)))
         except KeyboardInterrupt:
-            # click said "Aborted!" and exited 1, a status the group does not document.
+            # Without this, click would say "Aborted!" and exit 1, a status the group does not
+            # document.
             click.echo("simplefeed consumer: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
         except Exception as exc:
@@ -86,10 +90,16 @@ def consumer_group(debug: bool) -> None:
     """Work on a consumer's state file: parked entries, where it stands, moving it.
 
     \b
-    Exit codes: 0 done; 2 usage (no such state file, an unknown entry id, an ambiguous
-    state file, a number the feed does not hold); 3 a retried handler failed again; 4 and 5
-    (reset) as for consume: the feed broke the protocol, HTTP failed; 6 state file unusable;
-    70 internal error; 130 interrupted (SIGINT or SIGTERM).
+    Exit codes:
+      0    done
+      2    usage error (no such state file, an unknown entry id, an ambiguous
+           state file, a number the feed does not hold)
+      3    a retried handler failed again
+      4    (reset) the feed broke the protocol, as for consume
+      5    (reset) HTTP failed, as for consume
+      6    state file unusable
+      70   internal error
+      130  interrupted (SIGINT or SIGTERM)
     """
 
 
@@ -97,7 +107,7 @@ def _entry_points(state: StateFile, url: str | None) -> list[str]:
     known = sorted(
         set(state.checkpoints()) | set(state.heads()) | {p.feed_url for p in state.parked()}
     )
-    for entry_point in known:  # recorded before entry points were checked
+    for entry_point in known:  # Recorded before entry points were checked.
         problem = url_problem(entry_point)
         if problem is not None:
             raise click.UsageError(
@@ -120,8 +130,11 @@ _NO_CONSUMER_YET = (
 
 
 def _one_entry_point(state_path: Path, url: str | None) -> str:
-    """The entry point the state file holds (``url``, when it holds several), found in it
-    read-only: a command that cannot go on changes nothing (an empty file stays empty)."""
+    """The entry point the state file holds, found in it read-only.
+
+    ``url`` picks one when the file holds several. A command that cannot go on changes nothing,
+    so an empty file stays empty.
+    """
     with StateFile(state_path, read_only=True) as state:
         known = _entry_points(state, url)
     if not known:
@@ -138,9 +151,11 @@ def _one_entry_point(state_path: Path, url: str | None) -> str:
 @_URL
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per parked entry.")
 def _parked(state_path: Path, url: str | None, as_json: bool) -> None:
-    """List parked entries, oldest first: seq, id, attempts, error (or JSON lines). With
-    none, a line on standard error says so; standard output stays empty (for --json: no
-    lines, as JSON lines list nothing)."""
+    """List parked entries, oldest first: seq, id, attempts, error (or JSON lines).
+
+    With none, a line on standard error says so, and standard output stays empty. With --json,
+    that means no lines, as JSON lines list nothing.
+    """
     listed = 0
     with StateFile(state_path, read_only=True) as state:
         for feed_url in _entry_points(state, url):
@@ -170,8 +185,10 @@ def _parked(state_path: Path, url: str | None, as_json: bool) -> None:
 def _retry(
     state_path: Path, url: str | None, exec_command: str, entry_ids: tuple[str, ...]
 ) -> None:
-    """Run CMD again on parked entries (all, or the IDs given), oldest first, forgetting each
-    that succeeds."""
+    """Run CMD again on parked entries, oldest first, forgetting each that succeeds.
+
+    It runs on all of them, or on the IDs given.
+    """
     handler = _exec_handler(exec_command)
     feed_url = _one_entry_point(state_path, url)
     with StateFile(state_path) as state, Consumer(feed_url, state) as consumer:
@@ -189,7 +206,7 @@ def _retry(
 @_URL
 @click.argument("entry_id", metavar="ID")
 def _drop(state_path: Path, url: str | None, entry_id: str) -> None:
-    """Forget one parked entry (it will not be handled again)."""
+    """Forget one parked entry, so it will not be handled again."""
     feed_url = _one_entry_point(state_path, url)
     with StateFile(state_path) as state, Consumer(feed_url, state) as consumer:
         if not consumer.drop(entry_id):
@@ -218,13 +235,15 @@ def _reset(
     max_pages: int,
     redirect_origins: tuple[str, ...],
 ) -> None:
-    """Move the checkpoint, back or forward: the next consume handles what --to says. Reads
-    the feed (to check that it holds entry SEQ). Parked entries are kept.
+    """Move the checkpoint, back or forward: the next consume handles what --to says.
 
-    After a server's database was restored from a backup that lost entries this consumer had
-    read (consume stops, exit 4: "the last processed entry ... is no longer in the feed"),
-    --to SEQ, the number of the last entry the restore kept, goes on with what was published
-    since, each entry once."""
+    It reads the feed, to check that it holds entry SEQ. Parked entries are kept.
+
+    A server's database may be restored from a backup that lost entries this consumer had read.
+    Then consume stops with exit 4: "the last processed entry ... is no longer in the feed".
+    Give --to SEQ, the number of the last entry the restore kept. The consumer goes on with
+    what was published since, each entry once.
+    """
     feed_url = _one_entry_point(state_path, url)
     with (
         StateFile(state_path) as state,
@@ -262,8 +281,11 @@ def _position(checkpoint: Checkpoint | None) -> str:
 @_URL
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per entry point.")
 def _status(state_path: Path, url: str | None, as_json: bool) -> None:
-    """Where each consumer of the state file stands: checkpoint, head as last seen, lag (from
-    sequence numbers), parked entries."""
+    """Where each consumer of the state file stands.
+
+    It shows the checkpoint, the head as last seen, the lag (from sequence numbers) and the
+    parked entries.
+    """
     with StateFile(state_path, read_only=True) as state:
         known = _entry_points(state, url)
         if not known:
@@ -293,8 +315,8 @@ def _status_json(status: Status) -> str:
     return json_text(record)
 
 
-#: ``status --json`` before any consumer ran: an entry point's object, nothing known (printing
-#: nothing read as a command that did nothing).
+#: What ``status --json`` prints before any consumer ran: an entry point's object, with nothing
+#: known. Printing nothing would read as a command that did nothing.
 _NO_ENTRY_POINT_JSON = json_text(
     {"url": None, "checkpoint": None, "head": None, "lag": None, "past_head": False, "parked": 0}
 )
@@ -308,7 +330,7 @@ def _status_text(status: Status) -> str:
     else:
         lines.append(
             f"  checkpoint  seq {checkpoint.seq}  {escape_field(checkpoint.entry_id)}  "
-            f"{escape_field(checkpoint.page_url)}"  # the server chose it
+            f"{escape_field(checkpoint.page_url)}"  # The server chose it.
         )
     lines.append(
         "  head        never seen"

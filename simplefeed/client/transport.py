@@ -1,7 +1,7 @@
 """The consumer's HTTP transport: the whole response within its time, and reads that stop.
 
-Every socket read waits only for what is left of the response's time, so a server that drips
-bytes is cut off at the deadline whatever the socket timeout. Every wait lasts at most
+Every socket read waits only for what is left of the response's time. So a server that drips
+bytes is cut off at the deadline, whatever the socket timeout. Every wait lasts at most
 :data:`STOP_CHECK_S` at a time, so an interrupt ends it soon.
 """
 
@@ -17,24 +17,24 @@ import httpx
 
 __all__ = ["STOP_CHECK_S", "BoundedTransport", "Deadlines", "Interruption"]
 
-#: How long a wait of the fetcher (a socket read, a pause between attempts or polls) goes on
-#: at most before it looks whether it was interrupted (:meth:`Fetcher.interrupt`).
+#: How long a wait of the fetcher goes on at most before it looks whether it was interrupted
+#: (:meth:`Fetcher.interrupt`). Such a wait is a socket read, or a pause between attempts or polls.
 STOP_CHECK_S = 0.25
 
 
 class Interruption:
-    """Whether the fetcher was asked to stop, read by every wait at least every
-    :data:`STOP_CHECK_S`.
+    """Whether the fetcher was asked to stop.
 
-    It is a plain attribute, set from any thread or from a signal handler. A lock would not do,
-    because a handler that waited for one its own thread held would never return.
+    Every wait reads it at least every :data:`STOP_CHECK_S`. It is a plain attribute, set from
+    any thread or from a signal handler. A lock would not do, because a handler that waited for
+    one its own thread held would never return.
     """
 
     requested = False
 
 
 class Deadlines(threading.local):
-    """The deadline of the response being read, per thread (None: none)."""
+    """The deadline of the response being read, per thread (None for none)."""
 
     at: float | None = None
 
@@ -62,9 +62,11 @@ class _Stream(httpcore.NetworkStream):
         self._interruption = interruption
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        """A read within the timeout and the response's deadline, waiting at most
-        :data:`STOP_CHECK_S` at a time, so that an interrupt ends it (a socket read that
-        timed out has taken nothing: it is simply made again)."""
+        """A read within the timeout and the response's deadline.
+
+        It waits at most :data:`STOP_CHECK_S` at a time, so an interrupt ends it. A socket read
+        that timed out has taken nothing, so it is simply made again.
+        """
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             if self._interruption.requested:
@@ -136,11 +138,13 @@ class _Backend(httpcore.NetworkBackend):
 
 
 class BoundedTransport(httpx.HTTPTransport):
-    """httpx's transport over a connection pool whose sockets keep to the deadline (the pool
-    is httpx's own, but for its network backend)."""
+    """httpx's transport over a connection pool whose sockets keep to the deadline.
+
+    The pool is httpx's own, except for its network backend.
+    """
 
     def __init__(self, deadlines: Deadlines, interruption: Interruption) -> None:
-        # One TLS context (loading the trust store costs about 30 ms), httpx's own default.
+        # One TLS context, httpx's own default, because loading the trust store costs about 30 ms.
         ssl_context = httpx.create_ssl_context()
         super().__init__(verify=ssl_context)
         self._pool = httpcore.ConnectionPool(

@@ -34,7 +34,7 @@ from lxml import etree
 
 from simplefeed.client.entry import EntryAuthor, EntryCategory, EntryLink, FeedEntry
 from simplefeed.client.errors import MalformedPage, NotAtom
-from simplefeed.model import ATOM_NS, FH_NS, SF_NS
+from simplefeed.model import ATOM_NS, FH_NS, SF_NS, locator_segment
 
 __all__ = ["MAX_SEQ", "Feed", "is_json", "read_entries", "read_feed", "root"]
 
@@ -182,6 +182,8 @@ def _entry(url: str, el: Any, page_url: str) -> FeedEntry:
         raise MalformedPage(url, f"an entry has no id (title {title!r})")
     if seq_text is None:
         raise MalformedPage(url, f"entry {entry_id!r} has no valid sequence number (no sf:seq)")
+    if not has_content and links:
+        links = _producer_links(links, entry_id, page_url)
     return FeedEntry(
         id=entry_id,
         seq=_seq(url, seq_text, entry_id),
@@ -196,6 +198,17 @@ def _entry(url: str, el: Any, page_url: str) -> FeedEntry:
         categories=tuple(categories),
         published=published,
     )
+
+
+def _producer_links(links: list[EntryLink], entry_id: str, page_url: str) -> list[EntryLink]:
+    """The links of an entry without content, less the one the server added: an alternate link
+    to the entry's own locator, last, which it writes when the producer gave no alternate link
+    (RFC 4287 4.1.1 wants one). The locator is ``entries/`` beside the page's ``pages/``
+    (:meth:`simplefeed.rules.paging.Urls.entry`). Handed on, it read as the producer's."""
+    locator = EntryLink(href=urljoin(page_url, "../entries/" + locator_segment(entry_id)))
+    if links[-1] != locator or any(link.rel == "alternate" for link in links[:-1]):
+        return links
+    return links[:-1]
 
 
 def _category(el: Any) -> EntryCategory:

@@ -1,67 +1,74 @@
-"""Which entries are new, in which order: the walking logic, over any :class:`PageSource`.
+"""Which entries are new, and in which order: the walking logic, over any :class:`PageSource`.
 
-No HTTP here: a page source turns a URL into a parsed :class:`~simplefeed.client.parse.Page`
-(the consumer's is the fetcher plus the parser; tests may use pages held in a dict), and may
-also give an :class:`~simplefeed.client.parse.Outline` (links, archive flag, oldest and newest
-sequence numbers) for less. Links are only ever followed, never built.
+No HTTP here. A page source turns a URL into a parsed :class:`~simplefeed.client.parse.Page`.
+The consumer's source is the fetcher plus the parser, and tests may use pages held in a dict.
+A source may also give an :class:`~simplefeed.client.parse.Outline` for less. An outline holds
+the links, the archive flag, and the oldest and newest sequence numbers. Links are only ever
+followed, never built.
 
-One pass (:func:`new_entries`), given the entry point's document (*head*) and the checkpoint:
+One pass (:func:`new_entries`) starts from the entry point's document (*head*) and the
+checkpoint:
 
-1. The checkpoint's entry is in *head*: the entries after it are new. (The usual poll.)
-2. Otherwise walk back from *head* through ``prev-archive``, reading only outlines, to the
-   checkpoint's page (the page its permanent URL names, or the one whose sequence numbers hold
-   the entry; archived pages come from the cache without a request, so this costs the requests
-   a resume always made: one per page not read before), then forward from there through
-   ``next-archive``: the entries after the checkpoint, then each newer page up to the working
-   page (*head* itself stands in for the page its ``via`` names, so that one is not fetched
-   again). Not found back to the first page: :class:`LastEntryVanished`.
-3. No checkpoint (a first run): walk back to the first page, reading only outlines, then
-   forward from it as in 2, everything, oldest first. :func:`starting_point` gives the
-   checkpoint for "start from now" instead.
+1. The checkpoint's entry is in *head*. The entries after it are new. This is the usual poll.
+2. Otherwise walk back from *head* through ``prev-archive`` to the checkpoint's page, reading
+   only outlines. That page is the one its permanent URL names, or the one whose sequence
+   numbers hold the entry. Archived pages come from the cache without a request. So this costs
+   the requests a resume always made: one per page not read before. Then walk forward from
+   there through ``next-archive``. The walk yields the entries after the checkpoint. Then it
+   yields each newer page up to the working page. *head* stands in for the page its ``via``
+   names, so that page is not fetched again. If the walk back reaches the first page without
+   finding the entry, it raises :class:`LastEntryVanished`.
+3. There is no checkpoint (a first run). Walk back to the first page, reading only outlines.
+   Then walk forward from it as in 2, yielding everything, oldest first.
+   :func:`starting_point` gives the checkpoint for "start from now" instead.
 
-Memory stays flat in the number of pages walked, but for one digest (a 64-character string)
-per page walked back: walking back, one page (and *head*) is held at a time; going forward,
-the page whose entries are handed over and the next one (read first, to check its digest),
-with a page source that reads ahead one more; a bounded trail of URLs; and the ids of two
-pages.
-Going forward re-reads the pages walked back through; the consumer's page source serves
-archived pages from its cache, without a request. A page source that can
-read ahead (:class:`ReadAhead`) is told the page after the next as soon as its link is known,
-and reads it (one page at most) while the entries of the current page are handled.
+Memory stays flat in the number of pages walked. The one exception is a digest per page walked
+back (a 64-character string). Walking back, one page (and *head*) is held at a time. Going
+forward, the walk holds the page whose entries are handed over and the next one. It reads the
+next one first, to check its digest. A page source that reads ahead holds one more. The walk
+also keeps a bounded trail of URLs and the ids of two pages.
 
-Every entry yielded has the sequence number of the one before plus one (the first of a feed has
-1): anything else raises :class:`SequenceGap` before the entry is yielded; walking back, each
-page must hold older entries than the one before (else :class:`MalformedPage`). So a walk that
-goes round in circles through pages with entries cannot go on: coming back to a page breaks
-the order. Following a link to one of the last pages visited (:data:`TRAIL` of them), or to any
-page visited since the walk last passed an entry, raises :class:`LinkLoop` at once. Errors are
-raised before any entry past the problem is yielded; the caller's checkpoint is never touched
-here.
+Going forward re-reads the pages walked back through. The consumer's page source serves
+archived pages from its cache, without a request. A page source that can read ahead
+(:class:`ReadAhead`) learns the page after the next as soon as its link is known. It reads
+that page (one page at most) while the entries of the current page are handled.
 
-Integrity: a document's ``prev-archive`` link may give the SHA-256 of the page it links to
-(``sf:sha256``). The chain is anchored at *head*: walking back, each page read is checked
-against the digest of the link that led to it (*head*'s for the newest archived page) and its
-digest is kept; going forward, every page, the first one included, must have the digest kept
-for it at the same place in the chain before any of its entries is yielded, whether it came
-from the network or from a cache (:class:`DigestMismatch` otherwise), and the ``next-archive``
-links must lead back along the same pages to *head*: a page without one that is not *head*, or a
-chain longer or shorter than the one walked back, is a :class:`MalformedPage`. So nothing is
-yielded from a page the entry point does not vouch for through the chain (pages written before
-servers gave digests vouch for nothing, and are read as before). Position is found by id *and*
-sequence number: the checkpoint's id at another number, or passed again going forward, raises
-:class:`RepeatedEntry`; so does, going forward, an id listed on the page before (or earlier on
-the same page) at another number. Only the ids of two pages are kept: an id repeated from
-further back is not looked for.
+Every entry yielded has the sequence number of the one before plus one. The first entry of a
+feed has 1. Anything else raises :class:`SequenceGap` before the entry is yielded. Walking
+back, each page must hold older entries than the one before, or else :class:`MalformedPage`.
+So a walk cannot go round in circles through pages with entries, because coming back to a page
+breaks the order. Some links raise :class:`LinkLoop` at once. A link to one of the last pages
+visited (:data:`TRAIL` of them) does. So does a link to any page visited since the walk last
+passed an entry. Errors are raised before any entry past the problem is yielded. The caller's
+checkpoint is never touched here.
 
-Bounded: every page reached through ``prev-archive`` must be archived (``fh:archive``) and hold
-at least one entry (a server freezes a page only once it is full), and each holds older entries
-than the one before, so the pages walked back are at most the sequence numbers passed (the
-newest minus the checkpoint's); and never more than ``max_pages`` (:data:`MAX_PAGES`), which
-ends a chain that counts down from 2**62 one page at a time. Walking back is the only way a
-pass reaches a page (going forward retraces it), so a pass makes at most ``max_pages`` + 2 page
-requests, and pins at most as many pages in the consumer's cache: the state file cannot grow
-without bound during one pass. Past the bound, or at a page that breaks these rules,
-:class:`MalformedPage`.
+Integrity. A document's ``prev-archive`` link may give the SHA-256 of the page it links to
+(``sf:sha256``). The chain is anchored at *head*. Walking back, each page read is checked
+against the digest of the link that led to it. For the newest archived page, that is *head*'s
+link. The walk keeps each page's digest. Going forward, every page must have the digest kept
+for it at the same place in the chain. This holds for the first page too. It is checked before
+any of the page's entries is yielded, whether the page came from the network or from a cache.
+Otherwise the walk raises :class:`DigestMismatch`. The ``next-archive`` links must lead back
+along the same pages to *head*. A page other than *head* without one is a
+:class:`MalformedPage`. So is a chain longer or shorter than the one walked back. So nothing
+is yielded from a page the entry point does not vouch for through the chain. Pages written
+before servers gave digests vouch for nothing, and are read without the check.
+
+Position is found by id *and* sequence number. The checkpoint's id at another number raises
+:class:`RepeatedEntry`. So does the checkpoint's id passed again going forward. Going forward,
+an id listed at another number on the page before also raises it. So does one listed earlier
+on the same page. Only the ids of two pages are kept, so an id repeated from further back is
+not looked for.
+
+Bounded. Every page reached through ``prev-archive`` must be archived (``fh:archive``). It
+must hold at least one entry, because a server freezes a page only once it is full. Each page
+holds older entries than the one before. So the pages walked back are at most the sequence
+numbers passed (the newest minus the checkpoint's). They are also never more than
+``max_pages`` (:data:`MAX_PAGES`). That bound ends a chain that counts down from 2**62 one page
+at a time. Walking back is the only way a pass reaches a page, because going forward retraces
+it. So a pass makes at most ``max_pages`` + 2 page requests. It pins at most as many pages in
+the consumer's cache. So the state file cannot grow without bound during one pass. Past the
+bound, or at a page that breaks these rules, the walk raises :class:`MalformedPage`.
 """
 
 from __future__ import annotations
@@ -103,9 +110,9 @@ __all__ = [
 GONE = (404, 410)
 #: How many of the last pages visited a walk remembers, for :class:`LinkLoop`.
 TRAIL = 16
-#: The most pages one pass walks back (and so reads, and pins in a consumer's cache), by
-#: default: ten million entries in pages of 100 (Simplefeed's default page size). A longer
-#: history needs a larger ``max_pages``.
+#: The most pages one pass walks back by default. A pass also reads and pins that many pages
+#: in a consumer's cache. The default covers ten million entries in pages of 100, Simplefeed's
+#: default page size. A longer history needs a larger ``max_pages``.
 MAX_PAGES = 100_000
 
 
@@ -131,8 +138,11 @@ class OutlineSource(Protocol):
 
 @dataclass(frozen=True)
 class Progress:
-    """Where a long catch-up stands. ``locate``: walking back (``done`` entries passed of
-    ``total`` to pass); ``process``: entries yielded so far of ``total`` new ones."""
+    """Where a long catch-up stands.
+
+    ``locate`` means walking back: ``done`` entries passed of ``total`` to pass. ``process``
+    means going forward: entries yielded so far of ``total`` new ones.
+    """
 
     phase: Literal["locate", "process"]
     done: int
@@ -145,9 +155,9 @@ ProgressFn = Callable[[Progress], None]
 def starting_point(source: PageSource, head: Page) -> Checkpoint:
     """The checkpoint that means "everything published so far is processed".
 
-    The newest entry of the feed (walking back over an empty entry point to the newest archived
-    page, which holds entries); for an empty feed, a checkpoint before the first entry
-    (sequence 0), so entries published later are all new.
+    It is the newest entry of the feed. If the entry point is empty, the walk goes back to the
+    newest archived page, which holds entries. For an empty feed, the checkpoint sits before the
+    first entry (sequence 0), so entries published later are all new.
     """
     page = head
     visited = [head.url]
@@ -170,22 +180,24 @@ def starting_point(source: PageSource, head: Page) -> Checkpoint:
 def entry_numbered(
     source: PageSource, head: Page, seq: int, *, max_pages: int = MAX_PAGES
 ) -> Checkpoint:
-    """The checkpoint that means "every entry up to ``seq`` is processed": the entry numbered
-    ``seq`` (walking back from ``head`` through outlines, each page checked as a pass checks
-    it), or, for 0, the point before the first entry. :class:`NoSuchEntry` when the feed holds
-    no entry of that number."""
+    """The checkpoint that means "every entry up to ``seq`` is processed".
+
+    It is the entry numbered ``seq``. The walk goes back from ``head`` through outlines and
+    checks each page as a pass checks it. For 0, the checkpoint is the point before the first
+    entry. :class:`NoSuchEntry` when the feed holds no entry of that number.
+    """
     if seq == 0:
         return Checkpoint("", 0, head.permanent_url)
     back = _Back(head, seq, None, max_pages)
     page: Page | Outline = head
     back.passed(head)
-    while back.oldest is None or back.oldest > seq:  # every entry passed is newer, or none
+    while back.oldest is None or back.oldest > seq:  # Every entry passed is newer, or none.
         older = back.older(source, page)
         if older is None:
             break
         assert older.newest_seq is not None
         if older.newest_seq < seq:
-            break  # older entries only: the number is on ``page`` if anywhere
+            break  # Older entries only, so the number is on ``page`` if anywhere.
         page = older
     whole = page if isinstance(page, Page) else source.page(page.url)
     for entry in whole.entries:
@@ -197,12 +209,15 @@ def entry_numbered(
 def parting(
     source: PageSource, head: Page, read: Mapping[int, str], *, max_pages: int = MAX_PAGES
 ) -> Parting:
-    """Compare the entries ``read`` (id by sequence number; not empty) with the feed, walking
-    back from ``head`` to the page of the oldest of them, each page checked as a pass checks
-    it. For a consumer whose last entry is no longer in the feed: a server's database restored
-    from a backup that lost entries it had read."""
+    """Compare the entries ``read`` with the feed.
+
+    ``read`` maps sequence numbers to ids and is not empty. The walk goes back from ``head`` to
+    the page of the oldest of them, and checks each page as a pass checks it. This serves a
+    consumer whose last entry is no longer in the feed. That happens when a server's database
+    is restored from a backup that lost entries the consumer had read.
+    """
     lowest = min(read)
-    differs: int | None = None  # the lowest number at which the feed holds another entry
+    differs: int | None = None  # The lowest number at which the feed holds another entry.
     back = _Back(head, lowest - 1, None, max_pages)
     page: Page | Outline = head
     back.passed(head)
@@ -241,14 +256,15 @@ def new_entries(
     max_pages: int = MAX_PAGES,
 ) -> Iterator[FeedEntry]:
     """The entries after ``checkpoint``, oldest first (everything when it is None).
-    ``page_done`` is called when the walk is past a page's last entry (resumed after it) and
-    about to read on to the next page. ``behind`` is called with the page holding the feed's
-    newest entry and the checkpoint, and nothing is yielded, when that entry is older than the
-    checkpoint's (an older copy of the entry point). ``progress``, when given, is told of
-    each page passed walking back and each entry yielded (no report is made for nobody).
-    ``max_pages``: the most pages walked back (:class:`MalformedPage` past it)."""
-    # Each pass forward is made before it runs, so that the page it starts from is not also
-    # held here: it is let go of as soon as the pass moves on to the next one.
+
+    ``page_done`` is called when the walk is past a page's last entry, before it reads on. A
+    resume then starts after it. ``behind`` gets the page and the checkpoint when the feed's
+    newest entry is older than the checkpoint's, from an older copy of the entry point. Then
+    nothing is yielded. ``progress`` hears of each page passed walking back and each entry
+    yielded. ``max_pages`` bounds the walk back, and past it the walk raises MalformedPage.
+    """
+    # Each pass forward is made before it runs, so the page it starts from is not also held
+    # here. The pass lets go of it as soon as it moves on to the next one.
     if checkpoint is None or checkpoint.seq == 0:
         first, newest, chain = _walk_back_to_start(source, head, progress, max_pages)
         forward = _forward(
@@ -275,10 +291,10 @@ def new_entries(
         return
     top = head if head.newest_seq is not None else _below_empty(source, head)
     if top is not None and top.newest_seq is not None and top.newest_seq < checkpoint.seq:
-        # An older copy of the entry point than one read before (a CDN's edge, a server
-        # answering from what it last served while its database is down): nothing new yet.
-        # Once it shows the checkpoint's number again, the entry there must be the checkpoint's.
-        # (The consumer says so in its log.)
+        # This is an older copy of the entry point than one read before. A CDN's edge serves
+        # one, and so does a server answering from what it last served while its database is
+        # down. Nothing is new yet. Once the copy shows the checkpoint's number again, the entry
+        # there must be the checkpoint's. The consumer says so in its log.
         behind(top, checkpoint)
         return
     del top
@@ -292,9 +308,11 @@ def new_entries(
 
 
 def _below_empty(source: PageSource, head: Page) -> Page | None:
-    """The page before ``head``, an entry point without entries (a page had just frozen when
-    it was served), read whole and checked: it holds the feed's newest entry. None at a feed
-    without entries."""
+    """The page before ``head``, read whole and checked: it holds the feed's newest entry.
+
+    ``head`` is an entry point without entries, because a page had just frozen when it was
+    served. None at a feed without entries.
+    """
     if head.prev_archive is None:
         return None
     below = source.page(head.prev_archive)
@@ -304,11 +322,13 @@ def _below_empty(source: PageSource, head: Page) -> Page | None:
 
 
 class _Trail:
-    """The URLs a walk remembers, in memory that does not grow with the walk: the last
-    :data:`TRAIL` pages (each by its URL and its permanent URL; the chain a :class:`LinkLoop`
-    reports). Every page but *head* holds entries (:func:`_archived`, and going forward the
-    pages walked back), older ones a page back, so a loop longer than the trail is caught by
-    the sequence numbers."""
+    """The URLs a walk remembers, in memory that does not grow with the walk.
+
+    These are the last :data:`TRAIL` pages, each by its URL and its permanent URL. They form
+    the chain a :class:`LinkLoop` reports. Every page but *head* holds entries. Walking back,
+    :func:`_archived` checks this. Going forward, the walk visits only the pages walked back.
+    Each page back holds older ones, so the sequence numbers catch a loop longer than the trail.
+    """
 
     def __init__(self, page: Page) -> None:
         self.chain: deque[str] = deque([page.url], maxlen=TRAIL)
@@ -325,9 +345,12 @@ class _Trail:
 
 
 def _archived(url: str, page: Page | Outline) -> None:
-    """``page``, reached through a ``prev-archive`` link to ``url``, is an archived page with
-    entries, or :class:`MalformedPage`: a server freezes a page only once it is full, and a
-    chain of empty (or unarchived) pages could go on for ever with nothing to tell it by."""
+    """Check that ``page`` is an archived page with entries, or raise :class:`MalformedPage`.
+
+    The walk reached ``page`` through a ``prev-archive`` link to ``url``. A server freezes a
+    page only once it is full. A chain of empty or unarchived pages could go on for ever with
+    nothing to tell it by.
+    """
     if not page.is_archive:
         raise MalformedPage(url, "prev-archive led to a page that is not archived (no fh:archive)")
     if page.newest_seq is None:
@@ -335,9 +358,12 @@ def _archived(url: str, page: Page | Outline) -> None:
 
 
 class _Back:
-    """The bookkeeping of a walk back: the trail, the oldest sequence number passed (each page
-    back must hold older entries), the digests of the pages passed (newest first: the chain
-    the walk forward retraces), the bound on pages, progress."""
+    """The bookkeeping of a walk back.
+
+    It holds the trail and the oldest sequence number passed, because each page back must hold
+    older entries. It holds the digests of the pages passed, newest first, which is the chain
+    the walk forward retraces. It also holds the bound on pages and the progress.
+    """
 
     def __init__(
         self, head: Page, after_seq: int, progress: ProgressFn | None, max_pages: int
@@ -352,8 +378,7 @@ class _Back:
         self.chain: list[str] = []
 
     def passed(self, page: Page | Outline) -> bool:
-        """``page`` read: check that its entries are older than those passed before; whether
-        it had any."""
+        """Check that ``page``'s entries are older than those passed; return whether it had any."""
         oldest, newest = page.oldest_seq, page.newest_seq
         if newest is None:
             return False
@@ -362,7 +387,7 @@ class _Back:
                 page.url,
                 f"prev-archive led to newer entries (sequence {newest} after {self.oldest})",
             )
-        self.oldest = oldest if oldest is not None else newest  # an outline may not know it
+        self.oldest = oldest if oldest is not None else newest  # An outline may not know it.
         if self.newest is None:
             self.newest = newest
         return True
@@ -380,8 +405,11 @@ class _Back:
             self.progress(Progress("locate", self.newest - self.oldest + 1, total))
 
     def arrived(self, url: str, page: Page | Outline) -> None:
-        """At ``page`` (reached through ``url``, and checked against the link's digest): an
-        archived page with entries older than those passed (:meth:`passed`); its digest kept."""
+        """Record arriving at ``page``, reached through ``url``.
+
+        The page was checked against the link's digest. It must be archived, with entries older
+        than those passed (:meth:`passed`). Its digest is kept.
+        """
         self.steps += 1
         _archived(url, page)
         self.passed(page)
@@ -389,9 +417,11 @@ class _Back:
         self.chain.append(page.sha256)
 
     def older(self, source: PageSource, page: Page | Outline) -> Page | Outline | None:
-        """The page ``page``'s ``prev-archive`` link leads to, read (its outline when the
-        source gives one) and checked: against the link's digest, and as :meth:`arrived`
-        says; None at the first page."""
+        """Read and check the page that ``page``'s ``prev-archive`` link leads to.
+
+        It reads the outline when the source gives one. It checks the page against the link's
+        digest, and as :meth:`arrived` says. None at the first page.
+        """
         prev = page.prev_archive
         if prev is None:
             return None
@@ -410,9 +440,11 @@ def _read_back(source: PageSource, url: str) -> Page | Outline:
 def _walk_back_to_start(
     source: PageSource, head: Page, progress: ProgressFn | None, max_pages: int
 ) -> tuple[Page, int | None, list[str]]:
-    """The first page of the feed (walking back from ``head`` through outlines), the newest
-    sequence number passed on the way (None if no entry was seen), and the digests of the
-    pages passed (newest first; the first page's last)."""
+    """The first page of the feed, found by walking back from ``head`` through outlines.
+
+    Also return the newest sequence number passed on the way (None if no entry was seen). Also
+    return the digests of the pages passed, newest first, so the first page's digest is last.
+    """
     back = _Back(head, 0, progress, max_pages)
     page: Page | Outline = head
     back.passed(head)
@@ -420,7 +452,7 @@ def _walk_back_to_start(
         page = older
     if isinstance(page, Outline):
         page = source.page(page.url)
-        if page.prev_archive is not None:  # the outline missed a link the page has
+        if page.prev_archive is not None:  # The outline missed a link the page has.
             raise MalformedPage(page.url, "a prev-archive link after the entries")
     return page, back.newest, back.chain
 
@@ -432,21 +464,23 @@ def _walk_back_to_entry(
     progress: ProgressFn | None,
     max_pages: int,
 ) -> tuple[Page, int, list[str]]:
-    """The page holding the checkpoint's entry (walking back from ``head`` through outlines),
-    the entry's position, and the digests of the pages passed (newest first; that page's last).
+    """The page holding the checkpoint's entry, found by walking back from ``head``.
 
-    A page is read whole where the entry may be: the page its permanent URL names, or whose
-    sequence numbers hold the checkpoint's (an outline may know only the newest: then the page
-    after the first one whose entries are all older).
+    The walk reads outlines. It returns the page, the entry's position, and the digests of the
+    pages passed. The digests run newest first, so that page's digest is last.
+
+    A page is read whole where the entry may be. That is the page its permanent URL names, or
+    the page whose sequence numbers hold the checkpoint's. An outline may know only the newest
+    number. Then it is the page after the first one whose entries are all older.
     """
     back = _Back(head, checkpoint.seq, progress, max_pages)
     page: Page | Outline = head
     back.passed(head)
-    looked = True  # head holds no such entry
-    while (older := back.older(source, page)) is not None:  # None: at the first page
+    looked = True  # Head holds no such entry.
+    while (older := back.older(source, page)) is not None:  # None at the first page.
         assert older.newest_seq is not None
         if older.newest_seq < checkpoint.seq:
-            back.chain.pop()  # past it: the newer page it must be on is the last kept
+            back.chain.pop()  # Past it, so the entry is on the newer page, the last kept.
             break
         page = older
         oldest = page.oldest_seq
@@ -488,13 +522,15 @@ def _forward(
 ) -> Iterator[FeedEntry]:
     """From ``page`` (after ``position``) through ``next-archive`` links, up to ``head``.
 
-    ``chain``: the digests of the pages walked back, newest first, ``page``'s last (empty when
-    ``page`` is ``head``). Every page must have the digest at its place in the chain, checked
-    before its entries are yielded (the next page is read before the entries of the current one
-    are yielded, so a page source can read ahead), cached copy or not; and the links must lead
-    to ``head`` along exactly as many pages. Progress is reported from the second page on, or
-    from the first entry with ``report``; its total is ``newest`` (default: head's newest
-    entry) minus the checkpoint's number.
+    ``chain`` holds the digests of the pages walked back, newest first, with ``page``'s last.
+    It is empty when ``page`` is ``head``. Every page must have the digest at its place in the
+    chain, cached copy or not. The check comes before the page's entries are yielded. The next
+    page is read before the entries of the current one are yielded, so a page source can read
+    ahead. The links must lead to ``head`` along exactly as many pages.
+
+    Progress is reported from the second page on, or from the first entry with ``report``. Its
+    total is ``newest`` minus the checkpoint's number. ``newest`` defaults to head's newest
+    entry.
     """
     after_seq = checkpoint.seq if checkpoint is not None else 0
     if newest is None or (head.newest_seq is not None and head.newest_seq > newest):
@@ -538,7 +574,7 @@ def _forward(
                 _vouched(nxt, chain)
                 after = nxt.next_archive
                 if after is not None and after != head.permanent_url and ahead is not None:
-                    ahead.prefetch(after)  # read while this page's entries are handled
+                    ahead.prefetch(after)  # Read it while this page's entries are handled.
             verify(nxt, page)
         for entry in _checked(page.url, entries, prev_seq, checkpoint, ids):
             yield entry
@@ -565,17 +601,21 @@ def _vouched(page: Page, chain: list[str]) -> None:
 
 
 def verify(newer: Page | Outline, older: Page | Outline) -> None:
-    """``older`` is the page ``newer``'s ``prev-archive`` link vouches for, when it gives a
-    digest (pages written before servers gave one do not: nothing to check)."""
+    """Check ``older`` against the digest in ``newer``'s ``prev-archive`` link, when it has one.
+
+    Pages written before servers gave digests have none, and there is nothing to check.
+    """
     expected = newer.prev_sha256
     if expected is not None and expected != older.sha256:
         raise DigestMismatch(older.url, expected, older.sha256)
 
 
 class _Ids:
-    """The ids of the entries of the page going forward and of the page before it, with their
-    sequence numbers: an id listed again at another number within them is a
-    :class:`RepeatedEntry`. Two pages' worth, never more."""
+    """The ids of the entries of the page going forward and of the page before it.
+
+    Each id is kept with its sequence number. An id listed again at another number within them
+    is a :class:`RepeatedEntry`. The set holds two pages' worth, never more.
+    """
 
     def __init__(self, page: Page) -> None:
         self.before: dict[str, int] = {}

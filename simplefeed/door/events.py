@@ -1,9 +1,10 @@
-"""Turning a producer's JSON into :class:`~simplefeed.model.Event` objects, or refusing it.
+"""Turn a producer's JSON into :class:`~simplefeed.model.Event` objects, or refuse it.
 
-Pure: bytes and limits in, events or a :class:`~simplefeed.errors.RequestError` out. pydantic
-checks the shape (types, required and unknown fields); the rules Atom adds (characters XML can
-carry, IRIs, well-formed XML content, sizes) are checked here, so whatever passes renders to a
-valid document and no field can add an element or attribute to a page.
+The module is pure. Bytes and limits go in. Events or a :class:`~simplefeed.errors.RequestError`
+come out. The library pydantic checks the shape: types, required fields and unknown fields.
+This module checks the rules Atom adds. They cover the characters XML can carry, IRIs,
+well-formed XML content and sizes. So whatever passes renders to a valid document. And no
+field can add an element or attribute to a page.
 """
 
 from __future__ import annotations
@@ -46,40 +47,40 @@ from simplefeed.model import (
 )
 from simplefeed.settings import Limits
 
-#: An IRI (RFC 3987), checked loosely: a scheme, then no spaces, controls or delimiters that
-#: are never allowed unescaped.
+#: An IRI (RFC 3987), checked loosely. It has a scheme. After it come no spaces, no controls,
+#: and no delimiters that are never allowed unescaped.
 _IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"{}|\\^`\x00-\x1f\x7f]*\Z")
 _MEDIA_TYPE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\Z"
 )
 _LANG = re.compile(r"^[A-Za-z]{1,8}(-[A-Za-z0-9]{1,8})*\Z")
-#: RFC 3339 date-time (section 5.6, and its note allowing a space for the T): seconds and an
-#: offset required, ASCII digits only.
+#: An RFC 3339 date-time (section 5.6). Its note allows a space for the T. Seconds and an
+#: offset are required, in ASCII digits only.
 _RFC3339 = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?"
     r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
 )
 
-#: Allowed future skew of a producer's ``updated``: later entries are never dated before earlier
-#: ones, so a far-future date would drag every later entry's ``updated`` with it.
+#: How far a producer's ``updated`` may lie in the future. Later entries are never dated before
+#: earlier ones. So a far-future date would drag every later entry's ``updated`` with it.
 MAX_FUTURE_SKEW_US = 5 * 60 * 1_000_000
 
 ATOM_MEDIA_TYPE = "application/atom+xml"
 
-#: The largest link ``length``: a signed 64-bit integer's, which readers parsing into int64
-#: hold (the Simplefeed consumer reads at most 19 digits).
+#: The largest link ``length``. It is the largest signed 64-bit integer, which readers that
+#: parse into int64 hold. The Simplefeed consumer reads at most 19 digits.
 MAX_LINK_LENGTH = 2**63 - 1
 
-#: The link relations of RFC 4287 (4.2.7.2) an entry may name; others are named by an
-#: absolute IRI (an extension relation, RFC 4287 4.2.7.2 and RFC 8288 2.1.2).
+#: The link relations of RFC 4287 (4.2.7.2) that an entry may name. Others are named by an
+#: absolute IRI. That is an extension relation (RFC 4287 4.2.7.2 and RFC 8288 2.1.2).
 LINK_RELS = frozenset({"alternate", "enclosure", "related", "self", "via"})
 #: The prefix that makes a registered relation's name an IRI naming the same relation.
 IANA_RELATIONS = "http://www.iana.org/assignments/relation/"
-#: The registered relations, besides :data:`LINK_RELS`, an entry may name by an IRI under
-#: :data:`IANA_RELATIONS`: those the W3C Feed Validator knows as registered (its ``link.py``),
-#: but RFC 5005's, which name feed documents, not entries. Any other name under that prefix
-#: (``bogus``, ``Alternate``, none) draws "Unregistered link relationship", on a page kept for
-#: good.
+#: The registered relations that an entry may name by an IRI under :data:`IANA_RELATIONS`,
+#: besides :data:`LINK_RELS`. They are those the W3C Feed Validator knows as registered (its
+#: ``link.py``). RFC 5005's are left out, because they name feed documents, not entries. Any
+#: other name under that prefix draws "Unregistered link relationship". Examples are ``bogus``,
+#: ``Alternate`` and none at all. The warning would stay on a page kept for good.
 IANA_ENTRY_RELS = frozenset(
     {"describedby", "edit", "edit-media", "hub", "license", "payment", "replies", "search"}
     | {"service", "up"}
@@ -123,9 +124,12 @@ _MODEL_NAMES = frozenset(model.__name__ for model in (AuthorIn, CategoryIn, Link
 
 
 def _rfc3339_text(value: Any) -> Any:
-    """``updated`` as RFC 3339 text only: the datetime parser it then goes to also reads
-    numbers and digit strings as Unix times ("20261231" as 1970-08-23) and ISO 8601 forms
-    RFC 3339 does not have (no seconds, "+0000")."""
+    """Pass ``updated`` on only as RFC 3339 text.
+
+    The datetime parser it goes to next reads more. It reads numbers and digit strings as Unix
+    times, "20261231" as 1970-08-23. It reads ISO 8601 forms that RFC 3339 lacks, such as no
+    seconds, or "+0000".
+    """
     if not isinstance(value, str) or _RFC3339.fullmatch(value) is None:
         raise PydanticCustomError(
             "rfc3339", "must be RFC 3339 text with seconds and an offset, e.g. 2026-11-21T10:00:00Z"
@@ -141,8 +145,8 @@ def _rfc3339_text(value: Any) -> Any:
 
 class EventIn(_Strict):
     title: StrictStr
-    #: As :func:`strict_json` decoded it, not validated again: pydantic's JsonValue would make
-    #: each number a plain ``float``, and the content check must see :class:`InexactNumber`.
+    #: As :func:`strict_json` decoded it, not validated again. The JsonValue of pydantic would
+    #: make each number a plain ``float``. The content check must see :class:`InexactNumber`.
     content: SkipValidation[JsonValue] = None
     content_type: StrictStr | None = None
     summary: StrictStr | None = None
@@ -150,7 +154,7 @@ class EventIn(_Strict):
     categories: list[StrictStr | CategoryIn] = Field(default_factory=list)
     links: list[LinkIn] = Field(default_factory=list)
     id: StrictStr | None = None
-    # RFC 3339 text; strict mode would refuse strings, so this one field is lax once its text
+    # RFC 3339 text. Strict mode would refuse strings. So this one field is lax, once its text
     # is checked.
     updated: (
         Annotated[AwareDatetime, BeforeValidator(_rfc3339_text), Field(strict=False)] | None
@@ -158,7 +162,10 @@ class EventIn(_Strict):
 
 
 def read_body(body: bytes) -> Any:
-    """Decode a request body: strict UTF-8, then JSON. Raises :class:`MalformedRequest`."""
+    """Decode a request body as strict UTF-8, then JSON.
+
+    Raises :class:`MalformedRequest`.
+    """
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -178,7 +185,7 @@ def read_body(body: bytes) -> Any:
 
 
 class NotStrictJson(ValueError):
-    """JSON that Python's parser takes but RFC 8259 (and I-JSON, RFC 7493) does not."""
+    """JSON that Python's parser takes, but RFC 8259 and I-JSON (RFC 7493) do not."""
 
 
 def _no_constant(name: str) -> Any:
@@ -186,9 +193,12 @@ def _no_constant(name: str) -> Any:
 
 
 class InexactNumber(float):
-    """A JSON number a double does not hold as written (more digits than a double keeps,
-    ``0.1000000000000000055511151231257827``, or under its smallest, ``1e-400``): the nearest
-    double, and the text as sent, for the content check to name (:func:`_json_value_problem`)."""
+    """A JSON number that a double does not hold as written.
+
+    It may have more digits than a double keeps, as ``0.1000000000000000055511151231257827``
+    has. Or it may be under a double's smallest, as ``1e-400`` is. It holds the nearest double
+    and the text as sent. The content check names the text (:func:`_json_value_problem`).
+    """
 
     __slots__ = ("text",)
     text: str
@@ -198,8 +208,9 @@ def _finite_float(text: str) -> float:
     value = float(text)
     if math.isinf(value):
         raise NotStrictJson(f"the number {text[:40]} overflows a double (RFC 7493 2.2)")
-    # Held as written when the double's shortest decimal is the same number: what a reader
-    # that reads numbers as doubles and writes them back (JSON.parse, JSON.stringify) gives.
+    # A double holds the number as written when its shortest decimal is the same number.
+    # That is what a reader gives back when it reads numbers as doubles and writes them
+    # out again (JSON.parse, JSON.stringify).
     if repr(value) != text and not _same_number(value, text):
         inexact = InexactNumber(value)
         inexact.text = text
@@ -208,12 +219,13 @@ def _finite_float(text: str) -> float:
 
 
 def _same_number(value: float, text: str) -> bool:
-    """Whether the double ``value`` is the number ``text`` writes (a JSON number)."""
+    """Tell whether the double ``value`` is the number that ``text`` writes in JSON."""
     try:
         return Decimal(repr(value)) == Decimal(text)
     except InvalidOperation:
-        # An exponent past what Decimal holds (10^18 and more digits' worth): the number is
-        # zero (the double 0.0, exact) when its digits are all zeros, else far from any double.
+        # The exponent is past what Decimal holds, 10^18 digits' worth or more. If the digits
+        # are all zeros, the number is zero, and the double 0.0 holds it exactly. Else it is
+        # far from any double.
         mantissa = text.lstrip("-").partition("e")[0].partition("E")[0]
         return value == 0.0 and not mantissa.replace(".", "").strip("0")
 
@@ -236,20 +248,29 @@ def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def strict_json(text: str) -> Any:
-    """``json.loads`` as strict as the strictest JSON reader: no NaN or Infinity, no number a
-    double cannot hold, no name twice in an object. Raises :class:`json.JSONDecodeError` or
-    :class:`NotStrictJson`."""
-    return json.loads(
-        text,
-        parse_constant=_no_constant,
-        parse_float=_finite_float,
-        parse_int=_finite_int,
-        object_pairs_hook=_unique_names,
-    )
+    """Run ``json.loads`` as strictly as the strictest JSON reader.
+
+    It refuses NaN and Infinity, a number a double cannot hold, and a name twice in an object.
+    Raises :class:`json.JSONDecodeError` or :class:`NotStrictJson`.
+    """
+    if text.startswith("\ufeff"):  # As json.loads says it: JSON text has no byte order mark.
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _STRICT_JSON.decode(text)
+
+
+#: One strict decoder for every body, because ``json.loads`` with options builds one per call.
+_STRICT_JSON = json.JSONDecoder(
+    parse_constant=_no_constant,
+    parse_float=_finite_float,
+    parse_int=_finite_int,
+    object_pairs_hook=_unique_names,
+)
+#: One encoder for every JSON content value, for the same reason.
+_CONTENT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def parse_events(payload: Any, limits: Limits, now_us: int) -> tuple[list[Event], bool]:
-    """Validate a decoded body: one event object, or a non-empty array of them (a batch).
+    """Validate a decoded body, one event object or a batch (a non-empty array of them).
 
     Returns the events and whether the body was a batch.
     """
@@ -276,9 +297,10 @@ def parse_event(raw: Any, limits: Limits, now_us: int, index: int | None) -> Eve
     try:
         ev = EventIn.model_validate(raw)
     except ValidationError as exc:
-        # Of a union's branches (a string or an object), the one the input took: the error
-        # that went deepest ("author.name: Field required", not "author: Input should be a
-        # valid string" for an author object without a name).
+        # A union has branches, a string or an object. Report the branch the input took,
+        # which is the error that went deepest. So an author object without a name reports
+        # "author.name: Field required". It does not report "author: Input should be a valid
+        # string".
         err = max(
             exc.errors(include_url=False),
             key=lambda e: (e["type"] != "model_type", len(e["loc"])),
@@ -295,25 +317,27 @@ def parse_event(raw: Any, limits: Limits, now_us: int, index: int | None) -> Eve
     return _to_event(ev, limits, now_us, index)
 
 
-#: Unicode categories a reader shows nothing for: spaces, separators, controls and format
-#: characters (U+200B ZERO WIDTH SPACE, U+2060 WORD JOINER, bidi marks).
-#: What shows nothing by itself: spaces, line and paragraph separators, controls, format
-#: characters (U+200B, bidi marks), and combining marks with no letter to sit on.
+#: Unicode categories that show nothing by themselves. They are spaces, line and paragraph
+#: separators, and controls. They include format characters, such as U+200B ZERO WIDTH SPACE,
+#: U+2060 WORD JOINER and bidi marks. They include combining marks with no letter to sit on.
 _INVISIBLE = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Mn", "Me"})
-#: Letters and symbols that show nothing: the Hangul fillers (default-ignorable in Unicode) and
-#: the blank Braille pattern (a reader's trial: each passed as a title, shown blank).
+#: Letters and symbols that show nothing. They are the Hangul fillers, which Unicode makes
+#: default-ignorable, and the blank Braille pattern. A reader shows a title of each as blank.
 _BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 
 
-#: Format characters drawn as glyphs (Unicode's Prepended_Concatenation_Mark: the Arabic
-#: number sign, the end of ayah, ...): a title of one shows it.
+#: Format characters drawn as glyphs, so a title of one shows it. Unicode names them
+#: Prepended_Concatenation_Mark. Among them are the Arabic number sign and the end of ayah.
 _VISIBLE_FORMAT = frozenset(
     "\u0600\u0601\u0602\u0603\u0604\u0605\u06dd\u070f\u0890\u0891\u08e2\U000110bd\U000110cd"
 )
 
 
 def _blank(value: str) -> bool:
-    """Whether a reader would show nothing of ``value`` (a title of U+200B passed as text)."""
+    """Tell whether a reader would show nothing of ``value``.
+
+    A title of U+200B, say, passes as text but shows nothing.
+    """
     return all(
         ch in _BLANK_GLYPHS
         or (unicodedata.category(ch) in _INVISIBLE and ch not in _VISIBLE_FORMAT)
@@ -331,7 +355,7 @@ class _Checker:
         )
 
     def text(self, field: str, value: str | None, max_chars: int | None = None) -> str | None:
-        """A text field (:func:`text_problem`)."""
+        """Check a text field (:func:`text_problem`)."""
         if value is None:
             return None
         problem = text_problem(value, max_chars)
@@ -340,9 +364,12 @@ class _Checker:
         return value
 
     def optional(self, field: str, value: str | None, max_chars: int) -> str | None:
-        """An optional text field: absent, or holding something a reader shows (an empty one
-        would read back as absent, or the W3C validator calls it blank; readers strip one of
-        only spaces to nothing)."""
+        """Check an optional text field.
+
+        It is absent, or holds something a reader shows. An empty one would read back as
+        absent, or the W3C validator calls it blank. Readers strip one of only spaces to
+        nothing.
+        """
         if value == "":
             raise self.fail(field, "must not be empty (leave it out instead)")
         if value is not None and _blank(value):
@@ -352,9 +379,12 @@ class _Checker:
         return self.text(field, value, max_chars)
 
     def iri(self, field: str, value: str | None, max_chars: int) -> str | None:
-        """An absolute IRI with a scheme readers may follow (:data:`markup.EVENT_URL_SCHEMES`:
-        no ``javascript:``). Relative references are refused: the same entry appears in the
-        recent document and in its page, whose base URIs differ, so it would resolve twice."""
+        """Check an absolute IRI with a scheme that readers may follow.
+
+        The schemes are :data:`markup.EVENT_URL_SCHEMES`, so ``javascript:`` is refused.
+        Relative references are refused too. The same entry appears in the recent document
+        and in its page, and their base URIs differ. So a relative one would resolve twice.
+        """
         if value is None:
             return None
         self.text(field, value, max_chars)
@@ -372,11 +402,13 @@ class _Checker:
 
 
 def _media_type_problem(content_type: str) -> str:
-    """What is wrong with a ``content_type`` that is not text, html, xhtml nor a bare media
-    type. One with parameters (``text/html; charset=latin1``) is told that none are taken and
-    which value would be: it was told only "must be ... a media type (type/subtype)", which it
-    read as one (a newcomer's trial). A charset has nothing to name: content is a JSON string,
-    always Unicode, and the feed is written in UTF-8."""
+    """Say what is wrong with a ``content_type`` that is not text, html, xhtml or a media type.
+
+    A media type here is a bare one. One with parameters (``text/html; charset=latin1``) is
+    told that none are taken. It is told which value would be taken, too. Only "must be ... a
+    media type (type/subtype)" would mislead, since the value does read as one. A charset has
+    nothing to name. Content is a JSON string, always Unicode, and the feed is written in UTF-8.
+    """
     bare, semicolon, _ = content_type.partition(";")
     bare = bare.rstrip()
     if semicolon and (bare in ("text", "html", "xhtml") or _MEDIA_TYPE.match(bare)):
@@ -398,8 +430,8 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
     content_type = _content_type(c, ev.content_type)
     content = _content(c, ev.content, content_type, limits)
     if content is None and content_type is not None:
-        # It would be kept (a replay without it would differ) and say nothing: the entry is
-        # written without content.
+        # It would be kept, because a replay without it would differ. Yet it would say
+        # nothing, because the entry is written without content.
         raise c.fail(
             "content_type",
             'is given without content (a JSON null is content only as JSON text: "null")',
@@ -428,7 +460,10 @@ def _to_event(ev: EventIn, limits: Limits, now_us: int, index: int | None) -> Ev
 
 
 def _content_type(c: _Checker, content_type: str | None) -> str | None:
-    """The content type as carried: lower case, because media types ignore case (RFC 2045)."""
+    """Return the content type as carried, in lower case, since media types ignore case.
+
+    RFC 2045 says media types ignore case.
+    """
     if content_type is None:
         return None
     content_type = content_type.strip().lower()
@@ -437,8 +472,8 @@ def _content_type(c: _Checker, content_type: str | None) -> str | None:
     if content_type.startswith(("multipart/", "message/")):
         raise c.fail("content_type", "must not be a composite type (RFC 4287 4.1.3.1)")
     if content_type.endswith("/html") and content_type != "text/html":
-        # Carried Base64, which feed validators and readers decode and read as HTML: it
-        # would escape the HTML checks.
+        # It would be carried as Base64. Feed validators and readers decode that and read it as
+        # HTML. So it would escape the HTML checks.
         raise c.fail("content_type", f"{content_type}: send HTML as html (or text/html)")
     if content_type == "application/xhtml+xml":
         # A reader takes it for a whole XHTML document, which XML content may not be.
@@ -523,7 +558,7 @@ def _links(c: _Checker, given: Sequence[LinkIn], limits: Limits) -> tuple[Link, 
 
 
 def _check_link_type(c: _Checker, where: str, link: LinkIn) -> None:
-    """A link's type is a media type, and its hreflang a language tag feed validators know."""
+    """Check that a link's type is a media type, and its hreflang a tag validators know."""
     if link.type is not None and not _MEDIA_TYPE.match(link.type):
         raise c.fail(f"{where}.type", "must be a media type (type/subtype)")
     if link.hreflang is not None:
@@ -539,11 +574,12 @@ def _check_link_type(c: _Checker, where: str, link: LinkIn) -> None:
 
 
 def _check_rel(c: _Checker, where: str, link: LinkIn) -> None:
-    """A link's relation is Atom's, a registered one an entry may have, or an IRI of its own."""
+    """Check that a link's relation is Atom's, registered for entries, or an IRI of its own."""
     if link.rel.lower().startswith(IANA_RELATIONS):
         name = link.rel[len(IANA_RELATIONS) :]
         if name in LINK_RELS:
-            # RFC 4287 4.2.7.2: the same relation as the name, which the rules below are for.
+            # By RFC 4287 4.2.7.2, this is the same relation as the name. The rules below check
+            # names.
             raise c.fail(f"{where}.rel", f"{link.rel} is the relation {name}: write {name!r}")
         if name not in IANA_ENTRY_RELS:
             raise c.fail(
@@ -579,13 +615,16 @@ def _timestamp(c: _Checker, value: datetime) -> int:
     return us
 
 
-#: What ``updated`` may say, in UTC (the upper bound is the server's clock plus the skew).
+#: What ``updated`` may say, in UTC. The upper bound is the server's clock plus the skew.
 UPDATED_RANGE = "the accepted range, 1970-01-01T00:00:00Z to 5 minutes after the server's clock"
 
 
 def _entry_id(c: _Checker, value: str | None, max_bytes: int) -> str | None:
-    """A producer's entry id: at most ``max_bytes`` of UTF-8, a URI in canonical form of one
-    of :data:`simplefeed.door.uris.ID_SCHEMES` (see :mod:`simplefeed.door.uris`)."""
+    """Check a producer's entry id.
+
+    It holds at most ``max_bytes`` of UTF-8. It is a URI in canonical form, of one of
+    :data:`simplefeed.door.uris.ID_SCHEMES`. See :mod:`simplefeed.door.uris`.
+    """
     if value is None:
         return None
     c.text("id", value)
@@ -598,18 +637,20 @@ def _entry_id(c: _Checker, value: str | None, max_bytes: int) -> str | None:
     return value
 
 
-#: The largest integer a double holds exactly (RFC 7493 2.2, I-JSON): readers that read JSON
-#: numbers as doubles (JavaScript's ``JSON.parse`` among them) read a larger one as another
+#: The largest integer a double holds exactly (I-JSON, RFC 7493 2.2). Some readers read JSON
+#: numbers as doubles, JavaScript's ``JSON.parse`` among them. They read a larger one as another
 #: number, without a word.
 MAX_EXACT_INTEGER = 2**53 - 1
 
 
 def _json_value_problem(value: Any, max_depth: int) -> str | None:
-    """What a JSON content value holds that some reader would not read as it was sent, or
-    None: nesting deeper than ``max_depth``, a string escaping a lone surrogate (RFC 8259 8.2
-    leaves it unpredictable; strict parsers refuse it), an integer past
-    :data:`MAX_EXACT_INTEGER`, a number a double does not hold as written
-    (:class:`InexactNumber`). One walk, stopping at the first."""
+    """Say what in a JSON content value some reader would not read as sent, or None.
+
+    It finds nesting deeper than ``max_depth``. It finds a string that escapes a lone
+    surrogate. RFC 8259 8.2 leaves such a string unpredictable, and strict parsers refuse it.
+    It finds an integer past :data:`MAX_EXACT_INTEGER`. It finds a number a double does not
+    hold as written (:class:`InexactNumber`). It walks the value once and stops at the first.
+    """
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -647,14 +688,14 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
     if raw is None:
         return None
     if raw == "":
-        # It would be written as no content at all (an empty <content/> is "blank" to the W3C
-        # validator) and read back as absent.
+        # It would be written as no content at all, and read back as absent. An empty
+        # <content/> is "blank" to the W3C validator.
         raise c.fail("content", "must not be empty (leave it out for an entry without content)")
     mode = content_mode(
         content_type if content_type else (None if isinstance(raw, str) else "application/json")
     )
     if mode in ("text", "html", "xhtml", "textual") and isinstance(raw, str) and _blank(raw):
-        # Readers strip it to nothing, and read the entry as having no content (or none).
+        # Readers strip it to nothing. They read the entry as having no content, or none.
         raise c.fail(
             "content",
             "must not be only spaces and invisible characters (leave it out for an entry"
@@ -667,7 +708,7 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
         if problem is not None:
             raise c.fail("content", problem)
         try:
-            text = json.dumps(raw, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            text = _CONTENT_JSON.encode(raw)
         except ValueError:
             raise c.fail("content", "holds NaN or Infinity, which JSON cannot carry") from None
     else:
@@ -707,7 +748,7 @@ def _check_encodable(c: _Checker, text: str) -> None:
 
 
 def event_json_schemas(ref_template: str) -> dict[str, Any]:
-    """JSON Schemas of the event object and its parts, for the OpenAPI document."""
+    """Return JSON Schemas of the event object and its parts, for the OpenAPI document."""
     schema = EventIn.model_json_schema(ref_template=ref_template)
     defs: dict[str, Any] = schema.pop("$defs", {})
     defs["Event"] = schema

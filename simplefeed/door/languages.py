@@ -1,12 +1,16 @@
-"""The language codes a link's ``hreflang`` may begin with: those the W3C Feed Validator
-knows (its ``iso639codes.py``: ISO 639-1 and 639-2 codes, and ``x`` for private use; MIT
-licensed, Copyright (c) 2002 Sam Ruby and Mark Pilgrim). A tag beginning otherwise (``qq``,
-``i-default``) draws its "hreflang must be an ISO-639 language code" on a page kept for good,
-so the door refuses it. ``tests/test_door.py`` holds this list equal to the validator's."""
+"""The language codes a link's ``hreflang`` may begin with.
+
+They are the codes the W3C Feed Validator knows, from its ``iso639codes.py``. That file holds
+ISO 639-1 and 639-2 codes, and ``x`` for private use. It is MIT licensed, Copyright (c) 2002
+Sam Ruby and Mark Pilgrim. A tag that begins otherwise, such as ``qq`` or ``i-default``, draws
+"hreflang must be an ISO-639 language code". The warning would stay on a page kept for good.
+So the door refuses such a tag. The test ``tests/test_door.py`` holds this list equal to the
+validator's.
+"""
 
 from __future__ import annotations
 
-#: Lower case; a tag's primary subtag is compared in lower case.
+#: Lower case, because a tag's primary subtag is compared in lower case.
 PRIMARY_LANGUAGES = frozenset(
     """
     aa aar ab abk ace ach ada ady ae af afa afh afr ain ak aka akk alb ale alg alt am amh an ang anp

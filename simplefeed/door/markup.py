@@ -1,28 +1,44 @@
-"""No script reaches a reader: which markup and URLs the door lets into a document.
+"""Which markup and URLs the door lets into a document, so that no script reaches a reader.
 
-Refused, not sanitised: a producer's content comes back byte for byte (issue #13), so markup
-that a sanitiser would change is refused (422) with what was found, never rewritten. What is
-allowed in HTML and XHTML is the policy of the sanitiser nh3 (ammonia), the only nh3 user:
-its tags that the W3C Feed Validator accepts, less ruby (:data:`ALLOWED_TAGS`), attributes per
-tag plus ``lang`` and ``title`` on any tag, and URL schemes. Since archived pages are kept
-forever and the validator parses HTML content with html5lib in strict mode, :func:`html_problem`
-refuses what an HTML parser reads with an error, all in linear time: a '<' that begins no tag
-(write ``&lt;``); an '&' that begins no complete character reference of a known name or an
-allowed code point (write ``&amp;``; a bare '&' before whitespace is text, at most
-:data:`MAX_BARE_AMPERSANDS`); a tag whose syntax is not HTML's (attributes not separated by
-whitespace, quotes in an unquoted value, attributes on an end tag, ``/>`` on a non-void element,
-an end tag of a void element, an attribute twice); comments, declarations and processing
-instructions. It then checks each tag, attribute and URL as Python's HTML tokenizer reads them
-(so the refusal names the culprit), and the tree the tags make (:func:`_tree`): nested at most
-:data:`MAX_NESTING` deep, each element closed where it ends (only ``p``, ``li``, ``dt``, ``dd``
-and table parts may be closed by HTML's implied end tags), no heading in a heading, no ``a`` in
-an ``a``. Last, that nh3, which parses as browsers do (html5ever), builds the same tree, with
-the same tags, attributes and text at the same depths, so markup that a browser reads
-differently from Python cannot slip through. XHTML content is held to the same tree, written
-as HTML as feed readers pass it on (:func:`written_tree_problem`). XML content (SVG and other
-XML media types) may not hold ``script`` or ``handler`` elements, ``on*`` attributes, URL
-attributes with a scheme other than http, https or mailto, or a ``javascript:``,
-``vbscript:`` or ``data:`` URL in any attribute.
+The door refuses content; it never sanitises it. A producer's content comes back byte for byte
+(issue #13). So markup that a sanitiser would change is refused (422) with what was found. It
+is never rewritten.
+
+The sanitiser nh3 (ammonia) sets what HTML and XHTML content may hold. This module is its only
+user. Its tags are allowed if the W3C Feed Validator accepts them, less ruby
+(:data:`ALLOWED_TAGS`). Its attributes are allowed per tag, and ``lang`` and ``title`` on any
+tag. Its URL schemes are allowed too.
+
+Archived pages are kept forever. The validator parses HTML content with html5lib in strict
+mode. So :func:`html_problem` refuses what an HTML parser reads with an error. Each check runs
+in linear time.
+
+It refuses a '<' that begins no tag. Write ``&lt;`` instead.
+
+It refuses an '&' that begins no complete character reference. A reference needs a known name
+or an allowed code point. Write ``&amp;`` instead. A bare '&' before whitespace is text.
+Content may hold at most :data:`MAX_BARE_AMPERSANDS` of them.
+
+It refuses a tag whose syntax is not HTML's. Such a tag may lack whitespace between its
+attributes. Or an unquoted value holds quotes, or an end tag carries attributes. Or a non-void
+element ends in ``/>``, or a void element has an end tag. Or an attribute comes twice.
+
+It refuses comments, declarations and processing instructions.
+
+Then it checks each tag, attribute and URL as Python's HTML tokenizer reads them. So the
+refusal names the culprit. It checks the tree the tags make too (:func:`_tree`). Elements nest
+at most :data:`MAX_NESTING` deep. Each element is closed where it ends. Only ``p``, ``li``,
+``dt``, ``dd`` and table parts may be closed by HTML's implied end tags. No heading may sit in
+a heading, and no ``a`` in an ``a``.
+
+Last, nh3 parses the content as browsers do (html5ever). It must build the same tree, with the
+same tags, attributes and text at the same depths. So markup that a browser reads differently
+from Python cannot slip through. XHTML content is held to the same tree. It is written as HTML,
+as feed readers pass it on (:func:`written_tree_problem`).
+
+XML content covers SVG and other XML media types. It may not hold ``script`` or ``handler``
+elements, nor ``on*`` attributes. Its URL attributes may use only http, https or mailto. No
+attribute may hold a ``javascript:``, ``vbscript:`` or ``data:`` URL.
 """
 
 from __future__ import annotations
@@ -35,37 +51,39 @@ from html.parser import HTMLParser
 
 import nh3
 
-#: nh3's tags that are not allowed: those the W3C Feed Validator does not accept (its
-#: ``HTMLValidator.acceptable_elements``, feedvalidator/validators.py beside the judge script:
-#: ``bdo`` draws "content should not contain bdo tag", ``rtc`` "Non-html tag"); and ruby
-#: annotations, which feedparser's sanitiser drops while keeping their text, so that
-#: ``<ruby>漢<rt>kan</rt></ruby>`` reads back as "漢kan" in feedparser-based readers; and the
-#: others its sanitiser drops (not in its ``acceptable_elements``), keeping their text: a
-#: ``<summary>`` would run into the body of its ``<details>``, a ``<bdi>`` no longer isolate
-#: right-to-left text, a ``<mark>`` no longer mark, a ``<wbr>`` no longer break (a reader's
-#: trial of what feedparser-based readers show).
+#: The tags of nh3 that are not allowed. First come those the W3C Feed Validator refuses. Its
+#: list is ``HTMLValidator.acceptable_elements``. It is in feedvalidator/validators.py, beside
+#: the judge script. ``bdo`` draws "content should not contain bdo tag". ``rtc`` draws "Non-html
+#: tag". Next come ruby annotations. The sanitiser of feedparser drops them but keeps their
+#: text. So ``<ruby>漢<rt>kan</rt></ruby>`` reads back as "漢kan" in feedparser-based readers.
+#: Last come the other tags its sanitiser drops while keeping their text. Its
+#: ``acceptable_elements`` lacks them. A ``<summary>`` would run into the body of its
+#: ``<details>``. A ``<bdi>`` would no longer isolate right-to-left text. A ``<mark>`` would
+#: no longer mark, and a ``<wbr>`` no longer break. Feedparser-based readers show each of these.
 EXCLUDED_TAGS = frozenset(
     {"bdo", "rtc"} | {"ruby", "rt", "rp"} | {"bdi", "data", "hgroup", "mark", "summary", "wbr"}
 )
-#: nh3's tags, less :data:`EXCLUDED_TAGS`: nh3's tags that are in the validator's acceptable
-#: elements and in feedparser's, but for ruby.
+#: The tags of nh3, less :data:`EXCLUDED_TAGS`. So these are its tags that both the validator
+#: and feedparser accept, ruby aside.
 ALLOWED_TAGS: frozenset[str] = frozenset(nh3.ALLOWED_TAGS) - EXCLUDED_TAGS
-#: nh3's attributes per allowed tag, and (ammonia's default generic attributes) on every tag.
+#: The attributes of nh3 per allowed tag. The generic ones, ammonia's default, go on any tag.
 ALLOWED_ATTRIBUTES: dict[str, frozenset[str]] = {
     tag: frozenset(names) for tag, names in nh3.ALLOWED_ATTRIBUTES.items() if tag in ALLOWED_TAGS
 }
 GENERIC_ATTRIBUTES = frozenset({"lang", "title"})
-#: URL schemes allowed in HTML and XHTML content: nh3's that feedparser's sanitiser keeps (its
-#: ``ACCEPTABLE_URI_SCHEMES``): it writes a ``tel:``, ``xmpp:``, ``geo:``, ``webcal:`` link as
-#: ``href=""``, a link to nothing in every feedparser-based reader (a producer's trial).
+#: URL schemes allowed in HTML and XHTML content. These are nh3's schemes that the sanitiser
+#: of feedparser keeps (its ``ACCEPTABLE_URI_SCHEMES``). It writes a ``tel:``, ``xmpp:``,
+#: ``geo:`` or ``webcal:`` link as ``href=""``. That is a link to nothing in every
+#: feedparser-based reader.
 HTML_URL_SCHEMES: frozenset[str] = frozenset(nh3.ALLOWED_URL_SCHEMES) & frozenset(
     {"ftp", "http", "https", "irc", "ircs", "magnet", "mailto", "mms", "news", "nntp", "sip"}
     | {"ssh"}
 )
-#: URL schemes allowed in the event's URLs (links, author URIs, category schemes): nh3's that
-#: the W3C Feed Validator knows as registered, and identifiers' ``urn`` and ``tag``. Its
-#: others (``magnet``, ``webcal``, ``irc``, ``geo``, ``sms``, ...) draw "URI scheme not IANA
-#: registered" on every page that carries them, for good (a producer's trial).
+#: URL schemes allowed in the event's URLs: links, author URIs and category schemes. These
+#: are nh3's schemes that the W3C Feed Validator knows as registered. Identifiers add ``urn``
+#: and ``tag``. The other schemes of nh3 (``magnet``, ``webcal``, ``irc``, ``geo``, ``sms``)
+#: draw "URI scheme not IANA registered". The warning would stay on every page that carries
+#: them, for good.
 EVENT_URL_SCHEMES: frozenset[str] = frozenset(
     {"ftp", "http", "https", "im", "mailto", "news", "nntp", "openpgp4fpr", "sip", "tel"}
     | {"xmpp", "urn", "tag"}
@@ -73,7 +91,7 @@ EVENT_URL_SCHEMES: frozenset[str] = frozenset(
 XML_URL_SCHEMES = frozenset({"http", "https", "mailto"})
 #: Schemes that run code or carry a document of their own, wherever they appear.
 SCRIPT_SCHEMES = ("javascript", "vbscript", "data")
-#: Attributes that hold a URL (HTML's and SVG's, with or without the XLink namespace).
+#: Attributes that hold a URL. They are HTML's and SVG's, with or without the XLink namespace.
 URL_ATTRIBUTES = frozenset(
     {
         "action", "archive", "background", "cite", "classid", "codebase", "data", "dynsrc",
@@ -81,35 +99,38 @@ URL_ATTRIBUTES = frozenset(
         "profile", "src", "srcset", "usemap",
     }
 )  # fmt: skip
-#: ``style`` styles the whole page a reader puts the content in, not the content alone.
+#: The ``style`` element styles the whole page a reader puts the content in, not the content.
 XML_SCRIPT_ELEMENTS = frozenset({"script", "handler", "style"})
 
 _CLEANER = nh3.Cleaner(
     tags=set(ALLOWED_TAGS),
     attributes={"*": set(GENERIC_ATTRIBUTES), **{t: set(a) for t, a in ALLOWED_ATTRIBUTES.items()}},
     url_schemes=set(HTML_URL_SCHEMES),
-    link_rel=None,  # nh3 would add rel="noopener noreferrer": a change, not a removal
+    link_rel=None,  # Else nh3 adds rel="noopener noreferrer", a change and not a removal.
     strip_comments=True,
 )
-# What browsers strip from a URL before reading its scheme (the URL Standard): leading and
-# trailing C0 controls and spaces, and tabs and newlines anywhere.
+# What browsers strip from a URL before they read its scheme, by the URL Standard. They strip
+# C0 controls and spaces at either end, and tabs and newlines anywhere.
 _URL_STRIP = re.compile(r"[\t\n\r]")
 _C0_AND_SPACE = "".join(map(chr, range(0x21)))
 #: A URL's scheme (RFC 3986 3.1) and its colon, at the start of a string.
 SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 _SCRIPT_URL = re.compile("|".join(f"{s}:" for s in SCRIPT_SCHEMES))
-# Each '<' of a text, with the start tag it begins if it begins one (up to its '>', quoted
-# values skipped whole: a '<' in one is no markup), never backtracking (possessive), so that a
-# scan is linear. What follows a bare '<' says what it is: '/' and a letter an end tag, '!--'
-# a comment, '!' a declaration (a doctype, a CDATA section), '?' a processing instruction, and
-# anything else nothing (a '<' that is text: an error to HTML's parser).
+# Each '<' of a text, with the start tag it begins, if any, up to its '>'. Quoted values are
+# skipped whole, because a '<' in one is no markup. The pattern never backtracks (it is
+# possessive), so a scan is linear. What follows a bare '<' says what it is. A '/' and a
+# letter begin an end tag. A '!--' begins a comment. A '!' begins a declaration, such as a
+# doctype or a CDATA section. A '?' begins a processing instruction. Anything else begins
+# nothing, so the '<' is text, which HTML's parser reads as an error.
 _MARKUP = re.compile(r"""<(?:[A-Za-z][^>"']*+(?:(?:"[^"]*+"|'[^']*+')[^>"']*+)*+>?)?""")
 _END_TAG_START = re.compile(r"</[A-Za-z]")
 
 
 def _as_browsers_read(value: str) -> str:
-    """``value`` as a browser reads a URL: without tabs and line breaks, nor C0 controls and
-    spaces around it."""
+    """Return ``value`` as a browser reads a URL.
+
+    A browser drops tabs and line breaks, and C0 controls and spaces around the URL.
+    """
     return _URL_STRIP.sub("", value).strip(_C0_AND_SPACE)
 
 
@@ -119,8 +140,9 @@ def url_scheme(value: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
-#: How a relative URL in content may begin: from the root (``/x``, ``//host/x``), the same
-#: from every document; in SVG, ``#id`` too, an element of the SVG itself (``<use>``).
+#: How a relative URL in content may begin. It may begin at the root (``/x``, ``//host/x``),
+#: because that is the same from every document. In SVG it may also be ``#id``. That names an
+#: element of the SVG itself (``<use>``).
 FROM_THE_ROOT = ("/",)
 FROM_THE_ROOT_OR_WITHIN = ("/", "#")
 
@@ -130,10 +152,11 @@ def url_problem(
 ) -> str | None:
     """Why ``value`` may not be a URL in content, or None.
 
-    A relative reference (no scheme) must begin with one of ``relative``: readers resolve it
-    against the document they read the entry in, the recent document and then its page, so
-    ``x``, ``../x``, ``?q``, an empty one or (feedparser resolves HTML's links) ``#x`` would
-    lead to two places, on an archived page for good."""
+    A relative reference (no scheme) must begin with one of ``relative``. Readers resolve it
+    against the document they read the entry in. That is the recent document first, and then
+    its page. So ``x``, ``../x``, ``?q`` or an empty one would lead to two places. So would
+    ``#x``, because feedparser resolves HTML's links. On an archived page that lasts for good.
+    """
     read = _as_browsers_read(value)
     match = SCHEME.match(read)
     if match is None:
@@ -172,10 +195,11 @@ def element_problem(tag: str) -> str | None:
 
 Token = tuple[str, str, tuple[tuple[str, str], ...]]
 
-# HTML's tag syntax, as its tokenizer reads it without error: a start tag's attributes each
-# after whitespace, a value quoted or without whitespace, quotes, '=', '<', '>' or '`'; '/>' at
-# the end only (and only on a void element); an end tag with nothing but whitespace after its
-# name. (Python's tokenizer takes more: ``<a href="x"title="y">``, ``</b foo="1">``.)
+# HTML's tag syntax, as its tokenizer reads it without error. Each attribute of a start tag
+# comes after whitespace. A value is quoted, or holds no whitespace, quotes, '=', '<', '>' or
+# backquote. A '/>' comes at the end only, and only on a void element. An end tag has nothing but
+# whitespace after its name. Python's tokenizer takes more, such as ``<a href="x"title="y">``
+# and ``</b foo="1">``.
 _WS = "[\t\n\f\r ]"
 _VALUE = "(?:\"[^\"]*\"|'[^']*'|[^\t\n\f\r \"'=<>`]+)"
 _START_TAG = re.compile(
@@ -188,8 +212,9 @@ _TAG_SYNTAX = "write each attribute after a space, its value in quotes, and an e
 class _Tokens(HTMLParser):
     """Start tags with their attributes, text, and anything else, in document order.
 
-    Text comes in chunks (a '<' that begins no tag is one of its own): they are gathered in a
-    list and joined once, at the next token or the end, so N chunks cost N, not N squared.
+    Text comes in chunks, and a '<' that begins no tag is a chunk of its own. The chunks are
+    gathered in a list and joined once, at the next token or the end. So N chunks cost N, not
+    N squared.
     """
 
     def __init__(self) -> None:
@@ -262,29 +287,33 @@ class _Tokens(HTMLParser):
 
 
 def _tokens(text: str) -> tuple[list[Token], str | None]:
-    """The tokens of ``text``, and the first tag in it HTML's tokenizer reads with an error."""
+    """Return the tokens of ``text``, and the first tag HTML's tokenizer reads with an error."""
     parser = _Tokens()
     parser.feed(text)
     parser.close()
     return parser.tokens, parser.problem
 
 
-#: How many ampersands HTML content may hold that begin no character reference (a bare ``&``):
-#: html5ever's time grows with their square (500,000 took 1.5 s; ``&amp;`` is cheap).
+#: How many bare ampersands HTML content may hold. A bare ``&`` begins no character reference.
+#: The time html5ever takes grows with the square of their number. It takes 1.5 s for 500,000
+#: of them, while ``&amp;`` is cheap.
 MAX_BARE_AMPERSANDS = 4096
-# A character reference as HTML writes it in full (leading zeros aside, at most 8 digits: no
-# larger number is a code point, and Python's int() of a long one is slow), and an '&' that
-# begins neither one nor nothing: HTML's tokenizer reads an '&' followed by whitespace, '<',
-# '&' or the end as text, and anything else as the start of a reference.
+# A character reference as HTML writes it in full. A number has at most 8 digits, leading
+# zeros aside. No larger number is a code point, and Python's int() of a long one is slow. The
+# second pattern finds an '&' that begins neither a reference nor text. HTML's tokenizer reads
+# an '&' as text before whitespace, '<', '&' or the end. Anything else begins a reference.
 _WRITTEN_REFERENCE = r"#[xX]0*[0-9A-Fa-f]{1,8};|#0*[0-9]{1,8};|[A-Za-z][A-Za-z0-9]{0,40};"
 _REFERENCE = re.compile(rf"&({_WRITTEN_REFERENCE})")
 _NOT_REFERENCE = re.compile(rf"&(?![\t\n\f\r <&]|$|{_WRITTEN_REFERENCE})")
 
 
 def _reference_allowed(reference: str) -> bool:
-    """Whether ``reference`` (``amp;``, ``#169;``, ``#xA9;``) is one HTML's parser reads
-    without error: a name HTML5 knows, or a number for a code point that is not NUL, CR, a
-    control, a surrogate or a noncharacter, nor past U+10FFFF (html5lib's list, the judge's)."""
+    """Tell whether HTML's parser reads ``reference`` without error.
+
+    A reference is ``amp;``, ``#169;`` or ``#xA9;``, say. It must be a name HTML5 knows, or a
+    number for a code point. That code point may not be NUL, CR, a control, a surrogate or a
+    noncharacter. Nor may it be past U+10FFFF. The list is html5lib's, which the judge uses.
+    """
     if reference[0] != "#":
         return reference in _NAMED_REFERENCES
     code = int(reference[2:-1], 16) if reference[1] in "xX" else int(reference[1:-1])
@@ -301,10 +330,12 @@ def _reference_allowed(reference: str) -> bool:
 
 
 def _ampersand_problem(text: str) -> str | None:
-    """An '&' that begins a character reference HTML's parser reads with an error (not ended by
-    ';', a name it does not know, a number for a code point it refuses: ``AT&T``, ``&copy
-    2026``, ``&#128;``), or more than :data:`MAX_BARE_AMPERSANDS` bare ones; found in linear
-    time."""
+    """Find an '&' that begins a reference HTML's parser reads with an error.
+
+    Such a reference lacks its ';', names what HTML does not know, or gives a code point that
+    HTML refuses. Examples are ``AT&T``, ``&copy 2026`` and ``&#128;``. It also finds more
+    than :data:`MAX_BARE_AMPERSANDS` bare ones. The search runs in linear time.
+    """
     if "&" not in text:
         return None
     total = text.count("&")
@@ -333,21 +364,25 @@ def _ampersand_problem(text: str) -> str | None:
     )
 
 
-#: An open start tag up to the first character of an attribute value (its quote, or the
-#: value's own first character when unquoted): what :func:`_ends_value` matches backwards.
+#: An open start tag up to the first character of an attribute value. That character is the
+#: value's quote, or its own first character when unquoted. The pattern is what
+#: :func:`_ends_value` matches backwards.
 _OPEN_VALUE = re.compile(
     rf"<[A-Za-z][A-Za-z0-9]*(?:{_WS}+[^\t\n\f\r />\"'<=]+(?:{_WS}*={_WS}*{_VALUE})?)*"
     rf"{_WS}+[^\t\n\f\r />\"'<=]+{_WS}*={_WS}*(?P<open>\"[^\"]*|'[^']*|[^\t\n\f\r \"'=<>`]+)"
 )
-#: How far back from an '&' :func:`_ends_value` looks for its tag's '<' (past it, the '&' is
-#: taken as text: refused, as an '&' before a quote or '>' in text is).
+#: How far back from an '&' :func:`_ends_value` looks for its tag's '<'. Past that, the '&'
+#: counts as text. It is then refused, like any '&' before a quote or '>' in text.
 OPEN_TAG_REACH = 4096
 
 
 def _ends_value(text: str, at: int) -> bool:
-    """Whether the '&' at ``at`` is the last character of an attribute value, right before the
-    quote that closes it (or the '>' after an unquoted one): HTML's tokenizer reads such an
-    '&' as text without error (``<a href="/?a=1&">``), as it reads an '&' before a space."""
+    """Tell whether the '&' at ``at`` is the last character of an attribute value.
+
+    It then sits right before the quote that closes the value, or the '>' after an unquoted
+    one. HTML's tokenizer reads such an '&' as text without error (``<a href="/?a=1&">``). It
+    reads an '&' before a space the same way.
+    """
     after = text[at + 1 : at + 2]
     if after not in ('"', "'", ">"):
         return False
@@ -362,15 +397,17 @@ def _ends_value(text: str, at: int) -> bool:
 
 
 def _untokenizable_problem(text: str) -> str | None:
-    """What Python's tokenizer must not be given, found in linear time, or None.
+    """Find what Python's tokenizer must not be given, in linear time, or return None.
 
-    It reads a comment, declaration or tag that nothing closes to the end of the text and then
-    takes only its '<' as text, so N of them cost N times the text (quadratic: 24 KB of ``<a ``
-    took 2.8 s of CPU, 80 KB of ``<!--<p>`` 0.7 s; CVE-2025-6069, fixed in CPython 3.12.11 and
-    3.13.5), and it raises AssertionError on some '<![' (``<![<![``). Comments, declarations and
-    processing instructions are refused anyway: here, before it reads them; a '<' that begins
-    no tag is an error to HTML's parser (write ``&lt;``); and a tag, since it ends at a '>',
-    must have one after it.
+    The tokenizer reads an unclosed comment, declaration or tag to the end of the text. Then it
+    takes only its '<' as text. So N of them cost N times the text, which is quadratic. It
+    takes 2.8 s of CPU for 24 KB of ``<a ``, and 0.7 s for 80 KB of ``<!--<p>``. This is
+    CVE-2025-6069, fixed in CPython 3.12.11 and 3.13.5. The tokenizer also raises
+    AssertionError on some '<![' (``<![<![``).
+
+    Comments, declarations and processing instructions are refused anyway. Here they are
+    refused before the tokenizer reads them. A '<' that begins no tag is an error to HTML's
+    parser (write ``&lt;``). A tag ends at a '>', so it must have one after it.
     """
     for found in _MARKUP.finditer(text):
         at = found.start()
@@ -402,14 +439,15 @@ def _untokenizable_problem(text: str) -> str | None:
     return None
 
 
-#: How deep elements may nest in HTML content: html5ever (nh3) takes time that grows with the
-#: square of the depth (60,000 ``<div>``, 300 KB, took 4.7 s).
+#: How deep elements may nest in HTML content. The time html5ever (nh3) takes grows with the
+#: square of the depth. Nesting 60,000 ``<div>`` (300 KB) takes 4.7 s.
 MAX_NESTING = 100
-#: Void elements: they never hold others.
+#: Void elements, which never hold others.
 VOID_ELEMENTS = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "wbr"})
-#: The open elements a start tag closes while one of them is the element open last, as every
-#: browser's parser closes them (HTML's optional end tags): a list item the one before, a row
-#: its last cell and itself, a block the paragraph it follows.
+#: The open elements a start tag closes while one of them is the element open last. Every
+#: browser's parser closes them so, by HTML's optional end tags. A list item closes the one
+#: before. A row closes the last cell and the row before. A block closes the paragraph it
+#: follows.
 _BLOCKS = (
     "address", "article", "aside", "blockquote", "center", "details", "dir", "div", "dl",
     "fieldset", "figcaption", "figure", "footer", "h1", "h2", "h3", "h4", "h5", "h6", "header",
@@ -421,7 +459,7 @@ _CLOSES: dict[str, frozenset[str]] = {
     "li": frozenset({"li", "p"}),
     "dt": frozenset({"dt", "dd", "p"}),
     "dd": frozenset({"dt", "dd", "p"}),
-    # (a cell or row ends the p, li, dt or dd left open in the cell before it)
+    # A cell or row ends the p, li, dt or dd left open in the cell before it.
     "td": frozenset({"td", "th", "p", "li", "dt", "dd"}),
     "th": frozenset({"td", "th", "p", "li", "dt", "dd"}),
     "tr": frozenset({"tr", "td", "th", "colgroup", "p", "li", "dt", "dd"}),
@@ -436,13 +474,17 @@ _CLOSES: dict[str, frozenset[str]] = {
 
 
 def ends_at(parent: str, child: str) -> bool:
-    """Whether HTML's parser ends a ``parent`` element, open last, at a ``child`` start tag in
-    it (an end tag HTML lets one leave out: a paragraph at a block, a list item at the next)."""
+    """Tell whether HTML's parser ends ``parent``, open last, at a ``child`` start tag in it.
+
+    HTML lets one leave out such an end tag. A paragraph ends at a block, and a list item at
+    the next one.
+    """
     return parent in _CLOSES.get(child, _CLOSES_NOTHING)
 
 
-#: HTML's formatting elements: one left open is opened again by a browser in each block after
-#: it (800 ``<b>`` left open before 800 paragraphs, 17 KB, made nh3 write 12 MB in 4.9 s).
+#: HTML's formatting elements. When one is left open, a browser opens it again in each block
+#: after it. So 800 ``<b>`` left open before 800 paragraphs (17 KB) make nh3 write 12 MB in
+#: 4.9 s.
 _FORMATTING = frozenset(
     {"a", "b", "big", "code", "em", "font", "i", "nobr", "s", "small", "strike", "strong"}
     | {"tt", "u"}
@@ -454,31 +496,33 @@ _OPTIONAL_END = frozenset({"p", "li", "dt", "dd"})
 #: An end tag of one of these may close the table parts open in it.
 _TABLES = frozenset({"table", "thead", "tbody", "tfoot", "tr"})
 _TABLE_PARTS = frozenset({"thead", "tbody", "tfoot", "tr", "td", "th", "colgroup"})
-#: The table parts HTML adds itself (around rows, around ``col`` elements).
+#: The table parts HTML adds itself, around rows and around ``col`` elements.
 _IMPLIED = frozenset({"tbody", "colgroup"})
 _CLOSES_NOTHING: frozenset[str] = frozenset()
 _HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 _BEGINS_WITH_NEWLINE = frozenset({"pre", "listing", "textarea"})
-#: A start tag or text, and its depth in the tree (the open elements it is in).
+#: A start tag or text, and its depth in the tree. The depth counts the open elements it is in.
 Placed = tuple[int, str, str, tuple[tuple[str, str], ...]]
 
 
 def _tree(tokens: list[Token]) -> tuple[list[Placed], str | None]:
-    """The tree the tokens make, and what in them HTML's parser reads with an error or slowly.
+    """Return the tokens' tree, and what in them HTML's parser reads with an error or slowly.
 
     The tree is each start tag and text with its depth, in document order. The open elements
-    are kept as a browser keeps them, but never closed by fewer tags than a browser closes
-    them with: a start tag closes only elements open last (:data:`_CLOSES`), and an end tag
-    the elements open since its own, whose end tags HTML lets one leave out. A ``tbody`` or
-    ``colgroup`` is not counted in the depth, and one without attributes is left out, because
-    HTML adds them itself. Attribute values and text are as HTML reads them (line ends; no
-    newline beginning a ``pre``). Linear in the tokens.
+    are kept as a browser keeps them. But they are never closed by fewer tags than a browser
+    closes them with. A start tag closes only elements open last (:data:`_CLOSES`). An end tag
+    closes the elements open since its own, if HTML lets one leave out their end tags. HTML
+    adds ``tbody`` and ``colgroup`` itself. So they are not counted in the depth, and one
+    without attributes is left out. Attribute values and text are as HTML reads them. That
+    covers line ends, and the newline that may begin a ``pre``. The time is linear in the
+    tokens.
 
-    Refused: elements nested deeper than :data:`MAX_NESTING` (a ``<rt>`` outside ``<ruby>``
-    nests, and is counted so); an end tag that closes no open element, or one that leaves open
-    an element whose end tag may not be left out; an end tag of a void element; a formatting
-    element not closed where it ends; a heading in a heading, an ``a`` in an ``a``; anything
-    but a ``p``, ``li``, ``dt`` or ``dd`` left open at the end.
+    It refuses elements nested deeper than :data:`MAX_NESTING`. A ``<rt>`` outside ``<ruby>``
+    nests, and is counted so. It refuses an end tag that closes no open element. It refuses an
+    end tag that leaves open an element whose end tag may not be left out. It refuses an end
+    tag of a void element. It refuses a formatting element not closed where it ends. It refuses
+    a heading in a heading, and an ``a`` in an ``a``. Last, it refuses anything left open at
+    the end but a ``p``, ``li``, ``dt`` or ``dd``.
     """
     tree = _Tree()
     for kind, value, attrs in tokens:
@@ -506,16 +550,16 @@ class _Tree:
         self.placed: list[Placed] = []
         self.open: list[str] = []
         self.formatting: list[str] = []
-        self.implied = 0  # open tbody and colgroup elements: not counted in the depth
-        self.texts: list[str] = []  # text not yet placed: a run at one depth is one text
+        self.implied = 0  # Open tbody and colgroup elements, not counted in the depth.
+        self.texts: list[str] = []  # Text not yet placed. A run at one depth is one text.
         self.text_depth = 0
         self.begins_pre = False
 
     def text(self, value: str) -> None:
         chunk = value.replace("\r\n", "\n").replace("\r", "\n")
         if self.begins_pre:
-            # HTML drops the newline that begins a pre, and nh3 writes "\n\nx" back as "\nx"
-            # (a newline less): not what the check is for.
+            # HTML drops the newline that begins a pre. So nh3 writes "\n\nx" back as "\nx",
+            # a newline less. The check is not about that.
             chunk = chunk.lstrip("\n")
         if chunk:
             depth = len(self.open) - self.implied
@@ -543,7 +587,7 @@ class _Tree:
         if tag in _FORMATTING:
             self.formatting.append(tag)
         if tag not in _IMPLIED or attrs:
-            if any("\r" in v for _, v in attrs):  # line ends as HTML reads them
+            if any("\r" in v for _, v in attrs):  # Line ends as HTML reads them.
                 attrs = tuple((k, v.replace("\r\n", "\n").replace("\r", "\n")) for k, v in attrs)
             attrs = tuple(sorted(attrs)) if len(attrs) > 1 else attrs
             self.placed.append((len(open_) - self.implied, "start", tag, attrs))
@@ -556,13 +600,13 @@ class _Tree:
         return None
 
     def _start_problem(self, tag: str, closes: frozenset[str]) -> str | None:
-        """Why a start tag makes HTML's parser work hard or err where it is, or None."""
+        """Say why a start tag makes HTML's parser work hard or err where it is, or None."""
         last = self.open[-1]
         if last in _FORMATTING:
             below = next((t for t in reversed(self.open) if t not in _FORMATTING), None)
             if below in closes:
-                # A browser would close it, and open the formatting elements above it again
-                # in every block after (97 <b> then 20,000 <li>, 395 KB: 22.8 s).
+                # A browser would close it. It would then open the formatting elements above
+                # it again in every block after. So 97 <b> then 20,000 <li> (395 KB) take 22.8 s.
                 return f"a <{tag}> while <{last}> is open in the <{below}> it ends"
         if tag in _HEADINGS and last in _HEADINGS:
             return f"a <{tag}> in a <{last}>: close the heading first"
@@ -579,7 +623,7 @@ class _Tree:
             formatting.pop()
         if tag in VOID_ELEMENTS:
             return f"an end tag </{tag}>: <{tag}> is a void element, written without one"
-        if open_ and open_[-1] == tag:  # (most end tags: the element open last)
+        if open_ and open_[-1] == tag:  # Most end tags close the element open last.
             self.implied -= open_.pop() in _IMPLIED
             return None
         if tag not in open_:
@@ -597,7 +641,7 @@ class _Tree:
         return None
 
     def finish(self) -> str | None:
-        """What the tokens leave open at their end, or None."""
+        """Say what the tokens leave open at their end, or None."""
         if self.texts:
             self._place_text()
         if self.formatting:
@@ -608,8 +652,9 @@ class _Tree:
         return None
 
 
-#: Noncharacters XML carries but HTML's parser reads with an error ("Invalid codepoint in
-#: stream": U+FDD0-U+FDEF, and the last two of each plane; U+FFFE and U+FFFF XML refuses too).
+#: Noncharacters that XML carries but HTML's parser reads with an error. The error is "Invalid
+#: codepoint in stream". They are U+FDD0-U+FDEF, and the last two of each plane. XML refuses
+#: U+FFFE and U+FFFF too.
 _NONCHARACTER = re.compile(
     "[\ufdd0-\ufdef"
     + "".join(f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(17))
@@ -618,7 +663,10 @@ _NONCHARACTER = re.compile(
 
 
 def html_problem(text: str) -> str | None:
-    """Why ``text`` may not be HTML content, or None. See the module's docstring."""
+    """Say why ``text`` may not be HTML content, or None.
+
+    The module's docstring lists the checks.
+    """
     problem = (
         _noncharacter_problem(text) or _untokenizable_problem(text) or _ampersand_problem(text)
     )
@@ -640,10 +688,13 @@ def html_problem(text: str) -> str | None:
 
 
 def written_tree_problem(tokens: list[Token], text: str) -> str | None:
-    """Why ``text``, HTML written from a tree as ``tokens`` (XHTML content as feed readers pass
-    it on: :func:`simplefeed.door.xml.html_reading`), is read as another tree or with an error by
-    HTML's parser, or None. The tags and attributes are the tree's, checked there."""
-    if "\r" in text:  # (only &#13; makes one in XML, as in HTML, which refuses it)
+    """Say why HTML's parser reads ``text`` as another tree or with an error, or None.
+
+    ``text`` is HTML written from the tree of ``tokens``. That is XHTML content as feed readers
+    pass it on (:func:`simplefeed.door.xml.html_reading`). The tags and attributes are the
+    tree's, and were checked there.
+    """
+    if "\r" in text:  # Only &#13; makes one in XML, as in HTML, which refuses it.
         return "holds a carriage return (&#13;), which HTML reads as a line feed"
     return _noncharacter_problem(text) or _tree_problem(tokens, text)
 
@@ -656,15 +707,18 @@ def _noncharacter_problem(text: str) -> str | None:
 
 
 def _tree_problem(tokens: list[Token], text: str) -> str | None:
-    """The tree ``tokens`` make (:func:`_tree`), and nh3's of ``text``: the same, or why not."""
+    """Compare the tree ``tokens`` make (:func:`_tree`) with nh3's tree of ``text``.
+
+    Return None when they are the same, or why not.
+    """
     tree, problem = _tree(tokens)
     if problem is not None:
         return problem
     cleaned = _CLEANER.clean(text)
-    if cleaned == text:  # (nh3 wrote back what it read: the same tree)
+    if cleaned == text:  # The same text back from nh3 means the same tree.
         return None
-    # What nh3 writes is never much longer than what it read (escaping a bare '&' or '<' adds
-    # at most four characters each), unless it built elements of its own.
+    # What nh3 writes is never much longer than what it read, unless it built elements of its
+    # own. Escaping a bare '&' or '<' adds at most four characters each.
     if len(cleaned) > 5 * len(text) + 1024 or _tree(_tokens(cleaned)[0])[0] != tree:
         return (
             "markup that an HTML parser reads otherwise than it is written (the sanitiser nh3 "
@@ -676,10 +730,13 @@ def _tree_problem(tokens: list[Token], text: str) -> str | None:
 def xml_script_problem(
     tag: str, attributes: Iterable[tuple[str, str]], *, rendered: bool
 ) -> str | None:
-    """Why an element of inline XML content (``tag`` and attributes by local name) could run
-    script in a reader that renders it (SVG, say), or None. ``rendered``: a vocabulary
-    browsers render (SVG, MathML), whose URL attributes they resolve; elsewhere an
-    ``action`` or ``data`` is a value, held only to the schemes."""
+    """Say why an element of inline XML content could run script in a reader, or None.
+
+    Such a reader renders the content, as with SVG. ``tag`` and the attributes go by local
+    name. ``rendered`` marks a vocabulary that browsers render, such as SVG and MathML. Browsers
+    resolve its URL attributes. Elsewhere an ``action`` or ``data`` is a value, held only to
+    the schemes.
+    """
     if tag.lower() in XML_SCRIPT_ELEMENTS:
         return f"<{tag}> elements are not allowed (they run script or style the reader's page)"
     for name, value in attributes:

@@ -1,18 +1,20 @@
 """The namespaces feedparser reads as feed structure, copied from its table.
 
-feedparser maps elements in these namespaces (compared in lower case) to its own names,
-``prefix_localname``, and reads them as parts of the feed or entry around them, wherever they
-appear, inline content included. Inline XML content in them is refused at the door
-(:func:`simplefeed.door.xml.check_inline_xml`). A copy, not an import: feedparser is the
-consumer's library (imported in :mod:`simplefeed.client.parse` only), and what the service
-refuses must not change under a dependency upgrade without a test saying so
-(``tests/test_door.py`` holds this table equal to the installed feedparser's
-``_FeedParserMixin.namespaces``; regenerate it from there when that test fails).
+The library feedparser compares these namespaces in lower case. It maps their elements to its
+own names, ``prefix_localname``. It reads them as parts of the feed or entry around them,
+wherever they appear, inline content included. So the door refuses inline XML content in them
+(:func:`simplefeed.door.xml.check_inline_xml`).
+
+The table is a copy, not an import. Feedparser is the consumer's library, imported in
+:mod:`simplefeed.client.parse` only. What the service refuses must not change under a
+dependency upgrade without a test saying so. The test ``tests/test_door.py`` holds this table
+equal to the installed feedparser's ``_FeedParserMixin.namespaces``. Regenerate the table from
+there when that test fails.
 """
 
 from __future__ import annotations
 
-#: namespace URI -> the prefix feedparser gives its elements ("" for RSS and Atom themselves)
+#: Namespace URI to the prefix feedparser gives its elements. RSS and Atom themselves get "".
 FEED_NAMESPACES: dict[str, str] = {
     "": "",
     "http://backend.userland.com/rss": "",
@@ -82,5 +84,5 @@ FEED_NAMESPACES: dict[str, str] = {
     "http://podlove.org/simple-chapters": "psc",
 }
 
-#: feedparser also reads every namespace URI containing this as RSS 0.9x (its track_namespace).
+#: Feedparser also reads every namespace URI holding this as RSS 0.9x (its track_namespace).
 USERLAND_RSS = "backend.userland.com/rss"

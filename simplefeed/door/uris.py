@@ -1,13 +1,17 @@
-"""What the door accepts as an entry id, an e-mail address and a URL: pure rules, no I/O.
+"""What the door accepts as an entry id, an e-mail address and a URL, as pure rules.
 
-Entry ids are compared character by character (RFC 4287 4.2.6), so one entry could be sent
-under two spellings of one URI (``HTTP://Example.COM/a`` and ``http://example.com/a``) and
-become two entries. Ids must therefore arrive in canonical form: :func:`canonical_uri` gives
-it (RFC 3986 section 6.2.2 and 6.2.3 normalisation, as the W3C Feed Validator computes it, plus
-the case rules of the ``urn``, ``urn:uuid`` and ``tag`` schemes), and :func:`id_problem` refuses
-anything else, saying what the canonical form would be. Only schemes that name things stably
-and that the validator accepts without a warning are taken: ``http``, ``https``, ``tag``
-(RFC 4151) and ``urn`` (RFC 2141 syntax, ``urn:uuid`` holding a UUID).
+Entry ids are compared character by character (RFC 4287 4.2.6). So one entry could be sent
+under two spellings of one URI and become two entries. ``HTTP://Example.COM/a`` and
+``http://example.com/a`` are such spellings. Ids must therefore arrive in canonical form.
+
+The function :func:`canonical_uri` gives that form. It normalises as RFC 3986 sections 6.2.2
+and 6.2.3 say, as the W3C Feed Validator computes it. It adds the case rules of the ``urn``,
+``urn:uuid`` and ``tag`` schemes. The function :func:`id_problem` refuses anything else. It
+says what the canonical form would be.
+
+Only schemes that name things stably are taken. The validator must accept them without a
+warning too. They are ``http``, ``https``, ``tag`` (RFC 4151) and ``urn`` (RFC 2141 syntax).
+A ``urn:uuid`` must hold a UUID.
 """
 
 from __future__ import annotations
@@ -31,21 +35,21 @@ _DEFAULT_PORTS = {"http": "80", "https": "443"}
 _URI_REFERENCE = re.compile(r"^(([^:/?#]+):)?(//([^/?#]*))?([^?#]*)(\?([^#]*))?(#(.*))?$")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*\Z")
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
-# RFC 1035 / 1123 host names: letters, digits and inner hyphens, labels of 1-63, dot-separated.
+# RFC 1035 and 1123 host names. Labels of 1-63 letters, digits and inner hyphens, dot-separated.
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 _HOST = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*\Z")
-# RFC 2141 (the W3C validator's grammar for URNs), the namespace id in lower case.
+# RFC 2141, the W3C validator's grammar for URNs. The namespace id is in lower case.
 _URN = re.compile(r"^urn:([a-z0-9][a-z0-9-]{1,31}):(?:[A-Za-z0-9()+,\-.:=@;$_!*']|%[0-9A-F]{2})+\Z")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
-# RFC 4151: tag:authorityName,date:specific[#fragment]; the validator's characters, its date in
-# ASCII digits (the validator's \d also takes other scripts' digits).
+# RFC 4151 reads tag:authorityName,date:specific[#fragment]. The characters are the
+# validator's. The date is in ASCII digits, because the validator's \d takes other scripts' too.
 _TAG = re.compile(
     rf"^tag:(?:([a-z0-9\-._]+)@)?({_LABEL}(?:\.{_LABEL})*),(\d{{4}})(?:-(\d{{2}})(?:-(\d{{2}}))?)?:"
     r"[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*(?:#[0-9a-zA-Z;/?:@&=+$.\-_!~*'()%,]*)?\Z",
     re.ASCII,
 )
-# RFC 5322 addr-spec, dot-atom forms only (no quoted local parts, no domain literals: the
-# W3C validator refuses those), and a host name with at least two labels.
+# RFC 5322 addr-spec, in dot-atom forms only, with a host name of at least two labels. Quoted
+# local parts and domain literals are left out, because the W3C validator refuses them.
 _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
 _ANY_CASE_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _ADDR_SPEC = re.compile(rf"^{_ATEXT}+(?:\.{_ATEXT}+)*@{_ANY_CASE_LABEL}(?:\.{_ANY_CASE_LABEL})+\Z")
@@ -56,9 +60,12 @@ class NotAUri(ValueError):
 
 
 def _normalise(part: str, safe: str) -> str:
-    """Percent-encoding normalised: octets decoded unless they are delimiters kept encoded
-    (reserved characters outside ``safe``), the text NFC-normalised, then encoded again with
-    upper-case hex, leaving unreserved characters and ``safe`` as they are."""
+    """Normalise the percent-encoding of ``part``.
+
+    Octets are decoded, unless they are delimiters kept encoded. Those are reserved characters
+    outside ``safe``. The text is NFC-normalised. Then it is encoded again with upper-case hex.
+    Unreserved characters and ``safe`` stay as they are.
+    """
     out: list[str] = []
     pending = bytearray()
 
@@ -86,7 +93,7 @@ def _normalise(part: str, safe: str) -> str:
         char = chr(octet) if octet >= 0 else ch
         if char in _RESERVED and char in safe:
             flush()
-            out.append(token)  # a delimiter, literal or encoded, stays as it was sent
+            out.append(token)  # A delimiter, literal or encoded, stays as it was sent.
         elif octet >= 0:
             pending.append(octet)
         else:
@@ -114,8 +121,10 @@ def _remove_dot_segments(path: str) -> str:
 
 
 def canonical_uri(value: str) -> str:
-    """The canonical form of an absolute URI or IRI (non-ASCII characters percent-encoded as
-    UTF-8). Raises :class:`NotAUri` when it has none."""
+    """Return the canonical form of an absolute URI or IRI.
+
+    Non-ASCII characters are percent-encoded as UTF-8. Raises :class:`NotAUri` when it has none.
+    """
     match = _URI_REFERENCE.match(value)
     if match is None or match.group(2) is None or not _SCHEME.match(match.group(2)):
         raise NotAUri("not an absolute URI (scheme:...)")
@@ -156,8 +165,11 @@ def canonical_uri(value: str) -> str:
 
 
 def id_problem(value: str, max_bytes: int | None = None) -> str | None:
-    """Why ``value`` cannot be an entry id, or None. See the module's docstring. ``max_bytes``:
-    the UTF-8 length the canonical form suggested for a non-canonical id may have."""
+    """Say why ``value`` cannot be an entry id, or None.
+
+    The module's docstring gives the rules. A non-canonical id is told its canonical form.
+    ``max_bytes`` caps the UTF-8 length of that suggested form.
+    """
     scheme = value.partition(":")[0].lower()
     if scheme not in ID_SCHEMES or ":" not in value:
         return f"must be a URI with one of the schemes {', '.join(ID_SCHEMES)}"
@@ -166,7 +178,7 @@ def id_problem(value: str, max_bytes: int | None = None) -> str | None:
     except NotAUri as exc:
         return f"is not a URI: {exc}"
     if canonical != value:
-        # Only a canonical form the door takes is worth sending; else what is wrong with it.
+        # Suggest the canonical form only if the door takes it. Else say what is wrong.
         size = len(canonical.encode("utf-8"))
         if max_bytes is not None and size > max_bytes:
             return (
@@ -204,8 +216,9 @@ def id_problem(value: str, max_bytes: int | None = None) -> str | None:
     return None
 
 
-# The W3C Feed Validator's URI grammar (validators.py, rfc2396 and rfc3987): URNs and UUID and
-# tag URIs by their RFCs in any case, anything else RFC 2396 characters after IDNA encoding.
+# The W3C Feed Validator's URI grammar, from validators.py, rfc2396 and rfc3987. URNs, UUID
+# URIs and tag URIs follow their RFCs, in any case. Anything else takes RFC 2396 characters,
+# after IDNA encoding.
 _ANY_URN = re.compile(
     r"^[Uu][Rr][Nn]:[a-zA-Z0-9][a-zA-Z0-9-]{1,31}:([a-zA-Z0-9()+,.:=@;$_!*'\-]|%[0-9A-Fa-f]{2})+\Z"
 )
@@ -224,11 +237,14 @@ _RFC2396 = re.compile(
 
 
 def iri_problem(value: str) -> str | None:
-    """Why the W3C Feed Validator would flag ``value`` as a link, scheme, author URI or
-    namespace name, or None: a ``urn:`` that is not RFC 2141 (or a ``urn:uuid:`` that holds no
-    UUID), a ``tag:`` that is not RFC 4151, characters RFC 3987 does not allow, an
-    ``http(s):`` or ``ftp:`` URL without ``//host``, a ``%`` that does not begin a
-    percent-encoded octet. ``value`` is an absolute IRI already."""
+    """Say why the W3C Feed Validator would flag ``value``, or None.
+
+    The value is a link, scheme, author URI or namespace name. It is an absolute IRI already.
+    The validator flags a ``urn:`` that is not RFC 2141, or a ``urn:uuid:`` that holds no UUID.
+    It flags a ``tag:`` that is not RFC 4151, and characters RFC 3987 does not allow. It flags
+    an ``http(s):`` or ``ftp:`` URL without ``//host``. It flags a ``%`` that does not begin a
+    percent-encoded octet.
+    """
     if BAD_PERCENT.search(value):
         return "has a % not followed by two hex digits (RFC 3986 2.1: write a % itself as %25)"
     scheme = value.partition(":")[0].lower()
@@ -252,26 +268,27 @@ def iri_problem(value: str) -> str | None:
         authority = re.match(r"^\w+://([^/?#]*)", value)
         if authority is None or not authority[1]:
             return f"is not a {scheme} URL ({scheme}://host/...)"
-        # The host and port after any userinfo; an IPv6 host is in [ ] (RFC 3986 3.2.2).
+        # The host and port after any userinfo. An IPv6 host is in [ ] (RFC 3986 3.2.2).
         hostport = authority[1].rpartition("@")[2]
         if hostport.startswith("["):
             host, closed, after = hostport[1:].partition("]")
             if not closed or (after and not after.startswith(":")):
                 return "has a host in [ ] that does not end with ] (an IPv6 host: [2001:db8::1])"
             if not _is_ipv6(host):
-                # A browser's URL parser throws on anything else there (IPvFuture, a zone id).
+                # A browser's URL parser throws on anything else there, such as IPvFuture or
+                # a zone id.
                 return f"has [{host[:40]}] as its host, not an IPv6 address"
             port = after[1:]
         else:
             port = hostport.partition(":")[2]
         if port and not (port.isascii() and port.isdigit() and int(port) <= 65535):
-            # WHATWG URL parsers (a browser's, Node's new URL()) throw on it.
+            # WHATWG URL parsers throw on it, such as a browser's or Node's new URL().
             return f"has the port {port[:20]!r}, not one of 0-65535"
     return None
 
 
 def _is_ipv6(text: str) -> bool:
-    if "%" in text:  # a zone id: meaningful only on the host that wrote it
+    if "%" in text:  # A zone id, which means something only on the host that wrote it.
         return False
     try:
         ipaddress.IPv6Address(text)
@@ -281,7 +298,7 @@ def _is_ipv6(text: str) -> bool:
 
 
 def email_problem(value: str) -> str | None:
-    """Why ``value`` is not an RFC 5322 addr-spec an Atom reader accepts, or None."""
+    """Say why ``value`` is not an RFC 5322 addr-spec that an Atom reader accepts, or None."""
     if len(value) > 254 or not _ADDR_SPEC.match(value):
         return "must be an e-mail address (RFC 5322 addr-spec: name@host.domain, no mailto:, no <>)"
     return None

@@ -1,8 +1,8 @@
 """The door's checks on inline XML and XHTML content.
 
-Feed readers pass XHTML content on as HTML, and read XML content by its namespaces. So inline
-content must read the same to them as it does to an XML parser, and must carry nothing that a
-feed reader takes for feed structure or runs as script.
+Feed readers pass XHTML content on as HTML. They read XML content by its namespaces. So inline
+content must read the same to them as it does to an XML parser. And it must carry nothing that
+a feed reader takes for feed structure or runs as script.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ __all__ = ["check_inline_xml", "html_reading"]
 
 _XHTML_DIV = f'<div xmlns="{XHTML_NS}">'
 
-#: What declares a namespace in a tag of XML text (text that mentions one is not counted).
+#: What declares a namespace in a tag of XML text. Text that mentions one is not counted.
 _NAMESPACE_DECLARATION = re.compile(r"xmlns(?::[^\s=>/]+)?\s*=")
 
 
@@ -48,13 +48,14 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
 
     It is parsed as feedgen will parse it, with entity expansion, DTD loading and network
     access off. A DOCTYPE is refused, because its entities could not be carried into the feed.
-    Content under an XML media type must have a namespace, and no element, attribute, prefix or
-    declaration of a namespace that feedparser reads as feed structure
-    (:mod:`simplefeed.door.namespaces`). XHTML is one of those: it belongs in ``xhtml`` content.
+    Content under an XML media type must have a namespace. Some namespaces feedparser reads as
+    feed structure (:mod:`simplefeed.door.namespaces`). The content may hold no element,
+    attribute, prefix or declaration of those. XHTML is one of them, because it belongs in
+    ``xhtml`` content.
     """
     declarations = sum(len(_NAMESPACE_DECLARATION.findall(tag)) for tag in _TAG.findall(text))
     if declarations > MAX_CONTENT_NAMESPACES:
-        # Counted before parsing, because checking them costs their number times the elements'.
+        # Count them before parsing. Checking them costs their number times the elements'.
         return (
             f"{declarations} namespace declarations: at most {MAX_CONTENT_NAMESPACES} (feed"
             " readers take time growing with their square)"
@@ -79,7 +80,10 @@ def check_inline_xml(text: str, *, xhtml: bool) -> str | None:
 
 
 def _outside_problem(root: Any, xhtml: bool) -> str | None:
-    """Why the document around the elements cannot be carried: a DOCTYPE, a comment, a PI."""
+    """Say why the document around the elements cannot be carried, or None.
+
+    A DOCTYPE, a comment or a PI there cannot be carried.
+    """
     doctype: str = root.getroottree().docinfo.doctype
     if doctype:
         return "DOCTYPE declarations are not allowed"
@@ -100,7 +104,7 @@ def _outside_problem(root: Any, xhtml: bool) -> str | None:
 
 
 def _element_problem(el: Any, xhtml: bool) -> str | None:
-    """Why one element of inline content cannot be carried, or None."""
+    """Say why one element of inline content cannot be carried, or None."""
     for value in (el.text, el.tail, *el.attrib.values()):
         if value:
             problem = _value_problem(el, value, xhtml)
@@ -121,11 +125,11 @@ def _element_problem(el: Any, xhtml: bool) -> str | None:
 
 
 def _value_problem(el: Any, value: str, xhtml: bool) -> str | None:
-    """Why a text or attribute value of ``el`` cannot be carried, or None."""
+    """Say why a text or attribute value of ``el`` cannot be carried, or None."""
     qname = _QNAME_VALUE.match(value)
     if qname is not None and qname[1] in el.nsmap and not xhtml:
-        # The document renames every prefix (c0, c1, ...), so a value that names one
-        # (xsi:type="xs:string") would name nothing there.
+        # The document renames every prefix (c0, c1, ...). So a value that names one would
+        # name nothing there, as in xsi:type="xs:string".
         return (
             f"<{etree.QName(el).localname}> holds {value.strip()[:40]!r}, a name with the"
             f" prefix {qname[1]!r}: the feed renames prefixes, so it would name nothing;"
@@ -143,13 +147,13 @@ def _value_problem(el: Any, value: str, xhtml: bool) -> str | None:
 
 
 def _namespace_problem(el: Any, xhtml: bool) -> str | None:
-    """Why the namespace of ``el`` cannot be carried, or None."""
+    """Say why the namespace of ``el`` cannot be carried, or None."""
     namespace = etree.QName(el).namespace
     if xhtml:
         if namespace != XHTML_NS:
             return f"<{el.tag}> is not an XHTML element"
         if el.prefix is not None:
-            # The W3C validator warns "Avoid Namespace Prefix", on a page kept for good.
+            # The W3C validator warns "Avoid Namespace Prefix". The page is kept for good.
             return (
                 f"<{el.prefix}:{etree.QName(el).localname}> names XHTML with a prefix: write"
                 f" <{etree.QName(el).localname}> (xhtml content is the content of a div"
@@ -175,10 +179,12 @@ def _namespace_problem(el: Any, xhtml: bool) -> str | None:
 
 
 def _comment_problem(text: str, xhtml: bool) -> str | None:
-    """Why a comment holding ``text`` may not be in inline content, or None. HTML reads
-    ``<!-->`` and ``<!--->`` as a whole comment, and what follows as markup: a reader that
-    puts the content in its page ran the ``<img onerror>`` after one (a producer's trial).
-    XHTML holds none, as HTML content holds none (feedparser drops them)."""
+    """Say why a comment holding ``text`` may not be in inline content, or None.
+
+    HTML reads ``<!-->`` and ``<!--->`` as a whole comment, and what follows as markup. A
+    reader that puts the content in its page runs an ``<img onerror>`` after one. XHTML holds
+    no comments, as HTML content holds none, because feedparser drops them.
+    """
     if xhtml:
         return (
             f"a comment (<!--{text[:40]}-->) is not allowed: xhtml content holds none, as html"
@@ -193,11 +199,14 @@ def _comment_problem(text: str, xhtml: bool) -> str | None:
 
 
 def html_reading(div: Any) -> tuple[list[markup.Token], str]:
-    """The content of the XHTML ``div`` as HTML, as a generic reader passes XHTML content on
-    (feedparser gives it as a string; a page puts it in its HTML): its tokens, and its text.
-    Start tags with their attributes (those in no namespace), text, and an end tag for each
-    element but an empty void one (comments are refused before). Iterative: no recursion
-    however deep the tree is."""
+    """Return the content of the XHTML ``div`` as HTML, as tokens and as text.
+
+    This is how a generic reader passes XHTML content on. feedparser gives it as a string, and
+    a page puts it in its HTML. The tokens are start tags with their attributes, text, and end
+    tags. Only attributes in no namespace count. Each element has an end tag, but an empty void
+    one. Comments are refused before this. The walk is iterative, so it never recurses, however
+    deep the tree is.
+    """
     tokens: list[markup.Token] = []
     out: list[str] = []
 
@@ -231,14 +240,17 @@ def html_reading(div: Any) -> tuple[list[markup.Token], str]:
 
 
 def _xhtml_policy_problem(el: Any) -> str | None:
-    """XHTML content holds what the HTML policy allows (:mod:`simplefeed.door.markup`), in a tree
-    HTML reads as it is written: feed readers pass XHTML content on as HTML."""
+    """Check that XHTML content holds only what the HTML policy allows.
+
+    The policy is in :mod:`simplefeed.door.markup`. The tree must read in HTML as it is written,
+    because feed readers pass XHTML content on as HTML.
+    """
     tag = etree.QName(el).localname
     problem = markup.element_problem(tag)
     if problem:
         return problem
     above = el.getparent()
-    parent = etree.QName(above).localname if above is not None else "div"  # (the content's div)
+    parent = etree.QName(above).localname if above is not None else "div"  # The content's div.
     if markup.ends_at(parent, tag):
         return (
             f"a <{tag}> in a <{parent}>: HTML ends the <{parent}> at it, and feed readers pass"
@@ -256,8 +268,8 @@ def _xhtml_policy_problem(el: Any) -> str | None:
     return None
 
 
-#: XML vocabularies browsers render inline, resolving their URL attributes (XLink's are
-#: refused: feedparser reads them as feed structure).
+#: XML vocabularies that browsers render inline, resolving their URL attributes. XLink's
+#: attributes are refused, because feedparser reads them as feed structure.
 _RENDERED_NAMESPACES = frozenset(
     {"http://www.w3.org/2000/svg", "http://www.w3.org/1998/Math/MathML"}
 )
@@ -269,22 +281,23 @@ def _xml_script_problem(el: Any) -> str | None:
     return markup.xml_script_problem(etree.QName(el).localname, attributes, rendered=rendered)
 
 
-#: Feed-vocabulary namespaces, in lower case, as feedparser compares them, without a trailing
-#: '/' (a reader may match either spelling), and the two this service's documents are read by:
-#: an ``<fh:archive/>`` or ``<sf:seq>`` in content would mark a live document archived, or
-#: give an entry another sequence number, to a reader that searches the whole document.
+#: Feed-vocabulary namespaces, in lower case, as feedparser compares them. They have no
+#: trailing '/', because a reader may match either spelling. The set adds the two namespaces
+#: that this service's documents are read by. Some readers search the whole document. To them
+#: an ``<fh:archive/>`` in content would mark a live document archived. A ``<sf:seq>`` would
+#: give an entry another sequence number.
 _FEED_NAMESPACES = frozenset(
     uri.lower().rstrip("/") for uri in (*FEED_NAMESPACES, FH_NS, SF_NS) if uri
 )
 
 
-#: Prefixes feedparser gives feed vocabularies: ``<dc:title>`` is Dublin Core's title to it.
+#: Prefixes feedparser gives feed vocabularies. To it, ``<dc:title>`` is Dublin Core's title.
 _FEED_PREFIXES = frozenset(p.lower() for p in FEED_NAMESPACES.values() if p) - {"xml"}
 
 
-#: The attributes in a feed-vocabulary namespace that inline content may carry: xml:lang and
-#: xml:space (no xml:base: it would re-base URLs). XLink is in feedparser's table too: SVG
-#: links are written ``href``, as SVG 2 has them.
+#: The attributes in a feed-vocabulary namespace that inline content may carry. They are
+#: xml:lang and xml:space. An xml:base is refused, because it would re-base URLs. XLink is in
+#: feedparser's table too. So SVG links are written ``href``, as SVG 2 has them.
 _ALLOWED_NAMESPACED_ATTRIBUTES = {XML_NS: frozenset({"lang", "space"})}
 
 
@@ -330,7 +343,7 @@ def _feed_vocabulary_declaration(el: Any, xhtml: bool) -> str | None:
         if scheme is None:
             return f"the namespace name {namespace!r} is not an absolute URI"
         if scheme[1].lower() not in markup.EVENT_URL_SCHEMES:
-            # Feed validators flag "URI scheme not IANA registered" (javascript:, foo:).
+            # Feed validators flag "URI scheme not IANA registered", as for javascript: or foo:.
             return (
                 f"the namespace name {namespace[:80]!r} has the scheme {scheme[1]!r}: name a"
                 f" namespace with one of {', '.join(sorted(markup.EVENT_URL_SCHEMES))}"
@@ -341,5 +354,5 @@ def _feed_vocabulary_declaration(el: Any, xhtml: bool) -> str | None:
     return None
 
 
-#: A value that is a qualified name (``xs:string``): its prefix is looked up among those declared.
+#: A value that is a qualified name (``xs:string``). Its prefix is looked up among those declared.
 _QNAME_VALUE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.\-]*):[A-Za-z_][A-Za-z0-9_.\-]*\s*\Z")

@@ -1,8 +1,9 @@
-"""Producer tokens: minting, checking, revoking. Reading is public; every publish needs a token.
+"""Producer tokens: minting, checking and revoking them.
 
-A token reads ``sft_<id>_<secret>``: the id finds the row, the secret is checked against the
-stored SHA-256 with a constant-time comparison. Secrets are 256 random bits, so a plain hash is
-enough (no slow KDF needed: nothing to brute-force); the token is shown once and never stored.
+Reading is public. Every publish needs a token. A token reads ``sft_<id>_<secret>``. The id
+finds the row. The secret is checked against the stored SHA-256 with a constant-time
+comparison. Secrets are 256 random bits, so there is nothing to brute-force. So a plain hash is
+enough, and no slow KDF is needed. The token is shown once and never stored.
 """
 
 from __future__ import annotations
@@ -22,16 +23,16 @@ _TOKEN = re.compile(r"^sft_([1-9][0-9]{0,9})_([A-Za-z0-9_-]{43})\Z")
 MAX_TOKEN_ID = 2**31 - 1
 
 
-#: A token's label: a note to recognise it by, one field of a line of ``token list``.
+#: A token's label, a note to recognise it by. It is one field of a line of ``token list``.
 MAX_LABEL_CHARS = 200
-#: What a label may not hold: C0 and C1 controls (tab and line breaks among them), DEL, the
-#: Unicode line and paragraph separators and the replacement character (text decoded with the
-#: wrong charset).
+#: What a label may not hold. It may not hold C0 and C1 controls, tab and line breaks among
+#: them, nor DEL. Nor may it hold the Unicode line and paragraph separators. Nor may it hold
+#: the replacement character, which marks text decoded with the wrong charset.
 _NOT_IN_LABEL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ufffd]")
 
 
 def label_problem(label: str) -> str | None:
-    """Why ``label`` cannot be a token's label, or None."""
+    """Say why ``label`` cannot be a token's label, or None."""
     if not label.strip():
         return "is blank"
     bad = _NOT_IN_LABEL.search(label)
@@ -43,7 +44,7 @@ def label_problem(label: str) -> str | None:
 
 
 def new_secret() -> str:
-    return secrets.token_urlsafe(32)  # 43 characters
+    return secrets.token_urlsafe(32)  # 43 characters.
 
 
 def hash_secret(secret: str) -> str:
@@ -61,7 +62,10 @@ class Credentials:
 
 
 def parse_authorization(header: str | None) -> Credentials:
-    """The bearer token of an ``Authorization`` header (RFC 6750), or :class:`Unauthorized`."""
+    """Return the bearer token of an ``Authorization`` header (RFC 6750).
+
+    Raises :class:`Unauthorized` when there is none.
+    """
     if not header:
         raise Unauthorized("publishing needs Authorization: Bearer <token>")
     scheme, _, value = header.strip().partition(" ")

@@ -1,4 +1,4 @@
-"""Pure decisions about feeds: whether the settings fit a feed's archived pages, and what to say.
+"""Pure decisions about feeds, such as whether the settings fit a feed's archived pages.
 
 Each function takes values and returns a sentence or None. None of them reads the database or
 the archive, so they are tested without either.
@@ -26,19 +26,19 @@ __all__ = [
 ]
 
 #: How far the clock may be behind a feed's last change before /healthz says so. Entries are
-#: dated after the feed's last change, so a clock set back dates them all from the fast time.
+#: dated after the feed's last change. So a clock set back dates them all from the fast time.
 #: A few seconds leave room for nodes whose clocks differ a little.
 CLOCK_BEHIND_LIMIT_US = 5_000_000
 
-#: Where an archived page's own URL says it is: /pages/N for the default feed, else
-#: /feeds/NAME/pages/N.
+#: Where an archived page's own URL says it is. That is /pages/N for the default feed, and
+#: /feeds/NAME/pages/N for others.
 _PAGE_PATH = re.compile(r"(?:/feeds/(?P<feed>[^/]+))?/pages/(?P<number>[0-9]+)\Z")
 
 
 def new_feed_problem(name: str, title: str, page_size: int | None) -> str | None:
-    """Why a feed cannot be created with this name, title and page size, or None.
+    """Say why a feed cannot be created with this name, title and page size, or None.
 
-    The name is in every URL of the feed and the title in every document, so both are checked
+    The name is in every URL of the feed, and the title in every document. So both are checked
     as a producer's text is. The feed title has its own limit, so that every document's head
     fits in ``atom.MAX_DOCUMENT_BYTES``.
     """
@@ -53,7 +53,7 @@ def new_feed_problem(name: str, title: str, page_size: int | None) -> str | None
 
 
 def clock_warning(feed: Feed, now_us: int) -> str | None:
-    """A sentence if the clock (``now_us``) is far behind the feed's last change, else None."""
+    """Say so if the clock (``now_us``) is far behind the feed's last change, else None."""
     behind = feed.modified_us - now_us
     if not feed.head_seq or behind <= CLOCK_BEHIND_LIMIT_US:
         return None
@@ -69,7 +69,7 @@ def _iso_us(us: int) -> str:
 
 
 def base_url_problem(feed: Feed, base_url: str) -> str | None:
-    """Why the feed cannot be served with documents linking to ``base_url``, or None.
+    """Say why the feed cannot be served with documents linking to ``base_url``, or None.
 
     Archived pages never change, so every new page must link to the base URL they link to.
     Before any page is archived, only a base URL recorded by ``archive rebase`` binds the feed.
@@ -97,11 +97,11 @@ def base_url_problem(feed: Feed, base_url: str) -> str | None:
 
 
 def default_feed_problem(feed: Feed, self_href: str | None, default_feed: str) -> str | None:
-    """Why the feed cannot be served while SIMPLEFEED_DEFAULT_FEED names ``default_feed``.
+    """Say why the feed cannot be served while SIMPLEFEED_DEFAULT_FEED names ``default_feed``.
 
     ``self_href`` is the self link of the feed's newest archived page. The default feed's pages
-    live at /pages/N and every other feed's at /feeds/NAME/pages/N. Later pages link to the
-    earlier ones there, so the default feed cannot change once either feed has archived pages.
+    live at /pages/N, and every other feed's at /feeds/NAME/pages/N. Later pages link to the
+    earlier ones there. So the default feed cannot change once either feed has archived pages.
     A self link that names no page of this feed is left to ``archive verify``.
     """
     number = feed.head_seq // feed.page_size
@@ -109,7 +109,7 @@ def default_feed_problem(feed: Feed, self_href: str | None, default_feed: str) -
         return None
     path = urlsplit(self_href).path
     base = urlsplit(feed.base_url).path.rstrip("/") if feed.base_url is not None else None
-    if base and path.startswith(base + "/"):  # a base URL with a path of its own
+    if base and path.startswith(base + "/"):  # A base URL with a path of its own.
         path = path[len(base) :]
     found = _PAGE_PATH.search(path)
     if found is None or int(found["number"]) != number:
@@ -134,7 +134,7 @@ def default_feed_problem(feed: Feed, self_href: str | None, default_feed: str) -
 
 
 def page_size_warning(feed: Feed, page_size: int) -> str | None:
-    """Why SIMPLEFEED_PAGE_SIZE does nothing for this feed, or None.
+    """Say why SIMPLEFEED_PAGE_SIZE does nothing for this feed, or None.
 
     A feed's page size is fixed when the feed is created, because its pages' numbers follow it.
     """
@@ -150,7 +150,7 @@ def page_size_warning(feed: Feed, page_size: int) -> str | None:
 def purge_urls(
     feed: Feed, bases: Sequence[str | None], default_feed: str, archived: int
 ) -> list[str]:
-    """Every archived page's URL, then the working page's and /recent, under each base URL."""
+    """List every archived page's URL, then the working page's and /recent, per base URL."""
     urls: list[str] = []
     for base in dict.fromkeys(b for b in bases if b is not None):
         u = paging.Urls(base, feed.name, default_feed)

@@ -1,8 +1,8 @@
-"""Pure paging rules: which page holds a sequence number, which links a document carries.
+"""Pure paging rules, such as which page holds a sequence number and which links a page carries.
 
 Pages hold a fixed number of entries. Page ``n`` holds sequence numbers
-``(n - 1) * size + 1 .. n * size``. The *working page* is the lowest page that is not full;
-a page freezes the moment it holds ``size`` entries, so the working page may be empty.
+``(n - 1) * size + 1 .. n * size``. The *working page* is the lowest page that is not full. A
+page is archived the moment it holds ``size`` entries. So the working page may be empty.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ def working_page(head_seq: int, size: int) -> int:
 
 
 def seq_range(number: int, size: int) -> tuple[int, int]:
-    """First and last sequence number of page ``number`` (inclusive)."""
+    """Return the first and last sequence number of page ``number``, inclusive."""
     return (number - 1) * size + 1, number * size
 
 
 def newly_full_pages(before: int, after: int, size: int) -> range:
-    """Pages that became full when the head moved from ``before`` to ``after``."""
+    """Return the pages that became full when the head moved from ``before`` to ``after``."""
     return range(before // size + 1, after // size + 1)
 
 
@@ -44,16 +44,16 @@ class Urls:
 
     @property
     def locator_base(self) -> str:
-        """Entry locators are this followed by the entry's percent-encoded id."""
+        """Return the base of entry locators, which add the entry's percent-encoded id."""
         return f"{self.prefix}/entries/"
 
     def entry(self, entry_id: str) -> str:
-        """The entry locator: redirects to the page that holds the entry."""
+        """Return the entry locator, which redirects to the page that holds the entry."""
         return self.locator_base + locator_segment(entry_id)
 
 
 def links(urls: Urls, kind: DocumentKind, number: int) -> tuple[tuple[str, str], ...]:
-    """The (rel, href) pairs of a document, as DESIGN.md lays them out.
+    """Return the (rel, href) pairs of a document, as DESIGN.md lays them out.
 
     recent:   self=/recent, via=/pages/K, prev-archive (unless K is 1)
     working:  self=/pages/K, current=/recent, prev-archive (unless K is 1)
@@ -79,7 +79,7 @@ def document(
     entries: tuple[Entry, ...],
     prev_sha256: str | None = None,
 ) -> Document:
-    """Page ``number`` of the feed as ``kind``, ready to render.
+    """Return page ``number`` of the feed as ``kind``, ready to render.
 
     A document is as new as its newest entry. An empty one is as new as the feed's newest
     entry, or the feed itself when it has none.

@@ -1,10 +1,10 @@
-"""The ``simplefeed`` command: thin, arguments -> Settings -> core functions.
+"""The ``simplefeed`` command, a thin layer from arguments to Settings to core functions.
 
-Every command that uses the database checks first that it exists, answers and is migrated
-(:func:`simplefeed.store.schema.check_ready`); only ``db upgrade`` creates one. A project error
-ends a command with one line on standard error and exit status 1, never a traceback; ``archive
-verify`` and ``archive rebuild`` end so with status 3 (:data:`COULD_NOT_CHECK`), keeping 1 for
-what they found.
+Every command that uses the database first checks that it exists, answers and is migrated
+(:func:`simplefeed.store.schema.check_ready`). Only ``db upgrade`` creates one. A project error
+ends a command with one line on standard error and exit status 1, never a traceback. The
+commands ``archive verify`` and ``archive rebuild`` end so with status 3
+(:data:`COULD_NOT_CHECK`). They keep 1 for what they found.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from simplefeed.settings import (
     service_url_problem,
 )
 
-#: The checkout this package runs from: uwsgi.ini lives there.
+#: The checkout this package runs from, where uwsgi.ini lives.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -45,8 +45,11 @@ def _settings() -> Settings:
 
 @contextlib.contextmanager
 def _core() -> Iterator[Any]:
-    """The core on the settings' database, checked ready first; closed when the command is
-    done with it (its connections, its change watcher)."""
+    """Yield the core on the settings' database, checked ready first.
+
+    The core is closed when the command is done with it. That closes its connections and its
+    change watcher.
+    """
     from simplefeed.service import Simplefeed
     from simplefeed.store import check_ready
 
@@ -60,15 +63,17 @@ def _core() -> Iterator[Any]:
 
 
 class _Commands(click.Group):
-    """Project errors from any command end as one line and exit status 1, their control
-    characters escaped.
+    """End project errors from any command as one line and exit status 1.
 
-    The consumer's commands are loaded when asked for (click's "lazily loading subcommands"):
-    their modules (httpx, feedparser, lxml) took 0.3 s of every operator command's start."""
+    Their control characters are escaped. The consumer's commands and the relay are loaded
+    when asked for, as click's "lazily loading subcommands" describes. Their modules (httpx,
+    feedparser, lxml) would add 0.3 s to every operator command's start.
+    """
 
     _LAZY: ClassVar[dict[str, tuple[str, str]]] = {
         "consume": ("simplefeed.client.command", "consume"),
         "consumer": ("simplefeed.client.state_commands", "consumer_group"),
+        "relay": ("simplefeed.runtime.relay", "relay"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -87,9 +92,9 @@ class _Commands(click.Group):
         except SimplefeedError as exc:
             raise click.ClickException(one_line(str(exc))) from None
         except click.ClickException as exc:
-            # One line whatever it quotes (a setting's value, a path): a newline in one would
-            # forge a second line of the error.
-            # (click declares the attribute final for its type checker; it is a plain attribute.)
+            # One line, whatever it quotes, such as a setting's value or a path. A newline in
+            # one would forge a second line of the error. Click declares the attribute final
+            # for its type checker, but it is a plain attribute.
             exc.message = one_line(exc.message)  # type: ignore[misc]
             raise
 
@@ -99,17 +104,20 @@ class _Commands(click.Group):
 def main() -> None:
     """Simplefeed: RFC 5005 archived Atom event feeds.
 
-    Configuration comes from SIMPLEFEED_* environment variables (see
-    docs/reference/settings.md; `simplefeed config` shows the effective values).
+    Configuration comes from SIMPLEFEED_* environment variables. See
+    docs/reference/settings.md. The command `simplefeed config` shows the effective values.
     """
 
 
 @main.command("config")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def config_command(as_json: bool) -> None:
-    """Print the effective settings (environment and defaults), passwords masked; beside
-    them, the file a SQLite database is and whether the base URL is the default (not in the
-    JSON, whose values are the settings' alone)."""
+    """Print the effective settings, passwords masked.
+
+    The settings come from the environment and defaults. Beside them it prints the file a
+    SQLite database is. It says whether the base URL is the default. The JSON leaves both out,
+    because its values are the settings' alone.
+    """
     settings = _settings()
     shown = settings.describe()
     if as_json:
@@ -159,9 +167,10 @@ def serve(
 ) -> None:
     """Run the service under uWSGI (migrate first with `simplefeed db upgrade`).
 
-    It listens on SIMPLEFEED_HTTP_SOCKET when that is set (--host and --port may not say
-    otherwise), else on HOST:PORT. Links in the documents use SIMPLEFEED_BASE_URL, or
-    http://localhost:PORT when it is unset, which only a service on loopback may do.
+    It listens on SIMPLEFEED_HTTP_SOCKET when that is set, and --host and --port may not say
+    otherwise. Else it listens on HOST:PORT. Links in the documents use SIMPLEFEED_BASE_URL.
+    When that is unset they use http://localhost:PORT, which only a service on loopback may
+    do.
     """
     from simplefeed.runtime import serve as starting
 
@@ -183,9 +192,12 @@ def db() -> None:
 
 @db.command()
 def upgrade() -> None:
-    """Create the database if need be, migrate it to the newest schema, create the default feed
-    (unless another feed's frozen pages are at its URLs: a mistyped name is not created); then,
-    if SIMPLEFEED_BASE_URL is set, check that no feed's frozen pages link elsewhere."""
+    """Create the database if need be, migrate it, and create the default feed.
+
+    The migration goes to the newest schema. The default feed is not created if another feed's
+    archived pages are at its URLs, so a mistyped name is not created. Then, if
+    SIMPLEFEED_BASE_URL is set, it checks that no feed's archived pages link elsewhere.
+    """
     from simplefeed.errors import FeedExists
     from simplefeed.service import Simplefeed
     from simplefeed.settings import mask_url
@@ -196,7 +208,7 @@ def upgrade() -> None:
     before = upgrade_schema(settings.database_url)
     core = Simplefeed(settings)
     try:
-        core.check_default_feed_pages()  # before the default feed is created
+        core.check_default_feed_pages()  # Before the default feed is created.
         try:
             core.create_feed(settings.default_feed)
             click.echo(f"created default feed {settings.default_feed!r}")
@@ -209,12 +221,13 @@ def upgrade() -> None:
             click.echo(f"database created at the newest schema ({SCHEMA_REVISION}): {shown}")
         else:
             click.echo(f"database migrated from schema {before} to {SCHEMA_REVISION}: {shown}")
-        # A database older than the archive (a restore), or part of the archive lost: at once.
+        # Say at once if the database is older than the archive, as after a restore. Say so
+        # too if part of the archive is lost.
         core.check_archive(every_file=True)
-        # Without SIMPLEFEED_BASE_URL the base URL is `serve --port`'s to decide: serve checks.
+        # Without SIMPLEFEED_BASE_URL, `serve --port` decides the base URL, so serve checks.
         if settings.base_url_given:
             core.check_base_url()
-        page_size = core.default_feed_page_size_warning()  # (after the checks: one line)
+        page_size = core.default_feed_page_size_warning()  # One line, after the checks.
     finally:
         core.close()
     if page_size is not None:
@@ -231,7 +244,7 @@ def feed() -> None:
 @click.option("--page-size", type=click.IntRange(1, MAX_PAGE_SIZE), help="Entries per page.")
 @click.option("--title", help="Feed title (default: the name).")
 def feed_create(name: str, page_size: int | None, title: str | None) -> None:
-    """Create a feed named NAME (lowercase letters, digits, - and _)."""
+    """Create a feed named NAME, of lowercase letters, digits, - and _."""
     with _core() as core:
         f = core.create_feed(name, title=title, page_size=page_size)
     click.echo(f"created feed {f.name!r} ({f.atom_id}), {f.page_size} entries per page")
@@ -240,8 +253,11 @@ def feed_create(name: str, page_size: int | None, title: str | None) -> None:
 @feed.command("list")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array of every feed's stats.")
 def feed_list(as_json: bool) -> None:
-    """List feeds: name, state (live or retired), head sequence number, pages, page size, last
-    publish, title."""
+    """List feeds.
+
+    Each line gives the name, state (live or retired), head sequence number, pages, page size,
+    last publish and title.
+    """
     from simplefeed.lines import escape_field
 
     with _core() as core:
@@ -269,7 +285,10 @@ def feed_list(as_json: bool) -> None:
 
 
 def _table(rows: list[tuple[str, ...]]) -> None:
-    """Columns separated by two spaces, each as wide as its widest cell (the last unpadded)."""
+    """Print columns separated by two spaces, each as wide as its widest cell.
+
+    The last column is not padded.
+    """
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
@@ -280,16 +299,19 @@ def _table(rows: list[tuple[str, ...]]) -> None:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def feed_show(name: str, as_json: bool) -> None:
-    """Show a feed's stats: head, pages (frozen and working), last publish, base URL and the
-    URLs to read it from."""
+    """Show a feed's stats.
+
+    They are its head, its pages (archived and working), the last publish, the base URL, and
+    the URLs to read it from.
+    """
     from simplefeed.lines import escape_field
 
     with _core() as core:
         shown = core.stats(core.feed(name)).describe()
     recorded = shown["frozen_pages_base_url"]
     if recorded is not None and recorded != shown["base_url"]:
-        # `serve --port N` links to port N without SIMPLEFEED_BASE_URL: a command run beside
-        # it, without the variable, builds its URLs on the default.
+        # Without SIMPLEFEED_BASE_URL, `serve --port N` links to port N. A command run beside
+        # it without the variable builds its URLs on the default.
         click.echo(
             f"simplefeed: warning: feed {name!r}'s pages link to {recorded}, but these URLs are"
             f" built on {shown['base_url']} (SIMPLEFEED_BASE_URL); set it to {recorded}",
@@ -311,8 +333,11 @@ def feed_show(name: str, as_json: bool) -> None:
 @feed.command("retire")
 @click.argument("name")
 def feed_retire(name: str) -> None:
-    """Retire feed NAME: its documents are served as ever (nothing is deleted), but every
-    publish is refused with 410 Gone. `feed unretire NAME` undoes it."""
+    """Retire feed NAME, so that every publish to it is refused.
+
+    Its documents are served as ever, and nothing is deleted. But every publish is refused
+    with 410 Gone. The command `feed unretire NAME` undoes it.
+    """
     from simplefeed.model import rfc3339
 
     with _core() as core:
@@ -326,7 +351,7 @@ def feed_retire(name: str) -> None:
 @feed.command("unretire")
 @click.argument("name")
 def feed_unretire(name: str) -> None:
-    """Take retired feed NAME back into service: publishing works again."""
+    """Take retired feed NAME back into service, so that publishing works again."""
     with _core() as core:
         core.unretire_feed(name)
     click.echo(f"feed {name!r} takes events again")
@@ -334,7 +359,7 @@ def feed_unretire(name: str) -> None:
 
 @main.group()
 def token() -> None:
-    """Producer tokens (publishing needs one; reading does not)."""
+    """Producer tokens. Publishing needs one, and reading does not."""
 
 
 @token.command("create")
@@ -343,7 +368,7 @@ def token() -> None:
     "--label", help="A note to recognise the token by in `token list` (one line, 200 characters)."
 )
 def token_create(feed_name: str | None, label: str | None) -> None:
-    """Mint a token and print it once; only its hash is stored."""
+    """Mint a token and print it once. Only its hash is stored."""
     with _core() as core:
         value = core.create_token(feed=feed_name, label=label)
     click.echo(value)
@@ -352,8 +377,11 @@ def token_create(feed_name: str | None, label: str | None) -> None:
 
 @token.command("list")
 def token_list() -> None:
-    """List tokens, one a line, tab-separated: id, the feed it may publish to (* for any),
-    state, creation time, label (never the secrets)."""
+    """List tokens, one a line, tab-separated, never with their secrets.
+
+    Each line gives the id, the feed it may publish to (* for any), the state, the creation
+    time and the label.
+    """
     from simplefeed.lines import escape_field
     from simplefeed.model import rfc3339
 
@@ -370,7 +398,7 @@ def token_list() -> None:
 @token.command("revoke")
 @click.argument("token_id", type=int)
 def token_revoke(token_id: int) -> None:
-    """Revoke token TOKEN_ID (see `token list`); it stops working at once."""
+    """Revoke token TOKEN_ID (see `token list`). It stops working at once."""
     with _core() as core:
         revoked = core.revoke_token(token_id)
     if not revoked:
@@ -381,8 +409,11 @@ def token_revoke(token_id: int) -> None:
 @token.command("rotate")
 @click.argument("token_id", type=int)
 def token_rotate(token_id: int) -> None:
-    """Give token TOKEN_ID a new secret and print the new token once; the old one stops
-    working at once (its id, feed and label stay, so `token list` and the logs still match)."""
+    """Give token TOKEN_ID a new secret, and print the new token once.
+
+    The old one stops working at once. Its id, feed and label stay. So `token list` and the
+    logs still match.
+    """
     with _core() as core:
         value = core.rotate_token(token_id)
     if value is None:
@@ -400,8 +431,9 @@ def archive() -> None:
 
 
 #: The exit status of ``archive verify`` and ``archive rebuild`` when they could not check the
-#: archive at all (the database, the archive directory, the settings): 1 is what they found
-#: (differences, files not written), so that a cron job can tell the two apart.
+#: archive at all. The cause lies in the database, the archive directory or the settings. They
+#: give 1 for what they found, such as differences or files not written. So a cron job can
+#: tell the two apart.
 COULD_NOT_CHECK = 3
 
 
@@ -411,7 +443,7 @@ class _CouldNotCheck(click.ClickException):
 
 @contextlib.contextmanager
 def _could_not_check() -> Iterator[None]:
-    """A project error inside ends the command with one line and :data:`COULD_NOT_CHECK`."""
+    """End the command on a project error inside, with one line and :data:`COULD_NOT_CHECK`."""
     try:
         yield
     except SimplefeedError as exc:
@@ -448,8 +480,11 @@ def archive_rebuild(feed_name: str | None) -> None:
 
 
 def _archive_and_database(doing: str, relation: str, settings: Settings) -> str:
-    """The first line of ``archive rebuild`` and ``verify``: which directory and database, in
-    absolute terms (a cron job run from another directory checked another archive)."""
+    """Return the first line of ``archive rebuild`` and ``verify``.
+
+    It names the directory and the database in absolute terms. A cron job run from another
+    directory would otherwise check another archive unnoticed.
+    """
     from simplefeed.store import database_shown
 
     return (
@@ -459,8 +494,11 @@ def _archive_and_database(doing: str, relation: str, settings: Settings) -> str:
 
 
 def _report(line: str, *, err: bool = False) -> None:
-    """Print one line of an archive command's report, escaped as errors are: its paths and
-    problems name files, and a newline in the archive directory's name forged lines."""
+    """Print one line of an archive command's report, escaped as errors are.
+
+    Its paths and problems name files. A newline in the archive directory's name would forge
+    lines.
+    """
     click.echo(one_line(line), err=err)
 
 
@@ -468,11 +506,12 @@ def _report(line: str, *, err: bool = False) -> None:
 @click.argument("new_base_url")
 @click.option("--feed", "feed_name", help="Only this feed (default: every feed).")
 def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
-    """Render every frozen page again with NEW_BASE_URL (the service moved), record it as the
-    feed's, and replace the page files; print the URLs a CDN must purge, one a line.
+    """Render every archived page again with NEW_BASE_URL, after the service moved.
 
-    Stop the service first, and start it again with SIMPLEFEED_BASE_URL=NEW_BASE_URL. Every
-    changed page gets new bytes and a new ETag: consumers and caches fetch them again.
+    It records NEW_BASE_URL as the feed's, and replaces the page files. It prints the URLs a
+    CDN must purge, one a line. Stop the service first. Start it again with
+    SIMPLEFEED_BASE_URL=NEW_BASE_URL. Every changed page gets new bytes and a new ETag. So
+    consumers and caches fetch them again.
     """
     from simplefeed.service import Simplefeed
     from simplefeed.store import check_ready
@@ -513,15 +552,16 @@ def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
 @archive.command("recover")
 @click.option("--feed", "feed_name", help="Only this feed.")
 def archive_recover(feed_name: str | None) -> None:
-    """Take back into the database the pages whose files are past its frozen pages, with
-    their entries: a database restored from a backup older than the archive, or lost and
-    started anew, lacks them. A page is taken back when its entries, read back, render to its
-    bytes exactly and the next page's sf:sha256 vouches for those bytes (for the newest page,
-    its .br/.gz copies, when there are any); a damaged file whose copy passes is taken back
-    from the copy and written again. It stops at the first page that cannot be, naming it. A
-    feed the database lacks is created again as its first page says. Run it with the service
-    stopped and with its settings (SIMPLEFEED_BASE_URL among them), then start the service:
-    each feed goes on after its pages.
+    """Take back into the database the page files past its archived pages, with their entries.
+
+    A database restored from a backup older than the archive lacks them. So does one lost and
+    started anew. A page is taken back when its entries, read back, render to its bytes
+    exactly. The next page's sf:sha256 must vouch for those bytes too. For the newest page, its
+    .br and .gz copies vouch, when there are any. A damaged file whose copy passes is taken
+    back from the copy and written again. It stops at the first page that cannot be taken
+    back, and names it. A feed the database lacks is created again as its first page says.
+    Run it with the service stopped and with its settings, SIMPLEFEED_BASE_URL among them.
+    Then start the service, and each feed goes on after its pages.
 
     \b
     Exit status:
@@ -569,8 +609,10 @@ def archive_recover(feed_name: str | None) -> None:
 @archive.command("verify")
 @click.option("--feed", "feed_name", help="Only this feed.")
 def archive_verify(feed_name: str | None) -> None:
-    """Check every static page against the database (bytes, ETag, the chain of sf:sha256
-    digests), naming each difference. Run it after deploys and from cron.
+    """Check every static page against the database, and name each difference.
+
+    It checks the bytes, the ETag, and the chain of sf:sha256 digests. Run it after deploys and
+    from cron.
 
     \b
     Exit status:
@@ -580,13 +622,13 @@ def archive_verify(feed_name: str | None) -> None:
       2  usage: an option or argument it does not take
       3  the check could not be made, said in one line: the database (missing,
          not migrated, not answering), the archive directory (not a directory,
-         unreadable, or no page file at all while the database has frozen
+         unreadable, or no page file at all while the database has archived
          pages), a setting, or --feed naming no feed
     """
     with _could_not_check(), _core() as core:
         _report(_archive_and_database("checking", "against", core.settings))
-        # Another default feed than the pages were frozen as would look for its pages at the
-        # other feed's files: eight false differences, not the one setting to mend.
+        # Another default feed than the pages were archived as would look for its pages at the
+        # other feed's files. That shows eight false differences, not the one setting to mend.
         core.check_default_feed_pages()
         report = core.verify_archive(feed_name)
     for problem in report.problems:
@@ -620,8 +662,11 @@ def publish(
     entry_id: str | None,
     token: str | None,
 ) -> None:
-    """Publish an event over HTTP, as a producer would: the one that --title (with --content,
-    --content-type, --id) describes, or the JSON event (or array of events) on standard input."""
+    """Publish an event over HTTP, as a producer would.
+
+    The event is the one that --title describes, with --content, --content-type and --id. Or it
+    is the JSON event, or array of events, on standard input.
+    """
     import httpx
 
     from simplefeed.settings import FEED_NAME_RE

@@ -1,20 +1,22 @@
 """The WSGI entry point uWSGI loads (``module = simplefeed.runtime.wsgi:application``).
 
-With ``lazy-apps`` each worker imports this after the fork, so each builds its own engine and pool,
-and sets up its own logging (JSON lines on standard error: uWSGI's log) and metrics files.
+With ``lazy-apps`` each worker imports this after the fork. So each builds its own engine and
+pool. Each sets up its own logging and metrics files too. The logs are JSON lines on standard
+error, which is uWSGI's log.
 
-A worker refuses to load the app (and uWSGI, with ``need-app``, to run) when uWSGI has no
-shared area (``sharedarea = 1``: :class:`NodeWaitingSlots`), when the database answers but is
-missing, empty or at an older schema (:func:`check_ready`), when a feed's frozen pages link
-to another base URL than the configured one (:meth:`Simplefeed.check_base_url`), and when the
-default feed does not exist or a feed's frozen pages are at other URLs than the configured
-default feed gives them (:meth:`Simplefeed.check_default_feed`), and when the archive
-directory is not given by its real path, which uWSGI's static route needs
-(:func:`static_archive_problem`); ``simplefeed serve``
-checks the same before it starts uWSGI, so uWSGI started directly (``uwsgi --ini uwsgi.ini``)
-refuses what the command does. A database that does not answer is not checked here: the
-service starts and answers 503 until it does (each freeze checks the base URL and the
-default feed again).
+A worker refuses to load the app in some cases. With ``need-app``, uWSGI then refuses to run.
+The cases are these. uWSGI has no shared area (``sharedarea = 1``, see
+:class:`NodeWaitingSlots`). The database answers, but is missing, empty or at an older schema
+(:func:`check_ready`). A feed's archived pages link to another base URL than the configured
+one (:meth:`Simplefeed.check_base_url`). The default feed does not exist. A feed's archived
+pages are at other URLs than the configured default feed gives them
+(:meth:`Simplefeed.check_default_feed`). The archive directory is not given by its real path,
+which uWSGI's static route needs (:func:`static_archive_problem`).
+
+The command ``simplefeed serve`` checks the same before it starts uWSGI. So uWSGI started
+directly (``uwsgi --ini uwsgi.ini``) refuses what the command does. A database that does not
+answer is not checked here. The service starts, and answers 503 until the database does. Each
+time a page is archived, the base URL and the default feed are checked again.
 """
 
 import logging
@@ -45,22 +47,25 @@ from simplefeed.store import check_ready
 
 try:
     import uwsgi  # type: ignore[import-untyped]
-except ImportError:  # another WSGI server
+except ImportError:  # Another WSGI server.
     uwsgi = None
 
 
-#: The status with which a uWSGI worker says it could not load its app: with ``need-app``
-#: (uwsgi.ini) the master then stops the other workers and exits with it, where a worker
-#: exiting otherwise is respawned (uWSGI's UWSGI_FAILED_APP_CODE).
+#: The status with which a uWSGI worker says it could not load its app. uWSGI names it
+#: UWSGI_FAILED_APP_CODE. With ``need-app`` (uwsgi.ini) the master then stops the other workers
+#: and exits with it. A worker that exits otherwise is respawned.
 UWSGI_FAILED_APP = 22
 
 
 def refuse_to_start(reason: object) -> NoReturn:
-    """Log why (CRITICAL) and stop: this worker, and so uWSGI, with the status of a worker that
-    failed to load its app (not a traceback, not a respawn, not status 0)."""
+    """Log why (CRITICAL), and stop this worker and so uWSGI.
+
+    The exit status is that of a worker that failed to load its app. So there is no traceback,
+    no respawn, and no status 0.
+    """
     logging.getLogger("simplefeed").critical("not starting: %s", reason)
     if uwsgi is not None:
-        logging.shutdown()  # flushed: os._exit skips what the interpreter's exit would do
+        logging.shutdown()  # Flush, because os._exit skips what the interpreter's exit does.
         os._exit(UWSGI_FAILED_APP)
     raise SystemExit(1) from None
 
@@ -73,7 +78,7 @@ except ConfigError as exc:
 logs.configure(settings.log_level)
 for warning in misspelt_variables():
     logging.getLogger("simplefeed").warning(warning)
-if settings.http_socket is not None:  # (`simplefeed serve` sets SIMPLEFEED_BASE_URL always)
+if settings.http_socket is not None:  # `simplefeed serve` always sets SIMPLEFEED_BASE_URL.
     _problem = unset_base_url_problem(
         f"SIMPLEFEED_HTTP_SOCKET={settings.http_socket}",
         socket_address(settings.http_socket)[0],
@@ -97,8 +102,11 @@ if uwsgi is not None:
 
 
 def node_bell() -> Bell | None:
-    """The bell this worker's publishes ring for every worker of this uWSGI (named for its
-    master), or None (this process's own) where it cannot be had."""
+    """Return the bell this worker's publishes ring for every worker of this uWSGI.
+
+    The bell is named for the uWSGI master. None means it cannot be had, and the process uses
+    its own bell.
+    """
     if uwsgi is None:
         return None
     try:
@@ -136,23 +144,27 @@ except StoreError as exc:
 
 
 class NodeWaitingSlots:
-    """Room for long-polls to wait, counted for the whole node in uWSGI's shared area
-    (``sharedarea = 1`` in uwsgi.ini): each worker keeps the number of its waiting requests at
-    its own place there (zeroed when it starts: a worker that died takes its count with it),
-    and a long-poll waits only while the node's total is under seven eighths of the node's
-    threads. Waiting requests hold threads, and uWSGI hands connections to whichever worker has
-    a thread in ``accept``, unevenly: with every thread of the node waiting, a producer's
-    connection queued in the kernel until a wait ended (30 s). A bound per worker declined the
-    consumers of the busiest worker long before the node was full
+    """Room for long-polls to wait, counted for the whole node.
+
+    The count lives in uWSGI's shared area (``sharedarea = 1`` in uwsgi.ini). Each worker keeps
+    the number of its waiting requests at its own place there. The place is zeroed when the
+    worker starts, so a worker that died takes its count with it. A long-poll waits only while
+    the node's total is under seven eighths of the node's threads.
+
+    Waiting requests hold threads. uWSGI hands connections unevenly, to whichever worker has a
+    thread in ``accept``. Say every thread of the node waits. Then a producer's connection
+    queues in the kernel until a wait ends, up to 30 s. A bound per worker would decline the
+    consumers of the busiest worker long before the node is full
     (docs/explanation/decisions/long-poll.md). Two workers taking the last places at once may
     pass the bound by one each.
 
-    The area is read and written as memory (``sharedarea_memoryview``), not through
-    ``sharedarea_read64``/``write64``: those release the interpreter lock around uWSGI's own
-    lock, five times per long-poll, and the threads of a publish's burst queued for this
-    object's lock while its holder waited to get the interpreter back
-    (docs/explanation/decisions/long-poll.md). Each place is 8 aligned bytes written by one
-    worker only: a single store, so a reader never sees half of one."""
+    The area is read and written as memory (``sharedarea_memoryview``). The calls
+    ``sharedarea_read64`` and ``write64`` are not used. They release the interpreter lock
+    around uWSGI's own lock, five times per long-poll. Then the threads of a publish's burst
+    queue for this object's lock, while its holder waits to get the interpreter back
+    (docs/explanation/decisions/long-poll.md). Each place is 8 aligned bytes, written by one
+    worker only. A write is a single store, so a reader never sees half of one.
+    """
 
     def __init__(self) -> None:
         self._places = uwsgi.sharedarea_memoryview(0).cast("q")
@@ -176,9 +188,12 @@ class NodeWaitingSlots:
             self._count -= 1
             self._places[self._mine] = self._count
 
+    def waiting(self) -> int:
+        return sum(self._places[self._workers])
+
 
 def asks_to_close(env: dict[str, Any]) -> bool:
-    """Whether an HTTP/1.1 request carries the ``close`` connection option (RFC 9112 9.6)."""
+    """Tell whether an HTTP/1.1 request carries the ``close`` connection option (RFC 9112 9.6)."""
     options = env.get("HTTP_CONNECTION")
     return (
         options is not None
@@ -188,9 +203,12 @@ def asks_to_close(env: dict[str, Any]) -> bool:
 
 
 class _ThenClose:
-    """A response body, then the end of its connection: shut down (both ways) once uWSGI has
-    sent the body and closes the response. A file body (``wsgi.file_wrapper``) is read here,
-    so uWSGI does not send it with sendfile: only for the requests that asked to close."""
+    """A response body, then the end of its connection.
+
+    The connection is shut down both ways once uWSGI has sent the body and closes the response.
+    A file body (``wsgi.file_wrapper``) is read here, so uWSGI does not send it with sendfile.
+    That happens only for the requests that asked to close.
+    """
 
     def __init__(self, body: Iterable[bytes], fd: int) -> None:
         self.body = body
@@ -203,8 +221,9 @@ class _ThenClose:
         else:
             while chunk := read(65536):
                 yield chunk
-        # uWSGI sends the head with the first chunk, or after close() if there was none (a HEAD,
-        # a 304): an empty chunk sends it now, before close() shuts the connection down.
+        # uWSGI sends the head with the first chunk. With no chunk, as for a HEAD or a 304, it
+        # sends the head after close(). An empty chunk sends it now, before close() shuts the
+        # connection down.
         yield b""
 
     def close(self) -> None:
@@ -217,11 +236,12 @@ class _ThenClose:
 
 
 def _shut_down(fd: int) -> None:
-    """End a request's connection both ways (uWSGI closes its own descriptor after).
+    """End a request's connection both ways.
 
-    The socket object is told the family and type, so that it asks the kernel nothing, and
-    gives the descriptor back unclosed: one system call, not six (each lets another thread take
-    the interpreter)."""
+    uWSGI closes its own descriptor after. The socket object is told the family and type, so
+    that it asks the kernel nothing. It gives the descriptor back unclosed. So this takes one
+    system call, not six. Each call lets another thread take the interpreter.
+    """
     conn = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0, fd)
     try:
         conn.shutdown(socket.SHUT_RDWR)
@@ -232,12 +252,16 @@ def _shut_down(fd: int) -> None:
 
 
 def honour_close(app: WsgiApp) -> WsgiApp:
-    """``app`` on uWSGI's http11-socket, which keeps every HTTP/1.1 connection open after a
-    response, ``Connection: close`` or not ("Connection: close is not honoured", proto/http.c),
-    until the client closes it or ``socket-timeout`` passes: a client that asked to close and
-    reads to the end (HTTP/1.0-style, urllib's ``Connection: close``) waited 4 s for every
-    request, holding a worker's thread as long. RFC 9112 9.6: a server that receives ``close``
-    MUST close the connection after its response and SHOULD say ``Connection: close``."""
+    """Wrap ``app`` so that uWSGI's http11-socket closes a connection that asked for it.
+
+    The http11-socket of uWSGI keeps every HTTP/1.1 connection open after a response, with
+    ``Connection: close`` or not. Its source says "Connection: close is not honoured"
+    (proto/http.c). The connection stays open until the client closes it or ``socket-timeout``
+    passes. Some clients ask to close and read to the end, HTTP/1.0-style, as urllib's
+    ``Connection: close`` does. Such a client would wait 4 s for every request, and hold a
+    worker's thread as long. RFC 9112 9.6 says a server that receives ``close`` MUST close the
+    connection after its response. It SHOULD say ``Connection: close``.
+    """
 
     def application(env: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         if not asks_to_close(env):
@@ -253,19 +277,22 @@ def honour_close(app: WsgiApp) -> WsgiApp:
     return application
 
 
-#: The HTTP versions a request may name: 1.0 and 1.1 (RFC 9112 2.3), and the 2.0 and 3.0 nginx
-#: passes on a uwsgi socket (``HTTP/9.9`` was answered ``HTTP/9.9 200 OK``).
+#: The HTTP versions a request may name. They are 1.0 and 1.1 (RFC 9112 2.3), and the 2.0 and
+#: 3.0 that nginx passes on a uwsgi socket. Without the check, ``HTTP/9.9`` is answered
+#: ``HTTP/9.9 200 OK``.
 _HTTP_VERSION = re.compile(r"HTTP/(?:1\.[01]|[23]\.0)\Z")
 
 
 def refuse_forged_protocol(app: WsgiApp) -> WsgiApp:
-    """``app`` behind uWSGI's HTTP parser (http-socket, http11-socket), which begins the
-    status line of its response with the request line's protocol as it came: ``GET / X`` and a
-    bare LF, then ``Set-Cookie: a=b``, was answered ``X`` LF ``Set-Cookie: a=b 200 OK`` (a
-    header of the sender's choosing, for whatever passes the response on; a security
-    reviewer's trial). A request whose protocol is not one of :data:`_HTTP_VERSION` gets no
-    answer: its connection is shut down (whatever status the app gave, uWSGI would write that
-    protocol)."""
+    """Wrap ``app`` so that a forged protocol in the request line gets no answer.
+
+    The HTTP parser of uWSGI (http-socket, http11-socket) begins the status line of its
+    response with the request line's protocol as it came. Say a request sends ``GET / X``, a
+    bare LF, and then ``Set-Cookie: a=b``. It is answered ``X`` LF ``Set-Cookie: a=b 200 OK``.
+    So the sender chooses a header for whatever passes the response on. A request whose
+    protocol is not one of :data:`_HTTP_VERSION` gets no answer, and its connection is shut
+    down. Whatever status the app gave, uWSGI would write that protocol.
+    """
 
     def application(env: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         protocol = env.get("SERVER_PROTOCOL", "")
@@ -290,12 +317,14 @@ def wake_one_thread_per_connection(listening: list[int]) -> int:
     """Have each new connection wake one waiting thread of this worker, not all of them.
 
     Each uWSGI thread waits for connections in an epoll queue of its own. On http11-socket
-    uWSGI takes no lock around accept (its "thunder lock" is for the other sockets), so a
-    connection woke every idle thread of every worker; all but one found nothing to accept.
-    With 200 threads a worker, a client that opens a connection per request got 0.09 of the
-    rate of one that keeps it (docs/benchmarks.md, "Hot paths"). EPOLLEXCLUSIVE (Linux 4.5)
-    wakes one waiter, as nginx does for its workers. This sets it on each thread's queue for
-    the ``listening`` sockets, found in /proc; it returns how many queues it changed."""
+    uWSGI takes no lock around accept. Its "thunder lock" is for the other sockets. So a
+    connection would wake every idle thread of every worker, and all but one would find nothing
+    to accept. Take 200 threads a worker. Then a client that opens a connection per request
+    would get 0.09 of the rate of one that keeps it (docs/benchmarks.md, "Hot paths").
+    EPOLLEXCLUSIVE (Linux 4.5) wakes one waiter, as nginx does for its workers. This sets it on
+    each thread's queue for the ``listening`` sockets, found in /proc. It returns how many
+    queues it changed.
+    """
     changed = 0
     for name in os.listdir("/proc/self/fd"):
         try:
@@ -304,7 +333,7 @@ def wake_one_thread_per_connection(listening: list[int]) -> int:
             with open(f"/proc/self/fdinfo/{name}") as info:
                 watched = [line.split() for line in info if line.startswith("tfd:")]
         except OSError:
-            continue  # closed meanwhile
+            continue  # Closed meanwhile.
         for fields in watched:
             fd, events = int(fields[1]), int(fields[3], 16)
             if fd in listening and not events & select.EPOLLEXCLUSIVE:
@@ -313,9 +342,11 @@ def wake_one_thread_per_connection(listening: list[int]) -> int:
 
 
 def _exclusive(queue: int, fd: int) -> int:
-    """Watch ``fd`` in the epoll ``queue`` for reading with EPOLLEXCLUSIVE (1), or as it was
-    (0) where the kernel refuses it."""
-    epoll = select.epoll.fromfd(os.dup(queue))  # the same queue, closed apart
+    """Watch ``fd`` in the epoll ``queue`` for reading with EPOLLEXCLUSIVE.
+
+    Return 1 if so. Return 0 where the kernel refuses it, and leave the watch as it was.
+    """
+    epoll = select.epoll.fromfd(os.dup(queue))  # The same queue, closed apart.
     try:
         epoll.unregister(fd)
         try:
@@ -329,8 +360,11 @@ def _exclusive(queue: int, fd: int) -> int:
 
 
 def _exclusive_when_threads_wait(threads: int) -> None:
-    """Run :func:`wake_one_thread_per_connection` as the worker's threads start to wait (they
-    make their queues after the app is loaded), until every thread's queue is changed."""
+    """Run :func:`wake_one_thread_per_connection` as the worker's threads start to wait.
+
+    The threads make their queues after the app is loaded. This runs until every thread's
+    queue is changed.
+    """
     deadline = time.monotonic() + EXCLUSIVE_WITHIN_S
     done = 0
     while done < threads and time.monotonic() < deadline:
@@ -344,7 +378,7 @@ def _exclusive_when_threads_wait(threads: int) -> None:
             return
 
 
-# uWSGI's cores are the requests a worker serves at once (its threads).
+# uWSGI's cores are the requests a worker serves at once, which are its threads.
 application = requests_only(
     create_app(
         settings,
@@ -368,6 +402,6 @@ if uwsgi is not None:
 
     def _worker_exits() -> None:
         metrics.worker_exited(_pid)
-        logging.shutdown()  # the access lines waiting to be written (simplefeed.logs)
+        logging.shutdown()  # Write the access lines still waiting (simplefeed.logs).
 
     uwsgi.atexit = _worker_exits

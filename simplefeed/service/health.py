@@ -1,4 +1,4 @@
-"""Start-up checks and /healthz: what keeps the service from working, and what needs an operator."""
+"""Start-up checks and /healthz, which say what keeps the service from working or needs care."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ WARNING_INTERVAL_US = 60_000_000
 class HealthReport:
     """What /healthz answers."""
 
-    #: The database's kind: ``sqlite``, ``postgresql``.
+    #: The database's kind, ``sqlite`` or ``postgresql``.
     database: str
     #: What keeps the service from publishing (503).
     problems: list[str]
@@ -81,10 +81,10 @@ class Health:
         self._warned: dict[str, int] = {}
 
     def report(self) -> HealthReport:
-        """The database's kind, what keeps the service from publishing, and what needs an operator.
+        """Report the database's kind, what keeps the service from publishing, and what needs care.
 
-        A database that does not answer raises :class:`StoreUnavailable`, unless the store
-        can say why (its SQLite file is gone): then that is a problem in the report.
+        A database that does not answer raises :class:`StoreUnavailable`. But the store may
+        say why, as when its SQLite file is gone. Then that is a problem in the report.
         """
         unavailable: StoreUnavailable | None = None
         try:
@@ -97,7 +97,7 @@ class Health:
         problems += archive.writable_problems(self.settings.archive_dir)
         problems += self.space_problems()
         warnings: list[str] = []
-        if unavailable is None:  # the feeds' base URLs and pages are in the database
+        if unavailable is None:  # The feeds' base URLs and pages are in the database.
             feeds = self.store.feeds()
             problems += self.base_url_problems(feeds)
             problems += self.default_feed_problems(feeds)
@@ -112,7 +112,7 @@ class Health:
         return HealthReport(self.store.backend, problems, warnings, waiting)
 
     def space_problems(self) -> list[str]:
-        """The directories a publish writes in with less free space than the settings ask."""
+        """List the directories a publish writes in with less free space than the settings ask."""
         directories = [self.settings.archive_dir]
         database = self.store.database_file
         if database is not None:
@@ -139,7 +139,7 @@ class Health:
             raise BaseUrlMismatch(found)
 
     def base_url_problems(self, feeds: Sequence[Feed] | None = None) -> list[str]:
-        """One sentence per feed whose archived pages link to another base URL."""
+        """Say one sentence per feed whose archived pages link to another base URL."""
         feeds = self.store.feeds() if feeds is None else feeds
         problems = [rules.base_url_problem(f, self.settings.base_url) for f in feeds]
         return [p for p in problems if p is not None]
@@ -147,7 +147,7 @@ class Health:
     def check_default_feed(self) -> None:
         """Refuse to start if SIMPLEFEED_DEFAULT_FEED names no feed.
 
-        /recent and POST /entries would answer 404 while /healthz said all was well. The
+        Else /recent and POST /entries would answer 404 while /healthz said all was well. The
         pages are checked first, because a mistyped name is not a feed to create.
         """
         self.check_default_feed_pages()
@@ -155,7 +155,7 @@ class Health:
         try:
             self.store.feed(name)
         except FeedNotFound:
-            if self.pages.path(name, 1).exists():  # (and not in the database, just asked)
+            if self.pages.path(name, 1).exists():  # And the database just said it has none.
                 raise ArchiveAhead([self.lost_feed_sentence(name)]) from None
             others = ", ".join(f.name for f in self.store.feeds()) or "none"
             raise DefaultFeedMissing(
@@ -171,7 +171,7 @@ class Health:
             raise DefaultFeedMismatch(found)
 
     def default_feed_problems(self, feeds: Sequence[Feed] | None = None) -> list[str]:
-        """One sentence per feed whose archived pages are at another feed's URLs."""
+        """Say one sentence per feed whose archived pages are at another feed's URLs."""
         name = self.settings.default_feed
         feeds = self.store.feeds() if feeds is None else feeds
         hrefs = [(f, self.chain.newest_self_href(f)) for f in feeds]
@@ -179,7 +179,7 @@ class Health:
         return [p for p in problems if p is not None]
 
     def default_feed_page_size_warning(self) -> str | None:
-        """Why SIMPLEFEED_PAGE_SIZE does nothing for the default feed, or None."""
+        """Say why SIMPLEFEED_PAGE_SIZE does nothing for the default feed, or None."""
         if not self.settings.page_size_given:
             return None
         try:
@@ -194,18 +194,18 @@ class Health:
         """Refuse to go on if the archive has a page file past a feed's archived pages.
 
         Pages archived from now on would go over those files. ``every_file`` also looks past
-        a gap, which lists each feed's directory: ``serve`` and ``db upgrade`` do it once.
+        a gap, which lists each feed's directory. ``serve`` and ``db upgrade`` do that once.
         """
         found = [self.archive_ahead(feed, every_file=every_file) for feed in self.store.feeds()]
         if any(found):
             raise ArchiveAhead([p for p in found if p is not None])
 
     def archive_ahead(self, feed: Feed, *, every_file: bool = False) -> str | None:
-        """A sentence if the file of the page after the feed's archived pages is there.
+        """Say so if the file of the page after the feed's archived pages is there.
 
         Files are written after their page's commit, so only a database older than the archive
-        leaves one. A file found is checked against the feed read again, because another
-        process may have archived that page since ``feed`` was read.
+        leaves one. A file found is checked against the feed read again. Another process may
+        have archived that page since ``feed`` was read.
         """
         archived = feed.head_seq // feed.page_size
         while True:
@@ -231,7 +231,7 @@ class Health:
         )
 
     def past_gap(self, feed_name: str, archived: int) -> str | None:
-        """A sentence if the archive has a page file of the feed past a missing one, or None."""
+        """Say so if the archive has a page file of the feed past a missing one, or None."""
         strays = archive.stray_files(self.pages.path(feed_name, 1).parent, archived)
         missing, past = archive.past_gap(strays, archived)
         if not past:
@@ -247,9 +247,10 @@ class Health:
         )
 
     def lost_feed(self, name: str) -> str | None:
-        """A sentence if the archive has pages of feed ``name`` and the database has no such feed.
+        """Say so if the archive has pages of feed ``name`` and the database has no such feed.
 
-        A feed created now would archive other entries under those pages' URLs. One ``stat``.
+        A feed created now would archive other entries under those pages' URLs. This takes one
+        ``stat``.
         """
         if not self.pages.path(name, 1).exists():
             return None
@@ -260,7 +261,7 @@ class Health:
         return None
 
     def lost_feed_sentence(self, name: str) -> str:
-        """What to say of a feed whose pages the archive has and the database does not."""
+        """Say what to tell of a feed whose pages the archive has and the database does not."""
         return (
             f"the archive has page 1 of feed {name!r} ({self.pages.path(name, 1).resolve()}),"
             " which the database does not have (lost, or restored from a backup made before the"
@@ -269,7 +270,7 @@ class Health:
         )
 
     def feeds_only_in_archive(self, known: Mapping[str, Feed]) -> list[str]:
-        """The names of the feeds whose page files are in the archive and not in the database."""
+        """List the feeds whose page files are in the archive and not in the database."""
         root = self.settings.archive_dir
         found = [p.name for p in sorted((root / "feeds").glob("*")) if p.name not in known]
         if self.settings.default_feed not in known:
@@ -279,7 +280,7 @@ class Health:
     # -- warnings ------------------------------------------------------------------------
 
     def _warnings(self, feeds: Sequence[Feed]) -> list[str]:
-        """What /healthz says without failing, each also logged once a minute at most."""
+        """List what /healthz says without failing, each also logged once a minute at most."""
         now = self.clock()
         found = [(f"clock {f.name}", rules.clock_warning(f, now)) for f in feeds]
         found += [(f"archive {f.name}", self.archive_ahead(f)) for f in feeds]

@@ -41,7 +41,8 @@ class Rebased:
     #: The URLs whose copies in caches are now stale: every archived page and the live
     #: documents, under the old base URL and the new one.
     purge: list[str]
-    #: Page files that could not be written. Their entries render them: ``archive rebuild``.
+    #: Page files that could not be written. Their entries render them, so ``archive
+    #: rebuild`` writes them.
     unwritten: list[str]
 
 
@@ -50,22 +51,22 @@ class Recovered:
     """What ``simplefeed archive recover`` did to one feed."""
 
     feed: str
-    #: The pages taken back from their files into the database (none: an empty range).
+    #: The pages taken back from their files into the database. If none, the range is empty.
     pages: range
-    #: Entries stored: those of the pages that the database did not hold.
+    #: Entries stored, those of the pages that the database did not hold.
     entries: int
-    #: Why the page file after them could not be taken back (None: there is none).
+    #: Why the page file after them could not be taken back. None if there is no such file.
     problem: str | None
-    #: Page files or copies that could not be written (``archive rebuild``).
+    #: Page files or copies that could not be written. ``archive rebuild`` writes them.
     unwritten: list[str]
-    #: Page files and copies written again from the bytes taken back (damaged, or missing).
+    #: Page files and copies written again from the bytes taken back, as damaged or missing.
     written: list[Path] = field(default_factory=list)
     #: Whether the feed was created again as its first page says, because the database lacked it.
     created: bool = False
 
 
 class Maintenance:
-    """Rebuilds, verifies, rebases and recovers the archive of archived pages."""
+    """Rebuild, verify, rebase and recover the archive of archived pages."""
 
     def __init__(
         self,
@@ -96,8 +97,8 @@ class Maintenance:
         from its entries.
 
         It also removes the temporary files that a crash left behind. A page whose files
-        cannot be written is named in the report, and the others go on. Refused while a feed's
-        pages would be written where another feed's are. With a bucket
+        cannot be written is named in the report, and the others go on. It is refused while a
+        feed's pages would be written where another feed's are. With a bucket
         (SIMPLEFEED_ARCHIVE_URL), every page it lacks, or holds without a copy, is put there.
         """
         self.health.check_default_feed_pages()
@@ -143,8 +144,9 @@ class Maintenance:
         Each file must hold bytes with the database's digest, and each page's prev-archive
         digest must be the digest of the page before. No file may hold a page that is not
         archived, or a page of a feed the database does not have. What stops the check is
-        raised, never reported as a difference: a directory that holds no page file while the
-        database has archived pages (most likely the wrong one), or a file that cannot be read.
+        raised, never reported as a difference. One such stop is a directory that holds no page
+        file while the database has archived pages. It is most likely the wrong directory.
+        Another is a file that cannot be read.
         """
         feeds = self._feeds(feed_name)
         root = self.settings.archive_dir
@@ -162,12 +164,12 @@ class Maintenance:
                 checked += count
                 problems += found
             return archive.VerifyReport(checked, problems)
-        except OSError as exc:  # (a file that is not there is a difference, said as one)
+        except OSError as exc:  # A file that is not there is a difference, said as one.
             path = Path(exc.filename) if exc.filename else root
             raise ArchiveUnreadable(path, f"cannot be read ({exc.strerror or exc})") from exc
 
     def _unknown_feeds(self, feeds: Sequence[Feed]) -> list[str]:
-        """The archive's files of feeds the database does not have, each as a problem."""
+        """List the archive's files of feeds the database does not have, each as a problem."""
         problems = []
         known = {f.name for f in feeds}
         for directory in sorted((self.settings.archive_dir / "feeds").glob("*")):
@@ -183,7 +185,7 @@ class Maintenance:
         return problems
 
     def _verify_feed(self, feed: Feed) -> tuple[int, list[str]]:
-        """How many of the feed's pages were checked, and what differs."""
+        """Return how many of the feed's pages were checked, and what differs."""
         checked = 0
         problems: list[str] = []
         before: PageRecord | None = None
@@ -241,9 +243,9 @@ class Maintenance:
 
         Each feed is one transaction that holds its appends off. Its pages are rendered in
         order, each with the digest of the one before as now rendered, so the chain holds. New
-        bytes mean new ETags, and the Last-Modified becomes now, so that no If-Modified-Since
-        confirms an old copy. A failure rolls the feed back whole. Refused while a feed's pages
-        would move to another feed's URLs.
+        bytes mean new ETags. The Last-Modified becomes now, so that no If-Modified-Since
+        confirms an old copy. A failure rolls the feed back whole. It is refused while a feed's
+        pages would move to another feed's URLs.
         """
         self.health.check_default_feed_pages()
         done: list[Rebased] = []
@@ -286,10 +288,11 @@ class Maintenance:
         """Take back into the database the pages whose files are past its archived pages.
 
         A database restored from a backup older than the archive lacks them. Each page is taken
-        back, in order, only if the entries read from its file render to the file's bytes and
-        the next page file vouches for them (:func:`recovery.recoverable`). The first that
-        cannot be stops the feed. A feed the database lacks is created again as its first page
-        says. Pages go :data:`RECOVERY_BATCH` to a transaction, so memory stays bounded.
+        back in order. The entries read from its file must render to the file's bytes. And the
+        next page file must vouch for them (:func:`recovery.recoverable`). The first page that
+        cannot be taken back stops the feed. A feed the database lacks is created again as its
+        first page says. Pages go :data:`RECOVERY_BATCH` to a transaction, so memory stays
+        bounded.
         """
         done: list[Recovered] = []
         known = {f.name: f for f in self.store.feeds()}
@@ -347,7 +350,7 @@ class Maintenance:
         )
 
     def _written_elsewhere(self, feed_name: str, file: recovery.PageFile) -> str | None:
-        """Why a page file says it is at another URL than this service gives it, or None.
+        """Say why a page file says it is at another URL than this service gives it, or None.
 
         That mistake makes every page fail to render alike, so it is said as what to set.
         """
@@ -368,7 +371,7 @@ class Maintenance:
         return render
 
     def _page_files(self, feed_name: str, first: int, most: int) -> list[recovery.PageFile]:
-        """Up to ``most`` consecutive page files of the feed from page ``first``.
+        """Return up to ``most`` consecutive page files of the feed from page ``first``.
 
         A page whose file is gone but whose compressed copy is there counts.
         """
@@ -425,7 +428,7 @@ class Maintenance:
         entries were stored, and why the next page could not be taken back.
         """
         batch, after = files[:RECOVERY_BATCH], files[RECOVERY_BATCH:]
-        ids: dict[str, None] = {}  # of the files and their copies: any may be taken back
+        ids: dict[str, None] = {}  # Of the files and their copies, since any may be taken back.
         for body in (body for file in batch for body in file.bodies):
             ids.update(dict.fromkeys(archive.entry_ids(body)))
         with self.store.append(feed_name, ids) as append:

@@ -1,12 +1,12 @@
-"""Deciding which archived pages ``simplefeed archive recover`` can take back. No I/O here.
+"""Decide which archived pages ``simplefeed archive recover`` can take back, with no I/O.
 
 The entries the database already holds must be the file's. Each page rendered again from the
 entries read back must give the file's bytes exactly, digest chain included. And those bytes
 must be the ones the next page recorded (``sf:sha256``) when it was archived. Rendering alike
-shows that the reading lost nothing. It cannot show an edit that reads back consistently (a
-changed title), which only the next page's digest tells, or for the newest page its compressed
-copies. A file and its ``.br`` and ``.gz`` copies are each a candidate, so a damaged file's
-intact copy passes.
+shows that the reading lost nothing. It cannot show an edit that reads back consistently, such
+as a changed title. Only the next page's digest tells that. For the newest page, its compressed
+copies tell. A file and its ``.br`` and ``.gz`` copies are each a candidate. So a damaged
+file's intact copy passes.
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ __all__ = ["PageFile", "Recoverable", "Render", "recoverable"]
 
 @dataclass(frozen=True)
 class PageFile:
-    """A page's file as the archive holds it: what the file and its compressed copies hold,
-    decoded, the file's first, each different one once (a copy that does not decode is left
-    out), and the file's modification time (the page's freeze time: ``archive.write_page``)."""
+    """A page's file as the archive holds it.
+
+    It holds what the file and its compressed copies hold, decoded. The file's comes first, and
+    each different one once. A copy that does not decode is left out. It holds the file's
+    modification time too. That is the time the page was archived (``archive.write_page``).
+    """
 
     number: int
     bodies: tuple[bytes, ...]
@@ -37,15 +40,18 @@ class PageFile:
 
 @dataclass(frozen=True)
 class Recoverable:
-    """What :func:`recoverable` found for one feed: the pages to store (their entries oldest
-    first, their bytes), and why the next page could not be taken."""
+    """What :func:`recoverable` found for one feed.
+
+    It holds the pages to store, with their entries oldest first and their bytes. It says why
+    the next page could not be taken.
+    """
 
     entries: tuple[Entry, ...]
     pages: tuple[tuple[PageFile, bytes], ...]
     problem: str | None
 
 
-#: Renders archived page ``number`` of the feed from its entries (newest first), with the
+#: Renders archived page ``number`` of the feed from its entries, newest first. It takes the
 #: digest of the page before it.
 Render = Callable[[int, tuple[Entry, ...], str | None], bytes]
 
@@ -60,20 +66,22 @@ def recoverable(
     prev_sha256: str | None,
     following: PageFile | None,
 ) -> Recoverable:
-    """Which of ``files`` (consecutive, from the one after the feed's frozen pages) can be
-    taken back, in order, stopping at the first that cannot.
+    """Say which of ``files`` can be taken back, in order, stopping at the first that cannot.
 
-    A page is taken back with bytes its file or a copy holds, when its entries, read back from
-    them, render to them, and they are vouched for: by the next page's digest of them (its
-    ``sf:sha256``, in its file or a copy; ``following`` is the page file after the last of
-    ``files``, if there is one), or, for the newest page, by being the only bytes of its file
-    and copies that render alike. A consistent edit (a title changed) renders alike; only the
-    digest the next page recorded when it froze tells. A damaged file whose copy is intact is
-    taken back from the copy.
+    The ``files`` are consecutive, from the one after the feed's archived pages. A page is
+    taken back with bytes that its file or a copy holds. Its entries, read back from them, must
+    render to them. And the bytes must be vouched for. The next page's digest of them vouches,
+    its ``sf:sha256`` in its file or a copy. ``following`` is the page file after the last of
+    ``files``, if there is one. For the newest page, being the only bytes of its file and
+    copies that render alike vouches. A consistent edit, such as a changed title, renders
+    alike. Only the digest the next page recorded when it was archived tells. A damaged file
+    whose copy is intact is taken back from the copy.
 
-    ``stored`` holds the database's entries past its frozen pages, by sequence number, and
-    ``stored_seqs`` the sequence numbers of the ids read, where the database has them;
-    ``prev_sha256`` is the digest of the database's newest frozen page (None: it has none)."""
+    ``stored`` holds the database's entries past its archived pages, by sequence number.
+    ``stored_seqs`` holds the sequence numbers of the ids read, where the database has them.
+    ``prev_sha256`` is the digest of the database's newest archived page, or None if it has
+    none.
+    """
     entries: list[Entry] = []
     pages: list[tuple[PageFile, bytes]] = []
     for index, file in enumerate(files):
@@ -109,8 +117,11 @@ def _read_back(
     locator_base: str,
     prev_sha256: str | None,
 ) -> tuple[list[Entry], str | None]:
-    """Page ``number``'s entries read back from ``body``, those the database holds as it holds
-    them, if they render to ``body``; else why not."""
+    """Return page ``number``'s entries read back from ``body``, if they render to ``body``.
+
+    Those the database holds are given as it holds them. If they do not render to ``body``,
+    return why not.
+    """
     try:
         read = atom.page_entries(body, locator_base)
     except atom.PageUnreadable as exc:
@@ -128,9 +139,11 @@ def _read_back(
 def _vouched(
     number: int, alike: list[tuple[bytes, list[Entry]]], after: PageFile | None
 ) -> tuple[tuple[bytes, list[Entry]] | None, str]:
-    """Which of the bytes that render alike (with their entries) are page ``number``'s, or
-    None and why none is: those whose digest the next page gives, or, for the newest page, the
-    only ones."""
+    """Say which of the bytes that render alike, with their entries, are page ``number``'s.
+
+    They are those whose digest the next page gives. For the newest page, they are the only
+    ones. Else return None and why none is.
+    """
     if not alike:
         return None, ""
     if after is None:
@@ -170,8 +183,10 @@ def _with_stored(
     stored: Mapping[int, Entry],
     stored_seqs: Mapping[str, int],
 ) -> tuple[list[Entry], str | None]:
-    """The page's entries, newest first, those the database holds as it holds them; or why
-    the page is not the continuation of the database's entries."""
+    """Return the page's entries, newest first, those the database holds as it holds them.
+
+    Else return why the page is not the continuation of the database's entries.
+    """
     first, last = paging.seq_range(number, page_size)
     seqs = [e.seq for e in read]
     if seqs != list(range(last, first - 1, -1)):

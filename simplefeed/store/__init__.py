@@ -1,15 +1,17 @@
-"""The one door to the database. Everything above it (the core, and through the core the app
-and the command line) holds a :class:`Store` from :func:`open_store` and receives
-:mod:`simplefeed.model` types; nothing else in Simplefeed imports SQLAlchemy or a driver.
+"""The one door to the database.
 
-- :mod:`simplefeed.store.interface`: :class:`Store`, what may be asked;
-- :mod:`simplefeed.store.sql`: what both backends share (SQLAlchemy Core, error mapping);
-- :mod:`simplefeed.store.sqlite`, :mod:`simplefeed.store.postgres`: one module per backend,
-  the only modules that know a database dialect;
-- :mod:`simplefeed.store.backends`: which backend opens a URL;
-- :mod:`simplefeed.store.tables`: the schema (alembic migrates it);
-- :mod:`simplefeed.store.schema`: migrating (:func:`upgrade`) and checking that a database is
-  ready before use (:func:`check_ready`).
+Everything above it holds a :class:`Store` from :func:`open_store`, and receives
+:mod:`simplefeed.model` types. That is the core, and through the core the app and the command
+line. Nothing else in Simplefeed imports SQLAlchemy or a driver.
+
+The module :mod:`simplefeed.store.interface` holds :class:`Store`, which says what may be
+asked. The module :mod:`simplefeed.store.sql` holds what both backends share. That is
+SQLAlchemy Core and the mapping of errors. Each backend has one module,
+:mod:`simplefeed.store.sqlite` and :mod:`simplefeed.store.postgres`. They are the only modules
+that know a database dialect. The module :mod:`simplefeed.store.backends` says which backend
+opens a URL. The module :mod:`simplefeed.store.tables` holds the schema, which alembic
+migrates. The module :mod:`simplefeed.store.schema` migrates (:func:`upgrade`). It also checks
+that a database is ready before use (:func:`check_ready`).
 """
 
 from simplefeed.store.backends import (

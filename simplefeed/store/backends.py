@@ -1,4 +1,4 @@
-"""Which backend opens a database URL: the store's one place that chooses one."""
+"""Which backend opens a database URL, in the store's one place that chooses one."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ __all__ = [
 
 
 def _backends() -> Iterator[type[SqlStore]]:
-    """Each backend, its module imported only when it is asked for.
+    """Yield each backend, its module imported only when it is asked for.
 
     PostgreSQL's driver and dialect take a quarter of a second to import, so a SQLite
     database never imports them (docs/explanation/decisions/startup.md).
@@ -37,7 +37,7 @@ def _backends() -> Iterator[type[SqlStore]]:
 
 
 def url_problem(url: str) -> str | None:
-    """Why no backend can open ``url``, or None."""
+    """Say why no backend can open ``url``, or None."""
     for backend in _backends():
         if backend.takes(url):
             return backend.url_problem(url)
@@ -48,7 +48,10 @@ def url_problem(url: str) -> str | None:
 
 
 def backend_of(url: str) -> type[SqlStore]:
-    """The backend that opens ``url``; :class:`ConfigError` if none can."""
+    """Return the backend that opens ``url``.
+
+    Raises :class:`ConfigError` if none can.
+    """
     problem = url_problem(url)
     if problem is not None:
         raise ConfigError(f"database URL {mask_url(url)!r} {problem}")
@@ -56,21 +59,21 @@ def backend_of(url: str) -> type[SqlStore]:
 
 
 def open_store(url: str) -> Store:
-    """The store for a database URL (``sqlite:///path``, ``postgresql+psycopg://...``)."""
+    """Open the store for a database URL (``sqlite:///path``, ``postgresql+psycopg://...``)."""
     return backend_of(url)(url)
 
 
 def make_engine(url: str) -> Engine:
-    """An engine with the backend's settings, for alembic's migrations."""
+    """Make an engine with the backend's settings, for alembic's migrations."""
     return backend_of(url).make_engine(url)
 
 
 def database_file(url: str) -> Path | None:
-    """The database's file, absolute, if it is a file on this machine."""
+    """Return the database's file, absolute, if it is a file on this machine."""
     return backend_of(url).local_file(url)
 
 
 def database_shown(url: str) -> str:
-    """How a command names its database: its file if it is one, else its URL, password masked."""
+    """Name the database for a command, by its file if it is one, else by its masked URL."""
     path = database_file(url)
     return str(path) if path is not None else mask_url(url)

@@ -1,6 +1,6 @@
-"""The schema's version: migrating with alembic, and checking a database is ready before use.
+"""The schema's version, migrated with alembic and checked before a database is used.
 
-Only ``simplefeed db upgrade`` (:func:`upgrade`) creates a database; every other command checks
+Only ``simplefeed db upgrade`` (:func:`upgrade`) creates a database. Every other command checks
 it first (:func:`check_ready`), which never creates one.
 """
 
@@ -19,13 +19,13 @@ from simplefeed.store.backends import backend_of, make_engine
 if TYPE_CHECKING:
     from alembic.config import Config
 
-#: The checkout this package runs from: alembic.ini and alembic/ live there.
+#: The checkout this package runs from, where alembic.ini and alembic/ live.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 
-#: The schema this release runs on: the newest revision in alembic/versions (a test holds the
-#: two together). Checking a database against it needs no alembic, whose import took 0.15-0.35 s
-#: of every command's and every uWSGI worker's start; only migrating, and telling an older
-#: schema from a newer release's, read the migration scripts.
+#: The schema this release runs on, the newest revision in alembic/versions. A test holds the
+#: two together. Checking a database against it needs no alembic. Importing alembic would add
+#: 0.15-0.35 s to every command's and every uWSGI worker's start. Only migrating reads the
+#: migration scripts, and so does telling an older schema from a newer release's.
 SCHEMA_REVISION = "0005"
 
 
@@ -43,7 +43,7 @@ def upgrade(database_url: str) -> str | None:
     """Create the database if need be and migrate it to the newest schema.
 
     Alembic's environment makes the database's file, if it is one (:func:`make_database_file`).
-    Returns the schema it was at before, or None for no tables or no database, so that ``db
+    Returns the schema it was at before, or None for no tables or no database. So ``db
     upgrade`` can say whether it changed anything.
     """
     from alembic.util import CommandError
@@ -56,7 +56,7 @@ def upgrade(database_url: str) -> str | None:
     try:
         before = None if path is not None and not path.exists() else _current_revision(database_url)
         command.upgrade(alembic_config(database_url), "head")
-    except CommandError as exc:  # a revision this release does not know: a newer one's
+    except CommandError as exc:  # A revision this release does not know, so a newer one's.
         current = _current_revision(database_url)
         if current is None or current in _known_revisions(database_url):
             raise
@@ -87,8 +87,11 @@ def _first_line(exc: DBAPIError) -> str:
 
 
 def check_ready(database_url: str) -> None:
-    """Raise :class:`DatabaseNotReady` unless the database exists, answers and is at the
-    newest schema. Creates nothing: a missing SQLite file is reported, not made."""
+    """Raise :class:`DatabaseNotReady` unless the database exists, answers and is up to date.
+
+    Up to date means at the newest schema. It creates nothing, so a missing SQLite file is
+    reported, not made.
+    """
     shown = mask_url(database_url)
     backend_of(database_url).check_file(database_url, must_exist=True)
     try:
@@ -124,9 +127,11 @@ def _known_revisions(database_url: str) -> set[str]:
 
 
 def _current_revision(database_url: str) -> str | None:
-    """The schema revision the database records in alembic's table (None: no Simplefeed
-    tables). Read without alembic (see :data:`SCHEMA_REVISION`); the history is linear, so the
-    table holds at most one row."""
+    """Return the schema revision the database records in alembic's table.
+
+    None means there are no Simplefeed tables. It is read without alembic (see
+    :data:`SCHEMA_REVISION`). The history is linear, so the table holds at most one row.
+    """
     engine = make_engine(database_url)
     try:
         with engine.connect() as conn:

@@ -1,0 +1,204 @@
+"""``consume --exec-stream CMD``: one long-lived process handles every entry.
+
+The process reads one entry per line on its standard input, the JSON object ``--jsonl``
+prints, and writes one acknowledgement line per entry on its standard output, in the same
+order: ``ok``, or any other line, which is the entry's error. Entries are written ahead of the
+acknowledgements, at most the consumer's window of them (:meth:`Consumer.run_acknowledged`),
+so that a round trip per entry does not bound the rate. A thread of its own writes them,
+because a process that writes acknowledgements before it reads on would otherwise block on a
+full pipe while this one blocks on the other.
+
+A process that exits, closes its standard output, writes a line longer than
+:data:`MAX_ACK_BYTES` or more lines than it was written entries, or acknowledges nothing for
+``ack_timeout`` seconds while entries await stops the consumer
+(:class:`~simplefeed.client.errors.HandlerError`), the checkpoint on the last acknowledged
+entry. So does one that closes its standard input with entries still to read: it is
+terminated, because it can never acknowledge them. The process is asked to end when the
+consumer is done: its standard input is closed, then after :data:`GRACE_SECONDS` it is
+terminated.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import select
+import subprocess
+import threading
+from collections import deque
+from collections.abc import Sequence
+from types import TracebackType
+
+from simplefeed.client.entry import FeedEntry, json_text
+from simplefeed.client.errors import HandlerError
+from simplefeed.lines import one_line
+
+__all__ = ["GRACE_SECONDS", "MAX_ACK_BYTES", "ExecStream", "HandlerGone", "ReportedError"]
+
+#: The longest acknowledgement line, in bytes, its line break included.
+MAX_ACK_BYTES = 65_536
+#: Seconds the process has to exit once its standard input is closed, and again once it is
+#: sent SIGTERM, before SIGKILL.
+GRACE_SECONDS = 10.0
+#: The most bytes one write hands the pipe: the entries waiting, joined.
+_WRITE_BYTES = 1 << 20
+
+
+class ReportedError(Exception):
+    """The error line a handler process wrote for an entry."""
+
+
+class HandlerGone(Exception):
+    """The handler process can acknowledge no more entries."""
+
+
+class ExecStream:
+    """A handler process fed entries on its standard input
+    (:class:`~simplefeed.client.consumer.AcknowledgingHandler`). Use it as a context manager:
+    leaving it ends the process."""
+
+    def __init__(
+        self, argv: Sequence[str], command: str, *, ack_timeout: float | None = None
+    ) -> None:
+        self.command = command
+        self.ack_timeout = ack_timeout
+        self.sent = 0
+        self.acknowledged = 0
+        self._lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._write_error: OSError | None = None
+        #: Acknowledgement lines read and not yet taken, without their line breaks; the
+        #: start of the next one; whether standard output is closed.
+        self._acks: deque[bytes] = deque()
+        self._partial = b""
+        self._eof = False
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self._stdin, self._stdout = self.process.stdin, self.process.stdout
+        self._writer = threading.Thread(
+            target=self._write, name="simplefeed-exec-stream", daemon=True
+        )
+        self._writer.start()
+
+    def send(self, entry: FeedEntry) -> None:
+        self._lines.put(json_text(entry.to_json()).encode("utf-8") + b"\n")
+        self.sent += 1
+
+    def acknowledgement(self, entry: FeedEntry) -> Exception | None:
+        while not self._acks:
+            problem = self._read()
+            if problem is not None:
+                raise HandlerError(entry, self._gone(problem))
+        text = self._acks.popleft().removesuffix(b"\r")  # a line may end in CR LF
+        self.acknowledged += 1
+        if text == b"ok":
+            return None
+        message = one_line(text.decode("utf-8", errors="replace"))
+        return ReportedError(message or "an empty line (not ok)")
+
+    def close(self) -> None:
+        """Close the process's standard input and wait for it to exit, terminating it after
+        :data:`GRACE_SECONDS`."""
+        self._lines.put(None)
+        try:
+            self.process.wait(GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            self._end()
+        self._writer.join()
+        self._stdout.close()
+
+    def __enter__(self) -> ExecStream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- inside --------------------------------------------------------------------------
+
+    def _read(self) -> str | None:
+        """Read what standard output has; what keeps the next acknowledgement from coming."""
+        if self._eof:
+            if self._write_error is not None:
+                return f"stopped reading its standard input ({self._write_error.strerror})"
+            return "closed its standard output" + (" within a line" if self._partial else "")
+        fd = self._stdout.fileno()
+        ready, _, _ = select.select([fd], [], [], self.ack_timeout)
+        if not ready:
+            self._end()
+            return f"acknowledged nothing for {self.ack_timeout:g} seconds (--ack-timeout)"
+        chunk = os.read(fd, MAX_ACK_BYTES)
+        if not chunk:
+            self._eof = True
+            return None
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        self._acks.extend(lines)
+        if len(self._partial) >= MAX_ACK_BYTES:
+            self._end()
+            return f"wrote an acknowledgement over {MAX_ACK_BYTES} bytes"
+        if self.acknowledged + len(self._acks) > self.sent:
+            # An answer to an entry not written yet would be taken for that entry's.
+            self._end()
+            return "answered more lines than the entries written to it"
+        return None
+
+    def _write(self) -> None:
+        """On the writer thread: write the lines as they come, several at once when several
+        wait, until told to stop (``None``) or the pipe breaks."""
+        fd = self._stdin.fileno()
+        stopping = False
+        try:
+            while not stopping:
+                line = self._lines.get()
+                if line is None:
+                    break
+                chunk = [line]
+                size = len(line)
+                while size < _WRITE_BYTES and not self._lines.empty():
+                    more = self._lines.get()
+                    if more is None:
+                        stopping = True
+                        break
+                    chunk.append(more)
+                    size += len(more)
+                data = memoryview(b"".join(chunk))
+                while data:
+                    data = data[os.write(fd, data) :]
+        except OSError as exc:  # the process closed its standard input, or exited
+            self._write_error = exc
+            # It can never acknowledge what it did not read: ended, its standard output
+            # closes, and the consumer stops on the first entry not acknowledged.
+            self._end()
+        finally:
+            self._stdin.close()
+
+    def _gone(self, detail: str) -> HandlerGone:
+        """The process cannot go on: ended (at once if it still runs), with what it did."""
+        status = self.process.poll()
+        if status is None:
+            try:
+                status = self.process.wait(GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                status = self._end()
+        exited = (
+            f"exited with status {status}" if status >= 0 else f"was killed by signal {-status}"
+        )
+        return HandlerGone(
+            f"{self.command!r} {detail} and {exited}, after acknowledging"
+            f" {self.acknowledged} of {self.sent} entries written"
+        )
+
+    def _end(self) -> int:
+        """Terminate the process, kill it after :data:`GRACE_SECONDS`; its exit status."""
+        if self.process.poll() is not None:
+            return self.process.returncode
+        self.process.terminate()
+        try:
+            return self.process.wait(GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
