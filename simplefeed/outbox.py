@@ -200,6 +200,8 @@ def backlog(outbox: Outbox, database: str | Engine) -> Backlog:
 POLL_S = 0.01
 #: The longest a relay on PostgreSQL waits for a notification before it looks anyway.
 LISTEN_S = 1.0
+#: How often an idle relay in follow mode measures its backlog for the metrics.
+BACKLOG_EVERY_S = 1.0
 #: How long a relay in follow mode pauses after the server did not take a batch in time.
 UNAVAILABLE_PAUSE_S = 1.0
 
@@ -309,9 +311,13 @@ class Relay:
             if not held:
                 return
             with self._waiter() as wait:
+                measured = 0.0
                 while not stop.is_set():
-                    self._ship_all()
-                    self.backlog()
+                    # The backlog after each shipment, and once a second while idle: not at
+                    # every look for new rows.
+                    if self._ship_all() or time.monotonic() - measured > BACKLOG_EVERY_S:
+                        self.backlog()
+                        measured = time.monotonic()
                     wait(stop)
 
     # -- the dialects ---------------------------------------------------------------------
