@@ -74,6 +74,9 @@ class Row:
     base: list[float] = field(default_factory=list)
     ours_cpu: list[float] = field(default_factory=list)
     base_cpu: list[float] = field(default_factory=list)
+    #: (p50, p99) latencies in ms, a pair per round.
+    ours_ms: list[tuple[float, float]] = field(default_factory=list)
+    base_ms: list[tuple[float, float]] = field(default_factory=list)
 
     @staticmethod
     def median(values: list[float]) -> float:
@@ -114,6 +117,21 @@ HEADER = (
 
 def show(row: Row) -> None:
     print("| " + " | ".join(row.cells()) + " |", flush=True)
+
+
+def show_latency(row: Row) -> None:
+    """A row of latencies: the median p50 and p99 of the rounds, ours and the baseline's."""
+
+    def pair(values: list[tuple[float, float]]) -> str:
+        p50 = Row.median([v[0] for v in values])
+        p99 = Row.median([v[1] for v in values])
+        return f"{p50:.2f} / {p99:.2f} ms"
+
+    cells = row.cells()
+    cells[2] = pair(row.ours_ms)
+    cells[3] = f"{pair(row.base_ms)} ({row.baseline})"
+    cells[4] = cells[6] = ""
+    print("| " + " | ".join(cells) + " |", flush=True)
 
 
 class Bench:
@@ -291,21 +309,34 @@ class Bench:
             )
         ]
         if processes == 4:
-            if kind == "sqlite":
-                cells.append(
-                    (
-                        Row(
-                            f"single event, {db}, 64 producers",
-                            p,
-                            "events/s",
-                            "one-insert app at 64",
-                            ">= 2.0 (group commit)",
-                            _ratio(2.0),
-                        ),
-                        "single",
-                        64,
-                    )
+            cells.append(
+                (
+                    Row(
+                        f"single event, {db}, 1 producer: p50 / p99 latency",
+                        p,
+                        "ms",
+                        "one-insert app",
+                        "no longer than before group commit",
+                    ),
+                    "single",
+                    1,
                 )
+            )
+            cells.append(
+                (
+                    Row(
+                        f"single event, {db}, 64 producers",
+                        p,
+                        "events/s",
+                        "one-insert app at 64",
+                        ">= 2.0 (group commit)",
+                        _ratio(2.0),
+                    ),
+                    "single",
+                    64,
+                )
+            )
+            if kind == "sqlite":
                 batch_target = (">= 30,000 and >= 0.40", lambda o, r: o >= 30_000 and r >= 0.4)
             else:
                 batch_target = (">= 0.40", _ratio(0.4))
@@ -355,7 +386,12 @@ class Bench:
                     cpu_us = cpu * 1e6 / max(1, result.requests)
                     (row.ours if app == "simplefeed" else row.base).append(events)
                     (row.ours_cpu if app == "simplefeed" else row.base_cpu).append(cpu_us)
-            show(row)
+                    latency = (result.p50_ms, result.p99_ms)
+                    (row.ours_ms if app == "simplefeed" else row.base_ms).append(latency)
+            if connections == 1:
+                show_latency(row)
+            else:
+                show(row)
         publish.check_feed(servers["simplefeed"].database_url)
 
     # -- consuming ----------------------------------------------------------------------------

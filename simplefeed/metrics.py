@@ -27,8 +27,10 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
+    start_http_server,
     values,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -83,6 +85,14 @@ PAGES_FROZEN = Counter(
     ["feed"],
     registry=_OWN,
 )
+APPEND_PUBLISHES = Histogram(
+    "simplefeed_append_publishes",
+    "Publishes committed per append transaction: more than one where group commit joined"
+    " concurrent single-event publishes (its count is the number of commits).",
+    ["feed"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+    registry=_OWN,
+)
 READS = Counter(
     "simplefeed_reads",
     "Feed documents answered by the application, by document (recent, page) and status (200, 304).",
@@ -115,6 +125,11 @@ def published(feed: str, created: int, seconds: float) -> None:
     PUBLISH_SECONDS.labels(feed).observe(seconds)
 
 
+def appends_committed(feed: str, publishes: int) -> None:
+    """An append transaction committed, for ``publishes`` publishes."""
+    APPEND_PUBLISHES.labels(feed).observe(publishes)
+
+
 def pages_frozen(feed: str, count: int) -> None:
     if count:
         PAGES_FROZEN.labels(feed).inc(count)
@@ -145,6 +160,43 @@ def wait_declined() -> None:
 
 def error(status: int) -> None:
     ERRORS.labels(str(status)).inc()
+
+
+#: A relay's metrics (``simplefeed relay --metrics-port``): a process of its own, apart from
+#: the service's.
+RELAY = CollectorRegistry(auto_describe=True)
+RELAY_BACKLOG_ROWS = Gauge(
+    "simplefeed_relay_backlog_rows",
+    "Rows in the outbox that the server has not acknowledged yet.",
+    ["feed"],
+    registry=RELAY,
+)
+RELAY_BACKLOG_AGE = Gauge(
+    "simplefeed_relay_backlog_oldest_seconds",
+    "Age of the oldest row in the outbox, 0 when it is empty.",
+    ["feed"],
+    registry=RELAY,
+)
+RELAY_SHIPPED = Counter(
+    "simplefeed_relay_shipped_events",
+    "Events the relay shipped and the server acknowledged.",
+    ["feed"],
+    registry=RELAY,
+)
+
+
+def relay_backlog(feed: str, rows: int, oldest_age_s: float) -> None:
+    RELAY_BACKLOG_ROWS.labels(feed).set(rows)
+    RELAY_BACKLOG_AGE.labels(feed).set(oldest_age_s)
+
+
+def relay_shipped(feed: str, count: int) -> None:
+    RELAY_SHIPPED.labels(feed).inc(count)
+
+
+def serve_relay(port: int, host: str = "127.0.0.1") -> None:
+    """Serve the relay's metrics on ``http://host:port/metrics``, from a thread."""
+    start_http_server(port, addr=host, registry=RELAY)
 
 
 class _Feeds(Collector):
@@ -196,11 +248,40 @@ class _Waiting(Collector):
         )
 
 
-def scrape(feeds: Callable[[], Sequence[Feed]], now_us: int, waiting: int | None = None) -> bytes:
-    """The Prometheus text exposition: every worker's counts, and each feed's state.
+class _BucketWaiting(Collector):
+    """The archived pages waiting for the bucket, read from the archive directory when
+    scraped (every worker sees the same markers)."""
+
+    def __init__(self, pages: int, since_s: float | None) -> None:
+        self.pages = pages
+        self.since_s = since_s
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "simplefeed_archive_pages_waiting",
+            "Archived pages waiting to be put in the bucket (SIMPLEFEED_ARCHIVE_URL).",
+            value=self.pages,
+        )
+        if self.since_s is not None:
+            yield GaugeMetricFamily(
+                "simplefeed_archive_pages_waiting_since_seconds",
+                "When the oldest page waiting for the bucket began to wait (Unix time).",
+                value=self.since_s,
+            )
+
+
+def scrape(
+    feeds: Callable[[], Sequence[Feed]],
+    now_us: int,
+    waiting: int | None = None,
+    bucket: Callable[[], tuple[int, float | None] | None] = lambda: None,
+) -> bytes:
+    """The Prometheus text exposition: every worker's counts, each feed's state, and the
+    archived pages waiting for the bucket.
 
     ``waiting`` is the node's count of waiting long-polls. It is None where no bound counts
-    them (a single process, or tests), and then the gauge is left out.
+    them (a single process, or tests), and then the gauge is left out. ``bucket`` gives the
+    pages waiting for the bucket and since when, or None without SIMPLEFEED_ARCHIVE_URL.
     """
     registry = CollectorRegistry(auto_describe=False)
     if os.environ.get(MULTIPROCESS_ENV):
@@ -210,6 +291,9 @@ def scrape(feeds: Callable[[], Sequence[Feed]], now_us: int, waiting: int | None
     registry.register(_Feeds(feeds(), now_us))
     if waiting is not None:
         registry.register(_Waiting(waiting))
+    found = bucket()
+    if found is not None:
+        registry.register(_BucketWaiting(*found))
     return generate_latest(registry)
 
 

@@ -52,6 +52,8 @@ def text_problem(value: str, max_chars: int | None = None) -> str | None:
     Such a text is an entry's title or a feed's. It must hold no characters XML cannot carry or
     feed validators flag, and no more than ``max_chars``.
     """
+    if value.isascii() and value.isprintable():  # the common case: neither kind of character
+        return None if max_chars is None or len(value) <= max_chars else _too_long(max_chars)
     bad = _NOT_XML_CHAR.search(value)
     if bad:
         return f"contains U+{ord(bad.group()):04X}, which XML cannot carry"
@@ -64,8 +66,12 @@ def text_problem(value: str, max_chars: int | None = None) -> str | None:
             "(text decoded with the wrong charset?); JSON content may hold it"
         )
     if max_chars is not None and len(value) > max_chars:
-        return f"is longer than {max_chars} characters"
+        return _too_long(max_chars)
     return None
+
+
+def _too_long(max_chars: int) -> str:
+    return f"is longer than {max_chars} characters"
 
 
 def us_to_datetime(us: int) -> datetime:
@@ -394,14 +400,37 @@ class Located:
 
 
 @dataclass(frozen=True)
+class PageRecord:
+    """What the database keeps of an archived page: its number, its digest and when it froze.
+
+    Its bytes live in the archive store, and render again from its entries, byte for byte.
+    """
+
+    feed_id: int
+    number: int
+    #: Lowercase hex SHA-256 of the page's bytes: what the next page's ``sf:sha256`` gives.
+    sha256: str
+    frozen_us: int
+
+
+@dataclass(frozen=True)
 class ArchivedPage:
-    """A page archived for good: its bytes as rendered once, its ETag, and when it was archived."""
+    """A page archived for good with its bytes: rendered when it froze, or again since."""
 
     feed_id: int
     number: int
     body: bytes
-    etag: str
     frozen_us: int
+
+    @property
+    def sha256(self) -> str:
+        """Lowercase hex SHA-256 of the page's bytes."""
+        return hashlib.sha256(self.body).hexdigest()
+
+    @property
+    def record(self) -> PageRecord:
+        """What the database keeps of the page."""
+        return PageRecord(self.feed_id, self.number, self.sha256, self.frozen_us)
 
 
 DocumentKind = Literal["recent", "working", "archive"]

@@ -1,19 +1,22 @@
-"""A strict Atom checker for the tests: RFC 4287 (its RELAX NG schema and the rules of its
-section 4 the schema cannot express), RFC 5005 archive rules, and what feedparser makes of it.
+"""A strict Atom checker for the tests.
 
-``check_atom(body, kind=...)`` returns a list of problems; an empty list means the document is
-valid. It plays the part of the W3C feed validator (not installable here), and is stricter in
-the places where Simplefeed promises more than RFC 4287 asks:
+It checks RFC 4287: its RELAX NG schema, and the rules of its section 4 that the schema cannot
+express. It checks the RFC 5005 archive rules, and what feedparser makes of the document.
 
-* every entry carries exactly one ``sf:seq`` (our namespace) with a positive integer, and the
-  entries are ordered newest first: ``sf:seq`` contiguous and strictly decreasing, ``updated``
-  strictly decreasing (so no two entries share an ``updated`` value);
-* the feed's ``updated`` is the newest entry's;
-* every ``atom:link`` href is an absolute IRI (a relative one would resolve differently in the
-  recent document and in the archived page that carry the same entry);
-* ``kind`` (``"archive"``, ``"recent"``, ``"working"``) adds the RFC 5005 / DESIGN.md link rules.
+``check_atom(body, kind=...)`` returns a list of problems. An empty list means the document is
+valid. It plays the part of the W3C feed validator, which is not installable here. It is
+stricter where Simplefeed promises more than RFC 4287 asks.
 
-The schema is ``tests/data/atom.rng``: RFC 4287 Appendix B in RELAX NG XML syntax.
+* Every entry carries exactly one ``sf:seq``, in our namespace, with a positive integer.
+* The entries are ordered newest first. ``sf:seq`` is contiguous and strictly decreasing.
+  ``updated`` is strictly decreasing, so no two entries share an ``updated`` value.
+* The feed's ``updated`` is the newest entry's.
+* Every ``atom:link`` href is an absolute IRI. A relative one would resolve differently in
+  the recent document and in the archived page that carry the same entry.
+* ``kind`` (``"archive"``, ``"recent"``, ``"working"``) adds the link rules of RFC 5005 and
+  DESIGN.md.
+
+The schema is ``tests/data/atom.rng``, which is RFC 4287 Appendix B in RELAX NG XML syntax.
 """
 
 from __future__ import annotations
@@ -36,13 +39,14 @@ SF_NS = "https://simplefeed.dev/ns/1.0"
 SCHEMA_PATH = Path(__file__).parent / "data" / "atom.rng"
 
 KINDS = ("archive", "recent", "working")
-#: Relations a document may carry at most once (RFC 4287 4.1.1 for self; RFC 5005 for the rest).
+#: Relations a document may carry at most once. RFC 4287 4.1.1 says so for self, and RFC 5005
+#: for the rest.
 SINGLE_RELS = ("self", "via", "current", "prev-archive", "next-archive")
 
 _A = f"{{{ATOM_NS}}}"
 
-# RFC 3987: a scheme, then characters an IRI may hold (no spaces, controls or the delimiters
-# that are never allowed unescaped); "%" only as the start of a percent-encoded octet.
+# RFC 3987: a scheme, then characters an IRI may hold. Those exclude spaces, controls and the
+# delimiters that are never allowed unescaped. "%" stands only at the start of an octet.
 _IRI_CHARS = r"(?:[^\s<>\"{}|\\^`%\x00-\x1f\x7f-\x9f]|%[0-9A-Fa-f]{2})"
 _ABSOLUTE_IRI = re.compile(rf"^[A-Za-z][A-Za-z0-9+.\-]*:{_IRI_CHARS}*$")
 _IRI_REFERENCE = re.compile(rf"^{_IRI_CHARS}*$")
@@ -69,7 +73,7 @@ def _schema() -> etree.RelaxNG:
 
 
 def check_atom(body: bytes, *, kind: str | None = None) -> list[str]:
-    """Every problem a strict validator finds in ``body``; ``[]`` when it is valid."""
+    """Return every problem a strict validator finds in ``body``, or ``[]`` when it is valid."""
     if kind is not None and kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS} or None, got {kind!r}")
     problems: list[str] = []
@@ -105,7 +109,7 @@ def check_atom(body: bytes, *, kind: str | None = None) -> list[str]:
 
 
 def _where(el: etree._Element) -> str:
-    """A short name for an element in messages: its tag and line, and its entry's id."""
+    """Return a short name for an element in messages: its tag and line, and its entry's id."""
     local = etree.QName(el).localname
     entry = el if local == "entry" else next(el.iterancestors(f"{_A}entry"), None)
     if entry is not None:
@@ -121,7 +125,7 @@ def _parse_time(el: etree._Element, problems: list[str]) -> datetime | None:
         problems.append(f"{_where(el)}: {text!r} is not an RFC 3339 date-time")
         return None
     try:
-        # Python < 3.11 fromisoformat rejects "Z"; normalise the offset spelling first.
+        # Python < 3.11 fromisoformat rejects "Z", so normalise the offset spelling first.
         return datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
     except ValueError as exc:
         problems.append(f"{_where(el)}: {text!r} is not a real date-time: {exc}")
@@ -237,7 +241,7 @@ def _check_links(feed: etree._Element, problems: list[str]) -> None:
             href = link.get("href")
             where = _where(link)
             if href is None:
-                continue  # the schema reports it
+                continue  # The schema reports it.
             if not _ABSOLUTE_IRI.match(href):
                 problems.append(f"{where}: href {href!r} is not an absolute IRI")
             rel = link.get("rel")

@@ -1,11 +1,13 @@
-"""Shared fixtures: real databases (a SQLite file per test; PostgreSQL when configured), settings,
-a core with an injected clock, and the falcon app in-process.
+"""Shared fixtures: real databases, settings, a core with an injected clock, and the app.
+
+Each test gets a SQLite file of its own, and a PostgreSQL database when one is configured. The
+falcon app runs in-process.
 
 Every test that takes ``database_url`` runs once on SQLite and once on PostgreSQL. The PostgreSQL
-half needs ``SIMPLEFEED_TEST_POSTGRES_URL`` (e.g. ``postgresql+psycopg://postgres@127.0.0.1:5432/test``)
-and is skipped, with that reason shown, without it. Schemas come from the alembic migrations, run
-once per session into a template (a SQLite file copied per test; a PostgreSQL template database
-cloned per test).
+half needs ``SIMPLEFEED_TEST_POSTGRES_URL``, for example
+``postgresql+psycopg://postgres@127.0.0.1:5432/test``. Without it, that half is skipped and the
+reason shown. The alembic migrations build each schema once per test run, into a template. Each
+test gets a copy of the SQLite template file, or a clone of the PostgreSQL template database.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from simplefeed.settings import Settings
 from simplefeed.store.schema import alembic_config
 
 PG_ENV = "SIMPLEFEED_TEST_POSTGRES_URL"
-START_US = 1_800_000_000_000_000  # 2027-01-15T08:00:00Z
+START_US = 1_800_000_000_000_000  # 2027-01-15T08:00:00Z.
 
 #: IRIs of every scheme the door takes, each one the W3C feed validator accepts.
 VALID_IRIS = (
@@ -62,10 +64,10 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-#: One line per schema object of the connected database's (columns with their types, nullability
-#: and defaults; constraints, indexes, functions, triggers, schemas), its alembic version and
-#: its own settings (ALTER DATABASE), digested: two databases with the same digest are alike
-#: but for their rows.
+#: A digest of the connected database's schema, alembic version and own settings.
+#: It takes one line per schema object: each column with its type, nullability and default,
+#: and each constraint, index, function, trigger and schema. The settings are those of ALTER
+#: DATABASE. Two databases with the same digest differ only in their rows.
 SCHEMA_DIGEST = """
 SELECT md5(string_agg(item, E'\\n' ORDER BY item)) FROM (
     SELECT format('%s %s %s %s %s %s', c.relname, c.relkind, a.attname,
@@ -93,24 +95,24 @@ SELECT md5(string_agg(item, E'\\n' ORDER BY item)) FROM (
 
 
 class PostgresDatabases:
-    """Per-test databases on the configured server, each as the migrated template is.
+    """Per-test databases on the configured server, each one like the migrated template.
 
-    A database is created from the template once and then reused: when a test is done with it,
-    its other sessions are ended, its schema compared with the template's, every table but
-    ``alembic_version`` truncated (sequences restarted) and its statistics cleared; one whose
-    schema a test changed, or that cannot be reset, is dropped instead. ``CREATE DATABASE``
-    costs the server 0.15-0.35 s (it copies and syncs the catalogs), more than most tests
-    take; a reset costs ~0.03 s.
+    Each database is created from the template once and then reused. When a test is done with
+    one, the reset ends its other connections and compares its schema with the template's. It
+    then truncates every table but ``alembic_version``, restarts the sequences and clears the
+    statistics. A database whose schema a test changed, or that cannot be reset, is dropped
+    instead. Reuse pays because ``CREATE DATABASE`` costs the server 0.15-0.35 s, more than
+    most tests take. It copies and syncs the catalogs. A reset costs about 0.03 s.
     """
 
     def __init__(self, admin_url: str) -> None:
         self.admin_url = make_url(admin_url)
         self.admin = create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
         self.template = f"sf_tmpl_{uuid.uuid4().hex[:10]}"
-        self.free: list[str] = []  # reset databases, ready for a test
-        self.made: set[str] = set()  # every database created and not dropped
-        self.schema = ""  # the template's SCHEMA_DIGEST
-        self.tables: list[str] = []  # what a reset truncates
+        self.free: list[str] = []  # Reset databases, ready for a test.
+        self.made: set[str] = set()  # Every database created and not dropped.
+        self.schema = ""  # The template's SCHEMA_DIGEST.
+        self.tables: list[str] = []  # The tables a reset truncates.
 
     def url(self, name: str) -> str:
         return self.admin_url.set(database=name).render_as_string(hide_password=False)
@@ -134,13 +136,13 @@ class PostgresDatabases:
                         )
                     ).scalars()
                 )
-                for table in self.tables:  # a reset empties them: the template must have them empty
+                for table in self.tables:  # A reset empties them, so they start empty.
                     assert c.execute(text(f'SELECT count(*) FROM "{table}"')).scalar_one() == 0
         finally:
             engine.dispose()
 
     def new_database(self) -> str:
-        """An empty, migrated database of the caller's own until it gives it back (``release``)."""
+        """Return an empty, migrated database that the caller holds until ``release``."""
         if self.free:
             return self.url(self.free.pop())
         name = f"sf_t_{uuid.uuid4().hex[:12]}"
@@ -149,15 +151,18 @@ class PostgresDatabases:
         return self.url(name)
 
     def copy_of(self, url: str) -> str:
-        """A new database holding what ``url``'s holds (no session may be open on it): a
-        backup, given back with :meth:`release` like any other."""
+        """Return a new database that holds a copy of ``url``'s data.
+
+        No connection may be open on ``url``. The copy serves as a backup. The caller gives it
+        back with :meth:`release` like any other.
+        """
         name = f"sf_t_{uuid.uuid4().hex[:12]}"
         self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{make_url(url).database}"')
         self.made.add(name)
         return self.url(name)
 
     def release(self, url: str) -> None:
-        """The caller is done with ``url``: reset it for the next test, or drop it."""
+        """Reset ``url`` for the next test, or drop it, because the caller is done with it."""
         name = make_url(url).database
         assert name is not None and name in self.made
         if self._reset(name):
@@ -169,7 +174,7 @@ class PostgresDatabases:
         others = "FROM pg_stat_activity WHERE datname = :name AND pid <> pg_backend_pid()"
         self._admin(f"SELECT pg_terminate_backend(pid) {others}", name=name)
         deadline = time.monotonic() + 5
-        with self.admin.connect() as c:  # gone, their statistics reported: then cleared below
+        with self.admin.connect() as c:  # Wait until they report statistics and go.
             while c.execute(text(f"SELECT count(*) {others}"), {"name": name}).scalar_one():
                 if time.monotonic() > deadline:
                     return False
@@ -177,12 +182,14 @@ class PostgresDatabases:
         engine = create_engine(self.url(name), poolclass=NullPool)
         try:
             with engine.begin() as c:
-                c.execute(text("SET LOCAL lock_timeout = '5s'"))  # an ended session's locks
+                # Wait a while for the locks of an ended backend to go.
+                c.execute(text("SET LOCAL lock_timeout = '5s'"))
                 if c.execute(text(SCHEMA_DIGEST)).scalar_one() != self.schema:
                     return False
                 tables = ", ".join(f'"{t}"' for t in self.tables)
                 c.execute(text(f"TRUNCATE {tables} RESTART IDENTITY"))
-                # As never used: no planner statistics, activity counters at zero (superuser).
+                # Leave it as if never used. Planner statistics go and activity counters
+                # return to zero. Both need a superuser.
                 c.execute(
                     text(
                         "DELETE FROM pg_statistic WHERE starelid IN"
@@ -225,7 +232,7 @@ def database_url(
     sqlite_template: Path,
     postgres: PostgresDatabases | None,
 ) -> Iterator[str]:
-    """A freshly migrated, empty database: a SQLite file, or a PostgreSQL database."""
+    """Yield a freshly migrated, empty database, as a SQLite file or on PostgreSQL."""
     if request.param == "sqlite":
         path = tmp_path / "simplefeed.sqlite3"
         shutil.copyfile(sqlite_template, path)
@@ -239,7 +246,10 @@ def database_url(
 
 
 class FakeClock:
-    """An injected clock: starts at START_US and moves only when told (or by ``step`` a call)."""
+    """An injected clock that starts at START_US and moves only when told.
+
+    With ``step_us``, each call also moves it on by that much.
+    """
 
     def __init__(self, start_us: int = START_US, step_us: int = 0) -> None:
         self.now = start_us
@@ -296,14 +306,20 @@ def token(core: Simplefeed) -> str:
 
 @pytest.fixture
 def client(core: Simplefeed, token: str) -> falcon.testing.TestClient:
-    """The app in-process; requests carry the producer token unless a test replaces it."""
+    """Return the app in-process, with the producer token on each request.
+
+    A test may replace the token.
+    """
     return falcon.testing.TestClient(
         create_app(core.settings, core=core), headers={"Authorization": f"Bearer {token}"}
     )
 
 
 def query(database_url: str, sql: str) -> list[tuple[Any, ...]]:
-    """Rows of one SQL query, on a connection of the test's own (binary columns as bytes)."""
+    """Return the rows of one SQL query, run on a connection of the test's own.
+
+    Binary columns come back as bytes.
+    """
     engine = create_engine(database_url)
     try:
         with engine.connect() as conn:
@@ -321,8 +337,10 @@ def with_page_size(settings: Settings, size: int) -> Settings:
 
 @contextlib.contextmanager
 def shipped_with_entries(workdir: Path, processes: int) -> Iterator[UwsgiServer]:
-    """The shipped uWSGI on a SQLite database in ``workdir``, pages of 10, with 25 entries
-    published (pages 1-2 archived, page 3 working)."""
+    """Run the shipped uWSGI on a SQLite database in ``workdir``, with 25 entries published.
+
+    Pages hold 10 entries, so pages 1 and 2 are archived and page 3 is the working page.
+    """
     with UwsgiServer.scratch(
         workdir,
         page_size=10,
@@ -333,22 +351,28 @@ def shipped_with_entries(workdir: Path, processes: int) -> Iterator[UwsgiServer]
 
 
 def page_files_reopened() -> None:
-    """A server's processes keep an archived page's file open for ``OPEN_FOR_S`` once they have
-    sent it (:mod:`simplefeed.app.caching`): wait that long after changing one on disk, so that
-    the next request sees the change."""
+    """Wait until a server's processes reopen the archived page files they have sent.
+
+    The processes keep a sent page's file open for ``OPEN_FOR_S``
+    (:mod:`simplefeed.app.caching`). A test that changes a page on disk waits that long, so that
+    the next request sees the change.
+    """
     time.sleep(caching.OPEN_FOR_S + 0.2)
 
 
 def open_fds(under: Path | None = None) -> int:
-    """The file descriptors this process has open now; with `under`, only those on files in that
-    directory, which other threads of the process (a server a test left closing) cannot change."""
+    """Count the file descriptors this process has open now.
+
+    With `under`, count only those on files in that directory. Other threads of the process
+    cannot change that count, such as a server that a test left closing.
+    """
     if under is None:
         return len(os.listdir("/proc/self/fd"))
     held = 0
     for fd in os.listdir("/proc/self/fd"):
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # closed since it was listed
+        except OSError:  # Closed since it was listed.
             continue
         held += target.startswith(f"{under}/")
     return held

@@ -9,13 +9,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def doc_text(path: str) -> str:
-    """The text of ``path``, relative to the checkout (``README.md``, ``docs/...``)."""
+    """Return the text of ``path``, relative to the checkout (``README.md``, ``docs/...``)."""
     return (ROOT / path).read_text(encoding="utf-8")
 
 
 def table_after(text: str, marker: str) -> list[list[str]]:
-    """The rows of the first table after ``marker``, each a list of its cells, stripped;
-    without the header row and the ``|---|`` line."""
+    """Return the rows of the first table after ``marker``, each a list of its stripped cells.
+
+    The header row and the ``|---|`` line are left out.
+    """
     lines = text[text.index(marker) :].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     rows = []
@@ -27,7 +29,7 @@ def table_after(text: str, marker: str) -> list[list[str]]:
 
 
 def code_blocks(text: str, language: str) -> list[str]:
-    """The fenced code blocks of ``language`` in ``text``, at any indentation, dedented."""
+    """Return the fenced code blocks of ``language`` in ``text``, at any indentation, dedented."""
     blocks = []
     for indent, body in re.findall(
         rf"^( *)```{re.escape(language)}\n(.*?)^\1```", text, re.DOTALL | re.MULTILINE

@@ -1,8 +1,9 @@
 """Property-based fuzzing of the HTTP API from its own OpenAPI document (schemathesis).
 
 Every operation gets generated requests, valid and invalid, through the real app over a real
-database. Whatever is sent: no 5xx, every status is one the document lists, every JSON reply
-matches its schema. Bounded: a fixed number of examples per operation, no deadline.
+database. Whatever is sent, there is no 5xx. Every status is one the document lists. Every
+JSON reply matches its schema. The run is bounded to a fixed number of examples per
+operation, with no deadline.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 )
 def test_api_never_fails_and_matches_its_schema(case: Any, token: str) -> None:
     response = case.call_and_validate(
-        # Identity: the checks read the bodies, which schemathesis does not decode (a 422's
-        # JSON over 256 bytes came back in br, "Content deserialization error").
+        # Identity, because the checks read the bodies, and schemathesis does not decode them.
+        # A 422's JSON over 256 bytes comes back in br, and gives "Content deserialization
+        # error".
         headers={"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"},
         checks=[
             not_a_server_error,

@@ -1,4 +1,7 @@
-"""The HTTP app in-process (falcon TestClient) over real databases: documents, caching, errors."""
+"""The HTTP app in-process (falcon TestClient) over real databases.
+
+The tests cover documents, caching and errors.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ def post(client: Client, body: Any, path: str = "/entries") -> falcon.testing.Re
 
 
 def state(client: Client, core: Simplefeed) -> tuple[Any, ...]:
-    """Everything a rejected request must leave as it was."""
+    """Return everything a rejected request must leave as it was."""
     feed = core.feed("events")
     recent = client.simulate_get("/recent")
     files = sorted(
@@ -70,9 +73,12 @@ def test_publish_a_batch_and_replays(client: Client) -> None:
 def test_a_retry_that_names_the_default_content_type_or_drops_it_is_a_replay(
     client: Client,
 ) -> None:
-    """Through the app, on each backend (PostgreSQL's one-round-trip append hands an id it
-    holds to the ordinary way): `content_type: "text"` sent, then left out, was a 409 though
-    both render `<content type="text">` (a producer's trial)."""
+    """A retry that names the default content type, or drops it, is a replay.
+
+    Both render `<content type="text">`, so `content_type: "text"` sent and then left out is
+    not a 409. This runs through the app on each backend. On PostgreSQL, the one-round-trip
+    append hands an id it holds to the ordinary way.
+    """
     first = {"title": "t", "content": "hi", "content_type": "text", "id": "urn:test:t"}
     assert post(client, first).status_code == 201
     without = {k: v for k, v in first.items() if k != "content_type"}
@@ -93,7 +99,7 @@ def test_recent_document_headers(client: Client, clock: FakeClock) -> None:
     assert r.headers["content-type"] == ATOM
     assert r.headers["cache-control"] == "public, max-age=10"
     assert r.headers["etag"].startswith('"')
-    # Modified in the current second: Last-Modified would not be a safe validator yet.
+    # Modified in the current second, so Last-Modified would not be a safe validator yet.
     assert "last-modified" not in r.headers
     clock.advance(1)
     r2 = client.simulate_get("/recent")
@@ -205,7 +211,7 @@ DOCTYPE_XML = '<!DOCTYPE a [<!ENTITY e "x">]><a>&e;</a>'
 
 
 def _bad_requests() -> list[tuple[str, dict[str, Any], int, str]]:
-    """(name, simulate_post kwargs, status, a word the message must contain)."""
+    """Return (name, simulate_post kwargs, status, a word the message must contain)."""
     j = {"Content-Type": "application/json"}
     return [
         ("malformed JSON", {"body": b'{"title": ', "headers": j}, 400, "JSON"),
@@ -338,7 +344,7 @@ def _nested(depth: int) -> Any:
 def test_bad_input_is_refused_and_stores_nothing(
     client: Client, core: Simplefeed, kwargs: dict[str, Any], status: int, word: str
 ) -> None:
-    post(client, [{"title": f"seed {i}"} for i in range(6)])  # page 1 frozen, page 2 live
+    post(client, [{"title": f"seed {i}"} for i in range(6)])  # Page 1 archived, page 2 live.
     before = state(client, core)
     r = client.simulate_post("/entries", **kwargs)
     assert r.status_code == status, r.text
@@ -363,8 +369,11 @@ def test_conflict_names_the_id(client: Client, core: Simplefeed) -> None:
 
 
 def test_the_reference_names_every_field_of_an_error_body(client: Client) -> None:
-    """The reference's table of an error's fields (docs/reference/events.md) is the OpenAPI
-    document's Error schema, and each field is described: a 409 has `id` and `index`."""
+    """The reference names every field of an error body.
+
+    The reference's table of an error's fields (docs/reference/events.md) is the OpenAPI
+    document's Error schema. Each field is described, such as the `id` and `index` of a 409.
+    """
     rows = table_after(doc_text("docs/reference/events.md"), "An error body has these fields.")
     documented = {name.strip("`") for name, *_ in rows}
     assert documented == set(openapi.build()["components"]["schemas"]["Error"]["properties"])
@@ -430,8 +439,8 @@ def test_errors_are_json(client: Client, method: str, path: str, status: int) ->
         ("Basic dXNlcjpwYXNz", False),
         ("Bearer", False),
         ("Bearer not-a-token", True),
-        ("Bearer sft_1_" + "A" * 43, True),  # right shape, wrong secret
-        ("Bearer sft_999_" + "A" * 43, True),  # no such token
+        ("Bearer sft_1_" + "A" * 43, True),  # Right shape, wrong secret.
+        ("Bearer sft_999_" + "A" * 43, True),  # No such token.
     ],
 )
 def test_publishing_needs_a_valid_token(
@@ -452,7 +461,7 @@ def test_publishing_needs_a_valid_token(
 
 def test_auth_comes_before_everything_else(client: Client) -> None:
     no_auth = {"Authorization": ""}
-    # An anonymous client learns nothing: not whether the feed exists, not what is wrong.
+    # An anonymous client learns nothing, neither whether the feed exists nor what is wrong.
     for path, kwargs in [
         ("/feeds/nope/entries", {"json": {"title": "x"}}),
         ("/entries", {"body": b"not json", "headers": {"Content-Type": "application/json"}}),
@@ -465,8 +474,10 @@ def test_auth_comes_before_everything_else(client: Client) -> None:
 def test_a_made_up_token_costs_a_lookup_never_the_parsing_of_the_body(
     client: Client, core: Simplefeed, token: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A security reviewer's trial: 24 KB of HTML content took seconds of CPU to refuse before
-    its made-up token was. Now the token is looked up first."""
+    """A made-up token costs a lookup, never the parsing of the body.
+
+    Refusing 24 KB of HTML content takes seconds of CPU. So the token is looked up first.
+    """
     from simplefeed.app import resources
 
     read: list[bytes] = []
@@ -487,8 +498,11 @@ def test_a_made_up_token_costs_a_lookup_never_the_parsing_of_the_body(
 
 
 def test_every_response_with_a_body_says_nosniff(client: Client) -> None:
-    """JSON replies quote what a request sent (a path, a query): a browser must read none of
-    them as anything but its type (a security reviewer's trial found it on Atom only)."""
+    """Every response with a body says nosniff.
+
+    JSON replies quote what a request sent, such as a path or a query. A browser must read
+    none of them as anything but its type. So the header goes on every body, not on Atom only.
+    """
     post(client, [{"title": "x"}])
     answers = [
         client.simulate_get(path)
@@ -536,7 +550,7 @@ def test_only_a_hash_of_the_token_is_stored(core: Simplefeed, token: str) -> Non
     from tests.conftest import query
 
     rows = query(core.settings.database_url, "SELECT * FROM tokens")
-    # sft_<id>_<secret>; the secret (43 base64url characters) may itself hold "_".
+    # A token is sft_<id>_<secret>. The secret is 43 base64url characters, and may hold "_".
     secret = token.split("_", 2)[2]
     assert len(secret) == 43
     assert rows and all(secret not in str(row) and token not in str(row) for row in rows)

@@ -1,18 +1,21 @@
 """The two ways an append runs on PostgreSQL give the same feed.
 
-Most appends on PostgreSQL take the one-round-trip path: the database numbers the events and
-computes their ``updated`` under the feed's lock (``store.postgres.append_in_one_round_trip``).
-Replays, conflicts, page fills and feeds this process has not appended to yet go the ordinary way,
-where Python does it (``Simplefeed.publish``); SQLite always goes that way. The same script of
-publishes, run against a SQLite file and a PostgreSQL database with the same clock and id
-generator, must leave the same rows, the same head and byte-identical frozen pages, and answer
-every publish the same.
+Most appends on PostgreSQL take the one-round-trip path
+(``store.postgres.append_in_one_round_trip``). There the database numbers the events and
+computes their ``updated`` under the feed's lock. Replays, conflicts and page fills go the
+ordinary way, where Python does it (``Simplefeed.publish``). So do feeds this process has not
+appended to yet. SQLite always goes that way.
+
+The same script of publishes runs against a SQLite file and a PostgreSQL database, with the same
+clock and id generator. Both must leave the same rows, the same head and byte-identical archived
+pages. Both must answer every publish the same.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +33,7 @@ from tests.conftest import PG_ENV, START_US, FakeClock, PostgresDatabases, Seque
 
 SECOND = 1_000_000
 
-# (label, events); `updated_us` in seconds from START_US, None for "now".
+# Pairs of (label, events). `updated_us` is in seconds from START_US, or None for "now".
 Script = list[tuple[str, list[Event]]]
 
 
@@ -71,7 +74,7 @@ def _core(url: str, archive: Path) -> Simplefeed:
         recent_max_age=10,
         default_feed="events",
     )
-    # A clock that stands still: `updated` and `modified_us` must then move by the rules alone.
+    # A clock that stands still, so `updated` and `modified_us` move by the rules alone.
     core = Simplefeed(settings, clock=FakeClock(step_us=0), new_uuid=SequentialIds())
     core.create_feed("events")
     return core
@@ -91,7 +94,7 @@ def _snapshot(core: Simplefeed) -> dict[str, list[tuple[Any, ...]]]:
         "feeds": _rows(core, "SELECT name, head_seq, head_updated_us, modified_us FROM feeds"),
         "pages": _rows(
             core,
-            "SELECT number, first_seq, last_seq, frozen_us, etag, body FROM pages ORDER BY number",
+            "SELECT number, first_seq, last_seq, frozen_us, sha256 FROM pages ORDER BY number",
         ),
     }
 
@@ -116,7 +119,7 @@ def both(
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Counts the one-round-trip appends that went through and those that gave way."""
+    """Count the one-round-trip appends that went through, and those that gave way."""
     counts = {"appended": 0, "gave way": 0}
     real: Callable[..., int | None] = postgres.append_in_one_round_trip
 
@@ -139,8 +142,8 @@ def test_both_append_paths_leave_the_same_feed(
     for core in (lite, pg):
         with pytest.raises(EntryConflict):
             core.publish("events", CONFLICT)
-    # The PostgreSQL core took the one-round-trip path for most of the script, and gave way
-    # where it must (page fills, replays); the SQLite core never took it.
+    # The PostgreSQL core took the one-round-trip path for most of the script. It gave way
+    # where it must, for page fills and replays. The SQLite core never took it.
     assert counts["appended"] >= 7, counts
     assert counts["gave way"] >= 3, counts
     before, after = _snapshot(lite), _snapshot(pg)
@@ -152,7 +155,7 @@ def test_both_append_paths_leave_the_same_feed(
     assert [row[0] for row in entries] == list(range(1, len(entries) + 1))
     updated = [row[2] for row in entries]
     assert updated == sorted(updated) and len(set(updated)) == len(updated)
-    assert all(row[2] >= row[3] for row in entries)  # updated never before published
+    assert all(row[2] >= row[3] for row in entries)  # Updated never before published.
     assert after["feeds"][0][1:3] == (entries[-1][0], entries[-1][2])
     assert len(after["pages"]) == len(entries) // 5
 
@@ -160,8 +163,11 @@ def test_both_append_paths_leave_the_same_feed(
 def test_a_revoked_or_limited_token_is_refused_on_the_quick_path(
     both: tuple[Simplefeed, Simplefeed], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The quick path checks the token in the append itself: once the process knows the feed,
-    a revoked token, one for another feed, or a wrong secret still store nothing."""
+    """A revoked or limited token is refused on the quick path.
+
+    The quick path checks the token in the append itself. So once the process knows the feed,
+    a revoked token still stores nothing. Nor does a token for another feed, or a wrong secret.
+    """
     from simplefeed.errors import Forbidden, Unauthorized
     from simplefeed.rules import auth
 
@@ -194,9 +200,12 @@ def test_a_revoked_or_limited_token_is_refused_on_the_quick_path(
 def test_both_append_paths_wait_for_the_feeds_advisory_lock(
     both: tuple[Simplefeed, Simplefeed], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Appenders of a feed, on every path, from every process and node, queue on
-    pg_advisory_xact_lock(ADVISORY_LOCK_SPACE, feed id): while another session holds it,
-    nothing is appended; once it is released, the appends go through."""
+    """Both append paths wait for the feed's advisory lock.
+
+    Appenders of a feed queue on pg_advisory_xact_lock(ADVISORY_LOCK_SPACE, feed id). That
+    holds on every path, from every process and node. While another connection holds the lock,
+    nothing is appended. Once it is released, the appends go through.
+    """
     import threading
 
     from sqlalchemy import create_engine
@@ -205,7 +214,7 @@ def test_both_append_paths_wait_for_the_feeds_advisory_lock(
 
     _, pg = both
     counts = _counting(monkeypatch)
-    pg.publish("events", [Event("learn the feed")])  # the ordinary path: the process learns it
+    pg.publish("events", [Event("learn the feed")])  # The ordinary path. The process learns it.
     feed = pg.feed("events")
     holder = create_engine(pg.settings.database_url)
     try:
@@ -223,7 +232,7 @@ def test_both_append_paths_wait_for_the_feeds_advisory_lock(
             ) -> None:
                 try:
                     pg.publish("events", events)
-                except BaseException as exc:  # pragma: no cover - reported below
+                except BaseException as exc:  # pragma: no cover - reported below.
                     errors.append(exc)
                 done.set()
 
@@ -249,11 +258,15 @@ def test_both_append_paths_wait_for_the_feeds_advisory_lock(
 def test_appends_that_freeze_never_wait_for_the_pool_holding_the_lock(
     both: tuple[Simplefeed, Simplefeed], tmp_path: Path
 ) -> None:
-    """A freeze reads the digest of the page before it (when another process froze that page)
-    on the append's own connection. It took a second one from the pool, holding the feed's
-    lock: once the appends waiting for that lock held the pool's every connection (4, and 4
-    over), it waited for them and they for it, until the pool gave up after 30 s (the publish
-    benchmark: no batch of 100 answered on PostgreSQL)."""
+    """Appends that archive a page never wait for the pool while they hold the lock.
+
+    Archiving a page may read the digest of the page before it, when another process archived
+    that page. It reads on the append's own connection. A second connection from the pool
+    would be taken while holding the feed's lock. The appends waiting for that lock can hold
+    every connection of the pool, 4 and 4 over. Then each side waits for the other, until the
+    pool gives up after 30 s. In the publish benchmark, no batch of 100 would be answered on
+    PostgreSQL.
+    """
     import threading
 
     from sqlalchemy import create_engine
@@ -266,13 +279,13 @@ def test_appends_that_freeze_never_wait_for_the_pool_holding_the_lock(
         other.publish("events", [Event(f"page 1, {i}", id=f"urn:other:{i}") for i in range(5)])
     finally:
         other.store.close()
-    batches = 12  # more than the pool's 8 connections
+    batches = 12  # More than the pool's 8 connections.
     errors: list[BaseException] = []
 
     def publish(batch: int) -> None:
         try:
             pg.publish("events", [Event(f"{batch}.{i}", id=f"urn:b:{batch}.{i}") for i in range(5)])
-        except BaseException as exc:  # reported below
+        except BaseException as exc:  # Reported below.
             errors.append(exc)
 
     feed = pg.feed("events")
@@ -311,8 +324,10 @@ def _waiting_for_the_lock(conn: Any) -> int:
 
 
 class _Worker:
-    """A thread of its own, so its own direct connection (``PostgresStore.direct`` is per thread):
-    runs what it is given, one call at a time."""
+    """A thread of its own, which runs what it is given, one call at a time.
+
+    It has its own direct connection, because ``PostgresStore.direct`` is per thread.
+    """
 
     def __init__(self, core: Simplefeed) -> None:
         import queue
@@ -328,7 +343,7 @@ class _Worker:
         while (job := self.jobs.get()) is not None:
             try:
                 self.results.put((True, job()))
-            except BaseException as exc:  # pragma: no cover - raised by result()
+            except BaseException as exc:  # pragma: no cover - raised by result().
                 self.results.put((False, exc))
 
     def start(self, job: Callable[[], Any]) -> None:
@@ -367,12 +382,15 @@ def _direct_pid(core: Simplefeed) -> int:
 def test_nothing_is_acknowledged_or_shown_before_its_flush_barrier(
     both: tuple[Simplefeed, Simplefeed], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A one-round-trip append commits without waiting for its WAL flush (so the feed's lock
-    is free at once), and is acknowledged only after the flush barrier, a synchronous commit
-    of its own, has returned. Held up at its barrier (another session locks the backend's
-    flush_marks row), such an append is already visible and the feed's next append can go
-    on, but the publish has not returned; a replay of a stored entry and a newly rendered
-    live document wait for the barrier too."""
+    """Nothing is acknowledged or shown before its flush barrier.
+
+    A one-round-trip append commits without waiting for its WAL flush, so the feed's lock is
+    free at once. It is acknowledged only after the flush barrier has returned. The barrier is
+    a synchronous commit of its own. Here another connection locks the backend's flush_marks
+    row, which holds the append up at its barrier. The append is already visible, and the
+    feed's next append can go on. But the publish has not returned. A replay of a stored entry
+    waits for the barrier too, and so does a newly rendered live document.
+    """
     from sqlalchemy import create_engine
 
     _, pg = both
@@ -385,20 +403,21 @@ def test_nothing_is_acknowledged_or_shown_before_its_flush_barrier(
         rows = _rows(pg, f"SELECT n FROM flush_marks WHERE backend_pid = {worker.backend_pid}")
         return int(rows[0][0]) if rows else 0
 
+    other = Simplefeed(pg.settings, new_uuid=lambda: str(uuid.uuid4()))  # another process
     try:
         worker.call(lambda: pg.publish("events", [Event("learn the feed")]))
         worker.call(lambda: pg.publish("events", [Event("quick", id="urn:x:quick")]))
-        assert counts["appended"] == 1 and n_marks() == 1  # one barrier per quick append
-        # The barrier's transaction is not the append's: it commits with the session's
-        # synchronous_commit, which the append's own setting does not outlive.
+        assert counts["appended"] == 1 and n_marks() == 1  # One barrier per quick append.
+        # The barrier's transaction is not the append's. It commits with the connection's
+        # synchronous_commit, because the append's own setting does not outlive the append.
         with _direct(pg) as conn:
             assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
         assert worker.call(lambda: _show_sync_commit(pg)) == "on"
 
-        # (what, the job, the head while it waits at its barrier)
+        # Each case is what it is, the job, and the head while the job waits at its barrier.
         cases: list[tuple[str, Callable[[], Any], int]] = [
             ("one-round-trip append", lambda: pg.publish("events", [Event("held")]), 3),
-            # (twice in one batch: straight to the ordinary way, which finds it stored)
+            # Twice in one batch, so it goes straight to the ordinary way, which finds it stored.
             ("replay", lambda: pg.publish("events", [Event("quick", id="urn:x:quick")] * 2), 4),
             ("new live document", lambda: pg.live_body(pg.live(pg.feed("events"), "recent")), 4),
         ]
@@ -409,11 +428,12 @@ def test_nothing_is_acknowledged_or_shown_before_its_flush_barrier(
                 worker.start(job)
                 with pytest.raises(TimeoutError):
                     worker.result(0.5)
-                # The append itself is committed and visible, and the lock is free: another
-                # process appends meanwhile (this thread has a connection of its own).
+                # The append itself is committed and visible, and the lock is free. So another
+                # process appends meanwhile. In this process, publishes to the feed queue
+                # behind the one under way, to be committed together (group commit).
                 assert pg.feed("events").head_seq == head, label
                 if label == "one-round-trip append":
-                    pg.publish("events", [Event("meanwhile")])
+                    other.publish("events", [Event("meanwhile")])
             result = worker.result(10)
             assert n_marks() == marks + 1, label
             if label == "one-round-trip append":
@@ -422,12 +442,13 @@ def test_nothing_is_acknowledged_or_shown_before_its_flush_barrier(
                 assert [(r.entry_id, r.created) for r in result] == [("urn:x:quick", False)] * 2
             else:
                 assert b"meanwhile" in result
-        # The rendered version is kept: serving it again needs no barrier.
+        # The rendered version is kept, so serving it again needs no barrier.
         worker.call(lambda: pg.live_body(pg.live(pg.feed("events"), "recent")))
         assert n_marks() == marks + 1
     finally:
         worker.stop()
         holder.dispose()
+        other.close()
 
 
 def _show_sync_commit(core: Simplefeed) -> str:
@@ -439,11 +460,14 @@ def _show_sync_commit(core: Simplefeed) -> str:
 def test_a_failed_quick_path_appends_each_event_exactly_once(
     both: tuple[Simplefeed, Simplefeed], monkeypatch: pytest.MonkeyPatch, appended_first: bool
 ) -> None:
-    """The quick path failing (here: its connection reported lost, after its append committed
-    or before it ran) is not an error for the producer: the ordinary path looks up every
-    event's id, the ones made for this request included, and appends only what is not there.
-    An id made for this request and found stored is this request's own append (created); a
-    producer's id found stored cannot be told from a replay."""
+    """A failed quick path appends each event exactly once.
+
+    Here the quick path's connection is reported lost, after its append committed or before it
+    ran. That is not an error for the producer. The ordinary path looks up every event's id,
+    the ones made for this request included. It appends only what is not there. An id made for
+    this request and found stored is this request's own append, so it counts as created. A
+    producer's id found stored cannot be told from a replay.
+    """
     import psycopg
 
     _, pg = both
@@ -467,15 +491,18 @@ def test_a_failed_quick_path_appends_each_event_exactly_once(
     assert [row[0] for row in entries] == [1, 2, 3]
     assert [row[1] for row in entries][1:] == [generated.entry_id, "urn:x:failed"]
     assert pg.feed("events").head_seq == 3
-    # The connection that failed was dropped: the next attempt had a new one.
+    # The connection that failed was dropped, so the next attempt had a new one.
     assert len(pids) == 2 and pids[0] != pids[1]
 
 
 def test_the_flush_barrier_survives_a_dropped_connection(
     both: tuple[Simplefeed, Simplefeed],
 ) -> None:
-    """A server restart or an idle timeout kills the thread's own connection: the barrier
-    (idempotent) goes again on a new one instead of failing the read or the publish."""
+    """The flush barrier survives a dropped connection.
+
+    A server restart or an idle timeout kills the thread's own connection. The barrier is
+    idempotent, so it goes again on a new connection. It does not fail the read or the publish.
+    """
     from sqlalchemy import create_engine
 
     _, pg = both
@@ -496,9 +523,12 @@ def test_the_flush_barrier_survives_a_dropped_connection(
 def test_the_entries_table_is_analysed_when_a_first_page_freezes(
     both: tuple[Simplefeed, Simplefeed],
 ) -> None:
-    """Until the planner has statistics for ``entries``, a cached plan may look entries up by
-    the primary key and scan the whole feed on every append: the first frozen page of a feed
-    analyses the table if it never was (once; not again for later pages)."""
+    """The entries table is analysed when a feed's first page is archived.
+
+    Until the planner has statistics for ``entries``, a cached plan may look entries up by the
+    primary key. It then scans the whole feed on every append. So the first archived page of a
+    feed analyses the table, if it never was. That happens once, and not again for later pages.
+    """
     lite, pg = both
 
     def reltuples() -> float:
@@ -508,12 +538,12 @@ def test_the_entries_table_is_analysed_when_a_first_page_freezes(
         sql = "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'entries'"
         return int(_rows(pg, sql)[0][0])
 
-    assert reltuples() < 0  # never analysed
+    assert reltuples() < 0  # Never analysed.
     pg.publish("events", [Event(f"e{i}") for i in range(4)])
     assert reltuples() < 0
-    pg.publish("events", [Event("fills page 1")])  # page size 5
+    pg.publish("events", [Event("fills page 1")])  # Page size 5.
     assert reltuples() == 5
-    pg.publish("events", [Event(f"f{i}") for i in range(5)])  # page 2: no second ANALYZE
+    pg.publish("events", [Event(f"f{i}") for i in range(5)])  # Page 2, with no second ANALYZE.
     assert reltuples() == 5
-    assert analyze_count() <= 1  # (the statistics collector may lag: at most once)
-    assert lite.store.analyze_entries_once() is False  # nothing to do on SQLite
+    assert analyze_count() <= 1  # At most once, because the statistics collector may lag.
+    assert lite.store.analyze_entries_once() is False  # Nothing to do on SQLite.

@@ -1,5 +1,8 @@
-"""The append decision (simplefeed.rules.appending) without a database: examples, and properties
-over generated heads, stored entries and batches (hypothesis)."""
+"""The append decision (simplefeed.rules.appending), without a database.
+
+The tests give examples, and properties over generated heads, stored entries and batches
+(hypothesis).
+"""
 
 from __future__ import annotations
 
@@ -79,8 +82,8 @@ def test_an_id_twice_in_a_batch() -> None:
     with pytest.raises(EntryConflict) as info:
         decide(feed(), pending(Event("x", id="urn:a"), Event("z", id="urn:a")), {}, NOW)
     assert info.value.index == 1
-    # Said as it is: nothing of the batch is in the feed (a producer's trial read "already
-    # in the feed").
+    # Said as it is: nothing of the batch is in the feed. "already in the feed" would
+    # mislead.
     assert str(info.value) == (
         "entry id 'urn:a' is given twice in this batch with different content (events 0 and 1)"
     )
@@ -93,17 +96,20 @@ def test_an_id_twice_in_a_batch() -> None:
 def test_a_content_type_spelt_another_way_that_renders_alike_is_a_replay(
     stored_as: str | None, sent_as: str | None
 ) -> None:
-    """A producer's retry that names the default content type, or leaves it out, rendered the
-    same document and was answered 409 (a producer's trial)."""
+    """A content type spelt another way that renders alike is a replay.
+
+    A producer's retry may name the default content type, or leave it out. It renders the
+    same document, so it must not be answered 409.
+    """
     (first,) = pending(Event("x", content="hi", content_type=stored_as, id="urn:a"))
     (retry,) = pending(Event("x", content="hi", content_type=sent_as, id="urn:a"))
     assert first.fingerprint != retry.fingerprint
     found = {"urn:a": StoredEntry("urn:a", 1, first.fingerprint)}
     d = decide(feed(head_seq=1), [retry], found, NOW)
     assert d.results == (Appended("urn:a", 1, 1, created=False),) and not d.new
-    both = decide(feed(), [first, retry], {}, NOW)  # the two in one batch
+    both = decide(feed(), [first, retry], {}, NOW)  # The two in one batch.
     assert [r.created for r in both.results] == [True, False] and len(both.new) == 1
-    for other in ("text/csv", "text" if stored_as == "html" else "html"):  # other documents
+    for other in ("text/csv", "text" if stored_as == "html" else "html"):  # Other documents.
         (changed,) = pending(Event("x", content="hi", content_type=other, id="urn:a"))
         with pytest.raises(EntryConflict):
             decide(feed(head_seq=1), [changed], found, NOW)
@@ -143,7 +149,7 @@ def situations(draw: st.DrawFn) -> tuple[Feed, list[PendingEntry], dict[str, Sto
 
 
 def conflicting(ps: list[PendingEntry], found: dict[str, StoredEntry]) -> int | None:
-    """The index of the first event refused, by the rules written out another way."""
+    """Return the index of the first event refused, by the rules written out another way."""
     fingerprints = {i: s.fingerprint for i, s in found.items()}
     for index, p in enumerate(ps):
         if fingerprints.setdefault(p.id, p.fingerprint) != p.fingerprint:
@@ -164,14 +170,14 @@ def test_the_rules_hold_for_any_head_and_batch(
         assert info.value.index == refused and info.value.entry_id == ps[refused].id
         return
     d = decide(f, ps, found, NOW)
-    assert d == decide(f, ps, found, NOW)  # a function of its arguments alone
+    assert d == decide(f, ps, found, NOW)  # A function of its arguments alone.
     assert len(d.results) == len(ps)
-    # New entries: the sequence numbers after the head, no gap, each id once.
+    # New entries take the sequence numbers after the head, with no gap, and each id once.
     seqs = [e.seq for e, _ in d.new]
     assert seqs == list(range(f.head_seq + 1, f.head_seq + 1 + len(d.new)))
     assert len({e.id for e, _ in d.new}) == len(d.new)
     assert all(e.id not in found for e, _ in d.new)
-    # `updated`: strictly increasing from the head's, never before the event happened.
+    # `updated` increases strictly from the head's, and is never before the event happened.
     updated = [e.updated_us for e, _ in d.new]
     previous = [f.head_updated_us] if f.head_updated_us is not None else []
     assert all(a < b for a, b in itertools.pairwise(previous + updated))
@@ -184,7 +190,7 @@ def test_the_rules_hold_for_any_head_and_batch(
         itertools.accumulate((e.published_us - i for i, (e, _) in enumerate(d.new, 1)), max)
     )
     assert updated == [i + max(u0, m) for i, m in enumerate(prefix, 1)]
-    # Each answer: the stored entry for a replay, the first occurrence for a repeat.
+    # Each answer is the stored entry for a replay, and the first occurrence for a repeat.
     firsts: dict[str, Appended] = {}
     for p, r in zip(ps, d.results, strict=True):
         assert r.entry_id == p.id and r.page == paging.page_of(r.seq, f.page_size)
@@ -196,7 +202,7 @@ def test_the_rules_hold_for_any_head_and_batch(
             firsts[p.id] = r
             assert r.created
     assert d.replayed == any(p.id in found for p in ps)
-    # Pages: exactly those the new head fills.
+    # The pages are exactly those the new head fills.
     head = f.head_seq + len(d.new)
     assert list(d.full_pages) == [
         n for n in range(1, head // f.page_size + 1) if n * f.page_size > f.head_seq

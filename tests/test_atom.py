@@ -1,6 +1,8 @@
-"""Every served document is valid Atom (RFC 4287) with the RFC 5005 archive rules, judged by the
-strict checker in ``tests/atomcheck.py``; what producers publish comes back unchanged through
-feedparser; rendering is deterministic (golden files, re-rendering frozen pages).
+"""Every served document is valid Atom (RFC 4287) and follows the RFC 5005 archive rules.
+
+The strict checker in ``tests/atomcheck.py`` judges each document. What producers publish
+comes back unchanged through feedparser. Rendering is deterministic, as the golden files and
+re-rendered archived pages show.
 
 Golden files live in ``tests/data/golden/``. After an intended change of the rendering,
 regenerate them with one command and review the diff:
@@ -33,7 +35,7 @@ from tests.conftest import START_US, FakeClock
 GOLDEN_DIR = Path(__file__).parent / "data" / "golden"
 REGEN_ENV = "SIMPLEFEED_REGEN_GOLDEN"
 BASE = "http://feeds.example.test"
-PAGE_SIZE = 5  # the `settings` fixture's
+PAGE_SIZE = 5  # As in the `settings` fixture.
 
 A = f"{{{ATOM_NS}}}"
 Event = dict[str, Any]
@@ -71,8 +73,8 @@ CORPUS: list[Event | list[Event]] = [
         },
         {
             "title": "application/xml inline",
-            # No element names of Atom or RSS here: feedparser would misread them (see
-            # test_feedparser_is_not_misled_by_inline_xml_content).
+            # No element names of Atom or RSS here, because feedparser would misread them.
+            # See test_feedparser_is_not_misled_by_inline_xml_content.
             "content": '<order xmlns="urn:example:orders" id="7"><line qty="2">widget</line>'
             "<note>a &amp; b</note></order>",
             "content_type": "application/xml",
@@ -168,18 +170,20 @@ CORPUS: list[Event | list[Event]] = [
         {"title": "Explicit tag id", "id": "tag:example.com,2027:event/1"},
         {"title": "Explicit http id", "id": "http://example.com/events/1?x=1&y=2#frag"},
         {"title": "Explicit uuid id", "id": "urn:uuid:6f1c2a4e-1d2b-4c3d-9e8f-0a1b2c3d4e5f"},
-        # Ids are URIs in canonical form: an IRI arrives percent-encoded (simplefeed.door.uris).
+        # Ids are URIs in canonical form, so an IRI arrives percent-encoded
+        # (simplefeed.door.uris).
         {"title": "Explicit IRI id", "id": "https://example.com/%C3%A9v%C3%A9nement/%C3%BC"},
     ],
     [
-        # Two equal `updated` values in one batch: the server still makes them distinct.
+        # Two equal `updated` values in one batch. The server still makes them distinct.
         {"title": "Explicit updated, first", "updated": "2027-01-15T08:02:00Z"},
         {"title": "Explicit updated, same instant", "updated": "2027-01-15T08:02:00Z"},
         {"title": "Explicit updated, offset", "updated": "2027-01-15T10:02:00.5+02:00"},
         {"title": "Explicit updated, in the past", "updated": "2027-01-15T07:00:00.123456Z"},
     ],
     {
-        # Fraktur "Unicode" (U+1D518...), escaped: ruff flags the letters as look-alikes.
+        # Fraktur "Unicode" (U+1D518 and on), escaped, because ruff flags the letters as
+        # look-alikes.
         "title": "Astral plane 𝄞 😀 \U0001d518\U0001d52b\U0001d526\U0001d520"
         "\U0001d52c\U0001d521\U0001d522",
         "content": "Emoji 🎉 and math 𝛼𝛽 and CJK 漢字",
@@ -210,7 +214,10 @@ def post(client: falcon.testing.TestClient, payload: Any, path: str = "/entries"
 def publish_corpus(
     client: falcon.testing.TestClient, clock: FakeClock
 ) -> list[tuple[Event, dict[str, Any]]]:
-    """Publish the corpus (singles and batches, a second apart): (event, reply entry) pairs."""
+    """Publish the corpus, and return (event, reply entry) pairs.
+
+    Singles and batches go a second apart.
+    """
     published: list[tuple[Event, dict[str, Any]]] = []
     for batch in _batches():
         clock.advance(1)
@@ -222,8 +229,11 @@ def publish_corpus(
 
 
 def fetch_documents(client: falcon.testing.TestClient) -> list[tuple[str, str, bytes]]:
-    """Every document of the default feed, reached by following links from /recent:
-    (kind, url, body), recent first, then the working page, then archives newest first."""
+    """Return every document of the default feed, reached by following links from /recent.
+
+    Each is (kind, url, body). Recent comes first, then the working page, then the archived
+    pages, newest first.
+    """
     docs: list[tuple[str, str, bytes]] = []
 
     def get(url: str) -> bytes:
@@ -251,7 +261,7 @@ def fetch_documents(client: falcon.testing.TestClient) -> list[tuple[str, str, b
 
 
 def entries_by_id(docs: list[tuple[str, str, bytes]]) -> dict[str, Any]:
-    """feedparser's entries of the archived pages and the working page, by id."""
+    """Return feedparser's entries of the archived pages and the working page, by id."""
     found: dict[str, Any] = {}
     for kind, _url, body in docs:
         if kind == "recent":
@@ -269,7 +279,7 @@ def test_every_document_is_valid(client: falcon.testing.TestClient, clock: FakeC
     published = publish_corpus(client, clock)
     docs = fetch_documents(client)
     total = len(published)
-    assert len(docs) == 1 + total // PAGE_SIZE + 1  # recent, archives, working page
+    assert len(docs) == 1 + total // PAGE_SIZE + 1  # Recent, archived pages, working page.
     problems = {url: check_atom(body, kind=kind) for kind, url, body in docs}
     assert problems == {url: [] for _kind, url, _body in docs}
     # The recent document holds the working page's entries.
@@ -306,7 +316,8 @@ def test_empty_documents_are_valid(client: falcon.testing.TestClient) -> None:
     # A feed without entries: recent and the working page 1.
     assert check_atom(client.simulate_get("/recent").content, kind="recent") == []
     assert check_atom(client.simulate_get("/pages/1").content, kind="working") == []
-    # Right after a freeze the recent document is empty; its `updated` is the newest entry's.
+    # Right after a page is archived, the recent document is empty. Its `updated` is the
+    # newest entry's.
     replies = post(client, [{"title": f"event {i}"} for i in range(PAGE_SIZE)])["entries"]
     assert replies[-1]["page"] == 1
     recent = client.simulate_get("/recent").content
@@ -323,14 +334,17 @@ def test_empty_documents_are_valid(client: falcon.testing.TestClient) -> None:
 
 
 def _expected_content(event: Event) -> tuple[str, str] | None:
-    """(type, value) feedparser should report; None for inline XML (checked with lxml) and
-    for no content (no content element at all)."""
+    """Return the (type, value) that feedparser should report.
+
+    Return None for inline XML, which lxml checks instead. Return None too for no content,
+    where there is no content element at all.
+    """
     value = event.get("content")
     ctype = event.get("content_type")
     if value is None:
         return None
     if not isinstance(value, str):
-        # JSON in its readable form: text, the media type in sf:type (checked with lxml).
+        # JSON in its readable form is text, with the media type in sf:type. lxml checks that.
         return "text/plain", json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     if ctype == "application/json" or (ctype or "").endswith("+json"):
         return "text/plain", value
@@ -369,7 +383,7 @@ def test_round_trip_through_feedparser(client: falcon.testing.TestClient, clock:
         if expected is not None:
             (content,) = entry.content
             if expected[0] == "text/plain" and _is_json(event):
-                # JSON's readable form: the same value (some characters as JSON escapes).
+                # JSON's readable form holds the same value. Some characters are JSON escapes.
                 got = (content.type, json.loads(content.value))
                 assert got == ("text/plain", json.loads(expected[1])), where
             else:
@@ -379,7 +393,7 @@ def test_round_trip_through_feedparser(client: falcon.testing.TestClient, clock:
         if "summary" in event:
             assert entry.summary == event["summary"], where
         elif expected is not None and not expected[0].startswith(("text/", "application/xhtml")):
-            assert entry.summary == event["title"], where  # Base64 content needs a summary
+            assert entry.summary == event["title"], where  # Base64 content needs a summary.
 
         author = event.get("author")
         if author is None:
@@ -405,7 +419,8 @@ def test_round_trip_through_feedparser(client: falcon.testing.TestClient, clock:
         if "content" not in event and all(
             link.get("rel", "alternate") != "alternate" for link in links
         ):
-            # No content and no alternate link of the producer's: one to the entry locator.
+            # With no content and no alternate link of the producer's, the alternate link goes
+            # to the entry locator.
             locator = f"{BASE}/entries/{urllib.parse.quote(reply['id'], safe='')}"
             links.append({"href": locator, "rel": "alternate"})
         parsed_links = entry.get("links", [])
@@ -417,8 +432,10 @@ def test_round_trip_through_feedparser(client: falcon.testing.TestClient, clock:
 
 
 def _shape(element: etree._Element) -> tuple[Any, ...]:
-    """What an XML element means: qualified names, attributes, text; not its spelling
-    (prefixes, CDATA sections, quoting, comments)."""
+    """Return what an XML element means: its qualified names, attributes and text.
+
+    Its spelling is left out: prefixes, CDATA sections, quoting and comments.
+    """
     return (
         element.tag,
         sorted(element.attrib.items()),
@@ -430,8 +447,11 @@ def _shape(element: etree._Element) -> tuple[Any, ...]:
 def test_inline_xml_content_keeps_its_meaning(
     client: falcon.testing.TestClient, clock: FakeClock
 ) -> None:
-    """feedparser does not surface inline XML content, so compare the served XML itself:
-    same elements, namespaces, attributes and text as the producer's."""
+    """Inline XML content keeps its meaning.
+
+    feedparser does not surface inline XML content, so this compares the served XML itself. It
+    has the same elements, namespaces, attributes and text as the producer's.
+    """
     published = publish_corpus(client, clock)
     docs = fetch_documents(client)
     served: dict[str, etree._Element] = {}
@@ -453,8 +473,11 @@ def test_inline_xml_content_keeps_its_meaning(
 
 
 def test_json_content_is_readable_text(client: falcon.testing.TestClient, clock: FakeClock) -> None:
-    """JSON content is the JSON text itself under type="text", its media type in sf:type, with
-    no summary but the producer's; the value read back is the value sent."""
+    """JSON content is readable text.
+
+    JSON content is the JSON text itself under type="text", with its media type in sf:type. It
+    has no summary but the producer's. The value read back is the value sent.
+    """
     published = publish_corpus(client, clock)
     served: dict[str, etree._Element] = {}
     for kind, _url, body in fetch_documents(client):
@@ -481,8 +504,12 @@ def test_json_content_is_readable_text(client: falcon.testing.TestClient, clock:
 
 
 def test_json_text_keeps_the_value_and_reads_as_no_markup() -> None:
-    """What atom.json_text rewrites (as JSON escapes) leaves the JSON value as it was, and the
-    text holds nothing XML cannot carry or a validator takes for markup or an entity."""
+    """JSON text keeps the value and reads as no markup.
+
+    atom.json_text rewrites some characters as JSON escapes, and the JSON value stays as it
+    was. The text holds nothing that XML cannot carry. It holds nothing a validator takes for
+    markup or an entity.
+    """
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
@@ -531,9 +558,12 @@ def test_archived_pages_rerender_byte_identical(
 def test_the_direct_renderer_matches_feedgen_byte_for_byte(
     core: Simplefeed, client: falcon.testing.TestClient, clock: FakeClock
 ) -> None:
-    """The service renders with lxml directly (atom.render); feedgen (atom.render_with_feedgen) is
-    the reference. Every document of the corpus, as archive, working page and recent document,
-    and the golden events, must come out the same from both."""
+    """The direct renderer matches feedgen byte for byte.
+
+    The service renders with lxml directly (atom.render). feedgen (atom.render_with_feedgen)
+    is the reference. Each document of the corpus must come out the same from both. That holds
+    for archived pages, the working page, the recent document and the golden events.
+    """
     from simplefeed import atom
     from simplefeed.rules import paging
 
@@ -555,7 +585,10 @@ def test_the_direct_renderer_matches_feedgen_byte_for_byte(
 
 
 def _xml_text(min_size: int = 0) -> Any:
-    """Strings XML can carry (what validation lets through), rich in what needs escaping."""
+    """Return strings that XML can carry, rich in what needs escaping.
+
+    These are the strings that validation lets through.
+    """
     from hypothesis import strategies as st
 
     chars = st.one_of(
@@ -618,7 +651,7 @@ def _documents() -> Any:
 
     optional = lambda s: st.none() | s  # noqa: E731
     events = _events()
-    times = st.integers(0, 4_102_444_800_000_000)  # 1970 to 2100, any microsecond
+    times = st.integers(0, 4_102_444_800_000_000)  # From 1970 to 2100, any microsecond.
     entries = st.lists(
         st.builds(Entry, st.integers(1, 10**9), _xml_text(1), times, times, events), max_size=3
     ).map(tuple)
@@ -634,7 +667,7 @@ def _documents() -> Any:
         optional(times),
         times,
     )
-    # Feed-level links are the server's own (rules/paging.py); feedgen knows these relations.
+    # Feed-level links are the server's own (rules/paging.py). feedgen knows these relations.
     rels = st.sampled_from(["self", "current", "via", "prev-archive", "next-archive"])
     links = st.lists(st.tuples(rels, _xml_text(1)), max_size=3).map(tuple)
     return st.builds(
@@ -651,8 +684,12 @@ def _documents() -> Any:
 
 
 def test_the_direct_renderer_matches_feedgen_on_generated_documents() -> None:
-    """Any text the API accepts, in every field, with every character that needs escaping in
-    text or in attributes: the direct renderer writes what feedgen and lxml write."""
+    """The direct renderer matches feedgen on generated documents.
+
+    The documents hold any text the API accepts, in every field. They hold every character
+    that needs escaping in text or in attributes. The direct renderer writes what feedgen and
+    lxml write.
+    """
     from hypothesis import HealthCheck, given, settings
 
     from simplefeed import atom
@@ -668,8 +705,11 @@ def test_the_direct_renderer_matches_feedgen_on_generated_documents() -> None:
 
 
 def test_an_events_stored_forms_are_those_of_its_generic_plain_form() -> None:
-    """Event._plain is ``plain(event)`` written out for speed: the fingerprint (replay
-    detection) and the stored JSON of every event must stay what they were."""
+    """An event's stored forms are those of its generic plain form.
+
+    Event._plain is ``plain(event)`` written out for speed. The fingerprint for replay
+    detection, and the stored JSON of every event, must not change.
+    """
     from hypothesis import HealthCheck, given, settings
 
     from simplefeed.model import _CANONICAL_JSON, _STORED_JSON, plain
@@ -724,8 +764,11 @@ def _golden(name: str, body: bytes, database_url: str) -> None:
 def test_golden_documents(
     client: falcon.testing.TestClient, clock: FakeClock, database_url: str
 ) -> None:
-    """The injected FakeClock and SequentialIds make the bytes fully deterministic; they must be
-    the same on SQLite and PostgreSQL."""
+    """The documents match the golden files.
+
+    The injected FakeClock and SequentialIds make the bytes fully deterministic. They must be
+    the same on SQLite and PostgreSQL.
+    """
     assert clock.now == START_US
     for event in GOLDEN_EVENTS[:3]:
         post(client, event)
@@ -743,8 +786,11 @@ def test_golden_documents(
 
 
 def _valid_after(client: falcon.testing.TestClient, event: Event) -> list[str]:
-    """Publish ``event``: a refusal (4xx) is fine; once accepted, every document holding it and
-    the archived page it ends up on must be served (not a 500) and valid."""
+    """Publish ``event`` and return the problems of the documents that hold it.
+
+    A refusal (4xx) is fine. Once the event is accepted, every document that holds it must be
+    served, not a 500, and valid. So must the archived page it ends up on.
+    """
     result = client.simulate_post("/entries", json=event)
     assert result.status_code < 500, result.text
     if result.status_code != 201:
@@ -772,7 +818,10 @@ def _valid_after(client: falcon.testing.TestClient, event: Event) -> list[str]:
 def test_media_type_case_does_not_break_rendering(
     client: falcon.testing.TestClient, content_type: str, content: str
 ) -> None:
-    """Media types are case-insensitive (RFC 2045); `Text/CSV` must not poison the feed."""
+    """Media type case does not break rendering.
+
+    Media types are case-insensitive (RFC 2045), so `Text/CSV` must not poison the feed.
+    """
     event = {"title": "mixed case", "content": content, "content_type": content_type}
     assert _valid_after(client, event) == []
 
@@ -787,7 +836,10 @@ def test_media_type_case_does_not_break_rendering(
     ids=["svg", "no-namespace", "atom"],
 )
 def test_xhtml_content_with_foreign_elements(client: falcon.testing.TestClient, xhtml: str) -> None:
-    """RFC 4287's schema allows only XHTML elements inside type="xhtml" content."""
+    """XHTML content with foreign elements is refused or kept valid.
+
+    RFC 4287's schema allows only XHTML elements inside type="xhtml" content.
+    """
     event = {"title": "xhtml", "content": xhtml, "content_type": "xhtml"}
     assert _valid_after(client, event) == []
 
@@ -811,7 +863,10 @@ def test_no_two_alternate_links_with_same_type_and_hreflang(
 def test_composite_media_types_are_not_content_types(
     client: falcon.testing.TestClient, content_type: str
 ) -> None:
-    """RFC 4287 4.1.3.1: the type of atom:content MUST NOT be a composite type."""
+    """Composite media types are not content types.
+
+    RFC 4287 4.1.3.1 says the type of atom:content MUST NOT be a composite type.
+    """
     event = {"title": "composite", "content": "x", "content_type": content_type}
     assert _valid_after(client, event) == []
 
@@ -819,8 +874,11 @@ def test_composite_media_types_are_not_content_types(
 def test_relative_link_href_is_refused_or_made_absolute(
     client: falcon.testing.TestClient,
 ) -> None:
-    """A relative href resolves against the document's URL: /recent and /pages/N would give
-    the same entry different links."""
+    """A relative link href is refused or made absolute.
+
+    A relative href resolves against the document's URL. So /recent and /pages/N would give
+    the same entry different links.
+    """
     event = {"title": "relative", "links": [{"href": "docs/1"}]}
     assert _valid_after(client, event) == []
 
@@ -828,7 +886,10 @@ def test_relative_link_href_is_refused_or_made_absolute(
 def test_inline_xml_without_namespace_stays_without_namespace(
     client: falcon.testing.TestClient,
 ) -> None:
-    """`<r/>` under application/xml must not become an atom:r element in the served document."""
+    """Inline XML without a namespace stays without one.
+
+    `<r/>` under application/xml must not become an atom:r element in the served document.
+    """
     source = "<r><a>1</a></r>"
     result = client.simulate_post(
         "/entries", json={"title": "no ns", "content": source, "content_type": "application/xml"}
@@ -858,9 +919,13 @@ def test_inline_xml_without_namespace_stays_without_namespace(
 def test_feedparser_is_not_misled_by_inline_xml_content(
     client: falcon.testing.TestClient, content_type: str, xml: str
 ) -> None:
-    """Inline XML content is valid RFC 4287, but feedparser reads element names inside it as
-    feed vocabulary: an `item` or an `atom:entry` becomes a phantom entry, a `link` a phantom
-    link of the entry. A document feedparser misreads fails the issue's feedparser criterion."""
+    """feedparser is not misled by inline XML content.
+
+    Inline XML content is valid RFC 4287. But feedparser reads element names inside it as feed
+    vocabulary. An `item` or an `atom:entry` becomes a phantom entry, and a `link` a phantom
+    link of the entry. A document that feedparser misreads fails the issue's feedparser
+    criterion.
+    """
     event = {"title": "xml", "content": xml, "content_type": content_type}
     assert _valid_after(client, event) == []
 
@@ -933,7 +998,7 @@ def _doc(
 B64 = '<content type="application/json">eyJhIjoxfQ==</content>'
 
 BAD_DOCUMENTS: dict[str, tuple[bytes, str | None, str]] = {
-    # name: (document, kind, a fragment of the expected problem)
+    # Each name maps to a document, its kind, and a fragment of the expected problem.
     "duplicate id": (
         _doc(entries=[_entry(7, ident="urn:x:1"), _entry(6, ident="urn:x:1")]),
         "archive",
@@ -1237,6 +1302,9 @@ def test_checker_reports_bad_documents(name: str) -> None:
 
 
 def test_checker_sees_a_valid_document_break_in_each_way() -> None:
-    """Each bad document differs from a valid one: the fragments are not noise."""
+    """The checker sees a valid document break in each way.
+
+    Each bad document differs from a valid one, so the fragments are not noise.
+    """
     assert check_atom(_doc(), kind="archive") == []
     assert all(check_atom(body, kind=kind) for body, kind, _ in BAD_DOCUMENTS.values())

@@ -1,6 +1,8 @@
-"""The command line as an operator meets it: one line for a database that is missing, not
-migrated or unreachable (never a traceback, never a database made on the way), and
-``simplefeed config`` showing the effective settings with secrets masked.
+"""The command line says what is wrong in one line, as an operator meets it.
+
+A database may be missing, not migrated or unreachable. Each gets one line, never a
+traceback, and no database is made on the way. ``simplefeed config`` shows the effective
+settings with secrets masked.
 
 Everything runs the installed ``simplefeed`` command in a subprocess, in a directory of its own.
 """
@@ -42,24 +44,31 @@ DATABASE_COMMANDS = [
 
 
 def failed_status(args: list[str]) -> int:
-    """The exit status of a DATABASE_COMMANDS command that could not use the database: 3 for
-    the archive's checks (1 is what they found), 1 for the others."""
+    """Return the exit status of a DATABASE_COMMANDS command that could not use the database.
+
+    It is 3 for the archive's checks, whose 1 means they found something. It is 1 for the
+    others.
+    """
     return 3 if args[0] == "archive" else 1
 
 
 def run(
     cwd: Path, *args: str, stdin: int | None = None, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    """``simplefeed ARGS`` in ``cwd`` with ``env`` added to a clean environment; ``stdin``: a
-    file descriptor for its standard input (default: this process's)."""
+    """Run ``simplefeed ARGS`` in ``cwd``, with ``env`` added to a clean environment.
+
+    ``stdin`` is a file descriptor for its standard input. By default it is this process's.
+    """
     return _on_checkout(cwd, [*simplefeed_command(), *args], stdin, env)
 
 
 def _on_checkout(
     cwd: Path, argv: list[str], stdin: int | None, env: dict[str, str]
 ) -> subprocess.CompletedProcess[str]:
-    """``argv`` importing this checkout, in ``cwd`` with ``env`` added to a clean environment;
-    output captured as text."""
+    """Run ``argv`` on this checkout, in ``cwd``, with ``env`` added to a clean environment.
+
+    The output is captured as text.
+    """
     environ = clean_environ()
     environ["PYTHONPATH"] = str(PROJECT_ROOT)
     environ.update(env)
@@ -84,24 +93,29 @@ def one_line_error(done: subprocess.CompletedProcess[str], status: int = 1) -> s
 
 
 def python(cwd: Path, program: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``python -c PROGRAM`` on this checkout, in ``cwd`` with ``env`` added to a clean
-    environment; output captured as text."""
+    """Run ``python -c PROGRAM`` on this checkout, in ``cwd``, with ``env`` added.
+
+    The environment is otherwise clean. The output is captured as text.
+    """
     return _on_checkout(cwd, [sys.executable, "-c", program], None, env)
 
 
 def wsgi_loaded(cwd: Path, **env: str) -> tuple[int, list[dict[str, Any]]]:
-    """``import simplefeed.runtime.wsgi``, as a uWSGI worker loads it (here outside uWSGI),
-    in ``cwd``
-    with ``env`` added to a clean environment: its exit status and the JSON lines it logged
-    (simplefeed.logs) on standard error."""
+    """Import ``simplefeed.runtime.wsgi`` as a uWSGI worker loads it, but outside uWSGI.
+
+    It runs in ``cwd``, with ``env`` added to a clean environment. Return its exit status, and
+    the JSON lines it logged on standard error (simplefeed.logs).
+    """
     done = python(cwd, "import simplefeed.runtime.wsgi", **env)
     return done.returncode, [json.loads(line) for line in done.stderr.strip().splitlines()]
 
 
 def wsgi_refusal(cwd: Path, **env: str) -> str:
-    """The message of the one CRITICAL line ``simplefeed.runtime.wsgi``'s load refuses with
-    (status 1,
-    a worker that could not load its app under uWSGI)."""
+    """Return the message of the one CRITICAL line that refuses the load of the WSGI module.
+
+    The load of ``simplefeed.runtime.wsgi`` exits with status 1. Under uWSGI, that is a worker
+    that could not load its app.
+    """
     status, logged = wsgi_loaded(cwd, **env)
     assert status == 1, logged
     (line,) = logged
@@ -119,7 +133,7 @@ def test_missing_default_database_is_one_line_and_creates_nothing(
     assert "sqlite:///var/simplefeed.sqlite3" in line
     assert str(expected) in line
     assert "simplefeed db upgrade" in line
-    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no var/, no archive/
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # No var/, no archive/.
 
 
 def test_unmigrated_sqlite_file_is_named_with_the_fix(tmp_path: Path) -> None:
@@ -134,8 +148,10 @@ def test_unmigrated_sqlite_file_is_named_with_the_fix(tmp_path: Path) -> None:
 
 
 def test_db_upgrade_says_which_schema_it_migrated_from(tmp_path: Path) -> None:
-    """A run that migrates says from which schema, and a run that did nothing says so: the
-    upgrade guide (docs/how-to/upgrade.md) relies on telling them apart."""
+    """`db upgrade` says which schema it migrated from, or that it did nothing.
+
+    The upgrade guide (docs/how-to/upgrade.md) relies on telling the two apart.
+    """
     from alembic import command
 
     url = f"sqlite:///{tmp_path / 'old.sqlite3'}"
@@ -146,8 +162,11 @@ def test_db_upgrade_says_which_schema_it_migrated_from(tmp_path: Path) -> None:
 
 
 def test_a_consumers_state_file_is_not_taken_for_the_service_database(tmp_path: Path) -> None:
-    """An outside trial: ``feed list`` on a consumer's state file said to run ``db upgrade``,
-    which filled it with the service's tables; every consumer command then refused it."""
+    """A consumer's state file is not taken for the service's database.
+
+    Otherwise ``feed list`` on a state file says to run ``db upgrade``. That fills the file with
+    the service's tables, and every consumer command then refuses it.
+    """
     path = tmp_path / "consumer.sqlite3"
     StateFile(path).close()
     url = f"sqlite:///{path}"
@@ -158,12 +177,15 @@ def test_a_consumers_state_file_is_not_taken_for_the_service_database(tmp_path: 
     with sqlite3.connect(path) as db:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
     assert "alembic_version" not in tables and "checkpoints" in tables
-    StateFile(path).close()  # still the consumer's
+    StateFile(path).close()  # Still the consumer's.
 
 
 def test_a_database_url_naming_a_directory_says_so(tmp_path: Path) -> None:
-    """It said the file "does not exist; run `simplefeed db upgrade`", which then failed with
-    "unable to open database file"."""
+    """A database URL that names a directory says so.
+
+    It must not say the file "does not exist; run `simplefeed db upgrade`". That command would
+    then fail with "unable to open database file".
+    """
     (tmp_path / "dir").mkdir()
     url = f"sqlite:///{tmp_path / 'dir'}"
     for args in (["feed", "list"], ["db", "upgrade"]):
@@ -172,14 +194,17 @@ def test_a_database_url_naming_a_directory_says_so(tmp_path: Path) -> None:
 
 
 def test_a_relative_database_path_not_found_says_where_it_was_looked_for(tmp_path: Path) -> None:
-    """From another directory than the service's (cron's, a home directory), the default
-    relative URL names no file, and the one fix given was `db upgrade`, which made an empty
-    database there that `archive verify` then passed (a new user's trial). The message says
-    the path is relative to where the command runs."""
+    """A relative database path not found says where it was looked for.
+
+    From another directory than the service's, such as cron's or a home directory, the default
+    relative URL names no file. If the only fix given were `db upgrade`, it would make an empty
+    database there. `archive verify` would then pass it. So the message says the path is
+    relative to where the command runs.
+    """
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for args in (["feed", "list"], ["archive", "verify"]):
-        done = run(elsewhere, *args)  # the default SIMPLEFEED_DATABASE_URL, relative
+        done = run(elsewhere, *args)  # The default SIMPLEFEED_DATABASE_URL, relative.
         line = one_line_error(done, failed_status(args))
         assert f"({elsewhere / 'var' / 'simplefeed.sqlite3'}) does not exist" in line, line
         assert "its path is relative to the directory the command runs in" in line, line
@@ -215,14 +240,14 @@ def test_config_shows_effective_settings_with_secrets_masked(tmp_path: Path) -> 
     done = run(tmp_path, "config", "--json")
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)
-    # The values alone, as the environment gives them (they were "http://localhost:8080
-    # (default)" and "100" in the JSON too).
+    # The JSON holds the values alone, as the environment gives them. It has no "(default)"
+    # after a value, and numbers are numbers.
     assert shown["SIMPLEFEED_DATABASE_URL"] == "sqlite:///var/simplefeed.sqlite3"
     assert shown["SIMPLEFEED_ARCHIVE_DIR"] == str(tmp_path / "archive")
     assert shown["SIMPLEFEED_BASE_URL"] == "http://localhost:8080"
     assert shown["SIMPLEFEED_METRICS"] == "on"
     assert shown["SIMPLEFEED_PAGE_SIZE"] == 100
-    assert not list(tmp_path.iterdir())  # config looks, it creates nothing
+    assert not list(tmp_path.iterdir())  # Config looks. It creates nothing.
     text = run(tmp_path, "config").stdout
     database = tmp_path / "var" / "simplefeed.sqlite3"
     assert re.search(
@@ -243,7 +268,7 @@ def test_config_shows_effective_settings_with_secrets_masked(tmp_path: Path) -> 
 
 
 def test_config_shows_uwsgi_ini_s_sockets(tmp_path: Path) -> None:
-    """An outside trial: ``config`` left out the two variables uwsgi.ini reads."""
+    """``config`` shows the two variables that uwsgi.ini reads."""
     shown = json.loads(run(tmp_path, "config", "--json").stdout)
     assert shown["SIMPLEFEED_HTTP_SOCKET"] == DEFAULT_HTTP_SOCKET
     assert shown["SIMPLEFEED_UWSGI_SOCKET"] is None
@@ -267,7 +292,7 @@ def test_bad_setting_is_one_line(tmp_path: Path) -> None:
     [
         ("HTTP://LOCALHOST:18180", "has its scheme in capitals: write http:// or https://"),
         ("https://feeds.example/" + "x" * 1010, "is longer than 1024 characters"),
-        # A new user's trial: each was taken, and every link built on it (.../recent/pages/1).
+        # Each of these would be built into every link, as in .../recent/pages/1.
         ("http://localhost:18180/recent", "is one of the service's URLs"),
         ("http://localhost:18180/feeds/x/entries/", "is one of the service's URLs"),
         ("https://feeds.example/sf/pages/3", "is one of the service's URLs"),
@@ -276,8 +301,12 @@ def test_bad_setting_is_one_line(tmp_path: Path) -> None:
 def test_a_base_url_in_capitals_or_too_long_is_said(
     tmp_path: Path, base_url: str, says: str
 ) -> None:
-    """An outside trial: a scheme in capitals was "not an absolute http(s) URL". Every
-    document's head holds the base URL, and the head is bounded (a page at most 48 MiB)."""
+    """A base URL in capitals, or too long, is refused with a message that says so.
+
+    A scheme in capitals gets a message that says so, not "not an absolute http(s) URL".
+    Every document's head holds the base URL. The head is bounded, since a page holds at most
+    48 MiB.
+    """
     line = one_line_error(run(tmp_path, "config", SIMPLEFEED_BASE_URL=base_url))
     assert says in line, line
 
@@ -286,9 +315,12 @@ def test_a_base_url_in_capitals_or_too_long_is_said(
 def test_a_feed_title_is_within_the_documents_head_whatever_entries_may_have(
     settings: Settings, max_title_chars: int
 ) -> None:
-    """SIMPLEFEED_MAX_TITLE_CHARS bounds entries' titles, not the operator's feed titles: at
-    5, `db upgrade` could not create the default feed ("feed title 'events' is longer than 5
-    characters", not naming the setting; a new user's trial)."""
+    """A feed title is bounded by the document's head, whatever entries may have.
+
+    SIMPLEFEED_MAX_TITLE_CHARS bounds entries' titles, not the operator's feed titles. If it
+    bounded both, then at 5, `db upgrade` could not create the default feed. It would say
+    "feed title 'events' is longer than 5 characters", and not name the setting.
+    """
     limited = replace(settings, limits=replace(settings.limits, max_title_chars=max_title_chars))
     core = Simplefeed(limited)
     try:
@@ -300,8 +332,11 @@ def test_a_feed_title_is_within_the_documents_head_whatever_entries_may_have(
 
 
 def test_a_live_document_is_not_cached_for_longer_than_a_day(tmp_path: Path) -> None:
-    """`SIMPLEFEED_RECENT_MAX_AGE=1000000` (a few zeros too many) had every cache keep /recent,
-    and every consumer wait, 11 days before seeing a new event."""
+    """A live document is not cached for longer than a day.
+
+    `SIMPLEFEED_RECENT_MAX_AGE=1000000` has a few zeros too many. Taken as it is, every cache
+    keeps /recent for 11 days, and every consumer waits that long to see a new event.
+    """
     line = one_line_error(run(tmp_path, "config", SIMPLEFEED_RECENT_MAX_AGE="86401"))
     assert line == "Error: SIMPLEFEED_RECENT_MAX_AGE must be at most 86400, got 86401"
     done = run(tmp_path, "config", "--json", SIMPLEFEED_RECENT_MAX_AGE="86400")
@@ -320,7 +355,7 @@ def test_a_live_document_is_not_cached_for_longer_than_a_day(tmp_path: Path) -> 
         ("SIMPLEFEED_ARCHIVE_DIRECTORY", "SIMPLEFEED_ARCHIVE_DIR"),
         ("SIMPLEFEED_THREAD", "SIMPLEFEED_THREADS"),
         ("SIMPLEFEED_log_level", "SIMPLEFEED_LOG_LEVEL"),
-        # Names no fuzzy match found, or found wrong (an operator's trial): ALIASES.
+        # Names that no fuzzy match finds, or finds wrong. ALIASES maps them.
         ("SIMPLEFEED_URL", "SIMPLEFEED_BASE_URL"),
         ("SIMPLEFEED_PUBLIC_URL", "SIMPLEFEED_BASE_URL"),
         ("SIMPLEFEED_DB_URL", "SIMPLEFEED_DATABASE_URL"),
@@ -344,8 +379,12 @@ def test_a_misspelt_setting_is_named_with_the_one_meant(name: str, meant: str) -
 
 
 def test_the_projects_other_variables_are_not_taken_for_misspellings() -> None:
-    """Variables of the tests, benchmarks, deploy recipes and the consumer's handlers, which may
-    be in a server's environment, draw no warning; nor do the settings themselves."""
+    """The project's other variables are not taken for misspellings.
+
+    The tests, benchmarks, deploy recipes and the consumer's handlers have variables of their
+    own. They may be in a server's environment, and they draw no warning. Nor do the settings
+    themselves.
+    """
     others = [
         "SIMPLEFEED_TEST_POSTGRES_URL",
         "SIMPLEFEED_BENCH_POSTGRES_URL",
@@ -363,7 +402,7 @@ def test_the_projects_other_variables_are_not_taken_for_misspellings() -> None:
         "SIMPLEFEED_HTTP_SOCKET",
         "SIMPLEFEED_PAGE_SIZE",
         "SIMPLEFEED_MAX_ID_BYTES",
-        # Not this project's, however like a setting their ends are.
+        # Not this project's, however much their ends look like a setting.
         "PORT",
         "HOST",
         "DATABASE_URL",
@@ -375,7 +414,10 @@ def test_the_projects_other_variables_are_not_taken_for_misspellings() -> None:
 
 
 def test_a_variable_named_for_an_option_is_a_warning_like_any_misspelling(tmp_path: Path) -> None:
-    """`SIMPLEFEED_PORT=9000` was ignored without a word (unknown names warn, as before)."""
+    """A variable named for an option warns like any misspelling.
+
+    Otherwise `SIMPLEFEED_PORT=9000` is ignored without a word. Unknown names still warn.
+    """
     done = run(tmp_path, "config", "--json", SIMPLEFEED_PORT="9000", SIMPLFEED_BASE_URL="http://x")
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == [
@@ -396,8 +438,11 @@ def test_a_variable_named_for_an_option_is_a_warning_like_any_misspelling(tmp_pa
     ],
 )
 def test_a_setting_set_but_empty_is_refused_naming_it(tmp_path: Path, name: str) -> None:
-    """`SIMPLEFEED_BASE_URL=` (a deploy recipe's blank) was taken for unset: the service ran on
-    the default, links to http://localhost:8080 in every frozen page."""
+    """A setting that is set but empty is refused, naming it.
+
+    A deploy recipe may leave `SIMPLEFEED_BASE_URL=` blank. Taken for unset, the service would
+    run on the default. Every archived page would then link to http://localhost:8080.
+    """
     assert one_line_error(run(tmp_path, "config", **{name: ""})) == (
         f"Error: {name} is set but empty: unset it or give a value"
     )
@@ -413,16 +458,22 @@ def test_a_setting_set_but_empty_is_refused_naming_it(tmp_path: Path, name: str)
 def test_an_http_socket_whose_host_holds_a_control_or_a_space_is_refused(
     tmp_path: Path, value: str
 ) -> None:
-    """A newline, a tab or ESC in the host went through to uWSGI's configuration (only a space
-    was refused); so did a port of non-ASCII digits."""
+    """An HTTP socket whose host holds a control or a space is refused.
+
+    A space is not the only danger. A newline, a tab or ESC in the host would go through to
+    uWSGI's configuration. So would a port of non-ASCII digits.
+    """
     assert one_line_error(run(tmp_path, "config", SIMPLEFEED_HTTP_SOCKET=value)) == (
         f"Error: SIMPLEFEED_HTTP_SOCKET must be HOST:PORT (as 127.0.0.1:8080), got {value!r}"
     )
 
 
 def test_a_uwsgi_socket_with_a_control_or_a_space_is_refused(tmp_path: Path) -> None:
-    """uWSGI bound SIMPLEFEED_UWSGI_SOCKET="/tmp/s<newline>ock" as /tmp/s, without a word, where
-    nginx's uwsgi_pass would not look."""
+    """A uWSGI socket with a control or a space is refused.
+
+    uWSGI binds SIMPLEFEED_UWSGI_SOCKET="/tmp/s<newline>ock" as /tmp/s, without a word. That is
+    where nginx's uwsgi_pass would not look.
+    """
     done = run(
         tmp_path, "serve", SIMPLEFEED_UWSGI_SOCKET="/tmp/s\nock", SIMPLEFEED_BASE_URL="http://x"
     )
@@ -449,8 +500,11 @@ def test_uwsgi_s_load_refuses_an_empty_setting_in_one_critical_line(tmp_path: Pa
 def test_absurd_thread_process_and_body_sizes_are_refused(
     tmp_path: Path, name: str, most: int
 ) -> None:
-    """10^9 threads, processes or body bytes were taken: uWSGI then failed to allocate, or a
-    publish could hold the machine's memory."""
+    """Absurd thread, process and body sizes are refused.
+
+    With 10^9 threads or processes, uWSGI fails to allocate. With 10^9 body bytes, a publish
+    could hold the machine's memory.
+    """
     line = one_line_error(run(tmp_path, "config", **{name: "1000000000"}))
     assert line == f"Error: {name} must be at most {most}, got 1000000000"
     done = run(tmp_path, "config", "--json", **{name: str(most)})
@@ -459,8 +513,11 @@ def test_absurd_thread_process_and_body_sizes_are_refused(
 
 @pytest.mark.parametrize("value", ["2_00", "\uff12\uff10\uff10", "0x10", "1e3", "20.0"])
 def test_a_number_setting_is_decimal_digits_as_uwsgi_reads_it(tmp_path: Path, value: str) -> None:
-    """Python's int() took SIMPLEFEED_THREADS=2_00 as 200 and fullwidth digits as 200: uWSGI,
-    which reads the variable itself, runs 2 threads, or none."""
+    """A number setting is decimal digits, as uWSGI reads it.
+
+    Python's int() takes SIMPLEFEED_THREADS=2_00 as 200, and fullwidth digits as 200 too. But
+    uWSGI reads the variable itself, and runs 2 threads, or none.
+    """
     for name in ("SIMPLEFEED_THREADS", "SIMPLEFEED_PAGE_SIZE"):
         line = one_line_error(run(tmp_path, "config", **{name: value}))
         assert line == f"Error: {name} must be an integer, got {value!r}"
@@ -469,7 +526,11 @@ def test_a_number_setting_is_decimal_digits_as_uwsgi_reads_it(tmp_path: Path, va
 
 
 def test_commands_warn_of_a_misspelt_setting_and_run_on_the_default(tmp_path: Path) -> None:
-    """`SIMPLEFEED_PAGESIZE=10` was ignored without a word: every new feed got pages of 100."""
+    """Commands warn of a misspelt setting and run on the default.
+
+    Otherwise `SIMPLEFEED_PAGESIZE=10` is ignored without a word, and every new feed gets pages
+    of 100.
+    """
     done = run(tmp_path, "config", "--json", SIMPLEFEED_PAGESIZE="10")
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == [
@@ -492,16 +553,22 @@ def test_commands_warn_of_a_misspelt_setting_and_run_on_the_default(tmp_path: Pa
 def test_serve_refuses_a_port_or_process_count_uwsgi_cannot_have(
     tmp_path: Path, args: list[str], words: str
 ) -> None:
-    """`serve --port 70000` said "serving on http://127.0.0.1:70000" and handed uWSGI a socket
-    it could not bind; `--port 0` gave links to port 0."""
+    """`serve` refuses a port or process count that uWSGI cannot have.
+
+    Otherwise `serve --port 70000` says "serving on http://127.0.0.1:70000". It then hands
+    uWSGI a socket it cannot bind. And `--port 0` gives links to port 0.
+    """
     done = run(tmp_path, "serve", *args)
     assert done.returncode == 2 and words in done.stderr, (done.returncode, done.stderr)
     assert "serving on" not in done.stderr
 
 
 def test_serve_says_the_port_is_taken_before_it_says_it_serves(tmp_path: Path) -> None:
-    """With another server on the port, `serve` printed "serving on http://127.0.0.1:PORT",
-    then uWSGI's "bind(): Address already in use", and stopped."""
+    """`serve` says the port is taken before it says it serves.
+
+    With another server on the port, it must not print "serving on http://127.0.0.1:PORT".
+    That line would come before uWSGI's "bind(): Address already in use", and the stop.
+    """
     assert run(tmp_path, "db", "upgrade").returncode == 0
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -519,8 +586,11 @@ def test_serve_says_the_port_is_taken_before_it_says_it_serves(tmp_path: Path) -
 
 
 def test_serve_beyond_loopback_needs_the_base_url(tmp_path: Path) -> None:
-    """`serve --host 0.0.0.0` without SIMPLEFEED_BASE_URL froze pages whose links said
-    http://localhost:PORT: every remote reader followed them to its own machine, for good."""
+    """`serve` beyond loopback needs the base URL.
+
+    Without SIMPLEFEED_BASE_URL, `serve --host 0.0.0.0` would archive pages whose links say
+    http://localhost:PORT. Every remote reader would follow them to its own machine, for good.
+    """
     assert run(tmp_path, "db", "upgrade").returncode == 0
     port = free_port()
     advice = (
@@ -536,10 +606,13 @@ def test_serve_beyond_loopback_needs_the_base_url(tmp_path: Path) -> None:
 
 
 def test_serve_beyond_loopback_with_links_to_loopback_is_warned_of() -> None:
-    """A new user's trial: refused a base URL unset, an operator sets the localhost one the
-    frozen pages have, and the service listens beyond the machine with links to it. Warned,
-    not refused: readers reaching a container's published port as localhost follow them
-    rightly."""
+    """`serve` beyond loopback, with links to loopback, is warned of.
+
+    Refused an unset base URL, an operator may set the localhost one that the pages would
+    have. The service then listens beyond the machine with links to it. This is a warning, not
+    a refusal. Readers that reach a container's published port as localhost follow the links
+    rightly.
+    """
     from simplefeed.settings import loopback_base_url_warning
 
     for base in ("http://localhost:8080", "http://127.0.0.1:8080/sf", "http://[::1]:8080"):
@@ -562,9 +635,12 @@ def test_uwsgi_s_load_refuses_listening_beyond_loopback_without_the_base_url(
 
 
 def test_behind_a_proxy_the_base_url_is_needed(tmp_path: Path) -> None:
-    """SIMPLEFEED_UWSGI_SOCKET (nginx's uwsgi_pass) without SIMPLEFEED_BASE_URL froze pages
-    whose links said uWSGI's own http://localhost:PORT, which no reader behind the proxy can
-    reach: `serve` and uWSGI's load refuse it, in one line."""
+    """Behind a proxy, the base URL is needed.
+
+    SIMPLEFEED_UWSGI_SOCKET is what nginx's uwsgi_pass reaches. Without SIMPLEFEED_BASE_URL,
+    archived pages would link to uWSGI's own http://localhost:PORT. No reader behind the proxy
+    can reach that. So `serve` and uWSGI's load refuse it, in one line.
+    """
     assert run(tmp_path, "db", "upgrade").returncode == 0
     upstream = f"127.0.0.1:{free_port()}"
     advice = (
@@ -579,9 +655,12 @@ def test_behind_a_proxy_the_base_url_is_needed(tmp_path: Path) -> None:
 
 
 def test_a_value_that_would_forge_a_second_line_of_an_error_is_escaped(tmp_path: Path) -> None:
-    """Every operator command's error is one line whatever it quotes (a newline in a setting
-    forged a second `Error:` line), and so is the report's first line; an archive directory
-    that cannot be made ended `serve` with a traceback."""
+    """A value that would forge a second line of an error is escaped.
+
+    Every operator command's error is one line, whatever it quotes. A newline in a setting
+    must not forge a second `Error:` line. The report's first line is one line too. An archive
+    directory that cannot be made must not end `serve` with a traceback.
+    """
     assert run(tmp_path, "db", "upgrade").returncode == 0
     forged = "/dev/null/x\nError: forged"
     done = run(tmp_path, "serve", "--port", str(free_port()), SIMPLEFEED_ARCHIVE_DIR=forged)
@@ -598,10 +677,13 @@ def test_a_value_that_would_forge_a_second_line_of_an_error_is_escaped(tmp_path:
 def test_serve_listens_where_simplefeed_http_socket_says_unless_told_otherwise(
     tmp_path: Path,
 ) -> None:
-    """`serve`'s default --port (8080) overrode SIMPLEFEED_HTTP_SOCKET: the variable now wins
-    over a default, and an option given that says otherwise is a usage error."""
+    """`serve` listens where SIMPLEFEED_HTTP_SOCKET says, unless told otherwise.
+
+    The variable wins over `serve`'s default --port (8080). An option given that says
+    otherwise is a usage error.
+    """
     assert run(tmp_path, "db", "upgrade").returncode == 0
-    with socket.socket() as taken:  # taken, so that serve stops where it would listen
+    with socket.socket() as taken:  # Taken, so that serve stops where it would listen.
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
@@ -620,8 +702,11 @@ def test_serve_listens_where_simplefeed_http_socket_says_unless_told_otherwise(
 
 
 def test_a_page_size_the_default_feed_does_not_have_is_said_at_start(tmp_path: Path) -> None:
-    """SIMPLEFEED_PAGE_SIZE=50 with the default feed made with pages of 10 did nothing, without
-    a word: a feed's page size is fixed when it is created."""
+    """A page size that the default feed does not have is said at start.
+
+    A feed's page size is fixed when it is created. So SIMPLEFEED_PAGE_SIZE=50, on a default
+    feed made with pages of 10, does nothing. The commands say so.
+    """
     assert run(tmp_path, "db", "upgrade", SIMPLEFEED_PAGE_SIZE="10").returncode == 0
     warning = (
         "simplefeed: warning: SIMPLEFEED_PAGE_SIZE=50 does not change feed 'events', whose pages"
@@ -632,7 +717,8 @@ def test_a_page_size_the_default_feed_does_not_have_is_said_at_start(tmp_path: P
     assert done.returncode == 0 and done.stderr.splitlines() == [warning], done.stderr
     for same in ({"SIMPLEFEED_PAGE_SIZE": "10"}, {}):
         assert run(tmp_path, "db", "upgrade", **same).stderr == ""
-    # A refusal stays one line; started, serve warns (then uWSGI stops at an ini it refuses).
+    # A refusal stays one line. Once started, serve warns. Then uWSGI stops at an ini it
+    # refuses.
     done = run(tmp_path, "serve", "--host", "no-such-host.invalid", SIMPLEFEED_PAGE_SIZE="50")
     assert one_line_error(done).startswith("Error: cannot listen on")
     ini = tmp_path / "refused.ini"
@@ -652,9 +738,12 @@ def test_a_page_size_the_default_feed_does_not_have_is_said_at_start(tmp_path: P
 def test_archive_verify_and_rebuild_name_the_archive_and_database_absolutely(
     tmp_path: Path,
 ) -> None:
-    """A cron job run from $HOME, the database's URL absolute and SIMPLEFEED_ARCHIVE_DIR
-    relative, checked a second, empty, archive: every line named relative paths, and nothing
-    said which directory it was."""
+    """`archive verify` and `archive rebuild` name the archive and database absolutely.
+
+    Take a cron job run from $HOME, with the database's URL absolute and SIMPLEFEED_ARCHIVE_DIR
+    relative. It checks a second, empty archive. With relative paths in every line, nothing
+    would say which directory that was.
+    """
     from simplefeed.model import Event
     from simplefeed.service import Simplefeed
     from simplefeed.settings import Settings
@@ -671,7 +760,7 @@ def test_archive_verify_and_rebuild_name_the_archive_and_database_absolutely(
         )
     )
     try:
-        core.publish("events", [Event(title=f"e{i}") for i in range(5)])  # pages 1 and 2 freeze
+        core.publish("events", [Event(title=f"e{i}") for i in range(5)])  # Archives pages 1-2.
     finally:
         core.close()
     done = run(install, "archive", "verify")
@@ -680,11 +769,11 @@ def test_archive_verify_and_rebuild_name_the_archive_and_database_absolutely(
         f"checking archive {install / 'archive'} against database {database}",
         "checked 2 frozen pages, 0 problems",
     ]
-    for archive in (home / "archive", None):  # an empty directory, and none at all
+    for archive in (home / "archive", None):  # An empty directory, and none at all.
         if archive is not None:
             (archive / "pages").mkdir(parents=True)
         done = run(home, "archive", "verify", SIMPLEFEED_DATABASE_URL=url)
-        assert done.returncode == 3, done.stderr  # not checked, rather than differences
+        assert done.returncode == 3, done.stderr  # Not checked, rather than differences.
         assert done.stdout.splitlines() == [
             f"checking archive {home / 'archive'} against database {database}"
         ]
@@ -712,10 +801,10 @@ def test_archive_verify_and_rebuild_name_the_archive_and_database_absolutely(
         (["--feed", "../x", "--title", "t"], "", "'../x' is not a feed name"),
         ([], "{bad", "standard input is not JSON: Expecting property name"),
         ([], "\udcff", "standard input is not JSON"),
-        # Without --title, the event is read from standard input: these waited there.
+        # Without --title, the event is read from standard input. So these would wait there.
         (["--content", "hi"], "", "--content, --content-type and --id go with --title"),
         (["--id", "urn:x:1"], "", "--content, --content-type and --id go with --title"),
-        # A feed's own URL pasted as the base URL: posted to .../recent/entries, a 404.
+        # A feed's own URL pasted as the base URL would post to .../recent/entries, a 404.
         (
             ["--url", "http://127.0.0.1:9/recent", "--title", "t"],
             "",
@@ -728,8 +817,11 @@ def test_archive_verify_and_rebuild_name_the_archive_and_database_absolutely(
 def test_publish_says_what_is_wrong_with_its_input_in_one_line(
     tmp_path: Path, args: list[str], stdin: str, words: str
 ) -> None:
-    """`--url http://[::1` and JSON that does not parse ended in a traceback; `--feed ../x`
-    posted to another path of the service."""
+    """`publish` says what is wrong with its input in one line.
+
+    `--url http://[::1` and JSON that does not parse must not end in a traceback. `--feed
+    ../x` must not post to another path of the service.
+    """
     environ = clean_environ()
     environ.update(PYTHONPATH=str(PROJECT_ROOT), SIMPLEFEED_TOKEN="sft_1_x")
     done = subprocess.run(
@@ -747,8 +839,11 @@ def test_publish_says_what_is_wrong_with_its_input_in_one_line(
 
 
 def test_publish_says_how_to_give_its_token_and_its_event(tmp_path: Path) -> None:
-    """Without a token it said only "Missing option '--token'"; without --title, on a
-    terminal, it waited for a JSON event nobody knew to type."""
+    """`publish` says how to give its token and its event.
+
+    Without a token, "Missing option '--token'" alone does not say how. Without --title, on a
+    terminal, it would wait for a JSON event that nobody knew to type.
+    """
     publish = ("publish", "--url", "http://127.0.0.1:9")
     done = run(tmp_path, *publish, "--title", "t")
     assert done.returncode == 2, done.stderr
@@ -764,8 +859,11 @@ def test_publish_says_how_to_give_its_token_and_its_event(tmp_path: Path) -> Non
 
 
 def test_the_consumer_refuses_the_services_database_as_its_state_file(tmp_path: Path) -> None:
-    """`simplefeed consume --state var/simplefeed.sqlite3` wrote the consumer's tables into
-    the service's database: now exit 6, the database as it was."""
+    """The consumer refuses the service's database as its state file.
+
+    Otherwise `simplefeed consume --state var/simplefeed.sqlite3` writes the consumer's tables
+    into the service's database. It exits 6, and the database stays as it was.
+    """
     assert run(tmp_path, "db", "upgrade").returncode == 0
     database = tmp_path / "var" / "simplefeed.sqlite3"
     with sqlite3.connect(database) as db:
@@ -786,17 +884,23 @@ def test_the_consumer_refuses_the_services_database_as_its_state_file(tmp_path: 
 def test_a_page_size_past_what_feed_create_takes_is_refused_from_the_environment(
     tmp_path: Path,
 ) -> None:
-    """`feed create --page-size` stopped at 10,000, but SIMPLEFEED_PAGE_SIZE (which `db upgrade`
-    and `feed create` without the option use) took any size: a default feed of pages of a
-    million entries, a /recent rendered whole from all of them."""
+    """A page size past what `feed create` takes is refused from the environment too.
+
+    `feed create --page-size` stops at 10,000. `db upgrade`, and `feed create` without the
+    option, use SIMPLEFEED_PAGE_SIZE. If it took any size, the default feed could have pages
+    of a million entries. Each /recent would be rendered whole from all of them.
+    """
     line = one_line_error(run(tmp_path, "config", SIMPLEFEED_PAGE_SIZE="10001"))
     assert line == "Error: SIMPLEFEED_PAGE_SIZE must be at most 10000, got 10001"
 
 
 def test_a_database_a_newer_release_migrated_says_so_in_one_line(tmp_path: Path) -> None:
-    """A schema revision this release does not know: `db upgrade` ended in alembic's traceback
-    ("Can't locate revision"), every other command said to run `db upgrade` (an operator's
-    trial of a rollback)."""
+    """A database that a newer release migrated says so in one line.
+
+    An operator who rolls back meets a schema revision this release does not know. `db
+    upgrade` must not end in alembic's traceback ("Can't locate revision"). The other commands
+    must not say to run `db upgrade`.
+    """
     url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
     assert run(tmp_path, "db", "upgrade", SIMPLEFEED_DATABASE_URL=url).returncode == 0
     with sqlite3.connect(tmp_path / "db.sqlite3") as db:
@@ -816,8 +920,11 @@ def test_a_database_a_newer_release_migrated_says_so_in_one_line(tmp_path: Path)
 
 
 def test_the_schema_a_database_is_checked_against_is_the_newest_migration() -> None:
-    """``check_ready`` compares a database's revision with ``SCHEMA_REVISION``, not with
-    alembic's reading of the migration scripts: a new migration must move it too."""
+    """The schema a database is checked against is the newest migration.
+
+    ``check_ready`` compares a database's revision with ``SCHEMA_REVISION``, not with alembic's
+    reading of the migration scripts. So a new migration must move it too.
+    """
     from alembic.script import ScriptDirectory
 
     from simplefeed.store.schema import SCHEMA_REVISION, alembic_config
@@ -827,9 +934,12 @@ def test_the_schema_a_database_is_checked_against_is_the_newest_migration() -> N
 
 
 def test_commands_on_a_ready_database_import_neither_alembic_nor_pydantic(tmp_path: Path) -> None:
-    """A command's start is mostly imports, and the tests and operators start many: alembic
-    (0.15-0.35 s) is for migrating, pydantic (0.1 s) for reading events at the door; checking a
-    database and listing its feeds need neither (docs/benchmarks.md, "Starting")."""
+    """Commands on a ready database import neither alembic nor pydantic.
+
+    A command's start is mostly imports, and the tests and operators start many commands.
+    Alembic (0.15-0.35 s) is for migrating. Pydantic (0.1 s) is for reading events at the door.
+    Checking a database and listing its feeds need neither (docs/benchmarks.md, "Starting").
+    """
     url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
     assert run(tmp_path, "db", "upgrade", SIMPLEFEED_DATABASE_URL=url).returncode == 0
     program = (

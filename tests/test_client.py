@@ -1,8 +1,10 @@
-"""The consumer against the real app (falcon, real database) over real HTTP semantics through
-``httpx.WSGITransport``: order, resumption, at-least-once, conditional GET, caching, polling.
+"""The consumer against the real app, over real HTTP semantics through ``httpx.WSGITransport``.
 
-Requests are counted at the server by :class:`CountingApp`, a WSGI middleware in front of the
-real app (which still answers every request). Consumer and server share one fake clock: the
+The app is falcon on a real database. The tests cover order, resumption, at-least-once,
+conditional GET, caching and polling.
+
+:class:`CountingApp` counts requests at the server. It is a WSGI middleware in front of the
+real app, which still answers every request. Consumer and server share one fake clock. The
 consumer's sleeps move it, so nothing here sleeps for real.
 """
 
@@ -49,7 +51,7 @@ class Hit:
 
 
 class CountingApp:
-    """WSGI middleware that records every request and its status, then lets ``app`` answer."""
+    """WSGI middleware that records every request and its status, and lets ``app`` answer."""
 
     def __init__(self, app: WSGIApp) -> None:
         self.app = app
@@ -77,7 +79,7 @@ class CountingApp:
 
 
 class Sleeper:
-    """The consumer's injected sleep: records each wait and moves the shared fake clock."""
+    """The consumer's injected sleep, which records each wait and moves the shared fake clock."""
 
     def __init__(self, clock: FakeClock, between: Callable[[int], None] | None = None) -> None:
         self.clock = clock
@@ -92,7 +94,7 @@ class Sleeper:
 
 
 def publish(core: Simplefeed, n: int, prefix: str = "event") -> list[str]:
-    """Publish ``n`` events; return their entry ids."""
+    """Publish ``n`` events and return their entry ids."""
     start = core.feed("events").head_seq
     events = [Event(title=f"{prefix} {start + i + 1}") for i in range(n)]
     return [r.entry_id for r in core.publish("events", events)]
@@ -131,7 +133,7 @@ def make_consumer(
 
 
 def consume(app: WSGIApp, state: Path, clock: FakeClock, **options: Any) -> list[FeedEntry]:
-    """One run of a fresh consumer process: everything new, until caught up."""
+    """Run a fresh consumer process once, and return everything new until it caught up."""
     got: list[FeedEntry] = []
     with make_consumer(app, state, clock, **options) as consumer:
         consumer.run(got.append)
@@ -139,7 +141,7 @@ def consume(app: WSGIApp, state: Path, clock: FakeClock, **options: Any) -> list
 
 
 def stored_checkpoint(state_path: Path) -> Checkpoint | None:
-    """The checkpoint as another process would read it from the file."""
+    """Return the checkpoint as another process would read it from the file."""
     with StateFile(state_path) as state:
         return state.load_checkpoint(RECENT)
 
@@ -155,14 +157,14 @@ def forget_checkpoint(state_path: Path) -> None:
 def test_first_run_reads_everything_once_in_order(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
 ) -> None:
-    ids = publish(core, 23)  # pages 1-4 frozen, 3 entries on the working page 5
+    ids = publish(core, 23)  # Pages 1-4 archived. 3 entries on the working page 5.
     got = consume(server, state_path, clock)
     assert [e.seq for e in got] == list(range(1, 24))
     assert [e.id for e in got] == ids
     assert [e.title for e in got] == [f"event {i}" for i in range(1, 24)]
     assert got[0].page_url == f"{BASE}/pages/1" and got[-1].page_url == f"{BASE}/pages/5"
     assert stored_checkpoint(state_path) == Checkpoint(ids[-1], 23, f"{BASE}/pages/5")
-    # The entry point, then back through prev-archive; the forward pass reads from the cache.
+    # The entry point, then back through prev-archive. The forward pass reads from the cache.
     assert server.paths() == ["/recent", "/pages/4", "/pages/3", "/pages/2", "/pages/1"]
 
 
@@ -171,8 +173,8 @@ def test_second_run_yields_exactly_the_new_entries(
 ) -> None:
     first_ids = publish(core, 7)
     assert [e.id for e in consume(server, state_path, clock)] == first_ids
-    new_ids = publish(core, 19)  # the checkpoint's page 2 and pages 3-5 freeze in between
-    clock.advance(11)  # past the entry point's max-age
+    new_ids = publish(core, 19)  # Archives the checkpoint's page 2, and pages 3-5.
+    clock.advance(11)  # Past the entry point's max-age.
     server.reset()
     got = consume(server, state_path, clock)
     assert [e.id for e in got] == new_ids
@@ -185,15 +187,15 @@ def test_second_run_yields_exactly_the_new_entries(
 def test_a_run_with_nothing_new_yields_nothing(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
 ) -> None:
-    assert consume(server, state_path, clock) == []  # an empty feed
+    assert consume(server, state_path, clock) == []  # An empty feed.
     assert stored_checkpoint(state_path) is None
-    publish(core, 5)  # page 1 freezes: the recent document is empty again
+    publish(core, 5)  # Page 1 is archived, so the recent document is empty again.
     clock.advance(11)
     assert [e.seq for e in consume(server, state_path, clock)] == [1, 2, 3, 4, 5]
     clock.advance(11)
     server.reset()
     assert consume(server, state_path, clock) == []
-    assert server.paths() == ["/recent"]  # page 1 from the cache; head stands in for page 2
+    assert server.paths() == ["/recent"]  # Page 1 from the cache. Head stands in for page 2.
 
 
 def test_start_from_now(
@@ -220,7 +222,7 @@ def test_start_from_now_on_an_empty_feed_then_everything_after(
 
 
 class Killed(BaseException):
-    """Stands for the process being killed while the handler runs (not an Exception)."""
+    """Stands for the process being killed while the handler runs, so it is no Exception."""
 
 
 @pytest.mark.parametrize("every", ["entry", "page"])
@@ -243,14 +245,14 @@ def test_killed_mid_walk_then_restarted_neither_misses_nor_repeats_beyond_the_wi
     checkpoint = stored_checkpoint(state_path)
     assert checkpoint is not None
     if every == "entry":
-        assert checkpoint.seq == 11  # 12 was being handled: it is the window
+        assert checkpoint.seq == 11  # 12 was being handled, so it is the window.
     else:
-        assert checkpoint.seq in (10, 11)  # page 2 done; page 3 (11-15) in progress
+        assert checkpoint.seq in (10, 11)  # Page 2 done. Page 3 (11-15) in progress.
     restarted = consume(server, state_path, clock, checkpoint_every=every)
     handled += [e.seq for e in restarted]
-    assert sorted(set(handled)) == list(range(1, 24))  # nothing missed
+    assert sorted(set(handled)) == list(range(1, 24))  # Nothing missed.
     repeated = sorted(s for s in set(handled) if handled.count(s) > 1)
-    assert repeated == list(range(checkpoint.seq + 1, 13))  # only the at-least-once window
+    assert repeated == list(range(checkpoint.seq + 1, 13))  # Only the at-least-once window.
     assert [e.id for e in restarted] == ids[checkpoint.seq :]
 
 
@@ -272,7 +274,7 @@ def test_handler_error_stops_at_that_entry_with_the_checkpoint_before_it(
             assert info.value.entry.seq == 7
             assert isinstance(info.value.__cause__, ValueError)
         assert stored_checkpoint(state_path) == Checkpoint(ids[5], 6, f"{BASE}/pages/2")
-    assert seen == [1, 2, 3, 4, 5, 6]  # the second run started again at 7
+    assert seen == [1, 2, 3, 4, 5, 6]  # The second run started again at 7.
     assert [e.seq for e in consume(server, state_path, clock)] == [7, 8, 9]
 
 
@@ -305,7 +307,7 @@ def test_entries_iterator_counts_an_entry_processed_when_the_next_is_asked_for(
         assert consumer.checkpoint is not None and consumer.checkpoint.seq == 1
         for entry in it:
             if entry.seq == 5:
-                break  # 5 was handed out but not acknowledged
+                break  # 5 was handed out but not acknowledged.
     stopped = stored_checkpoint(state_path)
     assert stopped is not None and stopped.seq == 4
     assert [e.seq for e in consume(server, state_path, clock)] == [5, 6, 7, 8]
@@ -320,7 +322,7 @@ def test_unchanged_polls_get_304_and_max_age_is_respected(
     publish(core, 3)
     consume(server, state_path, clock)
     assert server.count("/recent", 200) == 1
-    consume(server, state_path, clock)  # within max-age (10 s): not even asked
+    consume(server, state_path, clock)  # Within max-age (10 s), so not even asked.
     assert server.count("/recent") == 1
     clock.advance(11)
     consume(server, state_path, clock)
@@ -332,7 +334,10 @@ def test_unchanged_polls_get_304_and_max_age_is_respected(
 
 
 def cached_pages(state_path: Path) -> list[str]:
-    """The archived pages (immutable documents) the state file holds, by path."""
+    """Return the archived pages that the state file holds, by path.
+
+    Archived pages are immutable documents.
+    """
     with sqlite3.connect(state_path) as db:
         rows = db.execute("SELECT url FROM documents WHERE immutable ORDER BY url").fetchall()
     db.close()
@@ -342,23 +347,23 @@ def cached_pages(state_path: Path) -> list[str]:
 def test_archived_pages_are_fetched_once_and_kept_until_the_checkpoint_leaves_them(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
 ) -> None:
-    publish(core, 21)  # pages 1-4 frozen, 1 entry on the working page 5
+    publish(core, 21)  # Pages 1-4 archived. 1 entry on the working page 5.
     assert len(consume(server, state_path, clock)) == 21
-    # Walked back once, read forward from the cache: each archived page fetched once.
+    # Walked back once, and read forward from the cache. Each archived page is fetched once.
     archived = [f"/pages/{n}" for n in range(1, 5)]
     assert all(server.count(p) == 1 for p in archived), server.paths()
-    # The checkpoint is on page 5 (the working page): no archived page is needed again.
+    # The checkpoint is on page 5, the working page. No archived page is needed again.
     assert cached_pages(state_path) == []
-    # A consumer that follows its feed for long keeps no more than it needs to resume: each
-    # run leaves at most the checkpoint's page, whatever the history grows to (it kept every
-    # page, about 4 KB each, before).
+    # A consumer that follows its feed for long keeps no more than it needs to resume. Each run
+    # leaves at most the checkpoint's page, whatever the history grows to. Keeping every page
+    # would cost about 4 KB each.
     for _ in range(6):
         publish(core, 7)
         clock.advance(11)
         assert len(consume(server, state_path, clock, checkpoint_every="page")) == 7
         assert len(cached_pages(state_path)) <= 1, cached_pages(state_path)
-    # A run stopped by its handler keeps the pages between its checkpoint and the head, and
-    # the next run reads them from the cache.
+    # A run stopped by its handler keeps the pages between its checkpoint and the head. The
+    # next run reads them from the cache.
     publish(core, 15)
     clock.advance(11)
     server.reset()
@@ -392,11 +397,14 @@ def test_pages_the_cache_keeps_are_read_ahead_only_for_feedparser_s_checks(
     parser: str,
     ahead: bool,
 ) -> None:
-    """Going forward through the pages it walked back, the lxml consumer reads each from the
-    cache when it is asked for: a read-ahead thread would only share the interpreter with the
-    one handling entries (8 % of a catch-up). With feedparser it still reads ahead, where its
-    checks may run in a helper process meanwhile."""
-    publish(core, 23)  # pages 1-4 frozen
+    """Pages the cache keeps are read ahead only for feedparser's checks.
+
+    Going forward through the pages it walked back, the lxml consumer reads each from the cache
+    when asked. A read-ahead thread would only share the interpreter with the thread handling
+    entries, which costs 8 % of a catch-up. With feedparser, the consumer still reads ahead,
+    because its checks may run in another process meanwhile.
+    """
+    publish(core, 23)  # Pages 1-4 archived.
     with make_consumer(server, state_path, clock, parser=parser) as consumer:
         assert len(list(consumer.entries())) == 23
         assert (consumer._pages._ahead is not None) is ahead
@@ -410,13 +418,13 @@ def test_the_cache_keeps_bodies_as_they_came_and_a_damaged_one_is_fetched_again(
     state_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    publish(core, 21)  # pages 1-4 frozen, 1 entry on the working page 5
+    publish(core, 21)  # Pages 1-4 archived. 1 entry on the working page 5.
 
     def fails_on_8(entry: FeedEntry) -> None:
         if entry.seq == 8:
             raise ValueError("not now")
 
-    # Stopped on page 2: pages 2-4 stay cached for the next run.
+    # Stopped on page 2, so pages 2-4 stay cached for the next run.
     with make_consumer(server, state_path, clock) as consumer, pytest.raises(HandlerError):
         consumer.run(fails_on_8)
     with sqlite3.connect(state_path) as db:
@@ -428,7 +436,7 @@ def test_the_cache_keeps_bodies_as_they_came_and_a_damaged_one_is_fetched_again(
         "/pages/4",
         "/recent",
     ]
-    assert {coding for _, _, coding in rows} == {"br"}  # what the consumer asks for first
+    assert {coding for _, _, coding in rows} == {"br"}  # What the consumer asks for first.
     identity = {
         url: httpx.Client(transport=httpx.WSGITransport(app=server))
         .get(url, headers={"Accept-Encoding": "identity"})
@@ -438,8 +446,8 @@ def test_the_cache_keeps_bodies_as_they_came_and_a_damaged_one_is_fetched_again(
     for url, body, coding in rows:
         assert codings.decode(body, coding) == identity[url]
         assert len(body) < 0.5 * len(identity[url])
-    # One archived page's stored bytes damaged (a disk fault, an editor): it is fetched again,
-    # with a warning, and the walk goes on as if it had not been cached.
+    # One archived page's stored bytes are damaged, by a disk fault or an editor. It is fetched
+    # again, with a warning. The walk goes on as if it had not been cached.
     with sqlite3.connect(state_path) as db:
         db.execute("UPDATE documents SET body = x'00' WHERE url = ?", (f"{BASE}/pages/3",))
     db.close()
@@ -455,7 +463,7 @@ def test_follow_polls_adaptively_and_never_faster_than_max_age(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
 ) -> None:
     publish(core, 2)
-    script = {3: 1, 4: 6, 5: 1}  # after the n-th sleep, publish this many
+    script = {3: 1, 4: 6, 5: 1}  # After the n-th sleep, publish this many.
 
     def between(n: int) -> None:
         if n in script:
@@ -469,11 +477,11 @@ def test_follow_polls_adaptively_and_never_faster_than_max_age(
         clock,
         sleep=sleeper,
         poll=PollPolicy(min_interval=1, max_interval=80, factor=2),
-        wait=0,  # plain polling: the app here honours Prefer: wait (tests/test_longpoll.py)
+        wait=0,  # Plain polling, because the app honours Prefer: wait (tests/test_longpoll.py).
     ) as consumer:
         consumer.run(lambda e: got.append(e.seq), follow=True, stop=lambda: len(sleeper.waits) >= 9)
     assert got == list(range(1, 11))
-    # Never below max-age (10 s); doubling while quiet, halving when entries appear.
+    # Never below max-age (10 s). Doubling while quiet, halving when entries appear.
     assert sleeper.waits == [10, 20, 40, 20, 10, 10, 20, 40, 80]
     assert server.count("/recent", 304) >= 4
     assert all(h.conditional for h in server.hits[1:] if h.path == "/recent")
@@ -499,7 +507,7 @@ def test_one_connection_pool_and_retry_settings_are_used(
     with make_consumer(server, state_path, clock, retry=RetryPolicy(attempts=2)) as consumer:
         consumer.run(lambda e: None)
         assert consumer.fetcher.retry.attempts == 2
-        assert consumer.fetcher.stats.requests == 2  # /recent and /pages/1
+        assert consumer.fetcher.stats.requests == 2  # The /recent and /pages/1 requests.
     with sqlite3.connect(state_path) as db:
         rows = db.execute("SELECT url, immutable FROM documents ORDER BY url").fetchall()
     db.close()

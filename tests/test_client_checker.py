@@ -1,7 +1,9 @@
-"""feedparser's checks in a helper process (simplefeed.client.checker): the same pages and the
-same errors as the check in this process, a real child process that ends with its checker or
-its pass, and a helper that dies replaced by the check in this process, never a different
-result."""
+"""feedparser's checks in a child process give the results of the check in this process.
+
+simplefeed.client.checker runs them. It passes the same pages and gives the same errors as the
+check in this process. The child is a real process, and it ends with its checker or its pass.
+If the child dies, the check in this process takes over, and the result never differs.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ GOOD = doc(
     entry(3),
 )
 REFUSED = [
-    # Refused by feedparser and by the strict reading: feedparser's error, as parse_page has it.
+    # Refused by feedparser and by the strict reading. The error is feedparser's, as
+    # parse_page has it.
     DECL + b'<!DOCTYPE feed [<!ENTITY x "y">]>' + ROOT + HEAD + b"</feed>",
     DECL + b'<feed xmlns="http://purl.org/atom/ns#"/>',
     b"<not-xml",
@@ -49,7 +52,7 @@ def server(core: Simplefeed) -> CountingApp:
 
 
 def children_checking() -> list[int]:
-    """This process's children running the helper."""
+    """Return this process's children that run the checker."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -78,12 +81,12 @@ def test_the_helper_gives_the_pages_and_errors_the_check_in_this_process_gives()
             assert error_of(lambda b=body: checker.parse(URL, b)) == error_of(
                 lambda b=body: parse_page(URL, b, parser="feedparser")
             ), body
-        # Every answer came from the one child, still running: none fell back.
+        # Every answer came from the one child, still running. None fell back.
         child = checker._child
         assert child is not None and child.pid != os.getpid() and child.poll() is None
     finally:
         checker.close()
-    assert child.returncode == 0  # the end of its input ended it
+    assert child.returncode == 0  # The end of its input ended it.
     assert children_checking() == []
 
 
@@ -95,8 +98,8 @@ def test_a_helper_that_dies_is_replaced_by_the_check_in_this_process(
         checker.start()
         child = checker._child
         assert child is not None
-        # In a session of its own: a Ctrl-C at the terminal (the foreground process group's)
-        # is the parent's to handle.
+        # In a process group of its own, because a Ctrl-C at the terminal is the parent's to
+        # handle. The terminal sends it to the foreground process group.
         assert os.getsid(child.pid) == child.pid != os.getsid(0)
         assert checker.parse(URL, GOOD) == parse_page(URL, GOOD, parser="feedparser")
         assert checker._child is child
@@ -116,7 +119,7 @@ def test_a_helper_that_dies_is_replaced_by_the_check_in_this_process(
 
 
 def fake_helper(then: str) -> list[str]:
-    """A child that says hello and reads a document as the helper does, then does ``then``."""
+    """Return a child that says hello and reads a document as the checker does, then ``then``."""
     code = (
         "import struct, sys\n"
         "out, inp = sys.stdout.buffer, sys.stdin.buffer\n"
@@ -137,7 +140,7 @@ def fake_helper(then: str) -> list[str]:
     ("then", "why"),
     [
         ("sys.exit(3)", "no verdict from it: it stopped"),
-        # A length no verdict has: not read, however much memory that would take.
+        # A length that no verdict has. It is not read, however much memory that would take.
         ("out.write(struct.pack('>I', 1 << 31))\nout.flush()\ninp.read()", "an answer of 2147"),
         ("answer(b'[]')", "no verdict from it"),
         ('answer(b\'{"reason": 1, "warnings": []}\')', "wrong shape"),
@@ -184,9 +187,9 @@ def test_the_helper_ends_when_its_parent_is_killed() -> None:
         try:
             state = Path(f"/proc/{helper}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
-            break  # gone (and reaped)
+            break  # Gone and reaped.
         if state == "Z":
-            break  # ended; its new parent reaps it
+            break  # Ended. Its new parent reaps it.
         time.sleep(0.05)
     else:
         raise AssertionError(f"the helper {helper} outlived its parent")
@@ -195,7 +198,8 @@ def test_the_helper_ends_when_its_parent_is_killed() -> None:
 @pytest.mark.parametrize(
     ("command", "why"),
     [
-        # Another program where sys.executable would be (Python embedded): silent, or talkative.
+        # Another program where sys.executable would be, as when Python is embedded. It is
+        # silent, or talkative.
         ([sys.executable, "-c", "import time; time.sleep(30)"], "did not say it was one (b'')"),
         ([sys.executable, "-c", "print('ready'); import time; time.sleep(30)"], "b'ready"),
         (["/nonexistent/python"], "cannot start it"),
@@ -216,7 +220,8 @@ def test_a_command_that_is_not_the_helper_leaves_the_check_to_this_process(
         assert checker._child is None and children_checking() == []
     finally:
         checker.close()
-    # Half a second to say hello, a second to end once its input closed, then killed.
+    # Half a second to say hello, and a second to end once its input closed. Then it is
+    # killed.
     assert time.monotonic() - started < 5
 
 
@@ -228,7 +233,7 @@ def test_a_long_catch_up_has_feedparser_check_its_pages_in_a_helper_that_ends_wi
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    ids = publish(core, 63)  # 12 archived pages of 5, 3 entries on the working page
+    ids = publish(core, 63)  # 12 archived pages of 5. 3 entries on the working page.
     checked: list[str] = []
     alive: list[list[int]] = []
     parse = Checker.parse
@@ -240,8 +245,8 @@ def test_a_long_catch_up_has_feedparser_check_its_pages_in_a_helper_that_ends_wi
 
     monkeypatch.setattr(Checker, "parse", spy)
     got: list[FeedEntry] = consume(server, tmp_path / "a.sqlite3", clock)
-    # The helper started at the eighth page walked back and checked the pages read forward
-    # from then on (the pages it did not are checked in this process, as before).
+    # The child started at the eighth page walked back. It checked the pages read forward from
+    # then on. This process checks the pages that the child did not.
     assert pages_module.HELPER_AFTER_PAGES == 8
     assert len(checked) >= 9, checked
     assert all(len(pids) == 1 for pids in alive), alive
@@ -257,7 +262,7 @@ def test_a_short_catch_up_starts_no_helper(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    publish(core, 33)  # 6 archived pages: fewer than HELPER_AFTER_PAGES read
+    publish(core, 33)  # 6 archived pages, fewer than HELPER_AFTER_PAGES read.
     started: list[Checker] = []
     monkeypatch.setattr(Checker, "start", lambda self: started.append(self))
     assert len(consume(server, tmp_path / "a.sqlite3", clock)) == 33

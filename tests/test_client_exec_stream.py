@@ -208,8 +208,12 @@ def test_a_handler_that_exits_without_reading_stops_the_consumer(
 
 def test_a_handler_that_closes_its_input_unread_is_ended(live: LiveServer, tmp_path: Path) -> None:
     """It never reads and keeps its standard output open: the write fails, and the process is
-    terminated rather than awaited."""
-    live.publish(60)
+    terminated rather than awaited.
+
+    The entries' lines fill more than a pipe's 64 KiB, so a write fails whether the handler
+    closes its input before the first write or after the pipe fills.
+    """
+    live.publish(600)
     state = tmp_path / "s.sqlite3"
     never = "import os, time; os.close(0); time.sleep(600)"
     result = run(live.recent, state, f"{shlex.quote(sys.executable)} -c {shlex.quote(never)}")

@@ -1,8 +1,10 @@
-"""The consumer against servers that misbehave on purpose: the real app behind WSGI middleware
-that fails, rewrites or breaks its answers, and a small hand-made feed with a link loop.
+"""The consumer holds against servers that misbehave on purpose.
 
-Each fault stops the consumer with its own error and leaves the checkpoint on the last entry
-that was really processed; 5xx answers are retried with backoff and jitter, then given up.
+The real app runs behind WSGI middleware that fails, rewrites or breaks its answers. A small
+hand-made feed has a link loop.
+
+Each fault stops the consumer with its own error. The checkpoint stays on the last entry that
+was really processed. 5xx answers are retried with backoff and jitter, then given up.
 """
 
 from __future__ import annotations
@@ -46,8 +48,10 @@ from tests.test_client import (
 
 @pytest.fixture
 def database_url(tmp_path: Path, sqlite_template: Path) -> str:
-    """SQLite only here: these tests are about the consumer and the wire, not the database
-    (tests/test_client.py runs the consumer on both databases)."""
+    """Return a SQLite database only, because these tests are about the consumer and the wire.
+
+    tests/test_client.py runs the consumer on both databases.
+    """
     path = tmp_path / "simplefeed.sqlite3"
     shutil.copyfile(sqlite_template, path)
     return f"sqlite:///{path}"
@@ -57,8 +61,10 @@ StartResponse = Callable[..., Any]
 
 
 class Failing:
-    """Answers ``status`` to the first ``times`` requests (matching ``path`` if given), then lets
-    the real app answer."""
+    """Answers ``status`` to the first ``times`` requests, then lets the real app answer.
+
+    With ``path``, it counts only the requests that match it.
+    """
 
     def __init__(
         self,
@@ -91,7 +97,7 @@ class Failing:
 
 
 class Rewriting:
-    """Passes requests to the real app and rewrites the bodies of 200 answers with ``edit``."""
+    """Passes requests to the real app, and rewrites the bodies of 200 answers with ``edit``."""
 
     def __init__(
         self, app: WSGIApp, edit: Callable[[str, bytes], bytes], *, digests: bool = False
@@ -117,12 +123,14 @@ class Rewriting:
         status: str = captured["status"]
         headers = [(k, v) for k, v in captured["headers"] if k.lower() != "content-length"]
         if status.startswith("200"):
-            # The edits are of the text: decoded, edited, encoded again as the app sent it.
+            # The edits are of the text. It is decoded, edited, and encoded again as the app
+            # sent it.
             coding = dict((k.lower(), v) for k, v in headers).get("content-encoding")
             text = codings.decode(body, coding) if coding else body
-            # A server that edits pages gives no digests for them (sf:sha256, which the walk
-            # checks: tests/test_client_integrity.py): these tests are about the edits. With
-            # ``digests``, the edited pages keep the digests of the pages as they were.
+            # A server that edits pages gives no digests for them, because these tests are
+            # about the edits. The walk checks the digests, sf:sha256
+            # (tests/test_client_integrity.py). With ``digests``, the edited pages keep the
+            # digests of the pages as they were.
             text = self.edit(environ["PATH_INFO"], text)
             if not self.digests:
                 text = _DIGEST.sub(b"", text)
@@ -135,7 +143,7 @@ _DIGEST = re.compile(rb' sf:sha256="[0-9a-f]*"')
 
 
 def without_seq(seq: int) -> Callable[[str, bytes], bytes]:
-    """Drops the entry with sequence number ``seq`` from every document."""
+    """Return an edit that drops the entry with sequence number ``seq`` from every document."""
     pattern = re.compile(rb"<entry>(?:(?!<entry>).)*?<sf:seq>%d</sf:seq></entry>" % seq, re.S)
     return lambda path, body: pattern.sub(b"", body)
 
@@ -219,20 +227,23 @@ def test_a_page_that_is_not_xml_stops_the_walk_and_is_not_cached(
     with pytest.raises(NotAtom) as info:
         consume(Rewriting(server, break_page_2), state_path, clock)
     assert info.value.url == f"{BASE}/pages/2"
-    assert stored_checkpoint(state_path) is None  # nothing processed, nothing stored
+    assert stored_checkpoint(state_path) is None  # Nothing processed, nothing stored.
     server.reset()
     clock.advance(11)
     assert [e.seq for e in consume(server, state_path, clock)] == list(range(1, 18))
-    assert server.paths() == ["/recent", "/pages/2", "/pages/1"]  # 3 and 4 were cached
+    assert server.paths() == ["/recent", "/pages/2", "/pages/1"]  # 3 and 4 were cached.
 
 
 @pytest.mark.parametrize("parser", ["feedparser", "lxml"])
 def test_an_archived_page_that_fails_its_full_parse_is_not_kept_in_the_cache(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path, parser: str
 ) -> None:
-    """Walking back reads outlines (no entry checked) and pins archived pages; the full parse
-    on the way forward finds the entry without an id: the page is dropped from the cache, so
-    that the next run asks the server again."""
+    """An archived page that fails its full parse is not kept in the cache.
+
+    Walking back reads outlines, with no entry checked, and pins archived pages. The full
+    parse on the way forward finds the entry without an id. So the page is dropped from the
+    cache, and the next run asks the server again.
+    """
     publish(core, 12)
 
     def drop_an_id(path: str, body: bytes) -> bytes:
@@ -247,7 +258,7 @@ def test_an_archived_page_that_fails_its_full_parse_is_not_kept_in_the_cache(
     assert stored_checkpoint(state_path) is None
     with StateFile(state_path) as state:
         assert state.get_document(f"{BASE}/pages/1") is None
-        assert state.get_document(f"{BASE}/pages/2") is not None  # fine, and pinned
+        assert state.get_document(f"{BASE}/pages/2") is not None  # Fine, and pinned.
     server.reset()
     clock.advance(11)
     assert [e.seq for e in consume(server, state_path, clock, parser=parser)] == list(range(1, 13))
@@ -275,7 +286,7 @@ def test_truncated_xml_while_resuming_keeps_the_checkpoint(
 def test_the_last_processed_entry_removed(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
 ) -> None:
-    ids = publish(core, 7)  # 6 and 7 on the working page 2
+    ids = publish(core, 7)  # 6 and 7 on the working page 2.
     consume(server, state_path, clock)
     assert stored_checkpoint(state_path) == Checkpoint(ids[6], 7, f"{BASE}/pages/2")
     publish(core, 10)
@@ -322,7 +333,7 @@ def atom(url: str, links: dict[str, str], seqs: list[int], *, archive: bool = Fa
 
 
 class Documents:
-    """A WSGI app serving fixed documents by path."""
+    """A WSGI app that serves fixed documents by path."""
 
     def __init__(self, docs: dict[str, bytes]) -> None:
         self.docs = docs
@@ -342,8 +353,8 @@ class Documents:
 def loop_feed(*, forward_loop: bool = False) -> Documents:
     u = {n: f"{BASE}/p/{n}" for n in (1, 2, 3)}
     recent = f"{BASE}/recent"
-    p1_prev = {} if forward_loop else {"prev-archive": u[2]}  # back from 1 to 2: a loop
-    p2_next = u[1] if forward_loop else u[3]  # forward from 2 to 1: a loop
+    p1_prev = {} if forward_loop else {"prev-archive": u[2]}  # A loop back from 1 to 2.
+    p2_next = u[1] if forward_loop else u[3]  # A loop forward from 2 to 1.
     return Documents(
         {
             "/recent": atom(recent, {"self": recent, "via": u[3], "prev-archive": u[2]}, [7]),
@@ -382,7 +393,7 @@ def test_a_next_archive_loop_while_resuming(clock: FakeClock, tmp_path: Path) ->
         pytest.raises(LinkLoop),
     ):
         consumer.run(lambda e: handled.append(e.seq))
-    # The next page is read before a page's entries are handed over (its prev-archive link
-    # vouches for the page): the loop past p/2 stops the walk before p/2's entries.
+    # The next page is read before a page's entries are handed over, because its prev-archive
+    # link vouches for the page. So the loop past p/2 stops the walk before p/2's entries.
     assert handled == [3]
     assert stored_checkpoint(state) == Checkpoint("urn:loop:3", 3, f"{BASE}/p/1")

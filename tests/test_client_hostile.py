@@ -1,14 +1,18 @@
-"""The consumer against a hostile server, over real sockets on 127.0.0.1: nothing a server sends
-makes it hang, eat memory, follow it elsewhere, print a forged line or end with a traceback.
+"""The consumer holds against a hostile server, over real sockets on 127.0.0.1.
 
-The server is a few lines of socket code of the test's own (:class:`Hostile`), so it can do what
-no WSGI server would: declare or send a 2 GB body, send a 2 MB gzip bomb (2 GB once inflated),
-drip its answer one byte every 5 s, send 400-digit header values, redirect to another origin.
-``simplefeed consume`` runs as a process of its own under a wrapper that reports its peak
-resident set size; every bound is checked against its exit code, its message and that peak:
-**the consumer stays under 300 MB of RSS** with the default bounds (64 MiB per response), where
-main grew to 5.6 GB on the 2 GB body and 4.2 GB on the bomb. An address-space limit of 2 GB on
-the child keeps a regression from taking the machine with it.
+Nothing a server sends makes the consumer hang or eat memory. Nothing makes it follow the
+server elsewhere, print a forged line, or end with a traceback.
+
+The server is a few lines of socket code of the test's own (:class:`Hostile`). So it can do
+what no WSGI server would. It declares or sends a 2 GB body. It sends a 2 MB gzip bomb, which
+inflates to 2 GB. It drips its answer one byte every 5 s, sends 400-digit header values, and
+redirects to another origin.
+
+``simplefeed consume`` runs as a process of its own, under a wrapper that reports its peak
+resident set size. Each bound is checked against the exit code, the message and that peak.
+**The consumer stays under 300 MB of RSS** with the default bounds of 64 MiB per response.
+Without the bounds, it grows to 5.6 GB on the 2 GB body and 4.2 GB on the bomb. An
+address-space limit of 2 GB on the child keeps a regression from taking the machine with it.
 """
 
 from __future__ import annotations
@@ -43,7 +47,10 @@ Send = Callable[[socket.socket], None]
 
 
 def atom(base: str, entries: list[tuple[int, str]], *, extra_head: str = "") -> bytes:
-    """A one-page feed: the recent document, standing for itself; ``(seq, title)`` entries."""
+    """Return a one-page feed of ``(seq, title)`` entries.
+
+    It is the recent document, and it stands for itself.
+    """
     items = "".join(
         f"<entry><id>urn:h:{seq}</id><title>{title}</title>"
         f"<updated>2027-01-01T00:00:00Z</updated><sf:seq>{seq}</sf:seq></entry>"
@@ -72,7 +79,7 @@ def answer(body: bytes, status: str = "200 OK", **headers: str) -> Send:
 
 
 def endless(sock: socket.socket) -> None:
-    """2 GB of body, no Content-Length: the connection's end would end it."""
+    """Send 2 GB of body without a Content-Length, so only the connection's end would end it."""
     sock.sendall(head("200 OK", {"Content-Type": "application/atom+xml", "Connection": "close"}))
     chunk = b"<" * (1024 * 1024)
     for _ in range(2048):
@@ -94,7 +101,7 @@ def drip(data: bytes) -> Send:
 
 @dataclass
 class Hostile:
-    """A server on 127.0.0.1 answering each path with its scripted behaviour."""
+    """A server on 127.0.0.1 that answers each path with its scripted behaviour."""
 
     routes: dict[str, Send]
     port: int = 0
@@ -130,7 +137,7 @@ def hostile() -> Iterator[Callable[[dict[str, Send]], Hostile]]:
                     else:
                         send(self.request)
                 except OSError:
-                    pass  # the consumer hung up: what it should do
+                    pass  # The consumer hung up, as it should.
 
         socketserver.ThreadingTCPServer.daemon_threads = True
         socketserver.ThreadingTCPServer.allow_reuse_address = True
@@ -155,7 +162,7 @@ class Run:
     seconds: float
 
 
-#: Runs the command, then prints its peak RSS (KiB) as the wrapper's last line on stderr.
+#: Runs the command, then prints its peak RSS in KiB as the last line on stderr.
 WRAPPER = (
     "import resource, subprocess, sys\n"
     "def limit():\n"
@@ -190,22 +197,26 @@ def assert_no_traceback(run: Run) -> None:
 
 @pytest.fixture(scope="module")
 def bomb() -> bytes:
-    """About 2 MB of gzip that inflates to 2 GB of zeros: a gzip header, 128 times the deflate
-    blocks of 16 MiB of zeros (after a full flush the compressor starts afresh and byte-aligned,
-    so each 16 MiB gives the same bytes: compressing all 2 GB took 11-16 s of a test worker),
-    a final empty block, and the trailer (CRC-32 and length of the 2 GB)."""
+    """Return about 2 MB of gzip that inflates to 2 GB of zeros.
+
+    It is a gzip header, then 128 times the deflate blocks of 16 MiB of zeros. After a full
+    flush, the compressor starts afresh and byte-aligned. So each 16 MiB gives the same bytes,
+    and the blocks are compressed once. Compressing all 2 GB would take 11-16 s of a test
+    worker. A final empty block follows, then the trailer with the CRC-32 and length of the
+    2 GB.
+    """
     zeros = bytes(16 * 1024 * 1024)
-    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)  # raw deflate
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)  # Raw deflate.
     block = compressor.compress(zeros) + compressor.flush(zlib.Z_FULL_FLUSH)
     assert compressor.compress(zeros) + compressor.flush(zlib.Z_FULL_FLUSH) == block
     crc = 0
     for _ in range(128):
         crc = zlib.crc32(zeros, crc)
-    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # deflate, no name, no time
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # Deflate, no name, no time.
     final_empty_block = b"\x03\x00"
     data = header + block * 128 + final_empty_block + struct.pack("<II", crc, 2**31)
     assert 1_000_000 < len(data) < 3_000_000
-    # It is gzip, and it inflates to zeros (the first 64 MiB, checked).
+    # It is gzip, and it inflates to zeros. This checks the first 64 MiB.
     inflated = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, 64 * 1024 * 1024)
     assert inflated == bytes(64 * 1024 * 1024)
     return data
@@ -235,7 +246,7 @@ def test_a_gzip_bomb_is_given_up_at_the_bound(
     assert run.code == 5, run.stderr
     assert "the decompressed body over the limit" in run.stderr
     assert_no_traceback(run)
-    # A small bound is kept as well (the bomb's first inflated chunk already passes it).
+    # A small bound is kept as well. The bomb's first inflated chunk already passes it.
     run = consume(
         f"{server.base}/recent", tmp_path / "t.sqlite3", "--retries", "0", "--max-size", "100000"
     )
@@ -257,7 +268,7 @@ def test_a_gzipped_feed_within_the_bound_is_read(
 @pytest.mark.parametrize(
     ("coding", "damage", "said"),
     [
-        ("zstd", False, "unknown content coding 'zstd'"),  # not asked for
+        ("zstd", False, "unknown content coding 'zstd'"),  # The consumer did not ask for it.
         ("gzip", True, "not valid gzip: the data ends before the stream does"),
     ],
 )
@@ -275,8 +286,12 @@ def test_a_body_in_a_coding_not_asked_for_or_cut_short_is_an_error_naming_it(
 def test_codings_stacked_past_two_are_refused_unread(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """Each coding is a stage of the decoder holding up to the bound: 19,000 gzip layers (a
-    955 KB body) took the consumer to 716 MB, and 2,000 past --max-time (a reviewer's trial)."""
+    """Codings stacked past two are refused before the body is read.
+
+    Each coding is a stage of the decoder, and each stage holds up to the bound. So 19,000 gzip
+    layers, a 955 KB body, would take the consumer to 716 MB. And 2,000 layers would run past
+    --max-time.
+    """
     server = hostile({})
     document = atom(server.base, [(1, "one")])
     for layers in (2, 3, 2000):
@@ -314,7 +329,7 @@ def test_a_server_dripping_a_byte_every_5_s_is_cut_off_at_max_time(
     )
     assert run.code == 5, run.stderr
     assert "took over 3 s" in run.stderr
-    assert run.seconds < 30  # 3 s and the start of the process; main waited forever
+    assert run.seconds < 30  # The 3 s plus the start of the process, not forever.
     assert_no_traceback(run)
 
 
@@ -381,8 +396,8 @@ def test_redirects_stay_within_the_origin_unless_another_is_allowed(
     assert run.code == 0 and run.stdout == "1\turn:h:1\there\n", run.stderr
     run = consume(f"{server.base}/away", tmp_path / "b.sqlite3")
     assert run.code == 5, run.stderr
-    # The flag that allows it, named as the command line spells it (it said the library's
-    # "allow_redirect_origins": a newcomer looked for an option of that name).
+    # The message names the flag that allows it as the command line spells it. The library's
+    # name "allow_redirect_origins" would send a newcomer looking for an option of that name.
     assert (
         f"redirect to another origin refused: {other.base}/recent (see --allow-redirect-origin)"
         in run.stderr
@@ -393,7 +408,7 @@ def test_redirects_stay_within_the_origin_unless_another_is_allowed(
         f"{server.base}/away", tmp_path / "c.sqlite3", "--allow-redirect-origin", other.base
     )
     assert run.code == 0 and run.stdout == "1\turn:h:1\telsewhere\n", run.stderr
-    # A loop within the origin says so (it said "unexpected HTTP status 302", and nothing else).
+    # A loop within the origin says so, not only "unexpected HTTP status 302".
     server.routes["/r1"] = answer(b"", "302 Found", Location="/r2")
     server.routes["/r2"] = answer(b"", "302 Found", Location="/r1")
     run = consume(f"{server.base}/r1", tmp_path / "d.sqlite3", "--retries", "0")
@@ -404,8 +419,11 @@ def test_redirects_stay_within_the_origin_unless_another_is_allowed(
 def test_links_stay_within_the_origin_unless_another_is_allowed(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """A page's prev-archive link to another origin: a hostile feed made the consumer fetch
-    whatever it could reach (a security reviewer's trial). Refused before any request."""
+    """Links stay within the origin unless another origin is allowed.
+
+    A page's prev-archive link to another origin is refused before any request. Otherwise a
+    hostile feed could make the consumer fetch whatever it can reach.
+    """
     other = hostile({})
     other.routes["/pages/1"] = answer(atom(other.base, [(1, "elsewhere")]))
     server = hostile({})
@@ -424,7 +442,7 @@ def test_links_stay_within_the_origin_unless_another_is_allowed(
     run = consume(
         f"{server.base}/recent", tmp_path / "b.sqlite3", "--allow-redirect-origin", other.base
     )
-    assert other.requests  # followed; what the page then says is another matter
+    assert other.requests  # Followed. What the page then says is another matter.
     assert "another origin" not in run.stderr
 
 
@@ -434,8 +452,10 @@ def test_links_stay_within_the_origin_unless_another_is_allowed(
 def test_a_link_to_an_invalid_url_is_a_protocol_error(
     hostile: Callable[..., Hostile], tmp_path: Path, href: str
 ) -> None:
-    """It ended the consumer as an internal error (exit 70, InvalidURL; a security reviewer's
-    trial)."""
+    """A link to an invalid URL is a protocol error.
+
+    It must not end the consumer as an internal error (exit 70, InvalidURL).
+    """
     server = hostile({})
     link = f'<link rel="prev-archive" href="{href}"/>'
     server.routes["/recent"] = answer(atom(server.base, [(2, "x")], extra_head=link))
@@ -451,9 +471,12 @@ def test_a_link_to_an_invalid_url_is_a_protocol_error(
 def test_what_a_server_chose_reaches_the_terminal_as_text(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """C1 controls, U+2028 and bidirectional formatting characters in a title, and in a URL
-    an error message quotes: passed raw by --jsonl (and to --exec), and in messages (a
-    security reviewer's trial). Escaped, the JSON reading back as the same value."""
+    """What a server chose reaches the terminal as text, escaped.
+
+    This covers C1 controls, U+2028 and bidirectional formatting characters. They may stand in
+    a title, or in a URL that an error message quotes. --jsonl, --exec and the messages must
+    not pass them raw. They are escaped, and the JSON reads back as the same value.
+    """
     sly = "a\u202eb\x85c\u2028d\x9be"
     server = hostile({})
     server.routes["/recent"] = answer(atom(server.base, [(1, sly)]))
@@ -485,9 +508,12 @@ def test_what_a_server_chose_reaches_the_terminal_as_text(
 def test_an_element_with_thousands_of_attributes_is_refused_unread(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """feedparser's time grows with the square of an element's attributes: this 462 KB page
-    took 15.6 s of CPU (a security reviewer's trial). Refused before feedparser reads it; text
-    with as many '=' (escaped markup in content) is read as ever."""
+    """An element with thousands of attributes is refused before it is read.
+
+    feedparser's time grows with the square of an element's attributes. This 462 KB page takes
+    it 15.6 s of CPU. So the page is refused before feedparser reads it. Text with as many '=',
+    such as escaped markup in content, is read as usual.
+    """
     server = hostile({})
     crowded = " ".join(f'a{i}="x"' for i in range(43_000))
     server.routes["/recent"] = answer(atom(server.base, [(1, "x")], extra_head=f"<x {crowded}/>"))
@@ -498,8 +524,9 @@ def test_an_element_with_thousands_of_attributes_is_refused_unread(
     assert_no_traceback(run)
     run = consume(f"{server.base}/equals", tmp_path / "b.sqlite3")
     assert run.code == 0 and run.stdout.startswith("1\turn:h:1\ta=b a=b"), run.stderr
-    # Namespace prefixes: feedparser looks at each declared one for each element in a namespace
-    # it does not know (40,000 in 1.5 MB took 29 s); the same few declared again are fine.
+    # Namespace prefixes. For each element in a namespace it does not know, feedparser looks at
+    # each declared prefix. So 40,000 of them in 1.5 MB take 29 s. The same few declared again
+    # are fine.
     many = "".join(f'<p{i}:e xmlns:p{i}="urn:x-y:{i}"/>' for i in range(40_000))
     server.routes["/prefixes"] = answer(atom(server.base, [(1, "x")], extra_head=many))
     run = consume(f"{server.base}/prefixes", tmp_path / "c.sqlite3")
@@ -513,8 +540,11 @@ def test_an_element_with_thousands_of_attributes_is_refused_unread(
 def test_only_a_permanent_redirect_of_the_entry_point_is_warned_of(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """Checkpoints are kept under the URL given: an entry point that moved for good is said
-    once (naming where the permanent redirects led), one that redirects for now is not."""
+    """Only a permanent redirect of the entry point is warned of.
+
+    Checkpoints are kept under the URL given. So an entry point that moved for good is said
+    once, naming where the permanent redirects led. One that redirects for now is not.
+    """
     server = hostile({})
     server.routes["/recent"] = answer(atom(server.base, [(1, "here")]))
     server.routes["/moved"] = answer(b"", "308 Permanent Redirect", Location="/old")
@@ -540,9 +570,12 @@ def test_only_a_permanent_redirect_of_the_entry_point_is_warned_of(
 def test_an_error_body_s_message_is_quoted_bounded_and_escaped(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """The message of a JSON error body is said (`unexpected HTTP status 404` alone did not
-    tell a mistyped feed name from a page gone), but no server floods the line, reaches the
-    terminal with a control, or ends the consumer with a traceback."""
+    """The message of an error body is quoted, bounded and escaped.
+
+    The consumer says the message of a JSON error body. `unexpected HTTP status 404` alone
+    does not tell a mistyped feed name from a page gone. Yet no server can flood the line,
+    reach the terminal with a control, or end the consumer with a traceback.
+    """
     loud = "line 1\nline 2\x1b[31m\u202e" + "y" * 500
     routes = {
         "/loud": answer(
@@ -573,9 +606,12 @@ def test_an_error_body_s_message_is_quoted_bounded_and_escaped(
 def test_a_body_that_is_not_atom_says_a_content_type_that_is_no_xml(
     hostile: Callable[..., Hostile], tmp_path: Path, parser: str
 ) -> None:
-    """`not an Atom feed: SAXParseException: <unknown>:2:0: syntax error` did not tell that
-    the URL was a web page's; the Content-Type does. An XML type says nothing more (the
-    document is what is wrong), and a feed served as another type is read as before."""
+    """A body that is not Atom says its Content-Type when that is no XML type.
+
+    `not an Atom feed: SAXParseException: <unknown>:2:0: syntax error` does not tell that the
+    URL is a web page's. The Content-Type does. An XML type says nothing more, because then the
+    document is what is wrong. A feed served as another type is still read.
+    """
     page = b"<!DOCTYPE html>\n<html><body>Sign in</body></html>"
     feed = atom("http://x", [(1, "one")])
     server = hostile(
@@ -626,8 +662,11 @@ def test_a_title_cannot_forge_a_line_of_the_default_output(
 def test_seconds_that_are_not_finite_are_a_usage_error(
     option: str, value: str, tmp_path: Path
 ) -> None:
-    """`--timeout nan` ended with an internal error (exit 70), `--max-time nan` lifted the
-    bound on a response's time: every comparison with NaN is false."""
+    """Seconds that are not finite are a usage error.
+
+    Every comparison with NaN is false. So `--timeout nan` would end with an internal error
+    (exit 70), and `--max-time nan` would lift the bound on a response's time.
+    """
     run = consume("http://127.0.0.1:9/recent", tmp_path / "s.sqlite3", f"{option}={value}")
     assert run.code == 2, (run.code, run.stderr)
     assert f"Invalid value for '{option}'" in run.stderr
@@ -649,9 +688,12 @@ def test_seconds_that_are_not_finite_are_a_usage_error(
 def test_an_entry_point_that_is_no_http_url_is_a_usage_error(
     url: str, words: str, tmp_path: Path
 ) -> None:
-    """`http://[::1/recent` ended with an internal error (exit 70); `ftp://` and `notaurl`
-    were network errors (exit 5) after a state file was made; a password in the URL was not
-    sent, but printed in every message."""
+    """An entry point that is no HTTP URL is a usage error.
+
+    Otherwise `http://[::1/recent` ends with an internal error (exit 70). `ftp://` and
+    `notaurl` would be network errors (exit 5), after a state file was made. A password in the
+    URL is not sent, and must not be printed in any message either.
+    """
     run = consume(url, tmp_path / "s.sqlite3")
     assert run.code == 2, (run.code, run.stderr)
     assert f"Invalid value for 'URL': {words}" in run.stderr
@@ -678,10 +720,13 @@ def rss_kib(pid: int) -> int:
 def test_following_a_feed_for_hundreds_of_polls_grows_nothing(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """Each poll finds five new entries (the recent document keeps the last 20), answered as a
-    server that honours ``Prefer: wait`` answers a long-poll when its feed has changed, so the
-    consumer polls again at once; RSS and the state file stay flat from the 100th poll to the
-    250th."""
+    """Following a feed for hundreds of polls grows nothing.
+
+    Each poll finds five new entries, and the recent document keeps the last 20. The server
+    answers as one that honours ``Prefer: wait`` answers a long-poll after its feed changed.
+    So the consumer polls again at once. RSS and the state file stay flat from the 100th poll
+    to the 250th.
+    """
     server = hostile({})
     polls = [0]
 
@@ -703,7 +748,7 @@ def test_following_a_feed_for_hundreds_of_polls_grows_nothing(
         env=clean_environ(),
     )
     try:
-        deadline = time.monotonic() + 400  # 250 polls on a busy machine
+        deadline = time.monotonic() + 400  # Room for 250 polls on a busy machine.
         while polls[0] < 100 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert polls[0] >= 100, "the consumer did not poll"
@@ -715,7 +760,7 @@ def test_following_a_feed_for_hundreds_of_polls_grows_nothing(
         rss_at_250 = rss_kib(child.pid)
         state_at_250 = sum(f.stat().st_size for f in tmp_path.glob("s.sqlite3*"))
     finally:
-        child.send_signal(2)  # SIGINT: exit 130
+        child.send_signal(2)  # SIGINT, so exit 130.
         _, stderr = child.communicate(timeout=30)
     assert child.returncode == 130, stderr
     assert rss_at_250 - rss_at_100 < 4 * 1024, (rss_at_100, rss_at_250)
@@ -726,9 +771,12 @@ def test_following_a_feed_for_hundreds_of_polls_grows_nothing(
 def test_cookies_a_server_sets_are_neither_kept_nor_sent_back(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """A feed needs no cookies. A server that sets a new one with every answer would otherwise
-    grow the consumer's cookie jar, and the Cookie header of every later request, for as long
-    as it follows the feed (httpx keeps them all: 200 cookies after 200 polls)."""
+    """Cookies a server sets are neither kept nor sent back.
+
+    A feed needs no cookies. A server might set a new one with every answer. The consumer's
+    cookie jar would then grow for as long as it follows the feed. So would the Cookie header
+    of every later request. httpx keeps them all, so 200 polls would mean 200 cookies.
+    """
     server = hostile({})
     served = [0]
 
@@ -748,8 +796,12 @@ def test_cookies_a_server_sets_are_neither_kept_nor_sent_back(
 def test_a_state_file_with_an_entry_point_of_before_the_check_is_a_usage_error(
     tmp_path: Path,
 ) -> None:
-    """An entry point with a password, recorded before entry points were checked: the consumer
-    commands say so (exit 2), without printing it, instead of an internal error."""
+    """A state file with an entry point from before the check is a usage error.
+
+    Such a file may hold an entry point with a password, recorded before entry points were
+    checked. The consumer commands say so (exit 2), without printing it. They do not end with
+    an internal error.
+    """
     path = tmp_path / "s.sqlite3"
     with StateFile(path) as state:
         state.save_checkpoint(
@@ -772,10 +824,13 @@ def test_a_state_file_with_an_entry_point_of_before_the_check_is_a_usage_error(
 def test_json_content_with_an_escaped_lone_surrogate_is_printed_as_json_that_reads_back(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """RFC 8259 lets JSON escape a lone surrogate (I-JSON does not, and a Simplefeed server
-    refuses it from producers); another server may serve one. Printed as decoded, UTF-8 could
-    not carry it: `--jsonl` and `--exec` stopped at the entry as a failed handler (exit 3), and
-    parking it failed the same way. Now the JSON text escapes it again."""
+    """JSON content with an escaped lone surrogate prints as JSON that reads back.
+
+    RFC 8259 lets JSON escape a lone surrogate. I-JSON does not, and a Simplefeed server
+    refuses it from producers. But another server may serve one. Printed as decoded, it cannot
+    be carried in UTF-8. Then `--jsonl` and `--exec` would stop at the entry as a failed handler
+    (exit 3), and parking it would fail the same way. So the JSON text escapes it again.
+    """
     server = hostile({})
     value = {"a": "\ud800", "b": "\x00", "c": "é😀"}
     content = '{"a": "\\ud800", "b": "\\u0000", "c": "é😀"}'
@@ -808,9 +863,12 @@ def test_json_content_with_an_escaped_lone_surrogate_is_printed_as_json_that_rea
 def test_json_content_with_a_number_past_a_double_is_a_protocol_error(
     hostile: Callable[..., Hostile], tmp_path: Path, parser: str
 ) -> None:
-    """`1e400` read as infinity, and `--jsonl` printed `"a":Infinity`: a line no strict JSON
-    reader takes. A Simplefeed server refuses such content at its door; from another server it
-    is the feed's fault (exit 4), the checkpoint untouched."""
+    """JSON content with a number past a double is a protocol error.
+
+    `1e400` would read as infinity, and `--jsonl` would print `"a":Infinity`. No strict JSON
+    reader takes that line. A Simplefeed server refuses such content at its door. From another
+    server, it is the feed's fault (exit 4), and the checkpoint stays untouched.
+    """
     server = hostile({})
     body = atom(server.base, [(1, "t")]).replace(
         b"<sf:seq>1</sf:seq>",
@@ -826,35 +884,41 @@ def test_json_content_with_a_number_past_a_double_is_a_protocol_error(
 def test_a_second_consumer_on_the_same_state_file_is_refused_while_the_first_runs(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """Two consumers on one state file (a cron job's run overlapping the next) each handled
-    every new entry, at the same time. The second now stops at once (exit 6), touching
-    nothing; once the first is done, it runs."""
+    """A second consumer on the same state file is refused while the first runs.
+
+    Two consumers may share a state file when a cron job's run overlaps the next. Each would
+    then handle every new entry, at the same time. So the second stops at once (exit 6) and
+    touches nothing. Once the first is done, it runs.
+    """
     server = hostile({})
     server.routes["/recent"] = answer(atom(server.base, [(1, "one"), (2, "two")]))
     path = tmp_path / "s.sqlite3"
     with Consumer(f"{server.base}/recent", path) as first:
         entries = first.entries()
-        assert next(entries).seq == 1  # the first is in the middle of its run
+        assert next(entries).seq == 1  # The first is in the middle of its run.
         run = consume(f"{server.base}/recent", path)
         assert run.code == 6, (run.code, run.stdout, run.stderr)
         assert "is processing from this state file" in run.stderr
         assert run.stdout == ""
-        # A second iteration of the same consumer says so (it said "another consumer").
+        # A second iteration of the same consumer says so, not "another consumer".
         with pytest.raises(StateError, match="this consumer is iterating already"):
             next(first.entries())
         assert [e.seq for e in entries] == [2]
     run = consume(f"{server.base}/recent", path)
     assert run.code == 0, run.stderr
-    assert run.stdout == ""  # the first handled both; the lock is gone with it
+    assert run.stdout == ""  # The first handled both. The lock went with it.
     assert (tmp_path / "s.sqlite3.lock").exists()
 
 
 def test_a_state_file_under_another_name_is_the_same_state_file(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """A consumer given a symbolic link to the state file took another lock, and two consumers
-    handled every entry, each, at the same time (a reviewer's trial). A hard link cannot be
-    told apart: a state file with one is refused."""
+    """A state file under another name is the same state file.
+
+    A consumer given a symbolic link to the state file must take the same lock. Otherwise two
+    consumers would each handle every entry, at the same time. A hard link cannot be told
+    apart, so a state file with one is refused.
+    """
     server = hostile({})
     server.routes["/recent"] = answer(atom(server.base, [(1, "one"), (2, "two")]))
     path = tmp_path / "s.sqlite3"
@@ -875,9 +939,12 @@ def test_a_state_file_under_another_name_is_the_same_state_file(
 def test_an_entry_id_too_long_for_the_environment_still_reaches_the_handler(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """A 200,000-character id made `--exec` fail before the handler ran ("Argument list too
-    long": execve refuses an environment string over 128 KiB), for good, and the message
-    quoting it was a 200 KB line (a reviewer's trial)."""
+    """An entry id too long for the environment still reaches the handler.
+
+    execve refuses an environment string over 128 KiB with "Argument list too long". So a
+    200,000-character id would make `--exec` fail before the handler ran, for good. The message
+    quoting the id would be a 200 KB line.
+    """
     server = hostile({})
     long_id = "urn:h:" + "i" * 200_000
     server.routes["/recent"] = answer(
@@ -907,10 +974,13 @@ def test_an_entry_id_too_long_for_the_environment_still_reaches_the_handler(
 def test_a_reset_stopped_while_a_server_drips_exits_130_and_moves_nothing(
     hostile: Callable[[dict[str, Send]], Hostile], tmp_path: Path, stop: signal.Signals
 ) -> None:
-    """`consumer reset` reads the feed; a server that drips its answer holds it until
-    --max-time. Stopped meanwhile, it said "Aborted!" and exited 1 (click's way), a status the
-    consumer commands do not document; now as consume: one line, 130, the checkpoint as it
-    was."""
+    """A reset stopped while a server drips exits 130 and moves nothing.
+
+    `consumer reset` reads the feed, so a server that drips its answer holds it until
+    --max-time. Stopped meanwhile, click's way is to say "Aborted!" and exit 1. The consumer
+    commands do not document that status. So reset acts as consume does: one line, exit 130,
+    and the checkpoint as it was.
+    """
     server = hostile({})
     server.routes["/recent"] = drip(atom(server.base, [(1, "one"), (2, "two")]))
     recent = f"{server.base}/recent"

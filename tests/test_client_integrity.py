@@ -1,8 +1,10 @@
-"""Integrity: every archived page the consumer reads, fetched or taken from its cache, is the one
-the newer document's ``prev-archive`` link vouches for (``sf:sha256``, lowercase hex SHA-256 of
-the page's bytes as served). Hand-made documents with right and wrong digests, served by a small
-WSGI app of the test's own; pages written before servers gave digests carry none and are read
-as before (nothing to check).
+"""Every archived page the consumer reads is the one the newer document vouches for.
+
+That holds whether the page is fetched or taken from the cache. The newer document's
+``prev-archive`` link carries ``sf:sha256``, the lowercase hex SHA-256 of the page's bytes as
+served. A small WSGI app of the test's own serves hand-made documents with right and wrong
+digests. Pages written before servers gave digests carry none. They are read as usual, with
+nothing to check.
 """
 
 from __future__ import annotations
@@ -49,9 +51,13 @@ def page(seqs: list[int], links: dict[str, str], *, archive: bool, digest: str |
 
 
 def feed(*, digests: bool = True, tamper: int | None = None) -> dict[str, bytes]:
-    """Archived pages 1-3 (three entries each), working page 4 (two), the recent document
-    (standing in for page 4). Each prev-archive link gives the digest of the page before,
-    unless ``digests`` is false; ``tamper`` alters that page after its digest was taken."""
+    """Return a feed's documents by path.
+
+    Archived pages 1-3 hold three entries each, and working page 4 holds two. The recent
+    document stands in for page 4. Each prev-archive link gives the digest of the page
+    before, unless ``digests`` is false. ``tamper`` alters that page after its digest was
+    taken.
+    """
     docs: dict[str, bytes] = {}
     digest: str | None = None
     for n in (1, 2, 3, 4):
@@ -111,7 +117,7 @@ def test_an_altered_archived_page_stops_the_walk_before_any_entry(
     assert handled == []
     with StateFile(state) as file:
         assert file.load_checkpoint(RECENT) is None
-        assert file.get_document(f"{BASE}/pages/{tampered}") is None  # not kept
+        assert file.get_document(f"{BASE}/pages/{tampered}") is None  # Not kept.
 
 
 def test_an_altered_page_met_while_resuming_stops_before_its_entries(tmp_path: Path) -> None:
@@ -125,7 +131,7 @@ def test_an_altered_page_met_while_resuming_stops_before_its_entries(tmp_path: P
         pytest.raises(DigestMismatch),
     ):
         consumer.run(lambda e: handled.append(e.seq))
-    assert handled == []  # page 3's link said page 2 is not this one: none of it is handed over
+    assert handled == []  # Page 3's link says page 2 is not this one, so none is handed over.
     with StateFile(state) as file:
         assert file.load_checkpoint(RECENT) == Checkpoint("urn:e:4", 4, f"{BASE}/pages/2")
 
@@ -140,14 +146,14 @@ def test_a_damaged_cached_copy_is_caught_dropped_and_fetched_again(tmp_path: Pat
             raise ValueError("not now")
         handled.append(entry.seq)
 
-    # Stopped on page 2 (checkpoint 4): pages 2 and 3 stay cached for the next run.
+    # Stopped on page 2, with checkpoint 4. Pages 2 and 3 stay cached for the next run.
     with (
         Consumer(RECENT, state, transport=httpx.WSGITransport(app=Documents(docs))) as consumer,
         pytest.raises(HandlerError),
     ):
         consumer.run(fails_on_5)
     assert handled == [1, 2, 3, 4]
-    with sqlite3.connect(state) as db:  # the disk flips a byte of the cached page 3
+    with sqlite3.connect(state) as db:  # The disk flips a byte of the cached page 3.
         (body,) = db.execute(
             "SELECT body FROM documents WHERE url = ?", (f"{BASE}/pages/3",)
         ).fetchone()
@@ -156,9 +162,9 @@ def test_a_damaged_cached_copy_is_caught_dropped_and_fetched_again(tmp_path: Pat
             (bytes(body).replace(b"<title>e", b"<title>X", 1), f"{BASE}/pages/3"),
         )
     db.close()
-    with pytest.raises(DigestMismatch) as info:  # the recent document's link vouches for it
+    with pytest.raises(DigestMismatch) as info:  # The recent document's link vouches for it.
         run(docs, state)
     assert info.value.url == f"{BASE}/pages/3"
-    with StateFile(state) as file:  # caught walking back, before any entry
+    with StateFile(state) as file:  # Caught walking back, before any entry.
         assert file.load_checkpoint(RECENT) == Checkpoint("urn:e:4", 4, f"{BASE}/pages/2")
-    assert run(docs, state) == [5, 6, 7, 8, 9, 10, 11]  # the next run asked the server again
+    assert run(docs, state) == [5, 6, 7, 8, 9, 10, 11]  # The next run asked the server again.

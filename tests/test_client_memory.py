@@ -1,15 +1,16 @@
-"""Memory stays flat in the number of pages a consumer walks (tracemalloc, no timings).
+"""Memory stays flat in the number of pages a consumer walks.
 
-The documents of two feeds, one ten times longer than the other, are rendered by the real app
-once, then served from memory by a small WSGI app (so that what tracemalloc sees allocated
-during the walk is the consumer's). A first run over each walks back through every page to the
-first one and forward again; its peak must not grow with the number of pages, and must stay
-well below what holding the parsed pages would take.
+The test measures with tracemalloc, and takes no timings. The real app renders the documents
+of two feeds once, and one feed is ten times longer than the other. A small WSGI app then
+serves them from memory. So what tracemalloc sees allocated during the walk is the consumer's.
+A first run over each feed walks back through every page to the first, and forward again. Its
+peak must not grow with the number of pages. It must stay well below what holding the parsed
+pages would take.
 
-Bounded caches fill up over the first hundred-odd URLs a process sees (the standard library's
-``urlsplit`` cache, reached through httpx's cookie handling, keeps 128) and would pass for
-growth between a short walk and a long one: a first run over the long feed, untraced, fills
-them before anything is measured.
+Bounded caches fill up over the first hundred-odd URLs a process sees. For example, the
+standard library's ``urlsplit`` cache keeps 128, and httpx's cookie handling reaches it. That
+would pass for growth between a short walk and a long one. So a first, untraced run over the
+long feed fills them before anything is measured.
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ from tests.conftest import FakeClock
 
 BASE = "http://feeds.example.test"
 PAGE_SIZE = 50
-PAGES = 6  # the short feed; the long one has ten times as many
+PAGES = 6  # The short feed. The long one has ten times as many.
 
 
 @pytest.fixture
 def database_url(tmp_path: Path, sqlite_template: Path) -> str:
-    """SQLite only: the documents are what matters here, not the database."""
+    """Return a SQLite database only, because the documents matter here, not the database."""
     import shutil
 
     path = tmp_path / "simplefeed.sqlite3"
@@ -49,7 +50,10 @@ def database_url(tmp_path: Path, sqlite_template: Path) -> str:
 
 
 class Served:
-    """A WSGI app answering fixed documents by path (bytes built before tracing starts)."""
+    """A WSGI app that answers fixed documents by path.
+
+    Their bytes are built before tracing starts.
+    """
 
     def __init__(self, docs: dict[str, bytes]) -> None:
         self.docs = docs
@@ -66,7 +70,10 @@ class Served:
 
 
 def build_feed(core: Simplefeed, name: str, pages: int, clock: FakeClock) -> dict[str, bytes]:
-    """Publish ``pages`` full pages (and two entries more) to a new feed; its documents by path."""
+    """Publish ``pages`` full pages and two entries more to a new feed.
+
+    Return its documents by path.
+    """
     core.create_feed(name, page_size=PAGE_SIZE)
     for n in range(pages):
         clock.advance(1)
@@ -75,8 +82,8 @@ def build_feed(core: Simplefeed, name: str, pages: int, clock: FakeClock) -> dic
             [
                 Event(
                     title=f"order {n}-{i} placed",
-                    # Pages about as heavy as when JSON was Base64 with the title as summary
-                    # (JSON is carried as text now): the peak is per page, not per feed.
+                    # Heavy pages, since the peak is per page, not per feed. JSON goes as
+                    # text, so a large value keeps them as heavy as Base64 with a summary.
                     content=json.dumps(
                         {"order": n * PAGE_SIZE + i, "lines": [{"sku": "A-1"}] * 8, "n": "x" * 400}
                     ),
@@ -97,14 +104,14 @@ def build_feed(core: Simplefeed, name: str, pages: int, clock: FakeClock) -> dic
             for el in etree.fromstring(body).iter(f"{{{ATOM_NS}}}link")
         }
         if path.endswith("/recent"):
-            docs[links["via"][len(BASE) :]] = body  # the working page
+            docs[links["via"][len(BASE) :]] = body  # The working page.
         prev = links.get("prev-archive")
         path = prev[len(BASE) :] if prev else None
     return docs
 
 
 def peak_of_a_first_run(docs: dict[str, bytes], name: str, state: Path, parser: Parser) -> int:
-    """Bytes allocated at the peak of a first run over the feed, above what was there before."""
+    """Return the bytes allocated at the peak of a first run, above what was there before."""
     app = Served(docs)
     count = 0
 
@@ -143,7 +150,10 @@ def warm_up(docs: dict[str, bytes], name: str, state: Path, parser: Parser) -> N
 
 
 def held(docs: dict[str, bytes], parser: Parser) -> int:
-    """What holding every parsed page takes (what the walk did before it read outlines)."""
+    """Return what holding every parsed page takes.
+
+    A walk that does not read outlines would hold them all.
+    """
     gc.collect()
     tracemalloc.start()
     try:
@@ -164,17 +174,18 @@ def test_a_first_run_takes_as_much_memory_for_ten_times_the_pages(
     long = build_feed(core, "long", 10 * PAGES, clock)
     assert len(long) - 2 == 10 * (len(short) - 2)
     warm_up(long, "long", tmp_path / "warm.sqlite3", parser)
-    # A walk's peak is its highest moment, and a short walk has few: about one run in ten of
-    # the short feed peaked before the page read ahead overlapped the page being handled (3.5
-    # parsed pages' worth instead of 4.8; the long walk always meets that moment, 5.0-5.4).
-    # The short feed's peak is therefore the highest of three runs.
+    # A walk's peak is its highest moment, and a short walk has few moments. About one run in
+    # ten of the short feed peaks before the page read ahead overlaps the page being handled.
+    # It then peaks at 3.5 parsed pages' worth instead of 4.8. The long walk always meets that
+    # moment, at 5.0-5.4. So the short feed's peak is the highest of three runs.
     peak_short = max(
         peak_of_a_first_run(short, "short", tmp_path / f"short-{run}.sqlite3", parser)
         for run in range(3)
     )
     peak_long = peak_of_a_first_run(long, "long", tmp_path / "long.sqlite3", parser)
-    # Flat: ten times the pages, about the same peak (one page at a time, and a bounded trail).
+    # Flat: ten times the pages give about the same peak. The walk holds one page at a time,
+    # and a bounded trail.
     assert peak_long < 1.25 * peak_short, (peak_short, peak_long)
-    # And far below holding every page of the long feed (ten times those of the short one).
+    # And far below holding every page of the long feed, which has ten times the short one's.
     holding_all = 10 * held(short, parser)
     assert peak_long < holding_all / 3, (peak_long, holding_all)

@@ -1,8 +1,10 @@
-"""Failed entries: parked in the state file with their error, never lost, retried or dropped;
-``max_parked`` stops a consumer before a broken handler parks the whole feed; the status of a
-consumer (checkpoint, head as last seen, lag, parked count). Through the library against the
-real app in-process, and through ``simplefeed consume`` / ``simplefeed consumer`` against the
-real app on a socket.
+"""Failed entries are parked with their error, never lost, and later retried or dropped.
+
+The state file keeps each parked entry with its error. ``max_parked`` stops a consumer before
+a broken handler parks the whole feed. A consumer's status shows the checkpoint, the head as
+last seen, the lag and the parked count. The tests go through the library against the real
+app in-process. They also go through ``simplefeed consume`` and ``simplefeed consumer``
+against the real app on a socket.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from tests.test_client_live import LiveServer
 
 @pytest.fixture
 def database_url(tmp_path: Path, sqlite_template: Path) -> str:
-    """SQLite only: parking is the consumer's state file's business, not the server's."""
+    """Return a SQLite database only, because parking is the state file's business."""
     path = tmp_path / "simplefeed.sqlite3"
     shutil.copyfile(sqlite_template, path)
     return f"sqlite:///{path}"
@@ -71,12 +73,12 @@ def test_parked_entries_are_kept_with_their_error_and_the_walk_goes_on(
         assert consumer.run(handler) == 9
     assert handled == [1, 2, 4, 5, 6, 8, 9]
     assert stored_checkpoint(state) == Checkpoint(ids[8], 9, "http://feeds.example.test/pages/2")
-    with make_consumer(server, state, clock, on_error="park") as consumer:  # a restart
+    with make_consumer(server, state, clock, on_error="park") as consumer:  # A restart.
         parked = consumer.parked()
         assert [(p.seq, p.entry_id, p.attempts) for p in parked] == [(3, ids[2], 1), (7, ids[6], 1)]
         assert parked[0].error == "ValueError: cannot handle 3"
         assert FeedEntry.from_json(parked[0].entry).title == "event 3"
-        # Retried: 3 now succeeds and is forgotten, 7 fails again and stays.
+        # Retried, 3 now succeeds and is forgotten. 7 fails again and stays.
         retried: list[int] = []
         _, still_failing = failing_on(7)
 
@@ -95,10 +97,13 @@ def test_parked_entries_are_kept_with_their_error_and_the_walk_goes_on(
 def test_a_retry_holds_the_state_file_as_a_consumer_does(
     core: Simplefeed, server: CountingApp, clock: FakeClock, tmp_path: Path
 ) -> None:
-    """Two retries at once (two `simplefeed consumer retry`, or one beside a running consumer)
-    each handled every parked entry: 267 parked entries, 533 handler runs (a library user's
-    trial). A retry takes the right to process that a consumer takes, and is refused while
-    another holds it."""
+    """A retry holds the state file as a consumer does.
+
+    Two retries may run at once: two `simplefeed consumer retry`, or one beside a running
+    consumer. Each would handle every parked entry, so 267 parked entries would take 533
+    handler runs. So a retry takes the right to process, as a consumer does. It is refused
+    while another holds it.
+    """
     state = tmp_path / "state.sqlite3"
     publish(core, 4)
     _, handler = failing_on(2, 3)
@@ -115,9 +120,9 @@ def test_a_retry_holds_the_state_file_as_a_consumer_does(
         assert first.retry(handle_and_retry_again) == (2, 0)
         assert handled == [2, 3]
         publish(core, 1)
-        clock.advance(60)  # past the entry point's max-age
+        clock.advance(60)  # Past the entry point's max-age.
         stream = other.entries()
-        assert next(stream).seq == 5  # a consumer running: no retry meanwhile
+        assert next(stream).seq == 5  # A consumer is running, so no retry meanwhile.
         with pytest.raises(StateError, match="is processing from this state file"):
             first.retry(handled.append)
         stream.close()
@@ -134,8 +139,8 @@ def test_max_parked_stops_before_the_entry_that_would_pass_it(
         with pytest.raises(TooManyParked) as info:
             consumer.run(handler)
         assert info.value.entry.seq == 5 and info.value.limit == 1
-        # The library names its parameter, the command its flag (see
-        # test_the_commands_park_list_retry_drop_and_report).
+        # The library names its parameter, and the command its flag. See
+        # test_the_commands_park_list_retry_drop_and_report.
         assert str(info.value).endswith("; 1 entry is parked already (max_parked)")
         assert [p.seq for p in consumer.parked()] == [3]
     assert handled == [1, 2, 4]
@@ -161,8 +166,11 @@ def test_status_tells_checkpoint_head_lag_and_parked(
 def test_status_after_a_page_froze_shows_the_newest_entry_processed_as_the_head(
     core: Simplefeed, server: CountingApp, clock: FakeClock, tmp_path: Path
 ) -> None:
-    """Pages of five: after 3 then 2 more entries, the page is archived and the entry point
-    holds none. The head as last seen was still entry 3's (behind the checkpoint on 5)."""
+    """Status after a page is archived shows the newest entry processed as the head.
+
+    Pages hold five. After 3 and then 2 more entries, the page is archived, and the entry point
+    holds none. The head as last seen must not stay entry 3, behind the checkpoint on 5.
+    """
     state = tmp_path / "state.sqlite3"
     publish(core, 3)
     with make_consumer(server, state, clock) as consumer:
@@ -209,11 +217,11 @@ def test_the_commands_park_list_retry_drop_and_report(live: LiveServer, tmp_path
     assert status["lag"] == 0 and status["parked"] == 2
     text = cli("consumer", "status", "--state", state).stdout
     assert "lag         0" in text and "parked      2" in text
-    # Retry fails again for both: exit 3, still parked, attempts counted.
+    # Retry fails again for both. Exit 3, still parked, and the attempts counted.
     failed = cli("consumer", "retry", "--state", state, "--exec", command)
     assert failed.exit_code == 3
     assert "0 succeeded, 2 failed" in failed.stderr
-    # One by id, with a handler that now works; the other is dropped.
+    # One is retried by id, with a handler that now works. The other is dropped.
     ok = CliRunner(env={"OK": "1"}).invoke(
         main, ["consumer", "retry", "--state", state, "--exec", command, ids[1]]
     )
@@ -222,7 +230,8 @@ def test_the_commands_park_list_retry_drop_and_report(live: LiveServer, tmp_path
     assert cli("consumer", "drop", "--state", state, ids[3]).exit_code == 2
     none_left = cli("consumer", "parked", "--state", state)
     assert none_left.stdout == "" and none_left.stderr == "no parked entries\n"
-    # --max-parked 0: the first failure stops the run (exit 3), the checkpoint before it.
+    # With --max-parked 0, the first failure stops the run (exit 3). The checkpoint stays
+    # before it.
     live.publish(2)
     failing = f"{sys.executable} -c 'import sys; sys.exit(1)'"
     stopped = cli(
@@ -231,7 +240,7 @@ def test_the_commands_park_list_retry_drop_and_report(live: LiveServer, tmp_path
     )
     assert stopped.exit_code == 3, stopped.stderr
     assert "; 0 entries are parked already (--max-parked)" in stopped.stderr
-    assert "max_parked" not in stopped.stderr  # the library's name, not the command's
+    assert "max_parked" not in stopped.stderr  # The library's name, not the command's.
     with StateFile(state) as file:
         checkpoint = file.load_checkpoint(live.recent)
     assert checkpoint is not None and checkpoint.seq == 6
@@ -239,10 +248,14 @@ def test_the_commands_park_list_retry_drop_and_report(live: LiveServer, tmp_path
 
 
 def test_a_handler_that_cannot_be_run_parks_nothing(live: LiveServer, tmp_path: Path) -> None:
-    """A newcomer's trial: ``--exec ./handle-entyr --on-error park`` parked every entry of the
-    feed ("could not be run: No such file or directory") and exited 0. A program that is not
-    there is a usage error before any request; one that is there but cannot be run (an
-    executable file that is no program) stops at the first entry, exit 3, nothing parked."""
+    """A handler that cannot be run parks nothing.
+
+    A mistyped ``--exec ./handle-entyr --on-error park`` must not park every entry of the feed
+    ("could not be run: No such file or directory") and exit 0. A program that is not there is
+    a usage error before any request. One that is there but cannot be run stops at the first
+    entry, with exit 3 and nothing parked. An executable file that is no program is such a
+    case.
+    """
     state = tmp_path / "state.sqlite3"
     live.publish(3)
     missing = cli(
@@ -270,14 +283,17 @@ def test_a_handler_that_cannot_be_run_parks_nothing(live: LiveServer, tmp_path: 
 
 
 def test_status_and_parked_read_a_state_file_as_it_is(live: LiveServer, tmp_path: Path) -> None:
-    """`consumer status` upgraded an older release's state file (schema 2) in place, and that
-    release's consumer then refused it ("schema 3 is newer than this version understands"):
-    an operator looking, with the new release, at a consumer not yet upgraded broke it (an
-    upgrade trial). The two reading commands open the file read-only."""
+    """`status` and `parked` read a state file as it is.
+
+    An operator may look with the new release at a consumer not yet upgraded. If `consumer
+    status` upgraded that state file (schema 2) in place, the older consumer would refuse it:
+    "schema 3 is newer than this version understands". So the two reading commands open the
+    file read-only.
+    """
     state = tmp_path / "state.sqlite3"
     live.publish(3)
     assert cli("consume", live.recent, "--state", str(state), "--jsonl").exit_code == 0
-    with sqlite3.connect(state) as db:  # as a schema-2 file is: bodies decoded, no coding
+    with sqlite3.connect(state) as db:  # As a schema-2 file is: bodies decoded, no coding.
         db.execute("DELETE FROM documents")
         db.execute("ALTER TABLE documents DROP COLUMN coding")
         db.execute("PRAGMA user_version=2")
@@ -292,8 +308,11 @@ def test_status_and_parked_read_a_state_file_as_it_is(live: LiveServer, tmp_path
 
 
 def test_status_of_a_state_file_no_consumer_has_run_on_says_so(tmp_path: Path) -> None:
-    """It printed nothing and exited 0, which reads as a command that did nothing; with
-    --json it still did: now an entry point's object, nothing known."""
+    """Status of a state file that no consumer has run on says so.
+
+    Printing nothing and exiting 0 reads as a command that did nothing. With --json, it
+    prints an entry point's object with nothing known.
+    """
     state = tmp_path / "state.sqlite3"
     StateFile(state).close()
     done = cli("consumer", "status", "--state", str(state))
@@ -314,9 +333,12 @@ def test_status_of_a_state_file_no_consumer_has_run_on_says_so(tmp_path: Path) -
 
 @pytest.mark.parametrize("as_json", [[], ["--json"]])
 def test_parked_with_nothing_parked_says_so_on_stderr(tmp_path: Path, as_json: list[str]) -> None:
-    """It printed nothing: no entry parked read as a command that did nothing. Standard output
-    stays empty (JSON lines of no entry are no lines: a `[]` would be a line no reader of
-    parked entries takes)."""
+    """`parked` with nothing parked says so on stderr.
+
+    Printing nothing at all reads as a command that did nothing. Standard output stays empty,
+    because JSON lines of no entry are no lines. A `[]` would be a line that no reader of
+    parked entries takes.
+    """
     state = tmp_path / "state.sqlite3"
     StateFile(state).close()
     done = cli("consumer", "parked", "--state", str(state), *as_json)
@@ -328,7 +350,10 @@ def test_parked_with_nothing_parked_says_so_on_stderr(tmp_path: Path, as_json: l
     "command", [["status"], ["parked"], ["retry", "--exec", "true"], ["drop", "urn:x:1"]]
 )
 def test_the_commands_never_create_a_state_file(tmp_path: Path, command: list[str]) -> None:
-    """A state file that does not exist is a usage error naming it, and stays so."""
+    """The commands never create a state file.
+
+    A state file that does not exist is a usage error naming it, and it stays absent.
+    """
     state = tmp_path / "none.sqlite3"
     name, *rest = command
     done = cli("consumer", name, "--state", str(state), *rest)
@@ -339,7 +364,10 @@ def test_the_commands_never_create_a_state_file(tmp_path: Path, command: list[st
 
 @pytest.mark.parametrize("on_error", [[], ["--on-error", "stop"]])
 def test_max_parked_without_park_is_a_usage_error(tmp_path: Path, on_error: list[str]) -> None:
-    """It was taken silently, as if it bounded failures that stop at the first."""
+    """--max-parked without park is a usage error.
+
+    Taken silently, it would seem to bound failures that stop at the first anyway.
+    """
     state = tmp_path / "state.sqlite3"
     done = cli(
         *("consume", "http://127.0.0.1:9/recent", "--state", str(state)),
@@ -364,9 +392,12 @@ def test_max_parked_without_park_is_a_usage_error(tmp_path: Path, on_error: list
 def test_a_damaged_value_in_a_state_file_is_exit_6(
     live: LiveServer, tmp_path: Path, damage: str, commands: tuple[str, ...]
 ) -> None:
-    """A state file edited by hand or by another program: each command said "a bug" (exit 70)
-    with a traceback of a ValueError, JSONDecodeError, KeyError or AttributeError (a
-    reviewer's trial). Now one line naming what is damaged, exit 6."""
+    """A damaged value in a state file is exit 6.
+
+    A state file may be edited by hand or by another program. No command may then say "a bug"
+    (exit 70) with a traceback of a ValueError, JSONDecodeError, KeyError or AttributeError.
+    Each says what is damaged in one line, and exits 6.
+    """
     state = str(tmp_path / "state.sqlite3")
     live.publish(3)
     handler = (
@@ -389,7 +420,7 @@ def test_a_damaged_value_in_a_state_file_is_exit_6(
 
 
 def _empty_sqlite_database(path: Path) -> None:
-    """An SQLite database without a table (created, then its one table dropped)."""
+    """Make an SQLite database without a table, by creating one table and dropping it."""
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         db.executescript("CREATE TABLE t (x); DROP TABLE t;")
 
@@ -402,10 +433,13 @@ def _empty_sqlite_database(path: Path) -> None:
 def test_an_empty_file_is_a_state_file_no_consumer_has_run_on(
     live: LiveServer, tmp_path: Path, make: Callable[[Path], None]
 ) -> None:
-    """`touch consumer.sqlite3`: `consumer status` and `parked` said "read failed: no such
-    table: checkpoints" (exit 6, a newcomer's trial). SQLite takes an empty file as an empty
-    database, and so does the consumer: the commands read it as a state file no consumer has
-    run on, leaving it as it is, and `consume` makes it one."""
+    """An empty file is a state file that no consumer has run on.
+
+    After `touch consumer.sqlite3`, `consumer status` and `parked` must not say "read failed:
+    no such table: checkpoints" (exit 6). SQLite takes an empty file as an empty database, and
+    so does the consumer. The commands read it as a state file that no consumer has run on, and
+    leave it as it is. `consume` makes it one.
+    """
     state = tmp_path / "consumer.sqlite3"
     make(state)
     before = state.read_bytes()
@@ -469,8 +503,11 @@ def _another_database(path: Path) -> None:
 def test_a_file_that_is_not_a_state_file_is_one_line_and_exit_6(
     tmp_path: Path, make: Callable[[Path], None], says: str, command: list[str]
 ) -> None:
-    """Each command says what the file is not, on one line, exit 6, before any request, and
-    leaves the file as it was."""
+    """A file that is not a state file is one line and exit 6.
+
+    Each command says what the file is not, on one line, before any request. It exits 6, and
+    leaves the file as it was.
+    """
     state = tmp_path / "consumer.sqlite3"
     make(state)
     before = state.read_bytes()

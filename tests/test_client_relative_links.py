@@ -1,10 +1,10 @@
-"""Relative links, which RFC 4287 allows (its IRIs are references, resolved against
-``xml:base`` and the document's URL, RFC 3986 5.1), walked by the consumer.
+"""The consumer walks relative links, which RFC 4287 allows.
 
-A server other than Simplefeed may write ``<link rel="prev-archive" href="?page=3"/>`` or put
-an ``xml:base`` on its feed: the consumer refused such a feed with "a link to another origin
-than the entry point's". Real sockets on 127.0.0.1 (the hostile server's fixture, playing a
-well-behaved server here); every run bounded in time.
+RFC 4287's IRIs are references, resolved against ``xml:base`` and the document's URL (RFC 3986
+5.1). A server other than Simplefeed may write ``<link rel="prev-archive" href="?page=3"/>``,
+or put an ``xml:base`` on its feed. The consumer must not refuse such a feed with "a link to
+another origin than the entry point's". The tests use real sockets on 127.0.0.1. The hostile
+server's fixture plays a well-behaved server here. Every run is bounded in time.
 """
 
 from __future__ import annotations
@@ -32,9 +32,11 @@ FEED = (
 
 
 def document(seqs: list[int], links: dict[str, str], *, archive: bool, base: str = "") -> bytes:
-    """A document holding the entries ``seqs`` (newest first as written), its links by rel
-    written as given, the ``prev-archive`` one with the digest in ``links["sha"]``; each entry
-    with a relative ``alternate`` link ``e/<seq>``."""
+    """Return a document that holds the entries ``seqs``, written newest first.
+
+    Its links by rel are written as given. The ``prev-archive`` link carries the digest in
+    ``links["sha"]``. Each entry has a relative ``alternate`` link ``e/<seq>``.
+    """
     written = "".join(
         f'<link rel="{rel}" href="{href}"'
         + (f' sf:sha256="{links["sha"]}"' if rel == "prev-archive" else "")
@@ -59,9 +61,12 @@ def document(seqs: list[int], links: dict[str, str], *, archive: bool, base: str
 
 
 def relative_feed(server: Hostile) -> tuple[str, dict[str, bytes]]:
-    """An entry point ``/feed/recent`` and two archived pages ``/feed/archive?page=1`` and
-    ``?page=2``, every link relative: the pages' links are query-only references, the
-    entry point's path-relative. The entry point's URL and the documents by path."""
+    """Return the entry point's URL, and the documents by path, of a feed with relative links.
+
+    The feed has an entry point ``/feed/recent``, and two archived pages
+    ``/feed/archive?page=1`` and ``?page=2``. Every link is relative. The pages' links are
+    query-only references, and the entry point's are path-relative.
+    """
     p1 = document(
         [1, 2],
         {"self": "?page=1", "next-archive": "?page=2"},
@@ -96,10 +101,14 @@ def relative_feed(server: Hostile) -> tuple[str, dict[str, bytes]]:
 def test_a_feed_whose_links_are_relative_is_walked(
     hostile: Callable[..., Hostile], tmp_path: Path, parser: str
 ) -> None:
-    """Every entry once, oldest first; the checkpoint names the archived page by its absolute
-    URL; a second run finds nothing new. ``?page=2``'s links are relative to its
-    ``xml:base`` (``archive``, itself relative to the page's URL): its ``next-archive`` of
-    ``recent`` is ``/feed/recent``, and its ``prev-archive`` ``/feed/archive?page=1``."""
+    """A feed whose links are relative is walked.
+
+    Every entry comes once, oldest first. The checkpoint names the archived page by its
+    absolute URL. A second run finds nothing new. ``?page=2``'s links are relative to its
+    ``xml:base``, which is ``archive``, itself relative to the page's URL. So its
+    ``next-archive`` of ``recent`` is ``/feed/recent``. Its ``prev-archive`` is
+    ``/feed/archive?page=1``.
+    """
     server = hostile({})
     url, _ = relative_feed(server)
     state = tmp_path / "s.sqlite3"
@@ -120,9 +129,12 @@ def test_a_feed_whose_links_are_relative_is_walked(
 def test_a_resume_on_a_relative_archived_page_walks_back_to_it(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """The library stopped by a handler failing on entry 3 (checkpoint on entry 2, on
-    ``/feed/archive?page=1``, named by its resolved URL) resumes from there: 3, 4 and 5,
-    nothing twice."""
+    """A resume on a relative archived page walks back to it.
+
+    A handler that fails on entry 3 stops the library. The checkpoint is on entry 2, on
+    ``/feed/archive?page=1``, named by its resolved URL. The library resumes from there with
+    3, 4 and 5, and nothing twice.
+    """
     server = hostile({})
     url, _ = relative_feed(server)
     state = tmp_path / "s.sqlite3"
@@ -144,7 +156,10 @@ def test_a_resume_on_a_relative_archived_page_walks_back_to_it(
 
 
 def test_links_are_resolved_against_xml_base_and_the_document_url() -> None:
-    """Feed links and entry links alike; an absolute link is left as written."""
+    """Links are resolved against xml:base and the document's URL.
+
+    That holds for feed links and entry links alike. An absolute link is left as written.
+    """
     body = document(
         [7],
         {"self": "https://other.example/x", "prev-archive": "../old/3", "sha": "0" * 64},

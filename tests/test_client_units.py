@@ -1,5 +1,8 @@
-"""The consumer's pure parts and its state file: polling intervals, parsing real rendered
-documents (and bytes that are not Atom), walking over pages held in memory, the SQLite state."""
+"""The consumer's pure parts and its state file.
+
+These tests cover polling intervals, and parsing real rendered documents and bytes that are
+not Atom. They walk over pages held in memory, and check the SQLite state.
+"""
 
 from __future__ import annotations
 
@@ -57,7 +60,7 @@ def test_interval_stays_within_bounds_and_never_below_max_age() -> None:
     assert next_interval(policy, 1, 5) == 1
     assert next_interval(policy, 30, 0) == 30
     assert next_interval(policy, 1, 5, max_age=10) == 10
-    assert next_interval(policy, 30, 0, max_age=120) == 120  # max-age beats max_interval
+    assert next_interval(policy, 30, 0, max_age=120) == 120  # Max-age beats max_interval.
     assert next_interval(policy, 4, 0, max_age=0) == 6
 
 
@@ -81,8 +84,11 @@ def test_poll_policy_rejects_nonsense(kwargs: dict[str, float]) -> None:
 def test_seconds_that_are_not_finite_are_refused_by_the_library(
     value: float, tmp_path: Path
 ) -> None:
-    """NaN makes every comparison with a deadline false (a response's time unbounded), and an
-    infinite wait never ends: the library refuses both, as the command does."""
+    """Seconds that are not finite are refused by the library.
+
+    NaN makes every comparison with a deadline false, which leaves a response's time unbounded.
+    An infinite wait never ends. The library refuses both, as the command does.
+    """
     with pytest.raises(ValueError, match="finite"):
         Bounds(max_seconds=value)
     with pytest.raises(ValueError, match="finite"):
@@ -129,7 +135,7 @@ def render(kind: DocumentKind, number: int, entries: list[Entry]) -> bytes:
         updated_us=entries[-1].updated_us if entries else T0,
         links=paging.links(urls, kind, number),
         locator_base=urls.locator_base,
-        entries=tuple(reversed(entries)),  # documents hold entries newest first
+        entries=tuple(reversed(entries)),  # Documents hold entries newest first.
     )
     return atom.render(doc)
 
@@ -150,12 +156,12 @@ def test_parse_an_archived_page() -> None:
         "next-archive": f"{BASE}/pages/3",
     }
     assert page.permanent_url == f"{BASE}/pages/2"
-    assert [e.seq for e in page.entries] == [4, 5, 6]  # oldest first
+    assert [e.seq for e in page.entries] == [4, 5, 6]  # Oldest first.
     assert [e.id for e in page.entries] == ["urn:test:4", "urn:test:5", "urn:test:6"]
     json_entry, html_entry, linked = page.entries
-    assert json_entry.content == {"amount": 3, "note": "é"}  # the JSON value
+    assert json_entry.content == {"amount": 3, "note": "é"}  # The JSON value.
     assert json_entry.content_type == "application/json"
-    assert json_entry.summary is None  # none invented for JSON (carried as text)
+    assert json_entry.summary is None  # None is invented for JSON, carried as text.
     assert html_entry.content == "<b>hi</b>" and html_entry.content_type == "html"
     assert linked.links[0].href == "http://shop.test/o/6"
     assert linked.links[0].rel == "related" and linked.links[0].title == "order"
@@ -198,7 +204,7 @@ GOOD = render("archive", 1, [make_entry(1), make_entry(2), make_entry(3)])
     [
         (b"this is not xml <<<", "SAXParseException"),
         (b'{"error": "oops"}', "SAXParseException"),
-        (GOOD[: len(GOOD) // 2], "SAXParseException"),  # truncated: feedparser still found entries
+        (GOOD[: len(GOOD) // 2], "SAXParseException"),  # Cut short, yet feedparser finds entries.
         (b"", "no Atom feed element"),
         (b"<html><body><h1>502 Bad Gateway</h1></body></html>", "no Atom feed element"),
         (b'<?xml version="1.0"?><foo xmlns="urn:x"/>', "no Atom feed element"),
@@ -248,7 +254,7 @@ def test_atom_that_breaks_the_protocol_raises_malformed_page(
 
 
 class Pages:
-    """A page source from a dict: URL -> parsed page; records what was asked for."""
+    """A page source from a dict of URL to parsed page, which records what was asked for."""
 
     def __init__(self, pages: dict[str, Page]) -> None:
         self.pages = pages
@@ -260,7 +266,7 @@ class Pages:
 
 
 def feed_pages(head_seq: int, size: int = 3) -> tuple[Page, Pages]:
-    """The documents of a feed with ``head_seq`` entries, as the server renders them."""
+    """Return the documents of a feed with ``head_seq`` entries, as the server renders them."""
     entries = [make_entry(s) for s in range(1, head_seq + 1)]
     working = paging.working_page(head_seq, size)
     pages: dict[str, Page] = {}
@@ -281,13 +287,13 @@ def seqs(head: Page, source: Pages, checkpoint: Checkpoint | None) -> list[int]:
 def test_first_walk_goes_back_to_the_first_page_and_forward() -> None:
     head, source = feed_pages(10)
     assert seqs(head, source, None) == list(range(1, 11))
-    # Back through prev-archive, holding one page at a time; forward again through
-    # next-archive (the consumer's source serves archived pages from its cache).
+    # Back through prev-archive, holding one page at a time. Then forward again through
+    # next-archive. The consumer's source serves archived pages from its cache.
     assert source.asked == [f"{BASE}/pages/{n}" for n in (3, 2, 1, 2, 3)]
 
 
 class Outlines(Pages):
-    """A page source that also gives outlines (as the consumer's does)."""
+    """A page source that also gives outlines, as the consumer's does."""
 
     def __init__(self, pages: dict[str, Page]) -> None:
         super().__init__(pages)
@@ -316,9 +322,9 @@ def test_resume_walks_back_to_the_checkpoints_page_then_forward() -> None:
     head, pages = feed_pages(14)
     source = Outlines(pages.pages)
     assert seqs(head, source, Checkpoint("urn:test:5", 5, f"{BASE}/pages/2")) == list(range(6, 15))
-    # Back from head to the checkpoint's page through outlines (each checked against the
-    # digest chain anchored at head), then forward through next-archive, every page checked
-    # against the chain again; head stands in for the page its via names.
+    # Back from head to the checkpoint's page through outlines. Each is checked against the
+    # digest chain anchored at head. Then forward through next-archive, with every page
+    # checked against the chain again. Head stands in for the page its via names.
     assert source.outlined == [f"{BASE}/pages/{n}" for n in (4, 3, 2)]
     assert source.asked == [f"{BASE}/pages/{n}" for n in (2, 3, 4)]
 
@@ -334,12 +340,12 @@ def test_vanished_entry_loop_and_gap() -> None:
     head, source = feed_pages(9)
     with pytest.raises(LastEntryVanished):
         list(new_entries(source, head, Checkpoint("urn:test:404", 4, f"{BASE}/pages/2")))
-    # Position is found by id and sequence number: the id at another number is an error.
+    # Position is found by id and sequence number, so the id at another number is an error.
     with pytest.raises(RepeatedEntry) as repeated:
         list(new_entries(source, head, Checkpoint("urn:test:5", 3, f"{BASE}/pages/2")))
     assert (repeated.value.expected, repeated.value.found) == (3, 5)
     page2 = source.pages[f"{BASE}/pages/2"]
-    source.pages[page2.url] = replace(page2, entries=page2.entries[1:])  # without entry 4
+    source.pages[page2.url] = replace(page2, entries=page2.entries[1:])  # Without entry 4.
     with pytest.raises(SequenceGap) as gap:
         list(new_entries(source, head, Checkpoint("urn:test:3", 3, f"{BASE}/pages/1")))
     assert (gap.value.expected, gap.value.found) == (4, 5)
@@ -356,7 +362,7 @@ def test_vanished_entry_loop_and_gap() -> None:
 
 
 def test_starting_point_is_the_newest_entry_or_before_the_first() -> None:
-    head, source = feed_pages(6)  # the recent document is empty: page 2 just froze
+    head, source = feed_pages(6)  # The recent document is empty. Page 2 was just archived.
     assert head.entries == ()
     assert starting_point(source, head) == Checkpoint("urn:test:6", 6, f"{BASE}/pages/2")
     empty_head, empty = feed_pages(0)
@@ -366,25 +372,30 @@ def test_starting_point_is_the_newest_entry_or_before_the_first() -> None:
 
 
 def test_parting_finds_the_last_entry_read_that_the_feed_holds_as_read() -> None:
-    """A feed of 14 (urn:test:N at N) against what a consumer read: where they part."""
-    head, pages = feed_pages(14)  # pages 1-4 of 3, 13 and 14 on the working page
+    """Parting finds the last entry read that the feed holds as read.
+
+    A feed of 14 entries, urn:test:N at N, is set against what a consumer read. Parting says
+    where they part.
+    """
+    head, pages = feed_pages(14)  # Pages 1-4 of 3. 13 and 14 on the working page.
     source = Outlines(pages.pages)
     read = {n: f"urn:test:{n}" for n in range(6, 15)}
-    assert parting(source, head, read) == Parting(14, ())  # all held: nothing lost
-    assert source.asked == [f"{BASE}/pages/{n}" for n in (4, 3, 2)]  # back to 6's page only
+    assert parting(source, head, read) == Parting(14, ())  # All held, so nothing lost.
+    assert source.asked == [f"{BASE}/pages/{n}" for n in (4, 3, 2)]  # Back to 6's page only.
     other = read | {10: "urn:lost:10", 11: "urn:lost:11", 12: "urn:lost:12", 13: "urn:lost:13"}
     lost = ((10, "urn:lost:10"), (11, "urn:lost:11"), (12, "urn:lost:12"), (13, "urn:lost:13"))
     assert parting(source, head, other) == Parting(9, (*lost, (14, "urn:test:14")))
-    # The lowest number held otherwise counts, not an entry held as read past it (12 here).
+    # The lowest number held otherwise counts. An entry held as read past it (12 here) does not.
     assert parting(source, head, read | {10: "urn:lost:10"}).agreed == 9
-    # Read past the feed's newest entry: those are lost, the rest held.
+    # Read past the feed's newest entry. Those are lost, and the rest are held.
     beyond = read | {15: "urn:lost:15", 16: "urn:lost:16"}
     assert parting(source, head, beyond) == Parting(14, ((15, "urn:lost:15"), (16, "urn:lost:16")))
-    # Not even the oldest entry remembered is held as read: where they part is not known.
+    # Not even the oldest entry remembered is held as read. So where they part is not known.
     assert parting(source, head, {6: "urn:x:6", 7: "urn:test:7"}) == Parting(
         None, ((6, "urn:x:6"), (7, "urn:test:7"))
     )
-    # A feed behind every entry read (restored to fewer entries than the oldest remembered).
+    # A feed behind every entry read. It was restored to fewer entries than the oldest
+    # remembered.
     short, shorter = feed_pages(4)
     assert parting(shorter, short, {6: "urn:test:6"}) == Parting(None, ((6, "urn:test:6"),))
 
@@ -395,9 +406,12 @@ def test_parting_finds_the_last_entry_read_that_the_feed_holds_as_read() -> None
 def test_the_state_file_remembers_the_last_entries_processed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the checkpoint, in its transaction: the entries it covers, a row a run; the
-    oldest runs beyond the bound, and the entries past a checkpoint moved back, are
-    forgotten."""
+    """The state file remembers the last entries processed.
+
+    It writes the entries a checkpoint covers in the checkpoint's transaction, one row a run.
+    The oldest runs beyond the bound are forgotten. So are the entries past a checkpoint that
+    moved back.
+    """
     monkeypatch.setattr("simplefeed.client.state.PROCESSED_KEPT", 5)
     url = f"{BASE}/recent"
     path = tmp_path / "state.sqlite3"
@@ -414,14 +428,14 @@ def test_the_state_file_remembers_the_last_entries_processed(
         assert state.processed(url) == dict(ids(1, 2, 3))
         state.save_checkpoint(url, cp(5), 2.0, ids(4, 5))
         state.save_checkpoint(url, cp(9), 2.0, ids(6, 7, 8, 9))
-        assert list(state.processed(url)) == [4, 5, 6, 7, 8, 9]  # 1-3: older than the last 5
+        assert list(state.processed(url)) == [4, 5, 6, 7, 8, 9]  # 1-3 are older than the last 5.
         assert state.processed_id(url, 7) == "urn:test:7"
         assert state.processed_id(url, 3) is None
-        state.save_checkpoint(url, cp(7), 3.0)  # moved back (a reset): 8 and 9 forgotten
+        state.save_checkpoint(url, cp(7), 3.0)  # Moved back by a reset. 8 and 9 are forgotten.
         assert state.processed(url) == dict(ids(4, 5, 6, 7))
         state.save_checkpoint(url, cp(5), 3.0)
         assert state.processed(url) == dict(ids(4, 5))
-        state.save_checkpoint(url, cp(9), 4.0, [*ids(6, 7), (9, "urn:test:9")])  # 8 skipped
+        state.save_checkpoint(url, cp(9), 4.0, [*ids(6, 7), (9, "urn:test:9")])  # 8 skipped.
         assert state.processed(url) == dict(ids(4, 5, 6, 7, 9))
         state.clear_checkpoint(url)
         assert state.processed(url) == {}
@@ -435,10 +449,13 @@ def test_the_state_file_remembers_the_last_entries_processed(
 
 
 def test_a_checkpoint_costs_the_same_however_many_entries_are_remembered(tmp_path: Path) -> None:
-    """With a checkpoint an entry (the default), the state file holds a run a checkpoint, up to
-    10,000: writing the next checkpoint and looking an entry up find their runs by the key. The
-    cost is counted in SQLite's own steps (its progress handler), not timed: the forgetting of
-    old runs read every row by its last number, and a save went from 0.13 to 0.45 ms."""
+    """A checkpoint costs the same however many entries are remembered.
+
+    By default there is a checkpoint an entry. The state file then holds a run a checkpoint, up
+    to 10,000. Writing the next checkpoint, and looking an entry up, find their runs by the key.
+    The cost is counted in SQLite's own steps (its progress handler), not timed. Forgetting old
+    runs must not read every row by its last number. That took a save from 0.13 to 0.45 ms.
+    """
     url = f"{BASE}/recent"
 
     def steps(state: StateFile, seq: int) -> tuple[int, int]:
@@ -475,8 +492,11 @@ def test_a_checkpoint_costs_the_same_however_many_entries_are_remembered(tmp_pat
 
 
 def test_a_damaged_run_of_entries_remembered_is_said(tmp_path: Path) -> None:
-    """A run whose ids do not match its numbers (a file edited by hand) is a StateError naming
-    it, not an internal error, however it is read."""
+    """A damaged run of remembered entries is said.
+
+    A file edited by hand may hold a run whose ids do not match its numbers. However it is
+    read, that is a StateError naming the run, not an internal error.
+    """
     url = f"{BASE}/recent"
     path = tmp_path / "state.sqlite3"
     with StateFile(path) as state:
@@ -498,8 +518,11 @@ def test_a_damaged_run_of_entries_remembered_is_said(tmp_path: Path) -> None:
 
 
 def test_a_checkpoint_and_the_entries_it_covers_are_written_together(tmp_path: Path) -> None:
-    """A write that fails part way (here the entries', after the checkpoint's) leaves
-    neither: the checkpoint never covers entries the file does not remember."""
+    """A checkpoint and the entries it covers are written together.
+
+    A write that fails part way leaves neither. Here the entries' write fails, after the
+    checkpoint's. The checkpoint never covers entries that the file does not remember.
+    """
     url = f"{BASE}/recent"
     path = tmp_path / "state.sqlite3"
     first = Checkpoint("urn:test:1", 1, f"{BASE}/pages/1")
@@ -542,8 +565,12 @@ def test_state_file_keeps_checkpoints_and_documents_across_reopening(tmp_path: P
 def test_a_state_file_is_created_but_never_its_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A mistyped directory made a new, empty state file there (the directories with it), and
-    the consumer read the whole history again: refused now, naming the directory."""
+    """A state file is created, but never its directory.
+
+    A mistyped directory would get a new, empty state file, with the directories made along.
+    The consumer would then read the whole history again. So it is refused, naming the
+    directory.
+    """
     missing = tmp_path / "typo" / "deeper"
     words = f"no such directory: {missing} (a state file is created only in a directory"
     with pytest.raises(StateError, match=re.escape(words)):
@@ -551,14 +578,17 @@ def test_a_state_file_is_created_but_never_its_directory(
     with pytest.raises(StateError, match=re.escape(words)):
         Consumer(f"{BASE}/recent", missing / "state.sqlite3")
     assert not (tmp_path / "typo").exists()
-    monkeypatch.chdir(tmp_path)  # a bare file name: the working directory's
+    monkeypatch.chdir(tmp_path)  # A bare file name is in the working directory.
     StateFile("state.sqlite3").close()
     assert (tmp_path / "state.sqlite3").is_file()
 
 
 def test_a_version_2_state_file_is_read_and_upgraded(tmp_path: Path) -> None:
-    """Version 2 kept bodies decoded, in a table without ``coding``: its rows read as
-    ``identity``, and the file takes encoded bodies from then on."""
+    """A version 2 state file is read and upgraded.
+
+    Version 2 kept bodies decoded, in a table without ``coding``. Its rows read as
+    ``identity``, and the file takes encoded bodies from then on.
+    """
     path = tmp_path / "state.sqlite3"
     with sqlite3.connect(path) as db:
         db.executescript(
@@ -619,8 +649,11 @@ def file_state(path: Path) -> tuple[list[str], int, int, str]:
     ids=["another application's tables", "another application's id"],
 )
 def test_another_applications_database_is_refused_untouched(tmp_path: Path, setup: str) -> None:
-    """`--state` given the service's own database put the consumer's tables, WAL mode and
-    schema version in it (and so into what alembic checks)."""
+    """Another application's database is refused, and left untouched.
+
+    Given the service's own database as `--state`, the consumer would put its tables, WAL mode
+    and schema version there. Alembic checks that database.
+    """
     path = tmp_path / "other.sqlite3"
     with sqlite3.connect(path) as db:
         db.executescript(setup)
@@ -632,7 +665,10 @@ def test_another_applications_database_is_refused_untouched(tmp_path: Path, setu
 
 
 def test_a_state_file_is_marked_as_one(tmp_path: Path) -> None:
-    """New files, and files of before the mark, carry the consumer's application id."""
+    """A state file is marked as one.
+
+    New files, and files from before the mark, carry the consumer's application id.
+    """
     path = tmp_path / "state.sqlite3"
     with StateFile(path):
         pass
@@ -651,9 +687,12 @@ def test_a_state_file_is_marked_as_one(tmp_path: Path) -> None:
 
 
 def test_every_type_the_consumer_s_methods_take_or_give_is_exported() -> None:
-    """`Consumer.status()` gave a `Status`, `parked()` `Parked`s with a `Head` beside, and the
-    `progress` callback a `Progress`, none importable from `simplefeed.client`: annotating
-    them needed the modules its docstring says may change (a library user's trial)."""
+    """Every type the consumer's methods take or give is exported.
+
+    `Consumer.status()` gives a `Status`. `parked()` gives `Parked`s with a `Head` beside. The
+    `progress` callback gets a `Progress`. Each is importable from `simplefeed.client`.
+    Otherwise annotating them needs the modules that its docstring says may change.
+    """
     import inspect
     import typing
 
@@ -662,7 +701,7 @@ def test_every_type_the_consumer_s_methods_take_or_give_is_exported() -> None:
     def classes(annotation: object) -> set[type]:
         found = {annotation} if isinstance(annotation, type) else set()
         args = annotation if isinstance(annotation, list) else typing.get_args(annotation)
-        for arg in args:  # (a Callable's parameters come as a list)
+        for arg in args:  # A Callable's parameters come as a list.
             found |= classes(arg)
         return found
 
@@ -679,8 +718,11 @@ def test_every_type_the_consumer_s_methods_take_or_give_is_exported() -> None:
 
 
 def test_a_closed_state_file_says_so(tmp_path: Path) -> None:
-    """Used after its consumer was closed, it said "read failed: Cannot operate on a closed
-    database" (a library user's trial)."""
+    """A closed state file says so.
+
+    Used after its consumer was closed, it must not say "read failed: Cannot operate on a
+    closed database".
+    """
     from simplefeed.client import StateError, StateFile
 
     state = StateFile(tmp_path / "state.sqlite3")
@@ -690,8 +732,11 @@ def test_a_closed_state_file_says_so(tmp_path: Path) -> None:
 
 
 def test_an_error_names_the_setting_as_asked_and_leaves_a_server_s_words_alone() -> None:
-    """``simplefeed consume`` names a flag where the library names a parameter; a URL holding
-    the parameter's name (a server chose it) is quoted as it is."""
+    """An error names the setting as asked, and leaves a server's words alone.
+
+    ``simplefeed consume`` names a flag where the library names a parameter. A URL that holds
+    the parameter's name is quoted as it is, because a server chose it.
+    """
     error = RedirectRefused("http://a.test/max_pages", "http://b.test/allow_redirect_origins")
     assert str(error).endswith("/allow_redirect_origins (see allow_redirect_origins)")
     assert error.naming(FLAGS) == (

@@ -1,17 +1,20 @@
-"""The walk against a hostile server, over real sockets on 127.0.0.1: what a reviewer's trial found.
+"""The walk holds against a hostile server, over real sockets on 127.0.0.1.
 
-1. A poisoned archived page met while resuming: every page read forward is checked against the
-   digest chain anchored at the entry point (its ``prev-archive`` link's ``sf:sha256`` for the
-   newest archived page, each archived page's for the one before), and the ``next-archive``
-   chain must end at the entry point. Run 2 of the trial printed a forged page's entries.
-2. Chains that never end: archived pages without entries (175,196 requests in 60 s, a state
-   file of 103 MB) or one-entry pages counting down from 2**62. An archived page without
-   entries is refused, and a pass walks back ``max_pages`` pages at most.
-3. An id listed again at another sequence number on the next page was processed twice.
+1. A poisoned archived page met while resuming. Every page read forward is checked against
+   the digest chain anchored at the entry point. The ``sf:sha256`` of the entry point's
+   ``prev-archive`` link vouches for the newest archived page. Each archived page's link
+   vouches for the one before. The ``next-archive`` chain must end at the entry point.
+   Without these checks, a resumed run prints a forged page's entries.
+2. Chains that never end. Some are archived pages without entries, which can cost 175,196
+   requests in 60 s and a state file of 103 MB. Others are one-entry pages counting down
+   from 2**62. An archived page without entries is refused. A pass walks back ``max_pages``
+   pages at most.
+3. An id listed again at another sequence number on the next page. It must not be processed
+   twice.
 
-Every run is bounded in time (the command with a timeout, the library in a thread joined with
-one); each checks the exit status or the exception, the checkpoint left as it was, and that
-nothing was handled past the problem.
+Every run is bounded in time. The command runs with a timeout, and the library in a thread
+joined with one. Each run checks the exit status or the exception, and that the checkpoint is
+left as it was. It also checks that nothing was handled past the problem.
 """
 
 from __future__ import annotations
@@ -33,13 +36,13 @@ from simplefeed.client.walk import MAX_PAGES
 from tests import test_client_hostile
 from tests.test_client_hostile import Hostile, Send, answer, assert_no_traceback, consume
 
-#: The hostile server's fixture (a real server on 127.0.0.1, an ephemeral port).
+#: The hostile server's fixture, a real server on an ephemeral port of 127.0.0.1.
 hostile = test_client_hostile.hostile
 
-#: Seconds any one consumer run may take: the runs here take under two.
+#: Seconds any one consumer run may take. The runs here take under two.
 RUN_TIMEOUT = 30.0
 
-Entry = tuple[int, str, str]  # seq, id, title
+Entry = tuple[int, str, str]  # The seq, id and title.
 
 
 def doc(
@@ -52,7 +55,7 @@ def doc(
     next_url: str | None = None,
     archive: bool = False,
 ) -> bytes:
-    """One document of a feed: entries given oldest first, written newest first."""
+    """Return one document of a feed, with entries given oldest first and written newest first."""
     items = "".join(
         f"<entry><id>{entry_id}</id><title>{title}</title>"
         f"<updated>2027-01-01T00:00:00Z</updated><sf:seq>{seq}</sf:seq></entry>"
@@ -76,9 +79,12 @@ def doc(
 
 
 def chain(base: str, pages: list[list[int]]) -> list[tuple[str, bytes]]:
-    """A feed of archived pages ``/p/1`` ... (each linked to its neighbours, each page's digest
-    on the link of the one after) and, for the last list of sequence numbers, the entry point
-    ``/recent`` standing for the working page after them: (path, body) pairs."""
+    """Return a feed as (path, body) pairs.
+
+    The feed has archived pages ``/p/1`` and on. Each links to its neighbours, and each page's
+    digest is on the link of the one after. The last list of sequence numbers becomes the
+    entry point ``/recent``. It stands for the working page after them.
+    """
     documents: list[tuple[str, bytes]] = []
     for number, seqs in enumerate(pages, start=1):
         prev = documents[-1] if documents else None
@@ -124,13 +130,13 @@ def cached_documents(state: Path) -> int:
 
 
 def fails_on(seq: int) -> str:
-    """An --exec handler that fails on the entry with sequence number ``seq``."""
+    """Return an --exec handler that fails on the entry with sequence number ``seq``."""
     code = f"import json, sys; sys.exit(json.load(sys.stdin)['seq'] == {seq})"
     return f'{sys.executable} -c "{code}"'
 
 
 class Generated(dict[str, Send]):
-    """Routes made up on request: ``/p/N`` from ``make(N)``."""
+    """Routes made up on request, ``/p/N`` from ``make(N)``."""
 
     def __init__(self, fixed: dict[str, Send], make: Callable[[int], bytes]) -> None:
         super().__init__(fixed)
@@ -145,7 +151,7 @@ class Generated(dict[str, Send]):
 
 
 def run_library(consumer: Consumer, handled: list[int]) -> BaseException | None:
-    """``consumer.run`` in a thread, given RUN_TIMEOUT seconds; what it raised."""
+    """Run ``consumer.run`` in a thread for up to RUN_TIMEOUT seconds, and return what it raised."""
     raised: list[BaseException] = []
 
     def go() -> None:
@@ -168,9 +174,12 @@ def run_library(consumer: Consumer, handled: list[int]) -> BaseException | None:
 
 
 def _stopped_on_page_1(server: Hostile, state: Path) -> tuple[str, bytes]:
-    """Run 1: the entry point ``early`` (3, 4; prev-archive /p/1 with its digest), /p/1
-    archived (1, 2; next-archive /p/2); the handler fails on 3: the checkpoint stays on
-    entry 2, at /p/1, which is cached. The entry point's URL and /p/1."""
+    """Run once, stopping on page 1, and return the entry point's URL and /p/1.
+
+    The entry point ``early`` holds entries 3 and 4, and links prev-archive to /p/1 with its
+    digest. /p/1 is archived with entries 1 and 2, and links next-archive to /p/2. The handler
+    fails on 3. So the checkpoint stays on entry 2, at /p/1, which is cached.
+    """
     base = server.base
     p1 = doc(entries(1, 2), self_url=f"{base}/p/1", next_url=f"{base}/p/2", archive=True)
     early = doc(
@@ -191,9 +200,12 @@ def _stopped_on_page_1(server: Hostile, state: Path) -> tuple[str, bytes]:
 def test_a_poisoned_page_met_while_resuming_is_refused_by_the_entry_point_s_digest(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """Run 2 exited 0 printing FORGED entries: the poisoned /p/2 (no next-archive, no
-    fh:archive, no digest) was taken for the end of the walk, and the entry point's digest for
-    /p/2 never compared."""
+    """A poisoned page met while resuming is refused by the entry point's digest.
+
+    The poisoned /p/2 has no next-archive, no fh:archive and no digest. Taken for the end of
+    the walk, it would let the second run exit 0 and print FORGED entries. So the entry
+    point's digest for /p/2 must be compared.
+    """
     server = hostile({})
     state = tmp_path / "s.sqlite3"
     url, p1 = _stopped_on_page_1(server, state)
@@ -235,9 +247,12 @@ def test_a_poisoned_page_met_while_resuming_is_refused_by_the_entry_point_s_dige
 def test_a_next_archive_chain_that_ends_short_of_the_entry_point_is_refused(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """Without digests (a server of before them) nothing vouches for a page's bytes, but the
-    next-archive chain must still end at the entry point: an archived page without one is not
-    the end of the walk."""
+    """A next-archive chain that ends short of the entry point is refused.
+
+    A server from before digests sends none, so nothing vouches for a page's bytes. But the
+    next-archive chain must still end at the entry point. An archived page without one is not
+    the end of the walk.
+    """
     server = hostile({})
     base = server.base
     state = tmp_path / "s.sqlite3"
@@ -264,9 +279,12 @@ def test_a_next_archive_chain_that_ends_short_of_the_entry_point_is_refused(
 def test_an_endless_chain_of_empty_pages_stops_at_the_first(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """Each /p/N archived without entries, prev-archive /p/N+1: the trial's consumer made
-    175,196 requests in 60 s and its state file grew to 103 MB. Simplefeed never freezes a
-    page without entries: the first is a protocol error."""
+    """An endless chain of empty pages stops at the first.
+
+    Each /p/N is archived without entries, and links prev-archive to /p/N+1. A consumer that
+    follows it makes 175,196 requests in 60 s, and its state file grows to 103 MB. Simplefeed
+    never archives a page without entries, so the first is a protocol error.
+    """
     server = hostile({})
     base = server.base
 
@@ -281,7 +299,7 @@ def test_an_endless_chain_of_empty_pages_stops_at_the_first(
     assert run.code == 4, (run.code, run.stderr)
     assert f"{base}/p/1: an archived page without entries" in run.stderr
     assert run.stdout == "" and checkpoint_of(state, url) is None
-    assert len(server.requests) == 2  # /recent, /p/1
+    assert len(server.requests) == 2  # The /recent and /p/1 requests.
     assert cached_documents(state) <= 2
     assert_no_traceback(run)
 
@@ -289,7 +307,10 @@ def test_an_endless_chain_of_empty_pages_stops_at_the_first(
 def test_an_endless_chain_of_pages_not_archived_stops_at_the_first(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """The same chain without fh:archive: prev-archive leads only to archived pages."""
+    """An endless chain of pages that are not archived stops at the first.
+
+    It is the same chain without fh:archive. prev-archive leads only to archived pages.
+    """
     server = hostile({})
     base = server.base
 
@@ -309,9 +330,12 @@ def test_an_endless_chain_of_pages_not_archived_stops_at_the_first(
 def test_a_chain_counting_down_from_2_to_the_62_stops_at_max_pages(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """One-entry archived pages counting down from 2**62: every page is well-formed and older
-    than the one before, so only the bound on pages ends the walk (here 50; by default
-    MAX_PAGES), before any entry is handled and with at most that many pages cached."""
+    """A chain counting down from 2**62 stops at max_pages.
+
+    One-entry archived pages count down from 2**62. Every page is well-formed and older than
+    the one before. So only the bound on pages ends the walk: here 50, and MAX_PAGES by
+    default. It ends before any entry is handled, with at most that many pages cached.
+    """
     assert Consumer.__init__.__kwdefaults__["max_pages"] == MAX_PAGES
     server = hostile({})
     base = server.base
@@ -349,7 +373,7 @@ def test_a_chain_counting_down_from_2_to_the_62_stops_at_max_pages(
         assert f"{base}/p/51: not fetched: over 50 pages to walk back (max_pages" in str(raised)
         assert handled == []
         assert checkpoint_of(state, url) == checkpoint
-        assert len(server.requests) == 51  # /recent, /p/1 ... /p/50
+        assert len(server.requests) == 51  # The /recent and /p/1 to /p/50 requests.
         assert cached_documents(state) <= 51
     # The command takes the bound as --max-pages.
     server.requests.clear()
@@ -376,8 +400,11 @@ def _dup_feed(server: Hostile, old: list[Entry], new: list[Entry]) -> str:
 def test_an_id_listed_again_on_the_next_page_is_a_protocol_error(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """p1 (1: urn:e:1, 2: urn:e:2), recent (3: urn:e:2 "dup-of-2", 4: urn:e:4): the trial's
-    consumer printed both. Entries 1 and 2 are handled, the repeat stops the run."""
+    """An id listed again on the next page is a protocol error.
+
+    p1 holds 1 (urn:e:1) and 2 (urn:e:2). Recent holds 3 (urn:e:2, "dup-of-2") and 4 (urn:e:4).
+    Entries 1 and 2 are handled, and the repeat stops the run. It is not printed twice.
+    """
     server = hostile({})
     url = _dup_feed(server, entries(1, 2), [(3, "urn:e:2", "dup-of-2"), *entries(4)])
     base = server.base
@@ -393,8 +420,11 @@ def test_an_id_listed_again_on_the_next_page_is_a_protocol_error(
 def test_an_id_of_the_checkpoint_s_page_listed_again_is_refused_before_any_entry(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """Resuming after entry 2: entry 1's id again at 3 on the next page. The checkpoint's page
-    is read whole, so its ids are known: nothing is handled."""
+    """An id of the checkpoint's page listed again is refused before any entry.
+
+    The run resumes after entry 2, and entry 1's id comes again at 3 on the next page. The
+    checkpoint's page is read whole, so its ids are known. Nothing is handled.
+    """
     server = hostile({})
     url = _dup_feed(server, entries(1, 2), [(3, "urn:e:1", "dup-of-1"), *entries(4)])
     base = server.base
@@ -413,7 +443,7 @@ def test_an_id_of_the_checkpoint_s_page_listed_again_is_refused_before_any_entry
 
 
 class _Queried(dict[str, Send]):
-    """Routes that answer ``/p/1?...`` as ``/p/1``."""
+    """Routes that answer ``/p/1?...`` as they answer ``/p/1``."""
 
     def get(self, path: str, default: Send | None = None) -> Send | None:  # type: ignore[override]
         return super().get(path.partition("?")[0], default)
@@ -422,10 +452,13 @@ class _Queried(dict[str, Send]):
 def test_pages_linked_under_changing_urls_are_not_kept_for_good(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """A server whose prev-archive link changed its query at every pass: each resume pinned
-    the page again under a new URL, and the cache lets a page go only by the URL the
-    checkpoint names, so the state file grew for good (77 MB in 30 s of --follow; a
-    reviewer's trial). Only pages read from their permanent URL are kept."""
+    """Pages linked under changing URLs are not kept for good.
+
+    Take a server whose prev-archive link changes its query at every pass. Each resume would
+    pin the page again under a new URL. The cache lets a page go only by the URL the checkpoint
+    names. So the state file would grow for good, to 77 MB in 30 s of --follow. Only pages read
+    from their permanent URL are kept.
+    """
     server = hostile({})
     base = server.base
     p1 = doc(entries(1, 2, 3), self_url=f"{base}/p/1", next_url=f"{base}/w", archive=True)
@@ -448,20 +481,24 @@ def test_pages_linked_under_changing_urls_are_not_kept_for_good(
     outputs = [consume(url, state, timeout=RUN_TIMEOUT) for _ in range(5)]
     assert [run.code for run in outputs] == [0] * 5, outputs[-1].stderr
     assert outputs[0].stdout.count("\n") == 3 and all(run.stdout == "" for run in outputs[1:])
-    assert cached_documents(state) <= 2  # the entry point, and no page under a query
+    assert cached_documents(state) <= 2  # The entry point, and no page under a query.
 
 
 @pytest.mark.parametrize("stale", [(4,), ()])
 def test_an_entry_point_older_than_the_checkpoint_has_nothing_new(
     hostile: Callable[..., Hostile], tmp_path: Path, stale: tuple[int, ...]
 ) -> None:
-    """A stale copy of the entry point (a CDN's edge, another server process answering from
-    what it last served while its database is down) ended the consumer with "the last
-    processed entry is no longer in the feed" (exit 4; a reviewer's trial): it is nothing new,
-    said in a warning, and the next fresh copy reads on. A copy taken just after a page froze
-    holds no entries: the page before it holds the feed's newest entry then (exit 4 too, with
-    a `consumer reset` that would have read entries again; a new user's trial through a
-    caching proxy)."""
+    """An entry point older than the checkpoint has nothing new.
+
+    A stale copy of the entry point may come from a CDN's edge. It may also come from another
+    server process that answers from what it last served while its database is down. It must
+    not end the consumer with "the last processed entry is no longer in the feed" (exit 4). It
+    is nothing new, and a warning says so. The next fresh copy reads on.
+
+    A copy taken just after a page was archived holds no entries. The page before it then holds
+    the feed's newest entry. Through a caching proxy, that too must not end in exit 4. The
+    `consumer reset` it would suggest reads entries again.
+    """
     server = hostile({})
     base = server.base
     p1 = doc(entries(1, 2, 3), self_url=f"{base}/p/1", next_url=f"{base}/p/2", archive=True)
@@ -496,10 +533,13 @@ def test_an_entry_point_older_than_the_checkpoint_has_nothing_new(
 def test_damaged_cached_pages_cost_one_failed_run_not_one_each(
     hostile: Callable[..., Hostile], tmp_path: Path
 ) -> None:
-    """Cached pages the chain no longer vouches for (the feed re-rendered by `archive rebase`,
-    or damaged): the consumer stopped once per page, dropping one copy a run (15 runs for 15
-    pages; a reviewer's trial). It now drops every cached page at the first, and the next run
-    reads them again."""
+    """Damaged cached pages cost one failed run, not one each.
+
+    The chain may no longer vouch for cached pages. `archive rebase` may have re-rendered the
+    feed, or the pages are damaged. Dropping one copy a run would stop the consumer once per
+    page, 15 runs for 15 pages. So the consumer drops every cached page at the first, and the
+    next run reads them again.
+    """
     server = hostile({})
     server.routes.update(
         {path: answer(body) for path, body in chain(server.base, [[1, 2], [3, 4], [5, 6], [7]])}

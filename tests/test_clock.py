@@ -1,12 +1,13 @@
-"""A server clock that ran fast and was set back (an operator's trial, with libfaketime: the
-host 30 days ahead, then NTP). Entries are dated strictly after their feed's last change, so
-every entry published until the clock catches up is dated from the fast time on, in pages
-frozen for good: nothing said so. Now ``/healthz`` and the logs (from each health check, once
-a minute) say it (a warning: failing
-every node's health for 30 days would take the service down), ``simplefeed_head_age_seconds``
-goes below zero instead of reading 0, and no page is sent with a Last-Modified later than the
-response's own time (RFC 9110 8.8.2.1). In process, the app over the real store (SQLite and
-PostgreSQL), a fake clock set back.
+"""A server clock that ran fast and was set back is said.
+
+Take a host that runs 30 days ahead, until NTP sets it back. Entries are dated strictly after
+their feed's last change. So every entry published until the clock catches up is dated from
+the fast time on, in pages archived for good. ``/healthz`` and the logs say so, from each
+health check, once a minute. It is a warning, because failing every node's health for 30 days
+would take the service down. ``simplefeed_head_age_seconds`` goes below zero instead of
+reading 0. No page is sent with a Last-Modified later than the response's own time (RFC 9110
+8.8.2.1). The tests run the app in process over the real store, SQLite and PostgreSQL, with a
+fake clock set back.
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ def test_a_clock_set_back_behind_the_feed_is_said_and_no_page_claims_a_later_tim
     clock: FakeClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock.advance(30 * 86_400)  # the host ran 30 days fast ...
-    publish(client, "fast 1", "fast 2", "fast 3", "fast 4", "fast 5", "fast 6")  # page 1 froze
+    clock.advance(30 * 86_400)  # The host runs 30 days fast ...
+    publish(client, "fast 1", "fast 2", "fast 3", "fast 4", "fast 5", "fast 6")  # Archives page 1.
     fast = client.simulate_get("/pages/1")
     assert fast.status_code == 200 and "Last-Modified" in fast.headers
     assert client.simulate_get("/healthz").json == {"status": "ok", "database": core.store.backend}
-    clock.now -= 30 * DAY_US  # ... and was set back
+    clock.now -= 30 * DAY_US  # ... and is set back.
     healthz = client.simulate_get("/healthz")
     assert healthz.status_code == 200
     (warning,) = healthz.json["warnings"]
@@ -51,13 +52,13 @@ def test_a_clock_set_back_behind_the_feed_is_said_and_no_page_claims_a_later_tim
     assert head_age(client) == pytest.approx(-30 * 86_400, abs=1)
     page = client.simulate_get("/pages/1")
     assert page.status_code == 200
-    assert "Last-Modified" not in page.headers  # it would be 30 days after the Date
+    assert "Last-Modified" not in page.headers  # It would be 30 days after the Date.
     again = client.simulate_get(
         "/pages/1",
         headers={"If-None-Match": page.headers["ETag"], "If-Modified-Since": page.headers["Date"]},
     )
     assert again.status_code == 304
-    # Logged at the first health check above, not again within the minute, then again.
+    # Logged at the first health check above, not again within the minute, and then again.
     publish(client, "after 1")
     client.simulate_get("/healthz")
     clock.advance(61)
@@ -69,7 +70,10 @@ def test_a_clock_set_back_behind_the_feed_is_said_and_no_page_claims_a_later_tim
 def test_a_clock_a_little_behind_another_node_s_is_not_a_warning(
     core: Simplefeed, client: falcon.testing.TestClient, clock: FakeClock
 ) -> None:
-    """Nodes' clocks differ a little: within CLOCK_BEHIND_LIMIT_US, nothing is said."""
+    """A clock a little behind another node's is not a warning.
+
+    Nodes' clocks differ a little. Within CLOCK_BEHIND_LIMIT_US, nothing is said.
+    """
     publish(client, "one")
     clock.now -= 4_000_000
     assert "warnings" not in client.simulate_get("/healthz").json

@@ -1,8 +1,11 @@
-"""Compressed documents and replies (issue #15): negotiation by Accept-Encoding, one ETag per
-coding, archived pages' precompressed copies (written at freeze, checked on first read,
-written where missing), live documents encoded once per version. In-process on both databases;
-tests/test_routes.py asks the same of real uWSGI and nginx, tests/test_redbot.py has REDbot
-judge them."""
+"""Compressed documents and replies (issue #15).
+
+The tests cover negotiation by Accept-Encoding, and one ETag per coding. Archived pages have
+precompressed copies. These are written when the page is archived, checked on first read, and
+written where missing. Live documents are encoded once per version. The tests run in-process
+on both databases. tests/test_routes.py asks the same of real uWSGI and nginx.
+tests/test_redbot.py has REDbot judge them.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from simplefeed.codings import choose
 from simplefeed.service import Simplefeed
 from tests.test_integrity import post
 
-PAGE_SIZE = 5  # the `settings` fixture's
+PAGE_SIZE = 5  # As in the `settings` fixture.
 
 
 @pytest.mark.parametrize(
@@ -47,7 +50,7 @@ PAGE_SIZE = 5  # the `settings` fixture's
         ("*;q=0, identity", "identity"),
         ("identity;q=0, gzip;q=0.001", "gzip"),
         ("gzip;q=0", "identity"),
-        ("gzip;q=1.5", "identity"),  # not a weight: the element is ignored
+        ("gzip;q=1.5", "identity"),  # Not a weight, so the element is ignored.
         ("gzip;q=0.0001", "identity"),
         ("gzip ; q=0.8 , br ; Q=0.9", "identity"),
         ("gzip ; q=0.8 , br ; Q=0.9 , identity;q=0", "br"),
@@ -82,13 +85,13 @@ def decoded(decoder: codings.Decoder, data: bytes, chunk: int) -> bytes:
 @pytest.mark.parametrize("chunk", [1, 777, 1 << 20])
 @pytest.mark.parametrize("coding", [*codings.CODINGS, "x-gzip", "deflate"])
 def test_a_decoder_decodes_as_bytes_arrive_up_to_its_limit(coding: str, chunk: int) -> None:
-    data = os.urandom(3000) + b"<entry>x</entry>" * 5000  # 83,000 bytes
+    data = os.urandom(3000) + b"<entry>x</entry>" * 5000  # 83,000 bytes.
     if coding == "deflate":
         sent = zlib.compress(data)
     else:
         sent = codings.encode(data, "gzip" if coding == "x-gzip" else coding)
     assert decoded(codings.Decoder(coding.upper(), len(data)), sent, chunk) == data
-    with pytest.raises(codings.TooLarge):  # one byte less is allowed: never more is held
+    with pytest.raises(codings.TooLarge):  # One byte less is allowed. Never more is held.
         decoded(codings.Decoder(coding, len(data) - 1), sent, chunk)
     with pytest.raises(ValueError, match="ends before the stream does"):
         decoded(codings.Decoder(coding, len(data)), sent[:-5], chunk)
@@ -108,8 +111,8 @@ def test_a_decoder_undoes_codings_in_the_reverse_order_and_knows_only_its_own() 
 
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
 def test_a_decoder_refuses_bytes_after_the_stream_and_reads_each_gzip_member(chunk: int) -> None:
-    # Bytes after a finished stream are not part of any body: refused, as decode() refuses
-    # them, not dropped (a gzip body went on being read as the first stream alone).
+    # Bytes after a finished stream are not part of any body. They are refused, as decode()
+    # refuses them, not dropped. A gzip body must not be read as its first stream alone.
     for coding, sent in (
         ("gzip", codings.encode(b"hello", "gzip")),
         ("deflate", zlib.compress(b"hello")),
@@ -117,11 +120,11 @@ def test_a_decoder_refuses_bytes_after_the_stream_and_reads_each_gzip_member(chu
     ):
         with pytest.raises(ValueError, match="not valid"):
             decoded(codings.Decoder(coding, 100), sent + b"junk", chunk)
-        if coding != "gzip":  # one stream to a body
+        if coding != "gzip":  # One stream to a body.
             with pytest.raises(ValueError, match="not valid"):
                 decoded(codings.Decoder(coding, 100), sent + sent, chunk)
-    # A gzip body may be several members (RFC 1952 2.2): each is read, as gzip.decompress does,
-    # all within the one limit.
+    # A gzip body may be several members (RFC 1952 2.2). Each is read, as gzip.decompress
+    # does, all within the one limit.
     members = codings.encode(b"hello ", "gzip") + codings.encode(b"world", "gzip")
     assert decoded(codings.Decoder("gzip", 11), members, chunk) == b"hello world"
     assert codings.decode(members, "gzip") == b"hello world"
@@ -133,7 +136,7 @@ def test_a_decoder_refuses_bytes_after_the_stream_and_reads_each_gzip_member(chu
 
 def test_a_bomb_stops_at_the_limit_without_inflating() -> None:
     bomb = zlib.compressobj(9, zlib.DEFLATED, 31)
-    sent = b"".join(bomb.compress(bytes(1 << 24)) for _ in range(8)) + bomb.flush()  # 128 MiB
+    sent = b"".join(bomb.compress(bytes(1 << 24)) for _ in range(8)) + bomb.flush()  # 128 MiB.
     decoder = codings.Decoder("gzip", 1 << 20)
     tracemalloc.start()
     try:
@@ -171,9 +174,9 @@ def test_documents_in_each_coding(
     head = client.simulate_head(path, headers={"Accept-Encoding": coding})
     assert head.headers["Content-Length"] == coded.headers["Content-Length"]
     assert head.headers["ETag"] == coded.headers["ETag"]
-    # Each conditional request is evaluated against the representation to be sent: the
-    # identity ETag does not confirm the coded bytes (the client has the identity ones), nor
-    # the coded ETag the identity bytes.
+    # Each conditional request is evaluated against the representation to be sent. The
+    # identity ETag does not confirm the coded bytes, because the client has the identity
+    # ones. Nor does the coded ETag confirm the identity bytes.
     again = get(client, path, **{"Accept-Encoding": coding, "If-None-Match": etag})
     assert again.status_code == 200
     assert again.headers["Content-Encoding"] == coding
@@ -194,7 +197,7 @@ def test_nothing_acceptable_is_a_406(client: falcon.testing.TestClient) -> None:
     assert result.json["error"] == "not_acceptable"
     assert "gzip" in result.json["message"]
     assert "Content-Encoding" not in result.headers
-    # A publish is answered whatever it accepts: the reply, not a 406.
+    # A publish is answered whatever it accepts, with the reply and not a 406.
     result = client.simulate_post(
         "/entries", json={"title": "t"}, headers={"Accept-Encoding": "identity;q=0"}
     )
@@ -210,7 +213,7 @@ def test_json_replies_are_compressed_where_that_pays(client: falcon.testing.Test
     assert "Content-Encoding" not in plain.headers
     small = get(client, "/pages/99", **{"Accept-Encoding": "gzip"})
     assert small.status_code == 404
-    assert "Content-Encoding" not in small.headers  # it would only grow
+    assert "Content-Encoding" not in small.headers  # It would only grow.
     assert small.json["error"] == "not_found"
     batch = [{"title": f"a fairly long title for entry {i}"} for i in range(20)]
     published = client.simulate_post("/entries", json=batch, headers={"Accept-Encoding": "br"})
@@ -242,15 +245,18 @@ def test_archived_copies_are_written_at_freeze(
         assert codings.decode(copy.read_bytes(), coding) == path.read_bytes()
         assert copy.stat().st_mtime_ns == path.stat().st_mtime_ns
         served = get(client, "/pages/1", **{"Accept-Encoding": coding})
-        assert served.content == copy.read_bytes()  # the file, as it is
+        assert served.content == copy.read_bytes()  # The file, as it is.
 
 
 @pytest.mark.parametrize("damage", ["missing", "garbage", "other page"])
 def test_a_cold_process_checks_and_writes_missing_copies(
     core: Simplefeed, client: falcon.testing.TestClient, damage: str
 ) -> None:
-    """Pages frozen before there were copies get them on first read; a copy that does not
-    decode to the page's bytes is never served, but written again."""
+    """A cold process checks and writes missing copies.
+
+    Pages archived before there were copies get them on first read. A copy that does not
+    decode to the page's bytes is never served, but written again.
+    """
     post(client, 2 * PAGE_SIZE + 1, "batch")
     path = core.page_path("events", 1)
     copy = path.with_name(path.name + ".gz")

@@ -1,16 +1,19 @@
-"""Every kind of document the service serves, for every kind of event the API accepts, judged by
-the W3C Feed Validator (``../shared/judges/w3c-feed-validate``, beside the project as on CI)
-and read by feedparser without complaint (``bozo`` false).
+"""Every kind of document the service serves passes the W3C Feed Validator and feedparser.
+
+This holds for every kind of event the API accepts. The validator is
+``../shared/judges/w3c-feed-validate``, beside the project as on CI. feedparser reads each
+document without complaint, with ``bozo`` false.
 
 The validator must report nothing but "Use of unknown namespace" for our own namespace. Any
-other message is accepted only where :data:`CORPUS` names it for the entry it points into,
-with the reason written beside it; a message about anything outside an entry fails.
+other message is accepted only where :data:`CORPUS` names it for the entry it points into. The
+reason is written beside it. A message about anything outside an entry fails.
 
-Each document is judged as served from its own URL (the validator checks ``self`` against
-it): the empty feed, a feed right after a freeze (its recent document empty), and a feed
-holding the corpus, as archived pages, working page and recent document. The validator runs
-in processes of its own, two at a time, with the Python running the tests (the dev extras
-bring the lxml, html5lib and rdflib it needs); it takes a fraction of a second a document.
+Each document is judged as served from its own URL, because the validator checks ``self``
+against it. The documents come from three feeds. One is empty. One is judged right after a
+page was archived, so its recent document is empty. One holds the corpus, as archived pages,
+working page and recent document. The validator runs in processes of its own, two at a time,
+with the Python that runs the tests. The dev extras bring the lxml, html5lib and rdflib it
+needs. It takes a fraction of a second a document.
 """
 
 from __future__ import annotations
@@ -36,9 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 JUDGE = SHARED / "judges" / "w3c-feed-validate"
 BASE = "http://feeds.example.test"
-PAGE_SIZE = 5  # the `settings` fixture's
+PAGE_SIZE = 5  # As in the `settings` fixture.
 ATOM = "{http://www.w3.org/2005/Atom}"
-#: A fixed instant in the validator's past ("Implausible date" is anything after its clock).
+#: A fixed instant in the validator's past. "Implausible date" is anything after its clock.
 START_US = 1_748_736_000_000_000  # 2025-06-01T00:00:00Z
 
 OUR_NAMESPACE = "Use of unknown namespace: https://simplefeed.dev/ns/1.0"
@@ -82,7 +85,7 @@ OTHER_SCHEMES = (
 
 @dataclass(frozen=True)
 class Case:
-    """An event (or a batch) and the validator messages its entries may cause, with why."""
+    """An event or a batch, and the validator messages its entries may cause, with why."""
 
     events: list[dict[str, Any]]
     allowed: dict[str, str] = field(default_factory=dict)
@@ -104,7 +107,8 @@ JSON_VALUE = {
 CORPUS: list[Case] = [
     # -- content, every way it is carried -------------------------------------------------
     one({"title": "No content"}),
-    # (Empty or blank content, summaries, labels and link titles are refused: tests/test_door.py.)
+    # The door refuses empty or blank content, summaries, labels and link titles
+    # (tests/test_door.py).
     one({"title": "Plain text", "content": "Just words."}),
     one(
         {"title": "Text that looks like HTML", "content": "a </b> &amp; b", "content_type": "text"},
@@ -141,7 +145,7 @@ CORPUS: list[Case] = [
     ),
     one(
         {
-            # (XLink attributes are refused at the door: feedparser reads them as links.)
+            # The door refuses XLink attributes, because feedparser reads them as links.
             "title": "SVG, a namespace the validator knows",
             "content": '<svg xmlns="http://www.w3.org/2000/svg" width="1" height="1">'
             '<g><circle r="1"/></g></svg>',
@@ -177,7 +181,7 @@ CORPUS: list[Case] = [
     ),
     one(
         {
-            # C1 controls and U+FFFD are refused in text, carried in Base64 (and JSON) content.
+            # C1 controls and U+FFFD are refused in text. Base64 and JSON content carry them.
             "title": "Octet stream",
             "content": "bytes ☃ \x85\x9f\ufffd",
             "content_type": "application/octet-stream",
@@ -314,14 +318,14 @@ CORPUS: list[Case] = [
     one({"title": "BOM and non-characters", "content": "\ufeff zero width\u200b \U0010fffd"}),
 ]
 
-#: A producer's time before 1990, in a feed of its own (it would drag every later `updated`).
+#: A producer's time before 1990, in a feed of its own. It would drag every later `updated`.
 OLD_EVENT = one(
     {"title": "An event from 1985", "updated": "1985-03-01T12:00:00Z"}, Implausible_date=OLD_DATE
 )
 
 
 def publish(client: falcon.testing.TestClient, case: Case, path: str = "/entries") -> list[str]:
-    """Publish a case; the ids of its entries."""
+    """Publish a case and return the ids of its entries."""
     payload: Any = case.events[0] if len(case.events) == 1 else case.events
     result = client.simulate_post(path, json=payload)
     assert result.status_code == 201, (case.events[0]["title"], result.text)
@@ -330,7 +334,7 @@ def publish(client: falcon.testing.TestClient, case: Case, path: str = "/entries
 
 
 def documents(client: falcon.testing.TestClient, recent: str) -> list[tuple[str, bytes]]:
-    """(url, body) of the recent document at ``recent`` and every page behind it."""
+    """Return (url, body) of the recent document at ``recent`` and every page behind it."""
     out: list[tuple[str, bytes]] = []
 
     def get(url: str) -> bytes:
@@ -354,7 +358,7 @@ def documents(client: falcon.testing.TestClient, recent: str) -> list[tuple[str,
 
 
 def judge(documents: list[tuple[str, bytes]], tmp: Path) -> list[list[str]]:
-    """The validator's messages for each document, in order."""
+    """Return the validator's messages for each document, in order."""
 
     def run(index: int) -> list[str]:
         url, body = documents[index]
@@ -383,7 +387,7 @@ _MESSAGE = re.compile(r"^line (\d+), column (\d+): (.*)$")
 
 
 def entry_title_at(body: bytes, line: int, column: int) -> str | None:
-    """The title of the entry holding a position the validator reports, or None outside any."""
+    """Return the title of the entry at a position the validator reports, or None outside any."""
     text = body.decode("utf-8")
     lines = text.split("\n")
     offset = sum(len(x) + 1 for x in lines[: line - 1]) + column
@@ -404,9 +408,12 @@ def unexplained(
     allowed: dict[str, dict[str, str]],
     feed_allowed: dict[str, dict[str, str]] | None = None,
 ) -> list[str]:
-    """Validator messages neither about our namespace nor allowed for the entry they point at
-    (``allowed``, by entry title), nor, outside entries, for the feed (``feed_allowed``, by the
-    URL prefix of its documents)."""
+    """Return the validator messages that nothing explains.
+
+    A message is explained if it is about our namespace. It is also explained if ``allowed``
+    names it for the entry it points at, by entry title. Outside entries, ``feed_allowed`` may
+    name it for the feed, by the URL prefix of its documents.
+    """
     out: list[str] = []
     for (url, body), messages in zip(docs, verdicts, strict=True):
         feed_reasons = {
@@ -438,7 +445,7 @@ def judge_ready() -> None:
         pytest.skip(f"{SHARED} is absent: the W3C validator lives there (CI has it)")
     assert JUDGE.is_file(), f"{JUDGE} is missing from {SHARED}"
     for module in ("lxml", "html5lib", "rdflib"):
-        __import__(module)  # the dev extras (pyproject.toml) bring them
+        __import__(module)  # The dev extras (pyproject.toml) bring them.
 
 
 def feedparser_problems(docs: list[tuple[str, bytes]]) -> list[str]:
@@ -464,7 +471,8 @@ def test_every_document_passes_the_w3c_validator(
     docs: list[tuple[str, bytes]] = []
     # The empty feed: its recent document and working page 1.
     docs += documents(client, f"{BASE}/feeds/empty/recent")
-    # Right after a freeze: an empty recent document and working page, an archived page 1.
+    # Right after a page is archived: an empty recent document and working page, and an
+    # archived page 1.
     publish(
         client,
         Case([{"title": f"event {i}", "content": "x"} for i in range(PAGE_SIZE)]),
@@ -493,7 +501,7 @@ def test_every_document_passes_the_w3c_validator(
     problems = unexplained(docs, verdicts, allowances([*CORPUS, OLD_EVENT]), old_feed)
     assert problems == [], "\n".join(problems)
     assert feedparser_problems(docs) == []
-    # The reasons are for messages that do occur: none is a blanket allowance.
+    # The reasons are for messages that do occur, so none is a blanket allowance.
     seen = {
         (title, prefix)
         for (_url, body), messages in zip(docs, verdicts, strict=True)
@@ -513,7 +521,10 @@ def test_every_document_passes_the_w3c_validator(
 
 
 def test_the_corpus_links_to_every_scheme_the_door_takes() -> None:
-    """So that the judge sees a URL of each (test_every_document_passes_the_w3c_validator)."""
+    """The corpus links to every scheme the door takes.
+
+    So the judge sees a URL of each (test_every_document_passes_the_w3c_validator).
+    """
     from simplefeed.door.markup import EVENT_URL_SCHEMES
 
     linked = {href.partition(":")[0].lower() for href in (*VALID_IRIS, *OTHER_SCHEMES)}
@@ -521,8 +532,11 @@ def test_the_corpus_links_to_every_scheme_the_door_takes() -> None:
 
 
 def test_the_judge_flags_what_it_should(judge_ready: None, tmp_path: Path) -> None:
-    """The validator, run as the corpus test runs it, reports an empty content element (what
-    the service used to write for an event without content) against that entry."""
+    """The judge flags what it should.
+
+    The validator, run as the corpus test runs it, reports an empty content element against
+    its entry. An empty content element is the wrong way to write an event without content.
+    """
     body = (
         "<?xml version='1.0' encoding='UTF-8'?>\n"
         '<feed xmlns="http://www.w3.org/2005/Atom"><id>urn:uuid:6f1c2a4e-1d2b-4c3d-9e8f-0a1b2c3d4e5f</id>'

@@ -1,10 +1,13 @@
 """Moving a consumer's checkpoint: ``Consumer.reset`` and ``simplefeed consumer reset``.
 
-What it is for: a server's database restored from a backup that lost entries a consumer had
-read. The consumer then stops (exit 4, its last entry gone), and neither reading everything
-again nor skipping to the newest is right: it goes on after the last entry the restore kept.
-Against the real app in-process (the restore made on its SQLite file), through the commands
-against the real app on a socket, and end to end with uWSGI and the backup of docs/how-to/backup.md.
+A reset is for a server's database restored from a backup that lost entries a consumer had
+read. The consumer then stops with exit 4, because its last entry is gone. Reading everything
+again is wrong, and so is skipping to the newest. The consumer goes on after the last entry
+that the restore kept.
+
+The tests run against the real app in-process, with the restore made on its SQLite file. They
+run the commands against the real app on a socket. They also run end to end with uWSGI and
+the backup of docs/how-to/backup.md.
 """
 
 from __future__ import annotations
@@ -49,8 +52,11 @@ from tests.test_client_live import LiveServer
 
 @pytest.fixture
 def database_url(tmp_path: Path, sqlite_template: Path) -> str:
-    """SQLite only: the checkpoint is the consumer's state file's business, and a restore is
-    made here by copying the server's file."""
+    """Return a SQLite database only.
+
+    The checkpoint is the business of the consumer's state file. A restore is made here by
+    copying the server's file.
+    """
     path = tmp_path / "simplefeed.sqlite3"
     shutil.copyfile(sqlite_template, path)
     return f"sqlite:///{path}"
@@ -71,8 +77,10 @@ def database_file(settings: Settings) -> Path:
 
 
 def restored(core: Simplefeed, backup: Path, clock: FakeClock) -> Simplefeed:
-    """The service stopped, its database replaced by ``backup``, started again (random entry
-    ids from here on: none of the lost entries' comes back)."""
+    """Stop the service, replace its database with ``backup``, and start it again.
+
+    Entry ids are random from here on, so none of the lost entries' ids comes back.
+    """
     core.close()
     database = database_file(core.settings)
     for leftover in ("-wal", "-shm"):
@@ -84,22 +92,22 @@ def restored(core: Simplefeed, backup: Path, clock: FakeClock) -> Simplefeed:
 def test_after_a_restore_lost_entries_read_the_consumer_goes_on_after_the_last_kept(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path, tmp_path: Path
 ) -> None:
-    kept = publish(core, 7)  # page 1 frozen; 6 and 7 on the working page
+    kept = publish(core, 7)  # Page 1 archived. 6 and 7 on the working page.
     backup = tmp_path / "backup.sqlite3"
     sqlite_backup(database_file(core.settings), backup)
-    publish(core, 2)  # 8 and 9: only on the working page, lost by the restore
+    publish(core, 2)  # 8 and 9, only on the working page, which the restore loses.
     assert [e.seq for e in consume(server, state_path, clock)] == list(range(1, 10))
     core = restored(core, backup, clock)
     try:
         app = CountingApp(create_app(core.settings, core=core))
-        clock.advance(11)  # later (and past the entry point's max-age)
-        since = publish(core, 2, prefix="since")  # 8 and 9 again, other entries
-        with pytest.raises(LastEntryVanished):  # the same head had the same ETag: 304, []
+        clock.advance(11)  # Later, and past the entry point's max-age.
+        since = publish(core, 2, prefix="since")  # 8 and 9 again, as other entries.
+        with pytest.raises(LastEntryVanished):  # No 304 though the head number is the same.
             consume(app, state_path, clock)
         with make_consumer(app, state_path, clock) as consumer:
             assert consumer.reset(7) == Checkpoint(kept[6], 7, f"{BASE}/pages/2")
             head = consumer.status().head
-            assert head is not None and head.seq == 9  # not the 9 of before the restore
+            assert head is not None and head.seq == 9  # Not the 9 from before the restore.
         got = consume(app, state_path, clock)
         assert [(e.seq, e.id, e.title) for e in got] == [
             (8, since[0], "since 8"),
@@ -117,13 +125,16 @@ def test_a_checkpoint_past_the_restored_head_is_seen_in_the_status(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Restored to 7, the feed's head is behind the checkpoint (9). Not yet published to, it
-    holds what was read here: as an older copy of the entry point would, nothing new, with a
-    warning. Published to once since, its newest entry (8) is another than the one read at 8:
-    the consumer stops at once (it found nothing new, with a warning, until the head passed
-    the checkpoint), saying where the feed parts from what it read. The status kept the
-    checkpoint as the head, lag 0, as if all were well; it now keeps the head as read and says
-    the checkpoint is past it."""
+    """A checkpoint past the restored head is seen in the status.
+
+    Restored to 7, the feed's head is behind the checkpoint at 9. Before anything is published
+    to it, it holds what was read here. So there is nothing new, with a warning, as an older
+    copy of the entry point would give. After one publish, its newest entry (8) is another
+    than the one read at 8. The consumer stops at once, and says where the feed parts from
+    what it read. It does not wait with warnings until the head passes the checkpoint. The
+    status keeps the head as read and says the checkpoint is past it. It does not show the
+    checkpoint as the head, with lag 0, as if all were well.
+    """
     ids = publish(core, 7)
     backup = tmp_path / "backup.sqlite3"
     sqlite_backup(database_file(core.settings), backup)
@@ -168,15 +179,18 @@ def test_the_consumer_remembers_what_it_read_to_tell_where_a_restored_feed_parts
     every: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Checkpoints per entry or per page, the state file remembers each entry processed (the
-    last PROCESSED_KEPT): a restore that lost fewer is told exactly; one that lost more is
-    told, but not where the feed parts; a state file that remembers none (written by a
-    release before) says what it said before."""
+    """The consumer remembers what it read, to tell where a restored feed parts.
+
+    Whether it checkpoints per entry or per page, the state file remembers the last
+    PROCESSED_KEPT entries processed. A restore that lost fewer is told exactly. One that lost
+    more is told, but not where the feed parts. A state file that remembers none, written by
+    an earlier release, gets the older message.
+    """
     monkeypatch.setattr("simplefeed.client.state.PROCESSED_KEPT", 4)
-    ids = publish(core, 12)  # pages 1 and 2 frozen, 11 and 12 on the working page
+    ids = publish(core, 12)  # Pages 1 and 2 archived. 11 and 12 on the working page.
     backup = tmp_path / "backup.sqlite3"
     sqlite_backup(database_file(core.settings), backup)
-    ids += publish(core, 2)  # 13 and 14: lost by the restore
+    ids += publish(core, 2)  # 13 and 14, which the restore loses.
     consume(server, state_path, clock, checkpoint_every=every)
     with StateFile(state_path) as state:
         assert state.processed(RECENT) == {n: ids[n - 1] for n in range(11, 15)}
@@ -184,14 +198,14 @@ def test_the_consumer_remembers_what_it_read_to_tell_where_a_restored_feed_parts
     try:
         app = CountingApp(create_app(core.settings, core=core))
         clock.advance(11)
-        publish(core, 5, prefix="since")  # 13-17
+        publish(core, 5, prefix="since")  # Entries 13-17.
         with pytest.raises(LastEntryVanished) as info:
             consume(app, state_path, clock, checkpoint_every=every)
         lost = ((13, ids[12]), (14, ids[13]))
         assert info.value.parting == Parting(12, lost)
         assert f"not the 2 processed after it (13 '{ids[12]}', 14 '{ids[13]}')" in str(info.value)
         more = ((15, "urn:lost:15"), (16, "urn:lost:16"))
-        with sqlite3.connect(state_path) as db:  # two more lost: more than remembered
+        with sqlite3.connect(state_path) as db:  # Two more lost, more than remembered.
             db.execute("DELETE FROM processed")
         db.close()
         with StateFile(state_path) as state:
@@ -204,7 +218,7 @@ def test_the_consumer_remembers_what_it_read_to_tell_where_a_restored_feed_parts
             "is no longer in the feed; the feed parts from what was processed here before"
             " sequence 13, the oldest of the 4 entries remembered (where, is not known)"
         )
-        with sqlite3.connect(state_path) as db:  # as a release before kept it
+        with sqlite3.connect(state_path) as db:  # As an earlier release kept it.
             db.execute("DELETE FROM processed")
         db.close()
         with pytest.raises(LastEntryVanished) as info:
@@ -220,9 +234,12 @@ def test_the_consumer_remembers_what_it_read_to_tell_where_a_restored_feed_parts
 def test_reset_reads_the_entry_point_from_the_server_not_the_cache(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path, tmp_path: Path
 ) -> None:
-    """The copy of the entry point a run cached a second before the restore is fresh for its
-    max-age (10 s here); the reset asks the server, so "now" is the restored feed's newest
-    entry, not the lost one it cached (which the next run would not find)."""
+    """Reset reads the entry point from the server, not the cache.
+
+    A run cached the entry point a second before the restore. That copy is fresh for its
+    max-age, 10 s here. The reset asks the server, so "now" is the restored feed's newest
+    entry. It is not the lost one in the cache, which the next run would not find.
+    """
     publish(core, 7)
     backup = tmp_path / "backup.sqlite3"
     sqlite_backup(database_file(core.settings), backup)
@@ -246,15 +263,17 @@ def test_reset_reads_the_entry_point_from_the_server_not_the_cache(
 def test_cached_pages_of_the_history_before_a_restore_are_not_trusted(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path, tmp_path: Path
 ) -> None:
-    """A page that could not be taken back was moved out of the archive
-    (docs/how-to/backup.md): the restored service freezes another page under its URL. The
-    consumer's cached copy of the old one is forgotten by the reset, which walks back through
-    the server's pages as they are now; without that, the reset stopped on the cached copy
-    (DigestMismatch)."""
+    """Cached pages of the history before a restore are not trusted.
+
+    A page that could not be taken back is moved out of the archive (docs/how-to/backup.md).
+    The restored service then archives another page under its URL. The reset forgets the
+    consumer's cached copy of the old page. It walks back through the server's pages as they
+    are now. Otherwise the reset would stop on the cached copy (DigestMismatch).
+    """
     kept = publish(core, 7)
     backup = tmp_path / "backup.sqlite3"
     sqlite_backup(database_file(core.settings), backup)
-    publish(core, 8)  # pages 2 and 3 frozen (6-10, 11-15) after the backup
+    publish(core, 8)  # Pages 2 (6-10) and 3 (11-15) archived after the backup.
     assert [e.seq for e in consume(server, state_path, clock)] == list(range(1, 16))
     pages = core.settings.archive_dir / "pages"
     aside = tmp_path / "aside"
@@ -265,11 +284,11 @@ def test_cached_pages_of_the_history_before_a_restore_are_not_trusted(
     core = restored(core, backup, clock)
     try:
         app = CountingApp(create_app(core.settings, core=core))
-        since = publish(core, 8, prefix="since")  # pages 2 and 3 frozen again, other entries
+        since = publish(core, 8, prefix="since")  # Pages 2 and 3 again, with other entries.
         clock.advance(11)
         with make_consumer(app, state_path, clock) as consumer:
             assert consumer.reset(7) == Checkpoint(kept[6], 7, f"{BASE}/pages/2")
-        assert app.count("/pages/2", 200) == 1  # read from the server, not the cache
+        assert app.count("/pages/2", 200) == 1  # Read from the server, not the cache.
         got = consume(app, state_path, clock)
         assert [(e.seq, e.id) for e in got] == list(zip(range(8, 16), since, strict=True))
     finally:
@@ -279,7 +298,7 @@ def test_cached_pages_of_the_history_before_a_restore_are_not_trusted(
 def test_reset_to_a_number_back_or_forward_to_start_and_to_now(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
 ) -> None:
-    ids = publish(core, 23)  # pages 1-4 frozen, 21-23 on the working page
+    ids = publish(core, 23)  # Pages 1-4 archived. 21-23 on the working page.
     consume(server, state_path, clock)
     with make_consumer(server, state_path, clock) as consumer:
         assert consumer.reset(12) == Checkpoint(ids[11], 12, f"{BASE}/pages/3")
@@ -288,12 +307,12 @@ def test_reset_to_a_number_back_or_forward_to_start_and_to_now(
         assert consumer.reset(22) == Checkpoint(ids[21], 22, f"{BASE}/pages/5")
     assert [e.seq for e in consume(server, state_path, clock)] == [23]
     with make_consumer(server, state_path, clock) as consumer:
-        assert consumer.reset(5) == Checkpoint(ids[4], 5, f"{BASE}/pages/1")  # the oldest page
+        assert consumer.reset(5) == Checkpoint(ids[4], 5, f"{BASE}/pages/1")  # The oldest page.
     assert [e.seq for e in consume(server, state_path, clock)] == list(range(6, 24))
     for start in ("start", 0):
         with make_consumer(server, state_path, clock) as consumer:
             assert consumer.reset(start).seq == 0
-        # A consumer that would start from now has a checkpoint: it reads everything.
+        # A consumer that would start from now has a checkpoint, so it reads everything.
         got = consume(server, state_path, clock, start="now")
         assert [e.seq for e in got] == list(range(1, 24))
     with make_consumer(server, state_path, clock) as consumer:
@@ -308,9 +327,12 @@ def test_reset_to_a_number_back_or_forward_to_start_and_to_now(
 def test_a_new_consumer_starts_after_a_number(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
 ) -> None:
-    """``start=SEQ``: a consumer without a checkpoint begins after entry SEQ (it took
-    ``"now"`` once, then a reset); one with a checkpoint goes on from it."""
-    ids = publish(core, 23)  # pages 1-4 frozen, 21-23 on the working page
+    """A new consumer starts after a number.
+
+    With ``start=SEQ``, a consumer without a checkpoint begins after entry SEQ. It need not
+    take ``"now"`` and then a reset. A consumer with a checkpoint goes on from it.
+    """
+    ids = publish(core, 23)  # Pages 1-4 archived. 21-23 on the working page.
     with (
         make_consumer(server, state_path, clock, start=99) as consumer,
         pytest.raises(NoSuchEntry, match=r"no entry numbered 99 \(it holds entries 1 to 23\)"),
@@ -335,7 +357,7 @@ def test_a_new_consumer_starts_after_a_number(
 def test_a_number_the_feed_does_not_hold_moves_nothing(
     core: Simplefeed, server: CountingApp, clock: FakeClock, state_path: Path
 ) -> None:
-    ids = publish(core, 10)  # pages 1 and 2 frozen, the working page empty
+    ids = publish(core, 10)  # Pages 1 and 2 archived. The working page is empty.
     consume(server, state_path, clock)
     before = Checkpoint(ids[9], 10, f"{BASE}/pages/2")
     with make_consumer(server, state_path, clock) as consumer:
@@ -376,7 +398,7 @@ def test_reset_keeps_parked_entries_and_waits_for_no_running_consumer(
         ):
             for _entry in consumer.entries():
                 other.reset(0)
-    with make_consumer(server, state_path, clock) as consumer:  # the other moved nothing
+    with make_consumer(server, state_path, clock) as consumer:  # The other moved nothing.
         assert consumer.checkpoint is not None and consumer.checkpoint.seq == 2
 
 
@@ -445,7 +467,7 @@ def test_the_command_moves_the_checkpoint_and_says_from_where_to_where(
         ("13", "the feed holds no entry numbered 13 (it holds entries 1 to 12)"),
         ("-1", "'-1': start, now, or a sequence number (0 or more)"),
         ("later", "'later': start, now, or a sequence number (0 or more)"),
-        ("١٢", "start, now, or a sequence number (0 or more)"),  # digits, not ASCII ones
+        ("١٢", "start, now, or a sequence number (0 or more)"),  # Digits, but not ASCII ones.
     ],
 )
 def test_the_command_refuses_a_position_the_feed_does_not_have(
@@ -474,9 +496,12 @@ def test_the_command_refuses_a_position_the_feed_does_not_have(
 def test_a_command_on_a_state_file_no_consumer_ran_on_says_so_and_changes_nothing(
     tmp_path: Path, args: list[str]
 ) -> None:
-    """A new user's trial: on an empty file (`touch`), `reset` said "the state file holds 0
-    entry points; name one with --url", then with --url "... is not in the state file (it
-    has: )", and the file had become a state file of 40960 bytes."""
+    """A command on a state file that no consumer ran on says so, and changes nothing.
+
+    On an empty file made by `touch`, `reset` must not say "the state file holds 0 entry
+    points; name one with --url". With --url, it must not say "... is not in the state file
+    (it has: )". And the file must not become a state file of 40960 bytes.
+    """
     state = tmp_path / "state.sqlite3"
     state.touch()
     refused = cli("consumer", args[0], "--state", str(state), *args[1:])
@@ -497,7 +522,7 @@ def test_consume_from_a_number(live: LiveServer, tmp_path: Path) -> None:
         ),
         ("later", "'later': start, now, or a sequence number (0 or more)"),
         ("-2", "'-2': start, now, or a sequence number (0 or more)"),
-        ("\u0661\u0662", "start, now, or a sequence number (0 or more)"),  # Arabic-Indic 12
+        ("\u0661\u0662", "start, now, or a sequence number (0 or more)"),  # Arabic-Indic 12.
     ):
         result = cli("consume", live.recent, "--state", str(state), "--from", refused)
         assert result.exit_code == 2, result.stderr
@@ -533,11 +558,15 @@ def test_the_command_exits_as_consume_does_when_the_server_cannot_be_read(
 
 @pytest.mark.e2e
 def test_a_restore_that_lost_entries_read_with_the_real_commands(tmp_path: Path) -> None:
-    """The backup guide's way, with real processes: the running service's SQLite file backed
-    up, two more entries published and read by `simplefeed consume`, the service stopped and the
-    backup restored (those two are in no file: lost), new entries published. The consumer
-    stops (exit 4) naming the two entries lost and `simplefeed consumer reset` to the last
-    entry the restore kept; reset there, it reads exactly the entries published since."""
+    """A restore that lost entries already read works out with the real commands.
+
+    This follows the backup guide with real processes. It backs up the running service's
+    SQLite file. Two more entries are published and read by `simplefeed consume`. The service
+    stops and the backup is restored, so those two are lost, being in no file. New entries are
+    published. The consumer stops with exit 4. It names the two lost entries, and `simplefeed
+    consumer reset` to the last entry the restore kept. Reset there, it reads exactly the
+    entries published since.
+    """
     s = UwsgiServer.scratch(
         tmp_path / "service", page_size=5, extra_env={"SIMPLEFEED_RECENT_MAX_AGE": "0"}
     )
@@ -554,10 +583,10 @@ def test_a_restore_that_lost_entries_read_with_the_real_commands(tmp_path: Path)
 
     try:
         s.start()
-        publish(1, 12)  # pages 1 and 2 frozen, 11 and 12 on the working page
+        publish(1, 12)  # Pages 1 and 2 archived. 11 and 12 on the working page.
         backup = tmp_path / "backup.sqlite3"
         sqlite_backup(database, backup)
-        publish(13, 2)  # on the working page only
+        publish(13, 2)  # On the working page only.
         assert consume()[0] == [f"e{i}" for i in range(1, 15)]
         port = s.port
         s.stop()
@@ -565,7 +594,7 @@ def test_a_restore_that_lost_entries_read_with_the_real_commands(tmp_path: Path)
             database.with_name(database.name + leftover).unlink(missing_ok=True)
         shutil.copyfile(backup, database)
         s.start(port=port)
-        publish(100, 4)  # sequence numbers 13-16 again: other entries
+        publish(100, 4)  # Sequence numbers 13-16 again, as other entries.
         stopped, said = consume(expect=4)
         assert stopped == []
         assert (

@@ -1,11 +1,13 @@
-"""The default feed cannot change once feeds have frozen pages: the default feed's pages are at
-``/pages/N`` (files ``archive/pages/N``), every other feed's at ``/feeds/NAME/pages/N``, and
-frozen pages, cached for a year, link to each other there. An operator's trial: with
-``SIMPLEFEED_DEFAULT_FEED=event`` (mistyped) after ``events`` froze pages, ``db upgrade``
-created a feed ``event``, ``serve`` started, and /pages/N became the new feed's.
+"""The default feed cannot change once feeds have archived pages.
 
-The commands run as an operator runs them (the installed ``simplefeed`` in a subprocess) on a
-real SQLite file and a real PostgreSQL database (the ``database_url`` fixture).
+The default feed's pages are at ``/pages/N``, in the files ``archive/pages/N``. Every other
+feed's are at ``/feeds/NAME/pages/N``. Archived pages are cached for a year, and link to each
+other there. Say ``SIMPLEFEED_DEFAULT_FEED=event`` is mistyped after ``events`` archived
+pages. ``db upgrade`` must not create a feed ``event``, nor ``serve`` start. /pages/N would
+become the new feed's.
+
+The commands run as an operator runs them, the installed ``simplefeed`` in a subprocess. They
+run on a real SQLite file and a real PostgreSQL database (the ``database_url`` fixture).
 """
 
 from __future__ import annotations
@@ -31,14 +33,14 @@ MISTYPED = (
     " SIMPLEFEED_DEFAULT_FEED is 'event': set SIMPLEFEED_DEFAULT_FEED=events again (a feed's"
     " archived pages never move; caches keep them for a year)"
 )
-#: ``serve`` refused before it starts uWSGI, or before this host name stops it, if not.
+#: ``serve`` must refuse before it starts uWSGI. Otherwise this host name stops it.
 NOT_A_HOST = ("--host", "no-such-host.invalid")
 
 
 def cli(
     core: Simplefeed, tmp_path: Path, *args: str, default_feed: str
 ) -> subprocess.CompletedProcess[str]:
-    """``simplefeed ARGS`` on the core's database and archive, with ``default_feed``."""
+    """Run ``simplefeed ARGS`` on the core's database and archive, with ``default_feed``."""
     s = core.settings
     return run(
         tmp_path,
@@ -56,8 +58,10 @@ def feed_names(core: Simplefeed) -> list[str]:
 
 
 def healthz(core: Simplefeed, clock: FakeClock, default_feed: str) -> falcon.testing.Result:
-    """``GET /healthz`` of a process that runs with ``default_feed`` (one that started while
-    the database did not answer: its start-up check saw nothing)."""
+    """Return ``GET /healthz`` of a process that runs with ``default_feed``.
+
+    The process started while the database did not answer, so its start-up check saw nothing.
+    """
     other = Simplefeed(replace(core.settings, default_feed=default_feed), clock=clock)
     try:
         return falcon.testing.TestClient(create_app(other.settings, core=other)).simulate_get(
@@ -67,7 +71,7 @@ def healthz(core: Simplefeed, clock: FakeClock, default_feed: str) -> falcon.tes
         other.close()
 
 
-# -- reading a frozen page's self link, and the decision ------------------------------------
+# -- reading an archived page's self link, and the decision ---------------------------------
 
 
 def test_self_href_is_the_feed_s_own_and_read_up_to_the_first_entry(core: Simplefeed) -> None:
@@ -75,7 +79,7 @@ def test_self_href_is_the_feed_s_own_and_read_up_to_the_first_entry(core: Simple
     body = core.store.page(core.feed("events").id, 1).body  # type: ignore[union-attr]
     assert atom.self_href(body) == "http://feeds.example.test/pages/1"
     head, _ = body.split(b"<entry>", 1)
-    # Read no further than the first entry: what comes after it is not parsed at all.
+    # Read no further than the first entry. What comes after it is not parsed at all.
     assert atom.self_href(head + b"<entry><link rel='self' href='x'/>&broken;<") == (
         "http://feeds.example.test/pages/1"
     )
@@ -105,10 +109,10 @@ def _feed(name: str, head_seq: int, base_url: str | None = "http://h.test/sf") -
         ("events", 12, "http://h.test/sf/pages/2", "events", None),
         ("orders", 12, "http://h.test/sf/feeds/orders/pages/2", "events", None),
         ("orders", 12, "http://h.test/sf/feeds/orders/pages/2", "orders", "/feeds/orders/pages/N"),
-        ("events", 4, None, "event", None),  # nothing frozen
-        ("events", 12, None, "event", None),  # no self link: archive verify's to find
-        ("events", 12, "http://h.test/sf/pages/1", "event", None),  # not this page's
-        ("events", 12, "http://h.test/sf/feeds/orders/pages/2", "event", None),  # another feed's
+        ("events", 4, None, "event", None),  # Nothing archived.
+        ("events", 12, None, "event", None),  # No self link. archive verify finds that.
+        ("events", 12, "http://h.test/sf/pages/1", "event", None),  # Not this page's.
+        ("events", 12, "http://h.test/sf/feeds/orders/pages/2", "event", None),  # Another's.
     ],
     ids=[
         "mistyped",
@@ -132,7 +136,10 @@ def test_default_feed_problem(
 
 
 def test_a_base_url_whose_path_ends_like_a_feed_s_is_read_as_the_base() -> None:
-    """``/feeds/x/pages/2`` under the base ``http://h.test/feeds/x`` is the default feed's."""
+    """A base URL whose path ends like a feed's is read as the base.
+
+    ``/feeds/x/pages/2`` under the base ``http://h.test/feeds/x`` is the default feed's.
+    """
     feed = _feed("x", 12, base_url="http://h.test/feeds/x")
     assert default_feed_problem(feed, "http://h.test/feeds/x/pages/2", "x") is None
     assert "rendered as the default feed's" in (
@@ -140,17 +147,17 @@ def test_a_base_url_whose_path_ends_like_a_feed_s_is_read_as_the_base() -> None:
     )
 
 
-# -- the default feed mistyped after it froze pages ---------------------------------------
+# -- the default feed mistyped after it archived pages ------------------------------------
 
 
 def test_db_upgrade_refuses_a_default_feed_whose_name_is_not_the_archived_pages_and_creates_none(
     core: Simplefeed, tmp_path: Path
 ) -> None:
-    core.publish("events", [Event(title=f"e{i}") for i in range(7)])  # page 1 freezes
+    core.publish("events", [Event(title=f"e{i}") for i in range(7)])  # Archives page 1.
     assert one_line_error(cli(core, tmp_path, "db", "upgrade", default_feed="event")) == (
         f"Error: {MISTYPED}"
     )
-    assert feed_names(core) == ["events"]  # no feed 'event'
+    assert feed_names(core) == ["events"]  # No feed 'event'.
     assert cli(core, tmp_path, "db", "upgrade", default_feed="events").returncode == 0
 
 
@@ -158,13 +165,17 @@ def test_serve_refuses_a_default_feed_whose_name_is_not_the_archived_pages(
     core: Simplefeed, tmp_path: Path
 ) -> None:
     core.publish("events", [Event(title=f"e{i}") for i in range(5)])
-    core.create_feed("event")  # as `db upgrade` made it before the check: it exists
+    core.create_feed("event")  # It exists, as a `db upgrade` without the check would make it.
     done = cli(core, tmp_path, "serve", *NOT_A_HOST, default_feed="event")
     assert one_line_error(done) == f"Error: {MISTYPED}"
 
 
 def test_uwsgi_s_load_refuses_it_in_one_critical_line(core: Simplefeed, tmp_path: Path) -> None:
-    """``simplefeed.runtime.wsgi`` as a uWSGI worker imports it (here outside uWSGI: status 1)."""
+    """uWSGI's load refuses it in one CRITICAL line.
+
+    The test imports ``simplefeed.runtime.wsgi`` as a uWSGI worker does, but outside uWSGI,
+    where the refusal is status 1.
+    """
     core.publish("events", [Event(title=f"e{i}") for i in range(5)])
     core.create_feed("event")
     s = core.settings
@@ -185,7 +196,7 @@ def test_healthz_names_it_and_a_freeze_at_another_feed_s_urls_is_a_503(
     health = healthz(core, clock, "event")
     assert health.status_code == 503
     assert health.json["problems"] == [MISTYPED]
-    # A process that could not check at start freezes no page where another feed's are.
+    # A process that could not check at start archives no page where another feed's are.
     other = Simplefeed(replace(core.settings, default_feed="event"), clock=clock)
     try:
         client = falcon.testing.TestClient(create_app(other.settings, core=other))
@@ -212,7 +223,7 @@ def test_archive_rebuild_and_rebase_refuse_to_write_a_feed_s_pages_elsewhere(
     core.publish("events", [Event(title=f"e{i}") for i in range(5)])
     core.create_feed("event")
     rebuild = cli(core, tmp_path, "archive", "rebuild", default_feed="event")
-    assert one_line_error(rebuild, status=3) == f"Error: {MISTYPED}"  # refused: nothing checked
+    assert one_line_error(rebuild, status=3) == f"Error: {MISTYPED}"  # Refused, nothing checked.
     rebase = cli(core, tmp_path, "archive", "rebase", "http://moved.test", default_feed="event")
     assert one_line_error(rebase) == f"Error: {MISTYPED}"
     assert core.feed("events").base_url == "http://feeds.example.test"
@@ -222,22 +233,25 @@ def test_archive_rebuild_and_rebase_refuse_to_write_a_feed_s_pages_elsewhere(
 def test_archive_verify_says_the_default_feed_is_mistyped_not_that_files_differ(
     core: Simplefeed, tmp_path: Path
 ) -> None:
-    """An outside trial: it reported eight differences that were not (the pages looked for
-    at the other feed's files), and sent the operator to ``archive rebuild``."""
+    """`archive verify` says the default feed is mistyped, not that files differ.
+
+    Otherwise it looks for the pages at the other feed's files. It then reports eight
+    differences that are not there, and sends the operator to ``archive rebuild``.
+    """
     core.publish("events", [Event(title=f"e{i}") for i in range(5)])
     verify = cli(core, tmp_path, "archive", "verify", default_feed="event")
     assert one_line_error(verify, status=3) == f"Error: {MISTYPED}"
     assert cli(core, tmp_path, "archive", "verify", default_feed="events").returncode == 0
 
 
-# -- the reverse: a named feed's frozen pages made the default feed's -----------------------
+# -- the reverse: a named feed's archived pages made the default feed's ---------------------
 
 
 def test_a_feed_with_pages_under_feeds_name_cannot_become_the_default(
     core: Simplefeed, clock: FakeClock, tmp_path: Path
 ) -> None:
     core.create_feed("orders", page_size=3)
-    core.publish("orders", [Event(title=f"o{i}") for i in range(4)])  # /feeds/orders/pages/1
+    core.publish("orders", [Event(title=f"o{i}") for i in range(4)])  # Archives orders page 1.
     line = one_line_error(cli(core, tmp_path, "db", "upgrade", default_feed="orders"))
     assert line.startswith(
         "Error: feed 'orders' has frozen pages at /feeds/orders/pages/N, but"
@@ -261,7 +275,7 @@ def test_a_fresh_database_takes_any_default_feed(tmp_path: Path) -> None:
 def test_feeds_without_archived_pages_let_the_default_feed_change(
     core: Simplefeed, clock: FakeClock, tmp_path: Path
 ) -> None:
-    core.publish("events", [Event(title=f"e{i}") for i in range(4)])  # nothing frozen
+    core.publish("events", [Event(title=f"e{i}") for i in range(4)])  # Nothing archived.
     done = cli(core, tmp_path, "db", "upgrade", default_feed="event")
     assert done.returncode == 0, done.stderr
     assert feed_names(core) == ["event", "events"]
@@ -277,6 +291,6 @@ def test_named_feeds_under_feeds_name_and_the_default_at_pages_are_no_problem(
     assert core.default_feed_problems() == []
     assert cli(core, tmp_path, "db", "upgrade", default_feed="events").returncode == 0
     line = one_line_error(cli(core, tmp_path, "serve", *NOT_A_HOST, default_feed="events"))
-    assert "cannot listen on no-such-host.invalid" in line  # past every start-up check
+    assert "cannot listen on no-such-host.invalid" in line  # Past every start-up check.
     health = healthz(core, clock, "events")
     assert health.status_code == 200, health.text

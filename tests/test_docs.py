@@ -23,7 +23,7 @@ from tests.markdown import ROOT, code_blocks, doc_text
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-#: The most lines README.md may have: more belongs in the docs.
+#: The most lines README.md may have. More belongs in the docs.
 README_LINES = 150
 #: The most words a sentence may have on average, and the share of sentences over 35 words.
 AVERAGE_WORDS = 20
@@ -36,7 +36,7 @@ PROCESS = re.compile(
 
 
 def _markdown_prose(text: str) -> list[str]:
-    """The prose of a Markdown page, as one text: no fenced code, no table rows."""
+    """Return the prose of a Markdown page as one text, without fenced code or table rows."""
     kept, fenced = [], False
     for line in text.splitlines():
         stripped = line.strip()
@@ -50,7 +50,7 @@ def _markdown_prose(text: str) -> list[str]:
 
 
 def _python_prose(text: str) -> list[str]:
-    """The comments (a run of them as one text) and docstrings of a Python file."""
+    """Return the comments and docstrings of a Python file, with a run of comments as one text."""
     out: list[str] = []
     run: list[str] = []
     skipped = (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
@@ -68,14 +68,14 @@ def _python_prose(text: str) -> list[str]:
 
 
 def sentence_lengths(text: str) -> list[int]:
-    """The number of words of each sentence of three words or more."""
+    """Return the number of words of each sentence of three words or more."""
     text = re.sub(r"\s+", " ", re.sub(r"`[^`]*`", "X", text))
     lengths = (len(s.split()) for s in re.split(r"(?<=[.!?])\s+(?=[A-Z(])", text))
     return [n for n in lengths if n >= 3]
 
 
 def prose_files() -> list[Path]:
-    """README.md and every Markdown and Python file under docs/."""
+    """Return README.md and every Markdown and Python file under docs/."""
     return [README, *sorted([*DOCS.rglob("*.md"), *DOCS.rglob("*.py")])]
 
 
@@ -91,7 +91,7 @@ def test_the_readme_is_at_most_150_lines() -> None:
 
 def test_the_readme_and_the_docs_are_written_in_short_sentences() -> None:
     lengths = [n for path in prose_files() for text in prose(path) for n in sentence_lengths(text)]
-    assert len(lengths) > 100  # the pages were read
+    assert len(lengths) > 100  # The pages were read.
     average = sum(lengths) / len(lengths)
     long = sum(n > LONG_WORDS for n in lengths) / len(lengths)
     worst = sorted(
@@ -118,8 +118,11 @@ def test_the_readme_and_the_docs_speak_of_the_project_only() -> None:
 
 
 def test_the_measure_splits_sentences_as_the_docs_report_them() -> None:
-    """Inline code is one word, fenced code and tables are no prose, and a sentence ends
-    before a capital or a parenthesis."""
+    """The measure splits sentences as the docs report them.
+
+    Inline code is one word, and fenced code and tables are no prose. A sentence ends before a
+    capital or a parenthesis.
+    """
     page = "One `two three` four five.\n```sh\nnot prose at all\n```\n| a | b |\n(Six seven eight.)"
     assert [n for text in _markdown_prose(page) for n in sentence_lengths(text)] == [4, 3]
     code = '"""A docstring of five words."""\n# One comment\n# of two lines.\nx = 1\n'
@@ -127,8 +130,11 @@ def test_the_measure_splits_sentences_as_the_docs_report_them() -> None:
 
 
 def run_example(argv: list[str], server: UwsgiServer, cwd: Path, **env: str) -> str:
-    """Run an example as a reader of the docs would, against ``server``: its URL in place of
-    localhost:8080, its settings in the environment. Its standard output, once it exited 0."""
+    """Run an example as a reader of the docs would, against ``server``.
+
+    The server's URL stands in place of localhost:8080, and its settings are in the
+    environment. Return the example's standard output, once it exited 0.
+    """
     done = subprocess.run(
         [re.sub(r"(http://)?localhost:8080", server.base_url, arg) for arg in argv],
         env={**server.env(), **env},
@@ -144,8 +150,11 @@ def run_example(argv: list[str], server: UwsgiServer, cwd: Path, **env: str) -> 
 
 @pytest.mark.e2e
 def test_the_readme_s_publish_example_runs_as_written(tmp_path: Path) -> None:
-    """The README's shell example, against `simplefeed serve` on a free port: it mints a
-    token, publishes (201) and reads the entry back from /recent."""
+    """The README's publish example runs as written.
+
+    It runs against `simplefeed serve` on a free port. It mints a token, publishes (201), and
+    reads the entry back from /recent.
+    """
     (example,) = [block for block in code_blocks(doc_text("README.md"), "sh") if "curl" in block]
     assert "localhost:8080" in example and ".venv/bin/simplefeed" in example
     script = example.replace(".venv/bin/simplefeed", simplefeed_command()[0])
@@ -158,8 +167,11 @@ def test_the_readme_s_publish_example_runs_as_written(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_the_publish_guide_s_examples_publish_as_written(tmp_path: Path) -> None:
-    """The curl, Python and JavaScript examples of docs/how-to/publish.md, against `simplefeed
-    serve`: each publishes one event, and the curl one again is a replay, because of its id."""
+    """The publish guide's examples publish as written.
+
+    The curl, Python and JavaScript examples of docs/how-to/publish.md run against `simplefeed
+    serve`. Each publishes one event. The curl one, run again, is a replay, because of its id.
+    """
     guide = doc_text("docs/how-to/publish.md")
     (curl,) = [block for block in code_blocks(guide, "sh") if block.startswith("curl")]
     (python,) = code_blocks(guide, "python")
@@ -175,6 +187,6 @@ def test_the_publish_guide_s_examples_publish_as_written(tmp_path: Path) -> None
             return run_example(list(argv), server, tmp_path, TOKEN=token, SIMPLEFEED_TOKEN=token)
 
         assert run("bash", "-c", curl).startswith("HTTP/1.1 201 Created")
-        assert run("bash", "-c", curl).startswith("HTTP/1.1 200 OK")  # a replay: the same id
-        assert run(sys.executable, "-c", python) == "2\n"  # the sequence number
+        assert run("bash", "-c", curl).startswith("HTTP/1.1 200 OK")  # A replay: the same id.
+        assert run(sys.executable, "-c", python) == "2\n"  # The sequence number.
         assert run(node, "publish.mjs") == "3\n"

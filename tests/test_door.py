@@ -1,7 +1,10 @@
-"""The door (issue #11, and the producer input of #12): what is accepted is kept forever, so
-every rule is enforced before anything is stored, each refusal a 4xx JSON error naming the field
-(and the index in a batch). In-process over real databases; ``tests/test_door_uwsgi.py`` runs
-one case of each rule through a real uWSGI."""
+"""The door refuses bad producer input before anything is stored.
+
+This covers issue #11 and the producer input of #12. What the door accepts is kept forever, so
+it enforces every rule first. Each refusal is a 4xx JSON error that names the field. In a batch,
+it also names the index. These tests run in-process over real databases.
+``tests/test_door_uwsgi.py`` runs one case of each rule through a real uWSGI.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ def refused(
     words: tuple[str, ...] = (),
     raw: bytes | None = None,
 ) -> dict[str, Any]:
-    """POST ``body`` (or ``raw`` bytes); assert the refusal and that nothing changed."""
+    """POST ``body``, or ``raw`` bytes, and assert the refusal and that nothing changed."""
     before = state(client, core)
     if raw is not None:
         r = client.simulate_post("/entries", body=raw, headers={"Content-Type": "application/json"})
@@ -77,8 +80,11 @@ def accepted(client: Client, body: Any) -> None:
 
 
 def test_the_feed_namespace_table_is_feedparsers() -> None:
-    """simplefeed.door.namespaces is a copy of the installed feedparser's table: when feedparser
-    learns a namespace, this fails until the copy is regenerated (and so refused at the door)."""
+    """simplefeed.door.namespaces is a copy of the installed feedparser's table.
+
+    When feedparser learns a namespace, this fails until the copy is regenerated. The door then
+    refuses that namespace too.
+    """
     assert feedparser.mixin._FeedParserMixin.namespaces == FEED_NAMESPACES
 
 
@@ -95,14 +101,17 @@ def _every_feedparser_namespace() -> list[str]:
 def test_every_namespace_feedparser_knows_is_refused(
     client: Client, core: Simplefeed, namespace: str
 ) -> None:
-    """As an element's namespace (also in other letter case, as feedparser compares), as an
-    attribute's, and as a declaration alone; for every XML media type."""
+    """Each namespace feedparser knows is refused wherever it stands, in every XML media type.
+
+    It is refused as an element's namespace, in any letter case, because feedparser compares
+    them that way. It is refused as an attribute's namespace, and as a declaration alone.
+    """
     if namespace == "http://www.w3.org/XML/1998/namespace":
-        # The xml prefix is bound by XML itself: its attributes, other than xml:lang and
-        # xml:space, are the case (xml:base would re-base the content's URLs).
+        # XML itself binds the xml prefix. So the case here is its attributes other than
+        # xml:lang and xml:space. For example, xml:base would re-base the content's URLs.
         contents = ['<x:doc xmlns:x="urn:example:x" xml:base="http://example.com/"/>']
     elif namespace == "":
-        contents = ["<doc/>"]  # no namespace: Atom's default, inside an Atom document
+        contents = ["<doc/>"]  # No namespace means Atom's default inside an Atom document.
     else:
         contents = [
             f'<v:title xmlns:v="{namespace}">t</v:title>',
@@ -125,8 +134,9 @@ def test_userland_namespaces_and_feed_prefixes_are_refused(
     refused(
         client, core, {"title": "x", "content": userland, "content_type": "text/xml"}, "content"
     )
-    # A prefix feedparser gives a vocabulary, bound to another namespace: a reader matching
-    # prefixes (feedparser does, for namespaces it does not know) reads <dc:title> as a title.
+    # A prefix that feedparser ties to a vocabulary, bound here to another namespace. Some
+    # readers match on prefixes, as feedparser does for namespaces it does not know. Such a
+    # reader reads <dc:title> as a title.
     for prefix in ("dc", "media", "content", "rdf", "xhtml"):
         content = f'<{prefix}:title xmlns:{prefix}="urn:example:mine">t</{prefix}:title>'
         event = {"title": "x", "content": content, "content_type": "application/xml"}
@@ -143,8 +153,10 @@ def test_xhtml_belongs_in_xhtml_content(client: Client, core: Simplefeed) -> Non
 
 
 def test_xhtml_with_a_prefix_is_refused(client: Client, core: Simplefeed) -> None:
-    """A hostile producer's trial: the W3C validator warned "Avoid Namespace Prefix: h" on
-    the frozen page."""
+    """XHTML content that names XHTML with a prefix is refused.
+
+    The W3C validator warns "Avoid Namespace Prefix: h" on the archived page otherwise.
+    """
     for xhtml in (
         "<h:div xmlns:h='http://www.w3.org/1999/xhtml'><h:p>x</h:p></h:div>",
         "<p>a <h:b xmlns:h='http://www.w3.org/1999/xhtml'>b</h:b></p>",
@@ -176,10 +188,10 @@ NOT_STRICT_JSON = ["NaN", "Infinity", "-Infinity", "1e999", "-1e999", "1" + "0" 
 def test_json_that_strict_parsers_refuse_is_refused(
     client: Client, core: Simplefeed, number: str
 ) -> None:
-    # In the request body (a JSON value as content): the body is not JSON, 400.
+    # As a JSON value in the request body, the body is not JSON, so 400.
     raw = f'{{"title": "x", "content": {{"a": {number}}}}}'.encode()
     refused(client, core, None, None, status=400, raw=raw)
-    # As JSON text under a JSON media type: the content is not JSON, 422.
+    # As JSON text under a JSON media type, the content is not JSON, so 422.
     for content_type in ("application/json", "application/ld+json"):
         event = {"title": "x", "content": f'{{"a": {number}}}', "content_type": content_type}
         refused(client, core, event, "content", words=("JSON",))
@@ -212,28 +224,34 @@ def test_updated_that_utc_cannot_hold_is_refused(
 @pytest.mark.parametrize(
     "updated",
     [
-        "20261231",  # read as Unix seconds: 1970-08-23
+        "20261231",  # Read as Unix seconds, this is 1970-08-23.
         20261231,
-        "2026",  # 1970-01-01T00:33:46Z
+        "2026",  # Read as 1970-01-01T00:33:46Z.
         1767225600,
         1767225600.5,
-        "2026-11-21T10:00+00:00",  # ISO 8601 without seconds
-        "2026-11-21T10:00:00+0000",  # an offset without its colon
-        "2026-11-21T10:00:00,5Z",  # a decimal comma
+        "2026-11-21T10:00+00:00",  # ISO 8601 without seconds.
+        "2026-11-21T10:00:00+0000",  # An offset without its colon.
+        "2026-11-21T10:00:00,5Z",  # A decimal comma.
     ],
 )
 def test_updated_that_is_not_rfc_3339_text_is_refused(
     client: Client, core: Simplefeed, updated: Any
 ) -> None:
-    """The datetime parser behind the field also read numbers and digit strings as Unix times,
-    so a producer's compact date was stored as a day of 1970, and took ISO 8601 forms RFC 3339
-    does not have."""
+    """Only RFC 3339 text is taken as `updated`.
+
+    A general datetime parser reads numbers and digit strings as Unix times. A producer's
+    compact date would then be stored as a day of 1970. Such a parser also takes ISO 8601 forms
+    that RFC 3339 does not have.
+    """
     refused(client, core, {"title": "x", "updated": updated}, "updated", words=("RFC 3339",))
 
 
 def test_a_leap_second_is_refused_saying_so(client: Client, core: Simplefeed) -> None:
-    """RFC 3339 has 23:59:60; JavaScript's Date reads it as NaN, and pydantic's parser said
-    "unexpected extra characters" (a producer's trial)."""
+    """A leap second is refused with a message that says so.
+
+    RFC 3339 has 23:59:60, but JavaScript's Date reads it as NaN. Pydantic's parser only says
+    "unexpected extra characters".
+    """
     event = {"title": "x", "updated": "2016-12-31T23:59:60Z"}
     refused(client, core, event, "updated", words=("leap second", ":59"))
 
@@ -249,8 +267,11 @@ def test_a_leap_second_is_refused_saying_so(client: Client, core: Simplefeed) ->
 def test_an_error_in_an_object_names_the_member_not_the_string_form(
     client: Client, core: Simplefeed, event: dict[str, Any], field: str, words: str
 ) -> None:
-    """`author` is a string or an object: an object without a name was answered "author: Input
-    should be a valid string", as if objects were not taken (a producer's trial)."""
+    """An error inside an object names the member, not the string form of the field.
+
+    `author` is a string or an object. Without this, an object without a name gets "author:
+    Input should be a valid string". That reads as if objects were not taken.
+    """
     refused(client, core, {"title": "x", **event}, field, words=(words,))
 
 
@@ -258,7 +279,7 @@ def test_an_error_in_an_object_names_the_member_not_the_string_form(
     "updated,expected",
     [
         ("2026-11-21t10:00:00z", "2026-11-21T10:00:00+00:00"),
-        ("2026-11-21 11:00:00+01:00", "2026-11-21T10:00:00+00:00"),  # RFC 3339 5.6's note
+        ("2026-11-21 11:00:00+01:00", "2026-11-21T10:00:00+00:00"),  # See RFC 3339 5.6's note.
         ("2026-11-21T10:00:00.25-00:00", "2026-11-21T10:00:00.250000+00:00"),
     ],
 )
@@ -316,7 +337,7 @@ def test_an_id_not_in_canonical_form_is_refused_with_that_form(
 ) -> None:
     refused(client, core, {"title": "x", "id": entry_id}, "id", words=(repr(canonical),))
     accepted(client, {"title": "x", "id": canonical})
-    # So two spellings of one URI cannot become two entries: the canonical one is a replay.
+    # The canonical form is a replay, so two spellings of one URI cannot become two entries.
     r = client.simulate_post("/entries", json={"title": "x", "id": canonical})
     assert r.status_code == 200 and r.json["created"] is False
 
@@ -334,8 +355,11 @@ def test_valid_ids_are_accepted(client: Client) -> None:
 def test_the_id_limit_is_in_utf8_bytes_and_fits_every_backend(
     client: Client, core: Simplefeed
 ) -> None:
-    """An id at the limit is stored on SQLite and PostgreSQL alike (its unique index row stays
-    under PostgreSQL's btree limit); ~1,000 four-byte characters are over it, refused."""
+    """The id limit counts UTF-8 bytes, and an id at the limit fits every backend.
+
+    An id at the limit is stored on SQLite and PostgreSQL alike. Its unique index row stays under
+    PostgreSQL's btree limit. About 1,000 four-byte characters are over it, so they are refused.
+    """
     limit = core.settings.limits.max_id_bytes
     assert limit == 1024
     at_limit = "tag:example.com,2027:" + "a" * (limit - len("tag:example.com,2027:"))
@@ -343,9 +367,9 @@ def test_the_id_limit_is_in_utf8_bytes_and_fits_every_backend(
     refused(client, core, {"title": "x", "id": at_limit + "b"}, "id", words=("bytes",))
     wide = "tag:example.com,2027:" + "\U0001f600" * 1000
     refused(client, core, {"title": "x", "id": wide}, "id", words=("bytes",))
-    # Under the limit as sent, over it once percent-encoded: the canonical form is not
-    # suggested (a producer's trial sent the suggestion, and was refused for its length).
-    encoded = "http://example.com/" + "\u00e9" * 400  # 819 bytes; encoded, 2,419
+    # This id is under the limit as sent, but over it once percent-encoded. The message does not
+    # suggest the canonical form, because the door would refuse that for its length.
+    encoded = "http://example.com/" + "\u00e9" * 400  # 819 bytes, and 2,419 encoded.
     reply = refused(client, core, {"title": "x", "id": encoded}, "id", words=("2419 bytes",))
     assert "send" not in reply["message"] and "shorter" in reply["message"]
 
@@ -374,8 +398,10 @@ def test_token_ids_beyond_the_column_are_invalid_tokens(client: Client, core: Si
 
 
 def _validator_source(name: str) -> Path:
-    """A file of the W3C Feed Validator's source (``../shared/judges``, which CI has beside
-    the project; elsewhere the tests needing it skip, saying so)."""
+    """Return a file of the W3C Feed Validator's source, from ``../shared/judges``.
+
+    CI has that directory beside the project. Elsewhere, the tests that need it skip and say so.
+    """
     path = JUDGES / "feedvalidator" / f"{name}.py"
     if not path.exists():
         pytest.skip(f"{path} is absent: the W3C validator's source lives beside the project")
@@ -383,7 +409,7 @@ def _validator_source(name: str) -> Path:
 
 
 def _validator_module(name: str) -> Any:
-    """A module of the W3C Feed Validator's source (:func:`_validator_source`)."""
+    """Return a module of the W3C Feed Validator's source (:func:`_validator_source`)."""
     path = _validator_source(name)
     spec = importlib.util.spec_from_file_location(f"w3c_feedvalidator_{name}", path)
     assert spec is not None and spec.loader is not None
@@ -393,8 +419,10 @@ def _validator_module(name: str) -> Any:
 
 
 def test_canonical_ids_are_canonical_to_the_w3c_validator() -> None:
-    """Every id the door accepts is its own canonical form to the W3C Feed Validator (which
-    warns otherwise), and every canonical form the door asks for is too."""
+    """Every id the door accepts is canonical to the W3C Feed Validator.
+
+    So is every canonical form the door asks for. The validator warns otherwise.
+    """
     validator = _validator_module("uri")
     for value in [*VALID_IDS, *NON_CANONICAL_IDS.values()]:
         assert uris.id_problem(value) is None, value
@@ -472,13 +500,14 @@ def test_html_that_could_run_script_is_refused(client: Client, core: Simplefeed,
 @pytest.mark.parametrize(
     "html,words",
     [
-        # Python's HTML tokenizer read each of these to the end of the text: quadratic (2.8 s
-        # of CPU for this 24 KB, 0.7 s for 80 KB of the comments), so they are refused first.
+        # Python's HTML tokenizer reads each of these to the end of the text, so its cost is
+        # quadratic. This 24 KB takes 2.8 s of CPU, and 80 KB of the comments take 0.7 s. So
+        # the door refuses them first.
         ("<a " * 8000, ("left open", "'<a <a <a")),
         ("<p>x</p></", ("begins no tag", "'</'")),
         ('<p title="a">x</p><a href="https://example.com/', ("left open",)),
         ("<p>x</p>" + "<!--<p>" * 10000 + ">", ("a comment", "'<!--<p>")),
-        # It raised AssertionError on this (a 500).
+        # The tokenizer raises AssertionError on this, which would be a 500.
         ("<![<![<![", ("a declaration", "'<![<![<!['")),
         ("<![CDATA[x]]><p>y</p>", ("a declaration",)),
         ("<!DOCTYPE html><p>x</p>", ("a declaration",)),
@@ -495,21 +524,21 @@ def test_markup_pythons_tokenizer_is_slow_or_fails_on_is_refused_first(
 @pytest.mark.parametrize(
     "html,words",
     [
-        # nh3 (html5ever) took time growing with the square of the depth: 4.7 s for these.
+        # In nh3 (html5ever), time grows with the square of the depth. These take 4.7 s.
         ("<div>" * 60_000, ("nested more than 100 deep",)),
         ("<ul><li>" * 30_000, ("nested more than 100 deep",)),
-        # 17 KB that made nh3 write 12 MB in 4.9 s: each paragraph reopened every <b>.
+        # With these 17 KB, nh3 writes 12 MB in 4.9 s, because each paragraph reopens every <b>.
         ("<p>" + "".join(f"<b title={i}>" for i in range(800)) + "</p><p>x</p>" * 800, ("deep",)),
         ("<p>" + "<b>" * 50 + "</p>" + "<p>x</p>" * 5_000, ("a <b> left open",)),
         ("<b><i>x</b></i>", ("a </b> where <i> is the formatting element open last",)),
-        # A second trial's: what a browser leaves open, or end tags that close nothing (a
-        # browser ignores them: 512K characters of these took 4-24 s, and were accepted).
-        ("<rt>" * 131_072, ("<rt> is not allowed",)),  # ruby is not allowed now
+        # Elements a browser leaves open, and end tags that close nothing. A browser ignores
+        # such end tags. Yet 512K characters of these take 4-24 s to parse.
+        ("<rt>" * 131_072, ("<rt> is not allowed",)),  # Ruby is not allowed.
         ("<div></span>" * 40_000, ("a </span> that closes no open element",)),
         ("<dl><dt></q>" * 40_000, ("closes no open element",)),
-        # A third trial's: a list item that a browser ends below open <b>s opens them all again
-        # in every later item (97 <b> then 20,000 items, 395 KB: 22.8 s and 9.8 GB of memory);
-        # bare ampersands, whose cost in nh3 grows with their square (500,000: 1.5 s).
+        # A browser ends a list item below open <b>s, then opens them all again in every later
+        # item. So 97 <b> then 20,000 items (395 KB) take 22.8 s and 9.8 GB of memory. The cost
+        # of bare ampersands in nh3 grows with their square, and 500,000 take 1.5 s.
         ("<ul><li>" + "<b>" * 97 + "<li>x</li>" * 20_000 + "</b>" * 97, ("a <li> while <b>",)),
         ("<div><p>" + "<i>" * 50 + "<p>x</p>" * 1000 + "</i>" * 50, ("a <p> while <i> is open",)),
         ("&" * 500_000, ("500000 ampersands that begin no character reference",)),
@@ -519,7 +548,10 @@ def test_markup_pythons_tokenizer_is_slow_or_fails_on_is_refused_first(
 def test_markup_a_browser_parses_slowly_is_refused_first(
     client: Client, core: Simplefeed, html: str, words: tuple[str, ...]
 ) -> None:
-    """A security reviewer's trial, with a valid token."""
+    """Markup that a browser parses slowly is refused before it is parsed.
+
+    A producer with a valid token can send it, so the door must bound the cost.
+    """
     event = {"title": "x", "content": html, "content_type": "html"}
     refused(client, core, event, "content", words=words)
     for ok in (
@@ -541,7 +573,7 @@ def test_ordinary_html_is_accepted_and_kept_as_sent(client: Client) -> None:
         event = {"title": "x", "content": html, "content_type": "html", "id": f"urn:test:html-{i}"}
         accepted(client, event)
         replay = client.simulate_post("/entries", json=event)
-        assert replay.status_code == 200 and replay.json["created"] is False  # still a replay
+        assert replay.status_code == 200 and replay.json["created"] is False  # Still a replay.
     from lxml import etree
 
     served = [
@@ -551,7 +583,7 @@ def test_ordinary_html_is_accepted_and_kept_as_sent(client: Client) -> None:
             "{http://www.w3.org/2005/Atom}content"
         )
     ]
-    assert sorted(served) == sorted(ORDINARY_HTML)  # byte for byte: refused, never rewritten
+    assert sorted(served) == sorted(ORDINARY_HTML)  # Byte for byte: the door never rewrites.
 
 
 @pytest.mark.parametrize(
@@ -595,9 +627,11 @@ def test_xml_that_could_run_script_is_refused(client: Client, core: Simplefeed, 
 
 
 def test_attribute_namespaces_are_declared_once_in_the_document(client: Client) -> None:
-    """lxml declared a prefix of its own on each element with a namespaced attribute: 65 such
-    elements (971 characters) made the page declare 67, which the consumer refuses (a security
-    reviewer's trial)."""
+    """The page declares each attribute namespace once, at the top of the document.
+
+    lxml on its own declares a prefix on each element with a namespaced attribute. Then 65 such
+    elements (971 characters) make the page declare 67 prefixes, and the consumer refuses it.
+    """
     import re
 
     xml = '<x:r xmlns:x="https://e.example/x" xmlns:y="https://e.example/y">'
@@ -606,15 +640,18 @@ def test_attribute_namespaces_are_declared_once_in_the_document(client: Client) 
     body = client.simulate_get("/recent").content
     assert sorted(set(re.findall(rb"xmlns:(\w+)=", body))) == [b"c0", b"c1", b"sf"]
     (entry,) = parse_page("https://x.example/recent", body, parser="feedparser").entries
-    assert entry.content.count(' ns0:a="1"') == 65  # the consumer's own serialisation
+    assert entry.content.count(' ns0:a="1"') == 65  # The consumer's own serialisation.
 
 
 CROWDED = '<x:e xmlns:x="urn:x-y:z" ' + " ".join(f'a{i}=""' for i in range(300)) + "/>"
 
 
 def _declaring(n: int) -> str:
-    """n namespace declarations, and three elements for each (the door's check took time
-    growing with their product: 124 KB took 5.2 s before a 201)."""
+    """Return n namespace declarations, and three elements for each.
+
+    The door's check must not take time that grows with their product. Such a check takes 5.2 s
+    on 124 KB before its 201.
+    """
     declared = " ".join(f'xmlns:p{i}="http://e.example/{i}"' for i in range(n))
     return f'<r xmlns="urn:x-y:r" {declared}>' + "<a/>" * (3 * n) + "</r>"
 
@@ -631,9 +668,12 @@ def _declaring(n: int) -> str:
 def test_inline_content_a_feed_reader_reads_slowly_is_refused(
     client: Client, core: Simplefeed, content: str, content_type: str, words: str
 ) -> None:
-    """Namespaces and attributes that feedparser (and the door) take time growing with the
-    square of: accepted, a page of them stopped every Simplefeed consumer (which refuses an
-    element of over 256 attributes) or took it minutes (a security reviewer's trial)."""
+    """Inline content that a feed reader reads slowly is refused.
+
+    In feedparser, and in the door, time grows with the square of the namespaces and attributes.
+    A page of such content would take a reader minutes. It would stop every Simplefeed consumer,
+    because the consumer refuses an element of over 256 attributes.
+    """
     refused(
         client,
         core,
@@ -659,9 +699,12 @@ def test_inline_content_a_feed_reader_reads_slowly_is_refused(
 def test_what_the_document_would_not_carry_is_refused_not_dropped(
     client: Client, core: Simplefeed, content: str, content_type: str, words: str
 ) -> None:
-    """feedgen's parser dropped processing instructions, and only the root element goes into
-    the document: accepted, they were lost from the entry for good (a security reviewer's
-    trial)."""
+    """What the document would not carry is refused, not silently dropped.
+
+    feedgen's parser drops processing instructions, and only the root element goes into the
+    document. If the door accepted such content, those parts would be lost from the entry for
+    good.
+    """
     event = {"title": "x", "content": content, "content_type": content_type}
     refused(client, core, event, "content", words=(words,))
     accepted(
@@ -694,12 +737,12 @@ def test_script_urls_in_the_events_urls_are_refused(
         ("javascript:alert(1)", ("javascript: URL",)),
         ("https://a.example/%zz", ("%",)),
         ("https://a.example/rels/" + "x" * 2048, ("longer than 2048",)),
-        # RFC 4287 4.2.7.2: the same relation as the name (a hostile producer's trial: it went
-        # around the self and alternate rules, and the W3C validator flagged the page).
+        # RFC 4287 4.2.7.2 makes these IRIs the same relations as the names. Taken as written,
+        # they would go around the self and alternate rules, and the W3C validator flags them.
         ("http://www.iana.org/assignments/relation/alternate", ("write 'alternate'",)),
         ("http://www.iana.org/assignments/relation/self", ("write 'self'",)),
-        # Names under that prefix the validator does not know as registered (a hostile
-        # producer's trial: "Unregistered link relationship" on the frozen page).
+        # Names under that prefix that the validator does not know as registered. It warns
+        # "Unregistered link relationship" on the archived page.
         ("http://www.iana.org/assignments/relation/bogus", ("names no registered relation",)),
         ("http://www.iana.org/assignments/relation/", ("names no registered relation",)),
         ("http://www.iana.org/assignments/relation/Alternate", ("names no registered",)),
@@ -709,8 +752,10 @@ def test_script_urls_in_the_events_urls_are_refused(
 def test_a_link_relation_is_an_atom_name_or_an_absolute_iri(
     client: Client, core: Simplefeed, rel: str, words: tuple[str, ...]
 ) -> None:
-    """RFC 4287 4.2.7.2: the names it registers, or an IRI naming an extension relation (the
-    door took the five names only; a reviewer's trial)."""
+    """A link relation is one of the Atom names, or an absolute IRI.
+
+    RFC 4287 4.2.7.2 allows the five names it registers, or an IRI naming an extension relation.
+    """
     link = {"href": "https://a.example/", "rel": rel}
     refused(client, core, {"title": "x", "links": [link]}, "links[0].rel", words=words)
     for extension in (
@@ -726,7 +771,10 @@ def test_a_link_relation_is_an_atom_name_or_an_absolute_iri(
 def test_alternate_links_are_told_apart_without_regard_to_case(
     client: Client, core: Simplefeed
 ) -> None:
-    """Media types and language tags are case-insensitive: "en" and "EN" name one language."""
+    """Alternate links are told apart without regard to case.
+
+    Media types and language tags are case-insensitive, so "en" and "EN" name one language.
+    """
     for first, second in (
         ({"hreflang": "en"}, {"hreflang": "EN"}),
         ({"type": "text/html"}, {"type": "TEXT/HTML"}),
@@ -736,16 +784,21 @@ def test_alternate_links_are_told_apart_without_regard_to_case(
 
 
 def test_a_port_a_url_parser_refuses_is_refused(client: Client, core: Simplefeed) -> None:
-    """A browser's and Node's URL parser throw on a port past 65535 (a hostile producer's
-    trial: it was accepted)."""
+    """A port that a URL parser refuses is refused.
+
+    The URL parsers of browsers and Node throw on a port past 65535.
+    """
     for href in ("https://a.example:99999/", "https://a.example:80a/"):
         refused(client, core, {"title": "x", "links": [{"href": href}]}, "links[0].href")
     accepted(client, {"title": "x", "links": [{"href": "https://a.example:8443/"}]})
 
 
 def test_an_ipv6_host_is_a_host(client: Client, core: Simplefeed) -> None:
-    """An outside trial: ``http://[2001:db8::1]/`` was refused as having "the port
-    'db8::1]'" (the port was taken from the first colon)."""
+    """An IPv6 host is read as a host, and its port is read after the bracket.
+
+    Taking the port from the first colon would refuse ``http://[2001:db8::1]/`` as having
+    "the port 'db8::1]'".
+    """
     for href in ("http://[2001:db8::1]/", "http://[::1]:8080/a", "https://[2001:db8::a:b]:443/"):
         accepted(client, {"title": "x", "links": [{"href": href}]})
         accepted(client, {"title": "x", "author": {"name": "a", "uri": href}})
@@ -765,8 +818,11 @@ def test_an_ipv6_host_is_a_host(client: Client, core: Simplefeed) -> None:
 def test_a_url_scheme_the_validator_does_not_know_as_registered_is_refused(
     client: Client, core: Simplefeed, href: str
 ) -> None:
-    """nh3 lets these through in HTML; on a link of a page kept for good the W3C Feed Validator
-    says "URI scheme not IANA registered" (a producer's trial)."""
+    """A URL scheme that the validator does not know as registered is refused.
+
+    nh3 lets these through in HTML. But on a link of a page kept for good, the W3C Feed
+    Validator says "URI scheme not IANA registered".
+    """
     refused(client, core, {"title": "x", "links": [{"href": href}]}, "links[0].href")
 
 
@@ -782,15 +838,22 @@ def test_a_url_scheme_the_validator_does_not_know_as_registered_is_refused(
 def test_a_percent_that_begins_no_octet_is_refused_in_urls(
     client: Client, core: Simplefeed, event: dict[str, Any], field: str
 ) -> None:
-    """RFC 3986 2.1: a % in a URI begins two hex digits. `https://a.example/%zz` was kept, and
-    a reader's URL parser refuses it or reads another URL (a producer's trial)."""
+    """A percent sign that begins no octet is refused in URLs.
+
+    By RFC 3986 2.1, a % in a URI begins two hex digits. A reader's URL parser refuses
+    `https://a.example/%zz`, or reads another URL.
+    """
     refused(client, core, {"title": "x", **event}, field, words=("%25",))
     accepted(client, {"title": "y", "links": [{"href": "https://a.example/100%25%C3%A9"}]})
 
 
 def test_text_is_text_markup_in_it_is_shown_not_run(client: Client) -> None:
-    """Summaries and text content are Atom text (type="text"): readers show markup in them as
-    characters, so it is not refused; it reaches the document escaped, never as elements."""
+    """Markup in text is shown as characters, not run.
+
+    Summaries and text content are Atom text (type="text"). Readers show markup in them as
+    characters, so the door does not refuse it. It reaches the document escaped, never as
+    elements.
+    """
     from lxml import etree
 
     payload = '<script>alert(1)</script><a href="javascript:alert(1)">x</a>'
@@ -818,9 +881,12 @@ EMPTY_OPTIONAL = [
 def test_an_empty_optional_string_is_refused(
     client: Client, core: Simplefeed, event: dict[str, Any], field: str
 ) -> None:
-    """An empty content, category label or link title would be written as nothing and read
-    back as absent; an empty summary or link title and a blank author name are "blank" to the
-    W3C validator. Leaving the field out says the same, and round-trips."""
+    """An empty optional string is refused, because leaving the field out says the same.
+
+    An empty content, category label or link title would be written as nothing. It would then
+    read back as absent. An empty summary or link title is "blank" to the W3C validator, and so
+    is a blank author name. Leaving the field out round-trips.
+    """
     refused(client, core, {"title": "x", **event}, field, words=("empty",))
     refused(client, core, [{"title": "ok"}, {"title": "x", **event}], field, index=1)
 
@@ -838,8 +904,11 @@ def test_an_empty_optional_string_is_refused(
 def test_a_text_a_reader_shows_nothing_of_is_refused(
     client: Client, core: Simplefeed, event: dict[str, Any], field: str
 ) -> None:
-    """A title of U+200B ZERO WIDTH SPACE passed as not blank (a hostile producer's trial):
-    a reader shows an entry without a title."""
+    """A text of which a reader shows nothing is refused.
+
+    A title of U+200B ZERO WIDTH SPACE is not blank as a string. Yet a reader shows the entry
+    without a title.
+    """
     refused(client, core, event, field, words=("invisible",))
     accepted(client, {"title": "a\u200bb", "author": "\u200ex", "categories": ["\u00adt"]})
 
@@ -847,10 +916,10 @@ def test_a_text_a_reader_shows_nothing_of_is_refused(
 @pytest.mark.parametrize(
     "event,field",
     [
-        ({"title": "\u3164\u3164"}, "title"),  # Hangul fillers: letters that show nothing
+        ({"title": "\u3164\u3164"}, "title"),  # Hangul fillers are letters that show nothing.
         ({"title": "\u115f\u1160 \uffa0"}, "title"),
-        ({"title": "\u2800"}, "title"),  # the blank Braille pattern
-        ({"title": "\u0301\u0301"}, "title"),  # combining marks with nothing to sit on
+        ({"title": "\u2800"}, "title"),  # The blank Braille pattern.
+        ({"title": "\u0301\u0301"}, "title"),  # Combining marks with nothing to sit on.
         ({"title": "x", "summary": "   "}, "summary"),
         ({"title": "x", "summary": "\n\u200b"}, "summary"),
         ({"title": "x", "content": " "}, "content"),
@@ -864,13 +933,17 @@ def test_a_text_a_reader_shows_nothing_of_is_refused(
 def test_a_text_readers_read_as_nothing_is_refused(
     client: Client, core: Simplefeed, event: dict[str, Any], field: str
 ) -> None:
-    """A reader's trial: each was accepted, and readers showed a blank title, or stripped the
-    summary or content to nothing (feedparser: "", @rowanmanning/feed-parser: null), as if
-    it had not been sent, which ``""`` is refused for. Octets are data: spaces are kept."""
+    """A text that readers read as nothing is refused.
+
+    Readers show a blank title for each of these. They strip the summary or content to
+    nothing: feedparser gives "", and @rowanmanning/feed-parser gives null. That reads as if
+    the field had not been sent, which is why ``""`` is refused. Octets are data, so their
+    spaces are kept.
+    """
     refused(client, core, event, field, words=("invisible",))
     refused(client, core, [{"title": "ok"}, event], field, index=1)
     accepted(client, {"title": "\u3164x", "summary": " a ", "content": "\n b \n"})
-    accepted(client, {"title": "\u06dd", "summary": "\u0600"})  # format characters drawn as glyphs
+    accepted(client, {"title": "\u06dd", "summary": "\u0600"})  # Format characters with glyphs.
     accepted(client, {"title": "e\u0301", "content": " ", "content_type": "application/x-thing"})
 
 
@@ -880,8 +953,11 @@ def test_a_text_readers_read_as_nothing_is_refused(
 def test_a_content_type_without_content_is_refused(
     client: Client, core: Simplefeed, event: dict[str, Any]
 ) -> None:
-    """The entry was written without content, and a reader read it as none; the type was
-    kept, so the same event sent again without it was a 409 (a reader's trial)."""
+    """A content type without content is refused.
+
+    Such an entry is written without content, and a reader reads it as having none. But the
+    type would be kept. So the same event sent again without the type would be a 409.
+    """
     refused(client, core, {"title": "x", **event}, "content_type", words=("without content",))
     accepted(client, {"title": "x", "content": "null", "content_type": "application/json"})
 
@@ -894,7 +970,7 @@ def test_a_content_type_without_content_is_refused(
         ('<blockquote cite="../q">q</blockquote>', "html"),
         ('<a href="?page=2">next</a>', "html"),
         ('<a href="">this</a>', "html"),
-        ('<a href="#fn1">1</a>', "html"),  # feedparser resolves it: .../recent#fn1, .../pages/1#fn1
+        ('<a href="#fn1">1</a>', "html"),  # To .../recent#fn1 or .../pages/1#fn1 in feedparser.
         ('<a href="#fn1">1</a>', "xhtml"),
         ('<p><a href="x/y">o</a></p>', "xhtml"),
         ('<svg xmlns="http://www.w3.org/2000/svg"><image href="pic.png"/></svg>', "image/svg+xml"),
@@ -903,16 +979,20 @@ def test_a_content_type_without_content_is_refused(
 def test_a_relative_url_in_content_that_two_documents_resolve_apart_is_refused(
     client: Client, core: Simplefeed, content: str, content_type: str
 ) -> None:
-    """Readers resolve a URL in content against the document they read the entry in: from
-    /feeds/b3/recent, ``other`` was /feeds/b3/other; from its page, /feeds/b3/pages/other (a
-    reader's trial, feedparser and others). A URL from the root or within the document means
-    the same in both."""
+    """A relative URL in content that two documents resolve apart is refused.
+
+    Readers, feedparser among them, resolve a URL in content against the document they read
+    the entry in. From /feeds/b3/recent, ``other`` is /feeds/b3/other. From the entry's page,
+    it is /feeds/b3/pages/other. A URL from the root, or within the document, means the same in
+    both.
+    """
     event = {"title": "x", "content": content, "content_type": content_type}
     refused(client, core, event, "content", words=("relative URL", "from the root"))
     for fine in ("/other", "//cdn.example.com/a.png", "https://example.com/x"):
         link = f'<a href="{fine}">o</a>'
         accepted(client, {"title": "x", "content": link, "content_type": "html"})
-    # Within the SVG itself; and values, not URLs, in a vocabulary no browser renders.
+    # URLs within the SVG itself are taken. So are values, not URLs, in a vocabulary that no
+    # browser renders.
     svg = '<svg xmlns="http://www.w3.org/2000/svg"><use href="#g"/></svg>'
     accepted(client, {"title": "x", "content": svg, "content_type": "image/svg+xml"})
     values = '<event xmlns="urn:example:ev" action="created" data="x" src="db-1" href="item-7"/>'
@@ -947,8 +1027,11 @@ def test_a_relative_url_in_content_that_two_documents_resolve_apart_is_refused(
 def test_control_characters_and_the_replacement_character_are_refused_in_text(
     client: Client, core: Simplefeed, event: dict[str, Any], field: str, char: str
 ) -> None:
-    """DEL, the C1 controls and U+FFFD: XML 1.0 discourages the controls (2.2) and the W3C
-    validator flags each as "bad characters" wherever it stands."""
+    """DEL, the C1 controls and U+FFFD are refused in text.
+
+    XML 1.0 discourages the controls (2.2). The W3C validator flags each of them as "bad
+    characters" wherever it stands.
+    """
     filled = {k: _fill(v, char) for k, v in {"title": "x", **event}.items()}
     refused(client, core, filled, field, words=(f"U+{ord(char):04X}",))
 
@@ -964,7 +1047,10 @@ def _fill(value: Any, char: str) -> Any:
 
 
 def test_json_and_base64_content_carry_those_characters(client: Client) -> None:
-    """JSON content writes them as escapes, other media types as Base64: accepted."""
+    """JSON and Base64 content carry those characters, so they are accepted there.
+
+    JSON content writes them as escapes, and other media types go as Base64.
+    """
     accepted(client, {"title": "x", "content": {"s": "\x85\x9f\ufffd\x7f"}})
     accepted(client, {"title": "x", "content": "\x85", "content_type": "application/x-c1"})
 
@@ -973,7 +1059,10 @@ def test_json_and_base64_content_carry_those_characters(client: Client) -> None:
 def test_a_self_link_names_an_atom_document(
     client: Client, core: Simplefeed, link_type: str
 ) -> None:
-    """The validator: '"self" link references a non-Atom representation'."""
+    """A self link names an Atom document.
+
+    Otherwise the validator says '"self" link references a non-Atom representation'.
+    """
     link = {"href": "https://example.com/e", "rel": "self", "type": link_type}
     refused(client, core, {"title": "x", "links": [link]}, "links[0].type", words=("self",))
     accepted(client, {"title": "x", "links": [{**link, "type": "application/atom+xml"}]})
@@ -983,9 +1072,12 @@ def test_a_self_link_names_an_atom_document(
 def test_a_link_length_past_a_signed_64_bit_integer_is_refused(
     client: Client, core: Simplefeed
 ) -> None:
-    """A length of 20 digits or more was stored and rendered, and then every Simplefeed
-    consumer refused the page holding it (a length it cannot hold in 64 bits is no number to
-    it, nor to readers that parse into int64): the feed stopped there for good."""
+    """A link length past a signed 64-bit integer is refused.
+
+    A length that does not fit in 64 bits is no number to a Simplefeed consumer. Nor is it to
+    readers that parse into int64. Every consumer would refuse the page that held it, so the
+    feed would stop there for good.
+    """
     link = {"href": "https://example.com/f", "rel": "enclosure", "type": "a/b"}
     for length in (2**63, 10**20):
         refused(
@@ -1014,17 +1106,21 @@ def test_a_link_length_past_a_signed_64_bit_integer_is_refused(
 def test_a_value_with_a_newline_after_its_grammar_is_refused(
     client: Client, core: Simplefeed, event: dict[str, Any], field: str
 ) -> None:
-    """A Python pattern's ``$`` also matches before a final newline: each of these passed the
-    door and was rendered, newline and all, into an attribute no grammar allows it in."""
+    """A value with a newline after its grammar is refused.
+
+    A Python pattern's ``$`` also matches before a final newline. A door that relied on it
+    would pass each of these. The newline would then reach an attribute that no grammar allows
+    it in.
+    """
     refused(client, core, {"title": "x", **event}, field)
 
 
 BAD_IRIS = [
-    "urn:x:1",  # a namespace id of one character
-    "urn:example:",  # nothing after the namespace id
+    "urn:x:1",  # A namespace id of one character.
+    "urn:example:",  # Nothing after the namespace id.
     "urn:uuid:not-a-uuid",
     "tag:nonsense",
-    "tag:Example.com,2027:x",  # RFC 4151 authorities are lower case
+    "tag:Example.com,2027:x",  # RFC 4151 authorities are lower case.
     "http:foo",
     "https:/no-host",
     "https://example.com/a[1]",
@@ -1043,7 +1139,10 @@ BAD_IRIS = [
 def test_an_iri_the_w3c_validator_flags_is_refused(
     client: Client, core: Simplefeed, iri: str, where: Any, field: str
 ) -> None:
-    """The validator: "href is not a valid URN / TAG / UUID", "href must be a valid IRI"."""
+    """An IRI that the W3C validator flags is refused.
+
+    The validator says "href is not a valid URN / TAG / UUID", or "href must be a valid IRI".
+    """
     refused(client, core, {"title": "x", **where(iri)}, field)
 
 
@@ -1051,7 +1150,11 @@ def test_an_iri_the_w3c_validator_flags_is_refused(
 def test_a_namespace_name_the_w3c_validator_flags_is_refused(
     client: Client, core: Simplefeed, namespace: str
 ) -> None:
-    """Namespace names are absolute URIs the validator takes ("xmlns:c0 is not a valid URN")."""
+    """A namespace name that the W3C validator flags is refused.
+
+    Namespace names are absolute URIs that the validator takes. Otherwise it says "xmlns:c0 is
+    not a valid URN".
+    """
     event = {
         "title": "x",
         "content": f'<o xmlns="{namespace}">a</o>',
@@ -1070,7 +1173,11 @@ def test_a_namespace_name_the_w3c_validator_flags_is_refused(
 def test_an_id_whose_canonical_form_is_refused_too_is_told_why(
     client: Client, core: Simplefeed, entry_id: str, words: str
 ) -> None:
-    """Not "send <its canonical form>", which the door would refuse in turn."""
+    """An id whose canonical form is refused too is told why.
+
+    The message does not say "send <its canonical form>", because the door would refuse that in
+    turn.
+    """
     reply = refused(client, core, {"title": "x", "id": entry_id}, "id", words=(words,))
     assert "send" not in reply["message"], reply
 
@@ -1078,8 +1185,12 @@ def test_an_id_whose_canonical_form_is_refused_too_is_told_why(
 def test_a_tag_uri_dated_in_other_scripts_digits_is_refused(
     client: Client, core: Simplefeed
 ) -> None:
-    """RFC 4151's date is DIGITs, ASCII (RFC 5234); the validator's pattern (``\\d`` on a str)
-    also takes other scripts' digits, so it would pass what a reader going by the RFC refuses."""
+    """A tag URI dated in another script's digits is refused.
+
+    RFC 4151's date is made of DIGITs, which are ASCII (RFC 5234). The validator's pattern is
+    ``\\d`` on a str, which also takes other scripts' digits. So the validator passes what a
+    reader going by the RFC refuses.
+    """
     iri = "tag:example.com,\uff12\uff10\uff12\uff17:x"
     refused(
         client, core, {"title": "x", "links": [{"href": iri, "rel": "related"}]}, "links[0].href"
@@ -1096,9 +1207,13 @@ def test_iris_the_validator_takes_are_accepted(client: Client) -> None:
 def test_a_content_length_of_anything_but_ascii_digits_is_refused(
     client: Client, core: Simplefeed, length: str
 ) -> None:
-    """RFC 9110 8.6: ``Content-Length = 1*DIGIT``. Python's ``int`` also reads a sign and
-    other scripts' digits, so behind a WSGI server that passes the header on as it came the
-    publish was stored (uWSGI reads no body for "+13": a 400 saying the body was short)."""
+    """A Content-Length of anything but ASCII digits is refused.
+
+    RFC 9110 8.6 says ``Content-Length = 1*DIGIT``. Python's ``int`` also reads a sign and
+    other scripts' digits. Some WSGI servers pass the header on as it came, and behind them such
+    a publish would be stored. Behind uWSGI, which reads no body for "+13", it gets a 400 that
+    says the body was short.
+    """
     before = state(client, core)
     r = client.simulate_post(
         "/entries",
@@ -1114,9 +1229,12 @@ def test_a_content_length_of_anything_but_ascii_digits_is_refused(
 def test_a_body_in_a_content_coding_is_refused_with_415(
     client: Client, core: Simplefeed, coding: str
 ) -> None:
-    """The door reads a publish's body as it came: a gzipped one was "not valid UTF-8" (400),
-    and a plain one labelled gzip was stored. RFC 9110 15.5.16 and 12.5.3: 415, with
-    Accept-Encoding saying what would be taken."""
+    """A body in a content coding is refused with 415.
+
+    The door reads a publish's body as it came. So a gzipped body would be "not valid UTF-8"
+    (400), and a plain one labelled gzip would be stored. RFC 9110 15.5.16 and 12.5.3 call for
+    a 415, with Accept-Encoding saying what would be taken.
+    """
     before = state(client, core)
     body = gzip.compress(b'{"title":"x"}') if coding == "gzip" else b'{"title":"x"}'
     r = client.simulate_post(
@@ -1138,7 +1256,10 @@ def test_a_body_in_a_content_coding_is_refused_with_415(
 
 @pytest.mark.parametrize("path", ["/entries?feed=orders", "/feeds/events/entries?dry_run=1"])
 def test_a_publish_with_a_query_is_refused(client: Client, core: Simplefeed, path: str) -> None:
-    """`POST /entries?feed=orders` published to the default feed, for good."""
+    """A publish with a query is refused.
+
+    Otherwise `POST /entries?feed=orders` publishes to the default feed, for good.
+    """
     before = state(client, core)
     r = client.simulate_post(path, json={"title": "x"})
     assert r.status_code == 400, r.text
@@ -1158,8 +1279,12 @@ def test_a_publish_with_a_query_is_refused(client: Client, core: Simplefeed, pat
 def test_an_integer_a_double_cannot_hold_exactly_is_refused(
     client: Client, core: Simplefeed, content: Any
 ) -> None:
-    """JSON content is read by JavaScript's JSON.parse as often as by anything: 9007199254740993
-    reads there as 9007199254740992, in every reader of the feed, for good. RFC 7493 2.2."""
+    """An integer that a double cannot hold exactly is refused.
+
+    JavaScript's JSON.parse reads JSON content as often as anything does. There
+    9007199254740993 reads as 9007199254740992, in every reader of the feed, for good. See
+    RFC 7493 2.2.
+    """
     body = {"title": "x", "content": content, "content_type": JSON}
     refused(client, core, body, "content", words=("past 2^53 - 1", "send it as a string"))
 
@@ -1172,16 +1297,19 @@ def test_an_integer_a_double_cannot_hold_exactly_is_refused(
         ("2.5e-324", "5e-324"),
         ("1e-400", "0.0"),
         ("-1e-400", "-0.0"),
-        ("1e-99999999999999999999", "0.0"),  # past Decimal's exponents: was a 500
+        ("1e-99999999999999999999", "0.0"),  # Past Decimal's exponents, so no 500.
     ],
 )
 @pytest.mark.parametrize("carried", ["a JSON value", "JSON text"])
 def test_a_number_a_double_does_not_hold_as_written_is_refused(
     client: Client, core: Simplefeed, number: str, read: str, carried: str
 ) -> None:
-    """`1e-400` was kept as 0.0 and `123456789.123456789` as 123456789.12345679, with a 201:
-    a producer's value changed without a word, for good (a producer's trial). As with
-    integers past 2^53: refused, naming the number and what a double reader would read."""
+    """A number that a double does not hold as written is refused.
+
+    Otherwise `1e-400` is kept as 0.0 and `123456789.123456789` as 123456789.12345679, with a
+    201. A producer's value would change without a word, for good. As with integers past 2^53,
+    the refusal names the number and what a double reader would read.
+    """
     content = f'{{"price": {number}}}'
     if carried == "a JSON value":
         raw = f'{{"title": "x", "content": {content}}}'.encode()
@@ -1192,7 +1320,10 @@ def test_a_number_a_double_does_not_hold_as_written_is_refused(
 
 
 def test_numbers_a_double_holds_as_written_are_accepted_in_any_spelling(client: Client) -> None:
-    """The same number, spelt otherwise than a double's shortest decimal: kept as that value."""
+    """A number that a double holds is accepted in any spelling, and kept as that value.
+
+    The spelling may differ from the double's shortest decimal.
+    """
     raw = b'{"title": "x", "content": {"a": 1E5, "b": 0.10, "c": 1.5e-3, "d": -0.0, "e": 5e-324,'
     raw += b' "f": 0.0e-99999999999999999999}}'
     r = client.simulate_post("/entries", body=raw, headers={"Content-Type": "application/json"})
@@ -1217,8 +1348,11 @@ def test_integers_a_double_holds_exactly_are_accepted(client: Client) -> None:
 def test_a_discouraged_character_written_as_a_reference_is_refused(
     client: Client, core: Simplefeed, content_type: str, content: str
 ) -> None:
-    """The text rule (no DEL, C1 or U+FFFD) held for characters as sent, and a character
-    reference to one went through (a hostile producer's trial: "p contains bad characters")."""
+    """A discouraged character written as a character reference is refused.
+
+    The text rule bans DEL, C1 and U+FFFD. It must also hold for a reference to one, not only
+    for characters as sent. Otherwise the validator says "p contains bad characters".
+    """
     event = {"title": "x", "content": content, "content_type": content_type}
     refused(client, core, event, "content", words=("holds U+",))
 
@@ -1226,17 +1360,20 @@ def test_a_discouraged_character_written_as_a_reference_is_refused(
 @pytest.mark.parametrize(
     "namespace",
     [
-        "http://purl.org/syndication/history/1.0",  # fh:archive: a live page read as archived
-        "https://simplefeed.dev/ns/1.0",  # sf:seq: another sequence number
-        "http://www.w3.org/2005/Atom/",  # Atom with a trailing '/'
-        "http://purl.org/dc/elements/1.1",  # Dublin Core without one
+        "http://purl.org/syndication/history/1.0",  # Makes fh:archive read a live page archived.
+        "https://simplefeed.dev/ns/1.0",  # Gives sf:seq another sequence number.
+        "http://www.w3.org/2005/Atom/",  # Atom with a trailing '/'.
+        "http://purl.org/dc/elements/1.1",  # Dublin Core without one.
     ],
 )
 def test_inline_xml_may_not_use_the_namespaces_the_feed_is_read_by(
     client: Client, core: Simplefeed, namespace: str
 ) -> None:
-    """A hostile producer's trial: ``<x:archive>`` in content made ``//fh:archive`` find an
-    element in /recent, and ``<x:seq>`` gave the entry's ``.//sf:seq`` the value 999."""
+    """Inline XML may not use the namespaces that the feed is read by.
+
+    Otherwise ``<x:archive>`` in content makes ``//fh:archive`` find an element in /recent. And
+    ``<x:seq>`` gives the entry's ``.//sf:seq`` the value 999.
+    """
     content = f'<x:seq xmlns:x="{namespace}">999</x:seq>'
     event = {"title": "x", "content": content, "content_type": "application/xml"}
     refused(client, core, event, "content", words=("read as feed structure",))
@@ -1246,7 +1383,10 @@ def test_inline_xml_may_not_use_the_namespaces_the_feed_is_read_by(
 def test_a_namespace_name_with_an_unregistered_scheme_is_refused(
     client: Client, core: Simplefeed, namespace: str
 ) -> None:
-    """The W3C validator: "URI scheme not IANA registered", on a page kept for good."""
+    """A namespace name with an unregistered scheme is refused.
+
+    The W3C validator says "URI scheme not IANA registered" on a page kept for good.
+    """
     content = f'<x:a xmlns:x="{namespace}"/>'
     event = {"title": "x", "content": content, "content_type": "application/xml"}
     refused(client, core, event, "content", words=("has the scheme",))
@@ -1256,8 +1396,12 @@ def test_a_namespace_name_with_an_unregistered_scheme_is_refused(
 def test_html_and_xhtml_under_another_media_type_are_refused(
     client: Client, core: Simplefeed, content_type: str
 ) -> None:
-    """``application/html`` was carried Base64, past the HTML checks, and readers decode it as
-    HTML (the validator found the script); ``application/xhtml+xml`` can never validate."""
+    """HTML and XHTML under another media type are refused.
+
+    ``application/html`` would be carried as Base64, past the HTML checks. Readers decode it as
+    HTML, and the validator finds any script in it. ``application/xhtml+xml`` can never
+    validate.
+    """
     event = {"title": "x", "content": "<script>alert(1)</script>", "content_type": content_type}
     refused(client, core, event, "content_type", words=("send",))
 
@@ -1275,9 +1419,12 @@ def test_html_and_xhtml_under_another_media_type_are_refused(
 def test_a_content_type_with_parameters_is_told_what_to_send(
     client: Client, core: Simplefeed, content_type: str, bare: str
 ) -> None:
-    """`text/html; charset=latin1` was told "must be text, html, xhtml or a media type
-    (type/subtype)", which it read as one (a newcomer's trial): now that no parameter is taken,
-    not even a charset, and the value that would be; the bare value is accepted."""
+    """A content type with parameters is told what to send instead.
+
+    `text/html; charset=latin1` reads as a media type (type/subtype) to a newcomer. So the
+    message says that no parameter is taken, not even a charset. It also names the value that
+    would be taken. The bare value is accepted.
+    """
     event = {"title": "x", "content": '"<p>x</p>"', "content_type": content_type}
     reply = refused(client, core, event, "content_type")
     assert reply["message"] == (
@@ -1296,8 +1443,11 @@ def test_a_content_type_with_parameters_is_told_what_to_send(
 
 
 def test_a_value_naming_a_prefix_is_refused(client: Client, core: Simplefeed) -> None:
-    """The document renames prefixes (c0, c1, ...): ``xsi:type="xs:string"`` came out naming
-    an undeclared prefix, its meaning lost for good (a hostile producer's trial)."""
+    """A value that names a prefix is refused.
+
+    The document renames prefixes to c0, c1 and so on. So ``xsi:type="xs:string"`` would come
+    out naming an undeclared prefix, and its meaning would be lost for good.
+    """
     content = (
         '<x:a xmlns:x="urn:example:a" xmlns:xs="http://www.w3.org/2001/XMLSchema"'
         ' xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="xs:string">v</x:a>'
@@ -1318,9 +1468,13 @@ JSON = "application/json"
 def test_an_entry_a_page_of_its_feed_could_not_hold_is_refused(
     client: Client, core: Simplefeed
 ) -> None:
-    """A hostile producer's trial: 22 entries of JSON text made of ``<`` (written ``\\u003c``,
-    six bytes each), each within the body limit, froze a 69 MB page that the consumer's
-    64 MiB bound refused, for good. Each entry may now take what its feed's page leaves it."""
+    """An entry that a page of its feed could not hold is refused.
+
+    Take 22 entries of JSON text made of ``<``, each within the body limit. Each ``<`` is
+    written ``\\u003c``, six bytes. Together they would make a 69 MB archived page. The
+    consumer's 64 MiB bound would refuse it for good. So each entry may take only what its
+    feed's page leaves it.
+    """
     core.create_feed("big", page_size=22)
     limit = atom.max_entry_bytes(22)
     heavy = {
@@ -1345,11 +1499,14 @@ def test_an_entry_a_page_of_its_feed_could_not_hold_is_refused(
 def test_the_largest_page_the_door_lets_through_is_within_the_consumers_bound(
     client: Client, core: Simplefeed
 ) -> None:
-    """Entries as heavy as a page of 17 leaves each fill it to just under the bound of every
-    document, which the consumer reads with its default bounds."""
+    """The largest page the door lets through is within the consumer's bound.
+
+    Each entry is as heavy as a page of 17 leaves it. Together they fill the page to just under
+    the bound of every document. The consumer reads it with its default bounds.
+    """
     core.create_feed("heavy", page_size=17)
     limit = atom.max_entry_bytes(17)
-    chars = (limit - 1024) // 6  # '<' written as \u003c; the rest of the entry within 1 KiB
+    chars = (limit - 1024) // 6  # Each '<' is written \u003c. The rest fits in 1 KiB.
     for i in range(17):
         event = {
             "title": f"t{i}",
@@ -1373,13 +1530,14 @@ def test_the_largest_page_the_door_lets_through_is_within_the_consumers_bound(
 
 
 _HEAVY_CONTENT = {
-    # (content_type, content made of k units), each unit as costly to write out as may be
+    # Each content type maps k to content of k units. Each unit is as costly to write out as
+    # may be.
     "application/json": lambda k: '"' + "<" * k + '"',
     "text": lambda k: "&" * k,
     "html": lambda k: "<p>&amp;</p>" * k,
     "xhtml": lambda k: "<br/>" * k,
     "application/xml": lambda k: '<a xmlns="urn:example:a">' + "<b/>" * k + "</a>",
-    "image/png": lambda k: "\U0001f600" * k,  # Base64 of four UTF-8 bytes a character
+    "image/png": lambda k: "\U0001f600" * k,  # Base64 of four UTF-8 bytes a character.
     None: lambda k: "",
 }
 
@@ -1392,8 +1550,11 @@ _HEAVY_CONTENT = {
 def test_the_cheap_bound_on_an_entrys_size_is_a_bound(
     content_type: str | None, units: int, title: int, links: int, summary: bool
 ) -> None:
-    """The door measures an entry only when the bound from what is stored of it allows more
-    than its page leaves it: the bound must never be below what the entry takes."""
+    """The cheap bound on an entry's size is never below what the entry takes.
+
+    The door measures an entry only when the bound from its stored parts allows more than its
+    page leaves it. So the bound must hold.
+    """
     heavy = "<&" * (title // 2) or "&"
     event: dict[str, Any] = {"title": heavy, "id": "urn:example:" + "x" * 900}
     content = _HEAVY_CONTENT[content_type](units)
@@ -1402,7 +1563,7 @@ def test_the_cheap_bound_on_an_entrys_size_is_a_bound(
         event["content_type"] = content_type
     if summary:
         event["summary"] = "&" * 16_000
-    short = heavy[:256]  # names, labels and terms are within 256 characters
+    short = heavy[:256]  # Names, labels and terms are within 256 characters.
     event["author"] = {"name": short, "email": "a@example.com", "uri": "https://e.example/&"}
     event["links"] = [
         {"href": f"https://example.com/&{i}", "rel": "related", "title": short, "hreflang": "en"}
@@ -1426,8 +1587,11 @@ def test_the_languages_an_hreflang_may_begin_with_are_the_validators() -> None:
 def test_an_hreflang_not_beginning_with_an_iso_639_code_is_refused(
     client: Client, core: Simplefeed, hreflang: str
 ) -> None:
-    """A hostile producer's trial: the door took any 1-8 letters, and the frozen page drew
-    "hreflang must be an ISO-639 language code"."""
+    """An hreflang that does not begin with an ISO 639 code is refused.
+
+    Any 1-8 letters would make the validator say "hreflang must be an ISO-639 language code"
+    on the archived page.
+    """
     link = {"href": "https://a.example/", "hreflang": hreflang}
     refused(client, core, {"title": "x", "links": [link]}, "links[0].hreflang", words=("ISO 639",))
 
@@ -1439,7 +1603,7 @@ def test_hreflangs_beginning_with_an_iso_639_code_are_accepted(client: Client) -
 
 
 def test_the_registered_relations_an_entry_may_name_by_iri_are_the_validators() -> None:
-    source = _validator_source("link").read_text()  # (it imports its package: read, not run)
+    source = _validator_source("link").read_text()  # Read, not run: it imports its package.
 
     def names(attribute: str) -> set[str]:
         block = source.split(f"{attribute} = [", 1)[1].split("]", 1)[0]

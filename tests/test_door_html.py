@@ -1,9 +1,12 @@
-"""HTML content at the door, as a strict judge reads it: the W3C Feed Validator parses ``html``
-content with html5lib in strict mode, so any HTML parse error is "Invalid HTML", for good on an
-archived page. What a browser's parser reads with an error, or reads otherwise than it is
-written, is refused (422, naming the problem) before anything is stored; ordinary HTML is still
-accepted, and the documents that carry it pass the judge. Posted through the real app, as
-``tests/test_door.py`` does."""
+"""The door takes HTML content only as a strict judge reads it.
+
+The W3C Feed Validator parses ``html`` content with html5lib in strict mode. So any HTML parse
+error is "Invalid HTML", and for good on an archived page. The door refuses what a browser's
+parser reads with an error, or reads otherwise than it is written. The refusal is a 422 that
+names the problem, before anything is stored. Ordinary HTML is still accepted, and the
+documents that carry it pass the judge. Events are posted through the real app, as
+``tests/test_door.py`` does.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from tests.conftest import FakeClock
 from tests.test_conformance import BASE, START_US, documents, judge, judge_ready, unexplained
 from tests.test_door import JUDGES, accepted, refused
 
-__all__ = ["judge_ready"]  # a fixture, used by name
+__all__ = ["judge_ready"]  # A fixture, used by name.
 
 Client = falcon.testing.TestClient
 
@@ -42,8 +45,11 @@ def test_a_less_than_that_begins_no_tag_is_refused(
 
 
 def test_a_flood_of_less_thans_is_refused_in_linear_time(client: Client, core: Simplefeed) -> None:
-    """A reviewer's trial: 512 Ki of '<' was accepted after 2.1 s of CPU (each its own text
-    chunk, joined to all before it)."""
+    """A flood of '<' is refused in linear time.
+
+    Each '<' is its own text chunk. Joining each chunk to all before it takes 2.1 s of CPU for
+    512 Ki of them.
+    """
     flood = "<" * 524_288
     start = time.process_time()
     assert markup.html_problem(flood) is not None
@@ -52,7 +58,10 @@ def test_a_flood_of_less_thans_is_refused_in_linear_time(client: Client, core: S
 
 
 def test_text_in_many_chunks_is_joined_once() -> None:
-    """The tokenizer's text chunks are gathered and joined, not copied onto each other."""
+    """Text in many chunks is joined once.
+
+    The tokenizer's text chunks are gathered and joined, not copied onto each other.
+    """
     tokens = markup._tokens("a&amp;b" * 3 + "<p>" + "c" * 5)[0]
     assert [t for t in tokens if t[0] == "text"] == [("text", "a&b" * 3, ()), ("text", "ccccc", ())]
 
@@ -66,7 +75,7 @@ def test_text_in_many_chunks_is_joined_once() -> None:
         ('<bdo dir="rtl">x</bdo>', "bdo"),  # "content should not contain bdo tag"
         ("<ruby>漢<rtc>kan</rtc></ruby>", "ruby"),  # rtc: "Non-html tag"
         ("<p>a<rtc>kan</rtc></p>", "rtc"),
-        ("<ruby>漢<rt>kan</rt></ruby>", "ruby"),  # feedparser reads "漢kan"
+        ("<ruby>漢<rt>kan</rt></ruby>", "ruby"),  # feedparser reads "漢kan".
         ("<p>漢<rp>(</rp></p>", "rp"),
         ("<p>漢<rt>kan</rt></p>", "rt"),
     ],
@@ -82,8 +91,11 @@ def test_tags_the_validator_or_feedparser_does_not_take_are_refused(
 def test_the_allowed_tags_are_nh3s_that_the_validator_and_feedparser_accept_less_ruby(
     judge_ready: None,
 ) -> None:
-    """feedparser's sanitiser drops the tags it does not accept and keeps their text: a
-    ``<summary>`` ran into its ``<details>``'s body in every feedparser-based reader."""
+    """The allowed tags are nh3's that the validator and feedparser accept, less ruby.
+
+    feedparser's sanitiser drops the tags it does not accept, and keeps their text. So a
+    ``<summary>`` would run into its ``<details>``'s body in every feedparser-based reader.
+    """
     import sys
 
     import nh3
@@ -109,9 +121,9 @@ def test_the_allowed_tags_are_nh3s_that_the_validator_and_feedparser_accept_less
 @pytest.mark.parametrize(
     "html",
     [
-        "&copy 2026",  # no ';'
-        "&foo;",  # a name HTML does not know
-        "&#x80;",  # C1 controls, NUL, CR, surrogates, noncharacters, past U+10FFFF
+        "&copy 2026",  # No ';'.
+        "&foo;",  # A name HTML does not know.
+        "&#x80;",  # C1 controls, NUL, CR, surrogates, noncharacters, past U+10FFFF.
         "&#128;",
         "&#0;",
         "&#13;",
@@ -124,7 +136,7 @@ def test_the_allowed_tags_are_nh3s_that_the_validator_and_feedparser_accept_less
         "a &amp b",
         "x &. y",
         '<a href="http://x.example/?a=1&b=2">x</a>',
-        'a &" b',  # before a quote or a '>' that ends no attribute value
+        'a &" b',  # Before a quote or a '>' that ends no attribute value.
         "a &> b",
         '<abbr title="R&\'">r</abbr>',
         "<abbr title='R&\"'>r</abbr>",
@@ -148,7 +160,7 @@ def test_a_flood_of_bare_ampersands_is_still_counted(client: Client, core: Simpl
 @pytest.mark.parametrize(
     "html,words",
     [
-        ("<p/>x", "'/>' ends a <p>"),  # self-closing syntax on a non-void element
+        ("<p/>x", "'/>' ends a <p>"),  # Self-closing syntax on a non-void element.
         ('a<img src="http://x.example/i.png"></img>b', "</img>: <img> is a void element"),
         ("a<hr></hr>b", "</hr>: <hr> is a void element"),
         ("a</br>b", "</br>: <br> is a void element"),
@@ -198,15 +210,15 @@ def test_markup_a_browser_builds_otherwise_or_with_an_error_is_refused(
     refused_html(client, core, html, words)
 
 
-#: Ordinary HTML, each an HTML parser reads without error: accepted, and passes the judge.
+#: Ordinary HTML that an HTML parser reads without error. It is accepted and passes the judge.
 VALID_HTML = [
-    "<ul><li>one<li>two</ul>",  # implied </li>
-    "<ol><li>a<li>b<ul><li>c<li>d</ul><li>e</ol>",  # nested lists
+    "<ul><li>one<li>two</ul>",  # Implied </li>.
+    "<ol><li>a<li>b<ul><li>c<li>d</ul><li>e</ol>",  # Nested lists.
     "<ul><li><p>a<li><p>b</ul>",
-    "<p>a<p>b<div>c</div>",  # paragraphs closed by the next, and by a block
+    "<p>a<p>b<div>c</div>",  # Paragraphs closed by the next, and by a block.
     "<p>para<ul><li>x</ul><p>x<hr>y",
     "<div><p>a</div>",
-    "<table><tr><td>1<td>2<tr><td>3<td>4</table>",  # tables without tbody
+    "<table><tr><td>1<td>2<tr><td>3<td>4</table>",  # Tables without tbody.
     "<table><tr><td>1</td><td>2</td></tr></table>",
     "<table>\n<tr><td>1</td></tr>\n</table>",
     '<table><thead><tr><th scope="col">h</th></tr></thead><tbody><tr><td colspan="2">1</td>'
@@ -215,7 +227,7 @@ VALID_HTML = [
     "<table><caption>c</caption><tr><td>1</table>",
     '<table><colgroup><col span="2"><tr><td>1</td></tr></table>',
     "<table><tr><th>h<tr><td><p>a<td><ul><li>x</ul></table>",
-    "<pre>\nfirst line\n</pre><pre>\n\nafter a blank line</pre>",  # a pre's leading newline
+    "<pre>\nfirst line\n</pre><pre>\n\nafter a blank line</pre>",  # A pre's leading newline.
     "<pre><code>if (a &lt; b) {\r\n  return;\r\n}</code></pre>",
     "a<br>b<br/>c<br />d<hr/>",
     '<img src="https://example.com/a.png" alt="a" width="10" height="10">',
@@ -232,13 +244,13 @@ VALID_HTML = [
     '<p>x<sub>2</sub> <sup>3</sup> <q>q</q> <abbr title="t">a</abbr> <span lang="en">e</span>',
     '<ol start="3"><li>x</ol><p>ab</p><del>x</del><ins>y</ins>',
     "plain text, 1 &lt; 2 &amp;&amp; 3 &gt; 2",
-    # A producer's trial of ordinary HTML found these refused, each read without error:
+    # Ordinary HTML that a parser reads without error, and that a stricter check would refuse.
     '<p><abbr title="x < y">lt</abbr> <img src="/heart.png" alt="<3"></p>',  # '<' in a value
-    '<p><span title="Hello <!-- there">x</span></p>',  # no comment: a value
-    '<table><col span="2"><tr><td>a</td><td>b</td></tr></table>',  # colgroup HTML adds
+    '<p><span title="Hello <!-- there">x</span></p>',  # No comment, but a value.
+    '<table><col span="2"><tr><td>a</td><td>b</td></tr></table>',  # HTML adds the colgroup.
     "<table><caption>x</caption><col><tr><td>a</td></tr></table>",
     '<p><span title="line1\r\nline2">x</span> <span title="a\rb">y</span></p>',  # CR in a value
-    # An '&' that ends an attribute value, before its closing quote (or '>'), is text:
+    # An '&' that ends an attribute value, before its closing quote or '>', is text.
     "<a href=\"https://example.com/?a=1&\">x</a> <abbr title='R&'>r</abbr> <span lang=en&>y</span>",
 ]
 
@@ -246,7 +258,7 @@ VALID_HTML = [
 def test_ordinary_html_is_accepted_and_passes_the_judge(
     judge_ready: None, client: Client, clock: FakeClock, tmp_path: Path
 ) -> None:
-    clock.now = START_US  # in the judge's past
+    clock.now = START_US  # In the judge's past.
     for i, html in enumerate(VALID_HTML):
         event = {"title": f"valid {i}", "content_type": "html", "content": html}
         clock.advance(1)
@@ -258,17 +270,20 @@ def test_ordinary_html_is_accepted_and_passes_the_judge(
 
 @pytest.mark.parametrize("character", ["\ufdd0", "\ufdef", "\U0001fffe", "\U0010ffff"])
 def test_a_noncharacter_is_refused(client: Client, core: Simplefeed, character: str) -> None:
-    """XML carries them, so the text rule let them in; HTML's parser reads each as an error
-    ("Invalid codepoint in stream"), and an archived page holding one was "Invalid HTML" for
-    good (a producer's trial)."""
+    """A noncharacter is refused.
+
+    XML carries noncharacters, so the text rule lets them in. But HTML's parser reads each as
+    an error ("Invalid codepoint in stream"). An archived page that holds one would be
+    "Invalid HTML" for good.
+    """
     refused_html(client, core, f"<p>a {character} b</p>", "a noncharacter")
 
 
 # -- XHTML, as readers pass it on ---------------------------------------------------------
-# feedparser gives xhtml content as a string of HTML, which a reader puts in its page; a
+# feedparser gives xhtml content as a string of HTML, which a reader puts in its page. A
 # browser's DOMParser keeps the XML tree, but a reader that serializes it does the same. Each
-# of these is well-formed XML the judge accepts, and HTML builds another tree of it, so
-# they are refused: XHTML follows the HTML policy (docs/reference/events.md).
+# of these is well-formed XML that the judge accepts. But HTML builds another tree of it, so
+# the door refuses it. XHTML follows the HTML policy (docs/reference/events.md).
 
 
 @pytest.mark.parametrize(
@@ -294,13 +309,13 @@ def test_xhtml_that_html_reads_otherwise_is_refused(
     refused(client, core, event, "content", words=(words, "feed readers pass XHTML on as HTML"))
 
 
-#: Ordinary XHTML, which HTML reads as it is written: accepted, and passes the judge.
+#: Ordinary XHTML, which HTML reads as it is written. It is accepted and passes the judge.
 VALID_XHTML = [
     "<p>a</p><p>b</p><div><p>c</p></div>",
     "<ul><li>one</li><li>two<ul><li>three</li></ul></li></ul>",
     "<p>a <em>b</em> <a href='http://x.example/'>c</a><br/>d<img src='http://x.example/a.png'"
     " alt='a'/></p>",
-    "<table><tr><td>1</td></tr></table>",  # HTML adds the tbody, as in html content
+    "<table><tr><td>1</td></tr></table>",  # HTML adds the tbody, as in html content.
     "<table>\n<tbody><tr><th>h</th></tr></tbody>\n</table>",
     "<p/><span/><p>ab &amp; &lt;c&gt;</p>",
     "<p xml:lang='fr' title='\"q\" &amp; &apos;a&apos;'>bonjour</p>",
@@ -323,8 +338,11 @@ def test_ordinary_xhtml_is_accepted_and_passes_the_judge(
 
 
 def test_the_html_reading_of_xhtml_is_what_feedparser_passes_on() -> None:
-    """The reading checked is the one a generic reader gets: feedparser's string of the
-    content, parsed as HTML, is the same tree."""
+    """The HTML reading of XHTML is what feedparser passes on.
+
+    The reading checked is the one a generic reader gets. feedparser's string of the content,
+    parsed as HTML, gives the same tree.
+    """
     import feedparser
     from lxml import etree
 
@@ -346,8 +364,8 @@ def test_the_html_reading_of_xhtml_is_what_feedparser_passes_on() -> None:
 @pytest.mark.parametrize(
     "content,content_type,words",
     [
-        # HTML ends a comment at <!--> and <!--->: a reader putting the content in its page ran
-        # the handler after it (a producer's trial, Chromium).
+        # HTML ends a comment at <!--> and <!--->. A reader that puts the content in its page
+        # would run the handler after it, as Chromium does.
         ("<p>1.0</p><!--><img src=x onerror=window.ran=1>-->", "xhtml", "a comment"),
         ("<p>a</p><!-- a note --><p>b</p>", "xhtml", "xhtml content holds none"),
         (
@@ -360,7 +378,7 @@ def test_the_html_reading_of_xhtml_is_what_feedparser_passes_on() -> None:
             "image/svg+xml",
             "<!---",
         ),
-        # Page-wide: a <style> in content styles the reader's page, not the content.
+        # Page-wide, because a <style> in content styles the reader's page, not the content.
         (
             '<svg xmlns="http://www.w3.org/2000/svg"><style>body{display:none}</style></svg>',
             "image/svg+xml",
@@ -381,8 +399,11 @@ def test_comments_html_reads_otherwise_and_style_elements_are_refused_in_inline_
 def test_a_link_scheme_feedparser_blanks_is_refused_in_markup(
     client: Client, core: Simplefeed, scheme: str
 ) -> None:
-    """feedparser's sanitiser wrote ``<a href="tel:...">`` as ``<a href="">`` (a producer's
-    trial): nh3's schemes are taken in content only where feedparser keeps them."""
+    """A link scheme that feedparser blanks is refused in markup.
+
+    feedparser's sanitiser writes ``<a href="tel:...">`` as ``<a href="">``. So nh3's schemes
+    are taken in content only where feedparser keeps them.
+    """
     for content_type in ("html", "xhtml"):
         event = {
             "title": "t",
@@ -390,7 +411,7 @@ def test_a_link_scheme_feedparser_blanks_is_refused_in_markup(
             "content_type": content_type,
         }
         refused(client, core, event, "content", words=("URLs are allowed",))
-    accepted(client, {"title": "t", "links": [{"href": "tel:+15551234567"}]})  # a link: kept
+    accepted(client, {"title": "t", "links": [{"href": "tel:+15551234567"}]})  # A link keeps it.
 
 
 def test_the_html_url_schemes_are_nh3s_that_feedparser_keeps() -> None:

@@ -1,15 +1,18 @@
 """Property: whatever the door accepts, every reader reads (issue #11).
 
-Hypothesis generates events within the documented limits (every content type, authors, ids,
-links, categories, dates, Unicode) and, among them, hostile ones (feed vocabularies inside
-inline XML, JSON strict parsers refuse, ids in another spelling, script in markup). Each is
-published through the real app over a real database (SQLite and PostgreSQL). A valid event must
-be accepted; a hostile one may be refused (then nothing is stored). Then every document of the
-feed, archived pages, the working page and the recent document, must be read by feedparser
-with bozo false, by the consumer's strict lxml path (``parse_page(..., parser="lxml")``,
-``simplefeed.client.tree``) and, for JSON content, by ``json.loads`` refusing NaN, Infinity and
-overflowing numbers, with the same entries and ids, in the order they were published.
-Bounded: a few dozen examples, no deadline.
+Hypothesis generates events within the documented limits. They cover every content type,
+authors, ids, links, categories, dates and Unicode. Some of them are hostile: feed
+vocabularies inside inline XML, JSON that strict parsers refuse, ids in another spelling, and
+script in markup. Each is published through the real app over a real database, SQLite and
+PostgreSQL. A valid event must be accepted. A hostile one may be refused, and then nothing is
+stored.
+
+Then every document of the feed must be read with the same entries and ids, in the order they
+were published. That covers archived pages, the working page and the recent document.
+feedparser must read each with bozo false. So must the consumer's strict lxml path
+(``parse_page(..., parser="lxml")``, ``simplefeed.client.tree``). JSON content must pass
+``json.loads`` with NaN, Infinity and overflowing numbers refused. The test is bounded to a
+few dozen examples, with no deadline.
 """
 
 from __future__ import annotations
@@ -42,16 +45,16 @@ _feeds = itertools.count(1)
 
 # -- valid events -----------------------------------------------------------------------------
 
-# Characters XML can carry, but no C1 controls (a feed reader's cp1252 repair of them is the
-# consumer's business, tested in test_client_parse), and no line ends other than LF.
+# Characters XML can carry, but no C1 controls, and no line ends other than LF. A feed reader's
+# cp1252 repair of C1 controls is the consumer's business, tested in test_client_parse.
 _chars = st.characters(
     blacklist_categories=("Cs", "Cc"), blacklist_characters="\ufffe\uffff"
 ) | st.sampled_from(["\n", "\t", " ", "é", "😀", "\u2028", "&", "<", ">", '"', "'"])
 text = st.text(_chars, max_size=30)
-#: Optional fields are left out or not empty: the door refuses "" (it would read back as absent).
+#: Optional fields are left out or not empty. The door refuses "", which reads back as absent.
 some_text = st.text(_chars, min_size=1, max_size=30)
-#: Names and titles a reader shows something of: the door refuses those of only spaces and
-#: invisible characters (a title of U+00AD, the soft hyphen, was drawn and refused).
+#: Names and titles of which a reader shows something. The door refuses those of only spaces
+#: and invisible characters, such as a title of U+00AD, the soft hyphen.
 _INVISIBLE = {"Zs", "Zl", "Zp", "Cc", "Cf"}
 label = st.text(_chars, min_size=1, max_size=20).filter(
     lambda s: any(unicodedata.category(ch) not in _INVISIBLE for ch in s)
@@ -123,7 +126,7 @@ def inline_xml(draw: st.DrawFn) -> tuple[str, str]:
 json_values = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers(-MAX_EXACT_INTEGER, MAX_EXACT_INTEGER)  # past it: refused (test_door.py)
+    | st.integers(-MAX_EXACT_INTEGER, MAX_EXACT_INTEGER)  # Past it, refused (test_door.py).
     | st.floats(allow_nan=False, allow_infinity=False)
     | text,
     lambda children: st.lists(children, max_size=3) | st.dictionaries(text, children, max_size=3),
@@ -156,7 +159,7 @@ def content(draw: st.DrawFn) -> dict[str, Any]:
     if kind == "json":
         ct = draw(st.sampled_from([{}, {"content_type": "application/json"}]))
         value = draw(json_values)
-        if isinstance(value, str):  # a string is text (under a JSON type, JSON text)
+        if isinstance(value, str):  # A string is text, and under a JSON type, JSON text.
             return {"content": value} if value else {}
         return {"content": value, **ct} if value is not None else {}
     if kind == "json-text":
@@ -169,7 +172,7 @@ def content(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def _xhtml(fragment: str) -> str:
-    """The HTML fragments above, as XML: void elements closed."""
+    """Return the HTML fragments above as XML, with void elements closed."""
     out = fragment.replace("<br>", "<br/>")
     pieces = out.split("<img ")
     return pieces[0] + "".join("<img " + p.replace(">", "/>", 1) for p in pieces[1:])
@@ -275,11 +278,11 @@ def hostile_event(draw: st.DrawFn, n: int) -> dict[str, Any]:
 
 @st.composite
 def plans(draw: st.DrawFn) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Requests to send: ("valid", a batch of valid events) or ("hostile", [one event])."""
+    """Draw requests to send: ("valid", a batch of valid events) or ("hostile", [one event])."""
     out: list[tuple[str, list[dict[str, Any]]]] = []
     n = 0
     for _ in range(draw(st.integers(1, 4))):
-        if draw(st.booleans()):  # hostile half the time: each refusal is exercised
+        if draw(st.booleans()):  # Hostile half the time, so each refusal is exercised.
             out.append(("hostile", [draw(hostile_event(n))]))
             n += 1
         else:
@@ -312,8 +315,11 @@ SF_TYPE = "{https://simplefeed.dev/ns/1.0}type"
 
 
 def _json_texts(body: bytes) -> list[str]:
-    """The JSON texts a document carries as content, in either form the server writes: the
-    readable one (``sf:type``) or Base64 under the media type."""
+    """Return the JSON texts a document carries as content.
+
+    The server writes them in either of two forms: the readable one (``sf:type``), or Base64
+    under the media type.
+    """
     texts = []
     for el in etree.fromstring(body).iter(f"{ATOM}content"):
         declared, kind = el.get(SF_TYPE), el.get("type", "text")
@@ -325,7 +331,7 @@ def _json_texts(body: bytes) -> list[str]:
 
 
 def _read_everywhere(client: falcon.testing.TestClient, feed: str) -> list[str]:
-    """Every document of the feed read three ways; returns the ids, oldest first."""
+    """Read every document of the feed three ways, and return the ids, oldest first."""
     recent = client.simulate_get(f"/feeds/{feed}/recent")
     assert recent.status_code == 200
     documents = {"recent": recent.content}
@@ -342,7 +348,7 @@ def _read_everywhere(client: falcon.testing.TestClient, feed: str) -> list[str]:
         d = feedparser.parse(body)
         assert not d.bozo, (name, d.get("bozo_exception"))
         url = f"http://feeds.example.test/feeds/{feed}/{name}"
-        strict = parse_page(url, body, parser="lxml")  # raises MalformedPage, NotAtom
+        strict = parse_page(url, body, parser="lxml")  # Raises MalformedPage or NotAtom.
         assert [e["id"] for e in reversed(d.entries)] == [e.id for e in strict.entries], name
         assert parse_page(url, body, parser="feedparser") == strict, name
         for text in _json_texts(body):

@@ -1,7 +1,9 @@
-"""The door through a real uWSGI (``simplefeed serve``), on SQLite and PostgreSQL: one case of
-each rule of issue #11's input section (and #12's producer input), each answered with its status
-and JSON error (field, index), the feed unchanged afterwards, never a 5xx or a traceback in the
-server's log (checked when the module's server stops). The rules in full: ``tests/test_door.py``.
+"""The door works through a real uWSGI (``simplefeed serve``), on SQLite and PostgreSQL.
+
+The tests take one case of each rule of issue #11's input section, and of #12's producer
+input. Each gets its status and JSON error, with field and index. The feed is unchanged
+afterwards. The server's log holds no 5xx and no traceback, checked when the module's server
+stops. ``tests/test_door.py`` has the rules in full.
 """
 
 from __future__ import annotations
@@ -64,10 +66,10 @@ class Refusal:
 
 
 JSON = "application/json"
-LATEST = "9999-12-31T23:59:59-01:00"  # parses, but is past datetime's range in UTC
+LATEST = "9999-12-31T23:59:59-01:00"  # It parses, but is past datetime's range in UTC.
 EARLIEST = "0001-01-01T00:00:00+01:00"
 SVG_ONLOAD = '<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"/>'
-WIDE_ID = "tag:example.com,2027:" + "\U0001f600" * 1000  # 4,021 bytes: over PostgreSQL's index
+WIDE_ID = "tag:example.com,2027:" + "\U0001f600" * 1000  # 4,021 bytes, over PostgreSQL's index.
 REFUSALS = {
     "poison-xml": Refusal(POISON, 422, "content", word="purl.org/atom"),
     "poison-xml-in-batch": Refusal([{"title": "ok"}, POISON], 422, "content", index=1),
@@ -155,9 +157,12 @@ def test_each_rule_is_enforced_before_anything_is_stored(
 def test_an_entry_over_its_share_of_a_page_is_refused_by_every_worker(
     uwsgi_server: UwsgiServer, http: httpx.Client
 ) -> None:
-    """Pages of 10,000 leave an entry 5,026 bytes: 1,000 characters written six bytes each
-    (``<`` in JSON text) are over it, in a body of 1 KB. Each worker's first publish to the
-    feed looks its page size up; later ones know it."""
+    """An entry over its share of a page is refused by every worker.
+
+    Pages of 10,000 leave an entry 5,026 bytes. 1,000 characters written six bytes each are
+    over it, in a body of 1 KB. That is ``<`` in JSON text. Each worker's first publish to the
+    feed looks its page size up, and later ones know it.
+    """
     uwsgi_server.cli("feed", "create", "wide", "--page-size", "10000")
     url = uwsgi_server.url("/feeds/wide/entries")
     heavy = {"title": "x", "content": '"' + "<" * 1000 + '"', "content_type": JSON}
@@ -173,7 +178,10 @@ def test_an_entry_over_its_share_of_a_page_is_refused_by_every_worker(
 
 
 def test_an_id_at_the_byte_limit_is_stored(uwsgi_server: UwsgiServer, http: httpx.Client) -> None:
-    """1,024 bytes, the limit, fit PostgreSQL's unique index as well as SQLite's."""
+    """An id at the byte limit is stored.
+
+    The limit, 1,024 bytes, fits PostgreSQL's unique index as well as SQLite's.
+    """
     entry_id = "tag:example.com,2027:" + "z" * (1024 - len("tag:example.com,2027:"))
     r = http.post(uwsgi_server.url("/entries"), json={"title": "long id", "id": entry_id})
     assert r.status_code == 201, r.text
@@ -200,17 +208,20 @@ def test_a_token_id_beyond_the_column_is_a_401(
 @pytest.mark.parametrize(
     "request_line",
     [
-        b"GET /healthz X\nSet-Cookie: a=b",  # a bare LF ends the request line
+        b"GET /healthz X\nSet-Cookie: a=b",  # A bare LF ends the request line.
         b"GET /healthz HTTP/1.1 Set-Cookie: a=b",
         b"GET /healthz HTTP/1.1\x0bSet-Cookie: a=b",
-        b"GET /healthz HTTP/9.9",  # was answered HTTP/9.9 200 OK
+        b"GET /healthz HTTP/9.9",  # Not to be answered HTTP/9.9 200 OK.
     ],
 )
 def test_a_request_line_with_a_forged_protocol_gets_no_answer(
     uwsgi_server: UwsgiServer, request_line: bytes
 ) -> None:
-    """uWSGI begins its status line with the request line's protocol as it came, so these were
-    answered with a Set-Cookie header of the sender's choosing (a security reviewer's trial)."""
+    """A request line with a forged protocol gets no answer.
+
+    uWSGI begins its status line with the request line's protocol as it came. So the answer to
+    these would carry a Set-Cookie header of the sender's choosing.
+    """
     with socket.create_connection((HOST, uwsgi_server.port), timeout=10) as sock:
         sock.sendall(request_line + f"\r\nHost: {HOST}\r\n\r\n".encode())
         received = b""
@@ -225,8 +236,11 @@ def test_a_request_line_with_a_forged_protocol_gets_no_answer(
 def test_a_body_with_both_transfer_encoding_and_content_length_is_a_400(
     uwsgi_server: UwsgiServer, http: httpx.Client, db: Engine
 ) -> None:
-    """RFC 9112 6.1 (uWSGI read the Content-Length and stored the event; a proxy in front
-    might have read the chunks: a security reviewer's trial)."""
+    """A body with both Transfer-Encoding and Content-Length is a 400.
+
+    RFC 9112 6.1 asks for that. uWSGI reads the Content-Length and would store the event. A
+    proxy in front might read the chunks instead.
+    """
     before = snapshot(uwsgi_server, http, db)
     body = b'{"title": "smuggled"}'
     head = (
@@ -246,8 +260,11 @@ def test_a_body_with_both_transfer_encoding_and_content_length_is_a_400(
 
 
 def _post_short_body(server: UwsgiServer, *, close_write: bool) -> tuple[int, dict[str, Any]]:
-    """POST a body of 10 bytes under ``Content-Length: 100``; the socket is kept open (the
-    server waits for the rest, up to its socket timeout) or its writing half is closed."""
+    """POST a body of 10 bytes under ``Content-Length: 100``.
+
+    The socket is kept open, and the server waits for the rest, up to its socket timeout. With
+    ``close_write``, its writing half is closed instead.
+    """
     head = (
         f"POST /entries HTTP/1.1\r\nHost: {HOST}:{server.port}\r\n"
         f"Authorization: Bearer {server.token}\r\nContent-Type: application/json\r\n"
@@ -273,7 +290,7 @@ def test_a_body_shorter_than_its_content_length_is_a_400(
     before = snapshot(uwsgi_server, http, db)
     started = time.monotonic()
     status, body = _post_short_body(uwsgi_server, close_write=close_write)
-    # Within uWSGI's socket timeout (4 s by default) and then some: never the 30 s harakiri.
+    # Within uWSGI's socket timeout (4 s by default) and then some. Never the 30 s harakiri.
     assert time.monotonic() - started < 15
     assert status == 400, body
     assert body["error"] == "bad_request" and "Content-Length" in body["message"], body

@@ -1,14 +1,15 @@
 """End to end against a real uWSGI: the shipped CLI, uwsgi.ini and several worker processes.
 
-One server per database per module (``uwsgi_server``: a temporary SQLite file, and PostgreSQL
-when ``SIMPLEFEED_TEST_POSTGRES_URL`` is set), migrated with ``simplefeed db upgrade`` and run
-with ``simplefeed serve`` on a free 127.0.0.1 port. Everything goes over real HTTP with one
-httpx client (raw sockets where a HEAD's missing body must be seen). Consumers take every URL
-from the documents; only the entry point and the producers' POST targets are built here.
+Each module runs one server per database (``uwsgi_server``). The database is a temporary SQLite
+file, and PostgreSQL when ``SIMPLEFEED_TEST_POSTGRES_URL`` is set. ``simplefeed db upgrade``
+migrates it, and ``simplefeed serve`` runs on a free 127.0.0.1 port. Everything goes over real
+HTTP with one httpx client. Raw sockets serve where a HEAD's missing body must be seen.
+Consumers take every URL from the documents. Only the entry point and the producers' POST
+targets are built here.
 
-The default feed holds exactly the 250 events ``feed250`` publishes (pages 1-2 frozen, page 3
-working) for the whole module: tests that must publish more use named feeds of their own, and
-refused requests are checked to store nothing.
+For the whole module, the default feed holds exactly the 250 events ``feed250`` publishes.
+Pages 1-2 are archived and page 3 is the working page. Tests that must publish more use named
+feeds of their own. Refused requests are checked to store nothing.
 """
 
 from __future__ import annotations
@@ -59,12 +60,12 @@ FH_NS = "http://purl.org/syndication/history/1.0"
 def uwsgi_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[UwsgiServer]:
-    """``simplefeed serve`` with PROCESSES workers on a freshly migrated database."""
+    """Run ``simplefeed serve`` with PROCESSES workers on a freshly migrated database."""
     workdir = tmp_path_factory.mktemp(f"e2e-{request.param}")
     if request.param == "sqlite":
         yield from _serve(f"sqlite:///{workdir / 'simplefeed.sqlite3'}", workdir)
         return
-    # A fresh database on the configured server, migrated by the CLI, dropped afterwards.
+    # A fresh database on the configured server. The CLI migrates it, and it is dropped after.
     with scratch_postgres_database("sf_e2e") as url:
         yield from _serve(url, workdir)
 
@@ -82,9 +83,9 @@ def _serve(database_url: str, workdir: Path) -> Iterator[UwsgiServer]:
             "SIMPLEFEED_DEFAULT_FEED": DEFAULT_FEED,
         },
     )
-    with server:  # stopped (SIGTERM, then SIGKILL of its group) however the module ends
+    with server:  # Stopped however the module ends: SIGTERM, then SIGKILL of its group.
         yield server
-    # Never a 5xx, never a traceback, over the whole module (uwsgi.ini logs 4xx and 5xx).
+    # Never a 5xx, never a traceback, over the whole module. uwsgi.ini logs 4xx and 5xx.
     problems = server.problems()
     if problems:
         pytest.fail(
@@ -97,10 +98,11 @@ def _serve(database_url: str, workdir: Path) -> Iterator[UwsgiServer]:
 
 @pytest.fixture(scope="module")
 def http(uwsgi_server: UwsgiServer) -> Iterator[httpx.Client]:
-    # A pooled client: uWSGI's HTTP router keeps its connections alive between requests.
-    # The producer token goes with every request; GETs ignore it (reading is public).
-    # Identity: these tests compare bytes, lengths and validators with the files and the
-    # database (compressed answers: tests/test_routes.py, tests/test_compression.py).
+    # A pooled client, because uWSGI's HTTP router keeps its connections alive between
+    # requests. The producer token goes with every request. GETs ignore it, because reading is
+    # public. The client asks for identity, because these tests compare bytes, lengths and
+    # validators with the files and the database. tests/test_routes.py and
+    # tests/test_compression.py cover compressed answers.
     headers = {"Authorization": f"Bearer {uwsgi_server.token}", "Accept-Encoding": "identity"}
     with httpx.Client(timeout=30.0, follow_redirects=False, headers=headers) as client:
         yield client
@@ -108,7 +110,7 @@ def http(uwsgi_server: UwsgiServer) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="module")
 def db(uwsgi_server: UwsgiServer) -> Iterator[Engine]:
-    """The server's database, for inspection only (never written here)."""
+    """Yield the server's database, for inspection only. Nothing here writes to it."""
     engine = create_engine(uwsgi_server.database_url)
     yield engine
     engine.dispose()
@@ -118,7 +120,10 @@ def db(uwsgi_server: UwsgiServer) -> Iterator[Engine]:
 
 
 def event(i: int, tag: str = "event") -> dict[str, Any]:
-    """A varied event: producer ids on even numbers, JSON, HTML and categories now and then."""
+    """Return a varied event, with producer ids on even numbers.
+
+    JSON, HTML and categories come now and then.
+    """
     ev: dict[str, Any] = {"title": f"{tag} {i}", "content": f"payload {i} <&>"}
     if i % 2 == 0:
         ev["id"] = f"tag:e2e.simplefeed.test,2027:{tag}-{i}"
@@ -134,7 +139,7 @@ def event(i: int, tag: str = "event") -> dict[str, Any]:
 
 @dataclass
 class Published:
-    """What the producer was told, in sequence order."""
+    """Hold what the producer was told, in sequence order."""
 
     ids: list[str] = field(default_factory=list)
     titles: list[str] = field(default_factory=list)
@@ -150,7 +155,10 @@ def publish(
     out: Published,
     tag: str = "event",
 ) -> Published:
-    """POST events ``first..last`` of each (first, last) range: one alone, a range as a batch."""
+    """POST events ``first..last`` of each (first, last) range.
+
+    A single event goes alone, and a longer range goes as a batch.
+    """
     for first, last in plan:
         events = [event(i, tag) for i in range(first, last + 1)]
         if first == last:
@@ -174,7 +182,7 @@ def singles(first: int, last: int) -> list[tuple[int, int]]:
     return [(i, i) for i in range(first, last + 1)]
 
 
-#: 250 events: single POSTs and batches; the batches end exactly on and across page boundaries.
+#: 250 events, in single POSTs and batches. Batches end on page boundaries, and across them.
 PLAN_250 = [
     *singles(1, 5),
     (6, 100),
@@ -187,7 +195,7 @@ PLAN_250 = [
 
 @pytest.fixture(scope="module")
 def feed250(uwsgi_server: UwsgiServer, http: httpx.Client) -> Published:
-    """The default feed with 250 events, published over HTTP by a producer."""
+    """Return the default feed with 250 events, published over HTTP by a producer."""
     return publish(http, uwsgi_server.url("/entries"), PLAN_250, Published())
 
 
@@ -241,12 +249,15 @@ def fetch_doc(http: httpx.Client, url: str) -> Doc:
 @dataclass
 class Walk:
     recent: Doc
-    archived: list[Doc]  # oldest first (page 1 first), as reached through next-archive
+    archived: list[Doc]  # Oldest first, as reached through next-archive.
     working: Doc
-    back: list[str]  # archived page URLs in the order prev-archive reached them
+    back: list[str]  # Archived page URLs in the order prev-archive reached them.
 
     def entries(self) -> list[Any]:
-        """Every entry, oldest first: each page reversed (documents list newest first)."""
+        """Return every entry, oldest first.
+
+        Each page is reversed, because documents list the newest first.
+        """
         out: list[Any] = []
         for doc in [*self.archived, self.working]:
             out.extend(reversed(doc.entries))
@@ -254,8 +265,11 @@ class Walk:
 
 
 def walk(http: httpx.Client, recent_url: str) -> Walk:
-    """Back from the entry point through prev-archive to page 1, then forward through
-    next-archive to the working page and its ``current`` link: links only, no URL built."""
+    """Walk the feed by its links only, and build no URL.
+
+    Go back from the entry point through prev-archive to page 1. Then go forward through
+    next-archive to the working page and its ``current`` link.
+    """
     recent = fetch_doc(http, recent_url)
     assert recent.links["self"] == recent_url
     assert not recent.archived
@@ -301,7 +315,10 @@ def page_number(url: str) -> int:
 
 
 def archive_file(server: UwsgiServer, url: str) -> Path:
-    """The static file of an archived page: the archive directory mirrors the URL path."""
+    """Return the static file of an archived page.
+
+    The archive directory mirrors the URL path.
+    """
     return server.archive_dir / urlpath(url).lstrip("/")
 
 
@@ -311,21 +328,30 @@ def http_date(seconds: int) -> str:
 
 @dataclass(frozen=True)
 class StoredPage:
-    body: bytes
-    etag: str
+    """What the database records of a page: its digest and freeze time."""
+
+    sha256: str
     frozen_us: int
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.sha256}"'
+
+
+def digest(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
 
 
 def stored_page(db: Engine, feed: str, number: int) -> StoredPage:
     with db.connect() as conn:
         row = conn.execute(
             text(
-                "SELECT p.body, p.etag, p.frozen_us FROM pages p JOIN feeds f ON f.id = p.feed_id"
+                "SELECT p.sha256, p.frozen_us FROM pages p JOIN feeds f ON f.id = p.feed_id"
                 " WHERE f.name = :feed AND p.number = :n"
             ),
             {"feed": feed, "n": number},
         ).one()
-    return StoredPage(bytes(row[0]), row[1], int(row[2]))
+    return StoredPage(row[0], int(row[1]))
 
 
 @dataclass(frozen=True)
@@ -338,7 +364,10 @@ class RawResponse:
 def raw_request(
     server: UwsgiServer, method: str, path: str, headers: tuple[str, ...] = ()
 ) -> RawResponse:
-    """One request on a plain socket, read to EOF: shows exactly what came after the headers."""
+    """Send one request on a plain socket and read to EOF.
+
+    This shows exactly what came after the headers.
+    """
     request = [f"{method} {path} HTTP/1.1", f"Host: {HOST}:{server.port}", *headers]
     request.append("Connection: close")
     with socket.create_connection((HOST, server.port), timeout=10) as sock:
@@ -358,8 +387,11 @@ def raw_request(
 
 
 class MovedAway:
-    """Moves an archived page's static file aside so the app serves the database's bytes; afterwards
-    the file must be back (the app rewrites it), else the original is put back and it says so."""
+    """Move an archived page's static file aside, so that the app serves the database's bytes.
+
+    Afterwards the file must be back, because the app rewrites it. Otherwise this puts the
+    original back and says so.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -382,7 +414,10 @@ class MovedAway:
 
 
 def wait_for_last_modified(http: httpx.Client, url: str) -> httpx.Response:
-    """Live documents carry Last-Modified once its second is over; wait (<= ~2 s) for it."""
+    """Wait for a live document's Last-Modified, for up to about 2 s.
+
+    Live documents carry Last-Modified once its second is over.
+    """
     deadline = time.monotonic() + 3
     while True:
         r = http.get(url)
@@ -455,8 +490,11 @@ def test_publish_replies(uwsgi_server: UwsgiServer, feed250: Published) -> None:
 def test_entry_locator_through_uwsgi(
     uwsgi_server: UwsgiServer, http: httpx.Client, feed250: Published
 ) -> None:
-    """uWSGI decodes the path (a '/' sent as %2F too) before the app routes it: every id,
-    the producer's or server-made, leads to its page."""
+    """The entry locator works through uWSGI.
+
+    uWSGI decodes the path before the app routes it, even a '/' sent as %2F. Every id, the
+    producer's or server-made, must still lead to its page.
+    """
     from urllib.parse import quote
 
     create_feed(uwsgi_server, "locator")
@@ -488,7 +526,7 @@ def test_walk_prev_archive_then_next_archive(
     assert len(w.back) == 2, w.back
     assert [len(d.entries) for d in w.archived] == [100, 100]
     assert len(w.working.entries) == 50
-    assert "prev-archive" not in w.archived[0].links  # page 1
+    assert "prev-archive" not in w.archived[0].links  # Page 1.
     assert w.archived[1].links["prev-archive"] == w.archived[0].url
     assert w.working.links["prev-archive"] == w.archived[1].url
     assert w.recent.links["prev-archive"] == w.archived[1].url
@@ -511,14 +549,17 @@ def test_walk_prev_archive_then_next_archive(
     for doc in (w.working, w.recent):
         assert doc.response.headers["cache-control"] == LIVE_CACHE_CONTROL
         assert doc.response.headers["etag"]
-    assert not archive_file(uwsgi_server, w.working.url).exists()  # not frozen: the app's
+    assert not archive_file(uwsgi_server, w.working.url).exists()  # Not archived: the app's.
 
 
 # -- archived pages: from the file and from the database ---------------------------------------
 
 
 def archived_urls(http: httpx.Client, recent_url: str) -> list[str]:
-    """Archived page URLs, newest first, as a consumer finds them: prev-archive from recent."""
+    """Return archived page URLs, newest first, as a consumer finds them.
+
+    A consumer follows prev-archive from recent.
+    """
     urls = []
     url = fetch_doc(http, recent_url).links.get("prev-archive")
     while url is not None:
@@ -539,11 +580,11 @@ def test_archived_pages_file_and_database_answers_are_the_same(
         frozen_s = stored.frozen_us // 1_000_000
         assert path.stat().st_mtime_ns // 1_000_000_000 == frozen_s
 
-        # Every worker sends the file itself (uWSGI's static route, no app).
+        # Every worker sends the file itself, by uWSGI's static route, without the app.
         for _ in range(PROCESSES * 2):
             static = http.get(url)
             assert static.status_code == 200
-            assert static.content == on_disk == stored.body
+            assert static.content == on_disk and digest(on_disk) == stored.sha256
             assert static.headers.get_list("content-type") == [ATOM_CONTENT_TYPE]
             assert static.headers.get_list("cache-control") == [ARCHIVE_CACHE_CONTROL]
             assert static.headers["last-modified"] == http_date(frozen_s)
@@ -551,12 +592,12 @@ def test_archived_pages_file_and_database_answers_are_the_same(
             assert "x-request-id" not in static.headers, "the app answered"
             assert len(static.headers.get_list("date")) == 1
 
-        # The same page from the app: with the file away, the app serves the database's bytes
-        # and writes the file back, byte for byte, with the freeze time as its mtime.
+        # The same page from the app. With the file away, the app serves the database's bytes.
+        # It writes the file back, byte for byte, with the time of archiving as its mtime.
         with MovedAway(path) as moved:
             app = http.get(url)
         assert app.status_code == 200
-        assert app.content == on_disk == stored.body
+        assert app.content == on_disk and digest(on_disk) == stored.sha256
         assert app.headers.get_list("content-type") == [ATOM_CONTENT_TYPE]
         assert app.headers.get_list("cache-control") == [ARCHIVE_CACHE_CONTROL]
         assert app.headers["last-modified"] == static.headers["last-modified"]
@@ -591,7 +632,8 @@ def test_head_everywhere(uwsgi_server: UwsgiServer, http: httpx.Client, feed250:
     assert "last-modified" in recent.headers
     check_head(working_url, wait_for_last_modified(http, working_url))
 
-    # uWSGI's static route (a raw request says Connection: close, which the app answers).
+    # This is uWSGI's static route. A raw request says Connection: close, which the app
+    # answers.
     static_get = http.get(archived_url)
     static_head = http.head(archived_url)
     assert static_head.status_code == 200
@@ -620,7 +662,7 @@ def test_recent_if_none_match_304_and_cache_control(
     first = http.get(url)
     etag = first.headers["etag"]
     assert first.headers["cache-control"] == LIVE_CACHE_CONTROL
-    for _ in range(PROCESSES * 2):  # whichever worker answers
+    for _ in range(PROCESSES * 2):  # Whichever worker answers.
         r = http.get(url, headers={"If-None-Match": etag})
         assert r.status_code == 304, r.text
         assert r.content == b""
@@ -643,7 +685,7 @@ def test_etag_changes_exactly_when_a_feed_changes(
     assert http.get(recent_url, headers={"If-None-Match": etag}).status_code == 304
 
     assert http.post(post_url, json={"title": "two"}).status_code == 201
-    for _ in range(PROCESSES * 2):  # every worker sees the change (no stale per-process copy)
+    for _ in range(PROCESSES * 2):  # Every worker sees the change. No copy goes stale.
         r = http.get(recent_url, headers={"If-None-Match": etag})
         assert r.status_code == 200
         assert r.headers["etag"] != etag
@@ -660,7 +702,8 @@ def test_archived_page_conditional_requests(
     body = path.read_bytes()
     stored = stored_page(db, DEFAULT_FEED, page_number(url))
 
-    # The app (file away): If-None-Match with its strong ETag gives 304, headers, no body.
+    # The app serves while the file is away. If-None-Match with its strong ETag gives 304,
+    # with headers and no body.
     with MovedAway(path) as moved:
         r = http.get(url, headers={"If-None-Match": stored.etag})
     assert r.status_code == 304, r.text
@@ -673,7 +716,8 @@ def test_archived_page_conditional_requests(
         r = http.get(url, headers={"If-Modified-Since": last_modified})
     assert r.status_code == 304 and r.content == b""
 
-    # From the file (present again), uWSGI's static route: Last-Modified is its validator.
+    # With the file present again, uWSGI's static route serves it. Last-Modified is its
+    # validator.
     for _ in range(PROCESSES * 2):
         r = http.get(url)
         assert r.headers["last-modified"] == last_modified and "etag" not in r.headers
@@ -752,7 +796,7 @@ BAD_INPUTS = {
     "post-to-recent": Bad("POST", "/recent", 405, b'{"title": "x"}'),
     "post-to-archived-page": Bad("POST", "/pages/1", 405, b'{"title": "x"}'),
     "delete-archived-page": Bad("DELETE", "/pages/1", 405),
-    # RFC 9110 15.6.2: a method the server does not know is not implemented (it was a 400).
+    # RFC 9110 15.6.2: a method the server does not know is not implemented, so 501, not 400.
     "unknown-method": Bad("BREW", "/recent", 501),
     "unknown-method-unknown-path": Bad("BREW", "/coffee", 501),
     "unknown-method-on-entries": Bad("BREW", "/entries", 501, b'{"title": "x"}'),
@@ -795,7 +839,8 @@ def test_replays_and_conflicts(uwsgi_server: UwsgiServer, http: httpx.Client, db
     conflict = http.post(url, json={**ev, "content": "different"})
     body = assert_json_error(conflict, 409)
     assert body.get("id") == ev["id"], body
-    # A batch: new, replay, conflict -> refused as a whole, naming the conflicting index.
+    # A batch of a new event, a replay and a conflict is refused as a whole. The refusal
+    # names the conflicting index.
     batch = [{"title": "new in batch"}, ev, {**ev, "title": "changed"}]
     body = assert_json_error(http.post(url, json=batch), 409)
     assert body.get("index") == 2, body
@@ -815,9 +860,12 @@ def test_replays_and_conflicts(uwsgi_server: UwsgiServer, http: httpx.Client, db
 def test_chunked_request_body_is_read_or_refused_honestly(
     uwsgi_server: UwsgiServer, http: httpx.Client, db: Engine
 ) -> None:
-    """A producer streaming its body (Transfer-Encoding: chunked, no Content-Length), as httpx
-    and requests do for iterables, must get its event stored or a clear refusal (411 Length
-    Required) — not a 400 saying its valid JSON is not JSON."""
+    """A chunked request body is read, or refused honestly.
+
+    httpx and requests stream the body of an iterable with Transfer-Encoding: chunked, and no
+    Content-Length. Such a producer must get its event stored, or a clear 411 Length Required.
+    It must not get a 400 saying its valid JSON is not JSON.
+    """
     create_feed(uwsgi_server, "chunked")
     payload = json.dumps({"title": "streamed"}).encode()
     r = http.post(
@@ -850,7 +898,7 @@ def test_archive_unchanged_after_later_publishing(
     before = {}
     for doc in w1.archived:
         path = archive_file(uwsgi_server, doc.url)
-        assert doc.response.content == stored_page(db, "later", page_number(doc.url)).body
+        assert digest(doc.response.content) == stored_page(db, "later", page_number(doc.url)).sha256
         assert doc.response.content == path.read_bytes()
         before[doc.url] = (doc.response.content, path.stat().st_mtime_ns)
     old_working = w1.working
@@ -862,7 +910,7 @@ def test_archive_unchanged_after_later_publishing(
         path = archive_file(uwsgi_server, url)
         assert http.get(url).content == body, f"{url} changed after later publishing"
         assert path.read_bytes() == body and path.stat().st_mtime_ns == mtime_ns
-        assert stored_page(db, "later", page_number(url)).body == body
+        assert stored_page(db, "later", page_number(url)).sha256 == digest(body)
         with MovedAway(path) as moved:
             assert http.get(url).content == body, f"the app's {url} changed"
         assert moved.rewritten == body
@@ -871,12 +919,12 @@ def test_archive_unchanged_after_later_publishing(
     assert [d.url for d in w2.archived[:2]] == list(before)
     assert [len(d.entries) for d in w2.archived] == [100, 100, 100]
     assert len(w2.working.entries) == 70
-    # The old working page froze: same URL, now an archived page with its own static file.
+    # The old working page is archived. It keeps its URL, and has its own static file now.
     page3 = w2.archived[2]
     assert page3.url == old_working.url
     assert page3.response.content != old_working.response.content
     assert page3.response.content == archive_file(uwsgi_server, page3.url).read_bytes()
-    assert page3.response.content == stored_page(db, "later", 3).body
+    assert digest(page3.response.content) == stored_page(db, "later", 3).sha256
     assert page3.response.headers["cache-control"] == ARCHIVE_CACHE_CONTROL
     assert page3.links["next-archive"] == w2.working.url != old_working.url
     # The entry point moved on.
@@ -914,7 +962,7 @@ def test_archive_rebuild_restores_missing_and_damaged_files(
         for path, (original, mtime_ns) in originals.items():
             assert path.read_bytes() == original, f"{path} not restored byte-identically"
             assert path.stat().st_mtime_ns // 10**9 == mtime_ns // 10**9
-            assert path.read_bytes() == stored_page(db, DEFAULT_FEED, int(path.name)).body
+            assert digest(path.read_bytes()) == stored_page(db, DEFAULT_FEED, int(path.name)).sha256
         page_files_reopened()
         for url in urls:
             assert http.get(url).content == originals[archive_file(uwsgi_server, url)][0]
@@ -931,11 +979,14 @@ def test_archive_rebuild_restores_missing_and_damaged_files(
 def test_archive_files_are_readable_by_another_static_server(
     uwsgi_server: UwsgiServer, http: httpx.Client, feed250: Published
 ) -> None:
-    """nginx or a CDN origin serving archive/ (DESIGN: "so a CDN or nginx can do the same")
-    usually runs as another user: a frozen page's file must get the mode any new file gets
-    under the umask (0644 under the usual 022), not a private 0600."""
+    """Archive files are readable by another static server.
+
+    nginx or a CDN origin may serve archive/, as DESIGN says: "so a CDN or nginx can do the
+    same". It usually runs as another user. So an archived page's file gets the mode that any
+    new file gets under the umask, 0644 under the usual 022. It does not get a private 0600.
+    """
     umask = os.umask(0)
-    os.umask(umask)  # the server inherited this umask from the test process
+    os.umask(umask)  # The server inherited this umask from the test process.
     expected = 0o666 & ~umask
     for url in archived_urls(http, uwsgi_server.url("/recent")):
         path = archive_file(uwsgi_server, url)
@@ -971,7 +1022,8 @@ def test_tokens_over_real_http(uwsgi_server: UwsgiServer, http: httpx.Client, db
     token_id = feed_token.split("_")[1]
     assert "revoked" in uwsgi_server.cli("token", "revoke", token_id).stdout
     listing = uwsgi_server.cli("token", "list").stdout
-    # Secrets are never shown again (sft_<id>_<secret>; the secret may itself hold "_").
+    # Secrets are never shown again. A token is sft_<id>_<secret>, and the secret may itself
+    # hold "_".
     assert feed_token.split("_", 2)[2] not in listing
     again = http.post(url, json={"title": "y"}, headers={"Authorization": f"Bearer {feed_token}"})
     assert_json_error(again, 401)
@@ -980,8 +1032,11 @@ def test_tokens_over_real_http(uwsgi_server: UwsgiServer, http: httpx.Client, db
 def test_concurrent_retries_of_one_id_store_it_once(
     uwsgi_server: UwsgiServer, http: httpx.Client, db: Engine
 ) -> None:
-    """Many producers retry the same events at once, landing on several uWSGI processes:
-    each id is stored once, every reply names the same sequence number."""
+    """Concurrent retries of one id store it once.
+
+    Many producers retry the same events at once, on several uWSGI processes. Each id is
+    stored once, and every reply names the same sequence number.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     create_feed(uwsgi_server, "retries")
@@ -995,7 +1050,7 @@ def test_concurrent_retries_of_one_id_store_it_once(
             for i, entry_id in enumerate(ids):
                 body: Any = {"id": entry_id, "title": f"retried {i}"}
                 if n % 2:
-                    body = [body]  # half the producers send batches
+                    body = [body]  # Half the producers send batches.
                 r = c.post(url, json=body)
                 assert r.status_code in (200, 201), r.text
                 reply = r.json()["entries"][0] if n % 2 else r.json()
@@ -1008,7 +1063,7 @@ def test_concurrent_retries_of_one_id_store_it_once(
     assert all(len(s) == 1 for s in seqs.values()), seqs
     assert sorted(next(iter(s)) for s in seqs.values()) == [1, 2, 3, 4, 5]
     created = [i for i, _, c in replies if c]
-    assert sorted(created) == sorted(ids)  # exactly one producer created each entry
+    assert sorted(created) == sorted(ids)  # Exactly one producer created each entry.
     with db.connect() as conn:
         stored = conn.execute(
             text(

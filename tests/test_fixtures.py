@@ -1,6 +1,9 @@
-"""The test databases themselves: a PostgreSQL database a test gave back is reused only when it is
-again as the migrated template is (no rows, sequences restarted, no statistics, the same schema
-and settings)."""
+"""The test databases themselves are reused only when they are as the template is.
+
+A PostgreSQL database that a test gave back is reused only when it is again like the migrated
+template. It has no rows, its sequences are restarted, and it has no statistics. It has the
+same schema and settings.
+"""
 
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ def test_a_given_back_database_is_reused_empty_with_its_sequences_restarted(
         "INSERT INTO tokens (secret_hash, created_us) VALUES (md5(random()::text), 1) RETURNING id"
     )
     run(url, insert, insert, "ANALYZE tokens")
-    left_open = create_engine(url).connect()  # a session a test forgot: ended by the reset
+    left_open = create_engine(url).connect()  # A connection a test forgot. The reset ends it.
     try:
         databases.release(url)
     finally:

@@ -1,5 +1,8 @@
-"""Hostile input through the HTTP app: injection attempts, XML bombs, limits. Whatever is sent,
-no field adds an element or attribute to a page, nothing refused is stored, never a 5xx."""
+"""Hostile input through the HTTP app: injection attempts, XML bombs and limits.
+
+Whatever is sent, no field adds an element or attribute to a page. Nothing refused is stored,
+and there is never a 5xx.
+"""
 
 from __future__ import annotations
 
@@ -63,11 +66,11 @@ def test_no_field_can_add_an_element_or_attribute(
     assert check_atom(body, kind="recent") == []
     root = etree.fromstring(body)
     entries = root.findall(f"{ATOM}entry")
-    assert len(entries) == 2  # nothing injected a third
+    assert len(entries) == 2  # Nothing injected a third.
     shape = [(str(el.tag), sorted(el.attrib)) for el in entries[0].iter(etree.Element)]
     expected = [(str(el.tag), sorted(el.attrib)) for el in entries[1].iter(etree.Element)]
     assert shape == expected
-    assert entries[0].findtext(f"{ATOM}title") == payload  # carried as text, escaped
+    assert entries[0].findtext(f"{ATOM}title") == payload  # Carried as text, escaped.
     assert _tags(body) == _tags(clean)
 
 
@@ -93,7 +96,7 @@ def test_xml_bombs_and_external_entities_are_refused_quickly(
                 json={"title": "x", "content": payload, "content_type": content_type},
             )
             assert r.status_code == 422, r.text
-            assert time.perf_counter() - started < 5  # refused, not expanded
+            assert time.perf_counter() - started < 5  # Refused, not expanded.
             assert "passwd" not in r.text and "root:" not in r.text
     assert state(client, core) == before
 
@@ -190,13 +193,13 @@ def test_deeply_nested_json_body_is_a_clean_400_or_422(
 @pytest.mark.parametrize(
     "base_url,words",
     [
-        ("http://example.com/feeds?x=1", "query"),  # pages would be .../feeds?x=1/pages/1
+        ("http://example.com/feeds?x=1", "query"),  # Pages would be .../feeds?x=1/pages/1.
         ("http://example.com/#top", "fragment"),
-        ("https://user:secret@example.com", "password"),  # in every document
+        ("https://user:secret@example.com", "password"),  # It would be in every document.
         ("http://example.com/%zz", "two hex digits"),
         ("ftp://example.com", "absolute http"),
-        ("http://example.com\n", "absolute http"),  # $ matched before the newline
-        ("http://[::1/feeds", "Invalid IPv6 URL"),  # was a traceback (urlsplit's ValueError)
+        ("http://example.com\n", "absolute http"),  # A $ would match before the newline.
+        ("http://[::1/feeds", "Invalid IPv6 URL"),  # Not a traceback of urlsplit's ValueError.
         ("http://example.com:99999", "Port out of range"),
         ("http://example.com:0", "port 0"),
     ],
@@ -204,7 +207,10 @@ def test_deeply_nested_json_body_is_a_clean_400_or_422(
 def test_a_base_url_no_archived_page_should_keep_is_a_clear_error(
     base_url: str, words: str
 ) -> None:
-    """Every link of a frozen page is built on SIMPLEFEED_BASE_URL and kept for good."""
+    """A base URL that no archived page should keep is a clear error.
+
+    Every link of an archived page is built on SIMPLEFEED_BASE_URL and kept for good.
+    """
     from simplefeed.errors import ConfigError
 
     with pytest.raises(ConfigError, match=words):

@@ -1,5 +1,8 @@
-"""The pages for people (``GET /``, ``GET /feeds/{feed}``), in process: what they show, that
-nothing a producer sent can run in them, and that the Atom documents are untouched."""
+"""The pages for people (``GET /``, ``GET /feeds/{feed}``), in process.
+
+The tests check what the pages show, and that nothing a producer sent can run in them. They
+check that the Atom documents are untouched.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ def test_index_lists_feeds_with_head_pages_and_entry_points(app: falcon.testing.
     html = page.text
     assert '<a href="/feeds/orders">orders</a>' in html
     assert "http://feeds.example.test/feeds/orders/recent" in html
-    assert "http://feeds.example.test/feeds/orders/pages/2" in html  # the working page
+    assert "http://feeds.example.test/feeds/orders/pages/2" in html  # The working page.
     assert "<script" not in html
 
 
@@ -51,17 +54,17 @@ def test_feed_page_shows_decoded_content_newest_first_and_escapes_everything(
     publish(app, "orders", [{"title": "newest"}])
     working = app.simulate_get("/feeds/orders")
     assert working.status_code == 200
-    assert "newest" in working.text and "json one" not in working.text  # page 2 only
+    assert "newest" in working.text and "json one" not in working.text  # Page 2 only.
     assert "default-src 'none'" in working.headers["content-security-policy"]
 
     page1 = app.simulate_get("/feeds/orders", params={"page": "1"}).text
-    assert page1.index("text") < page1.index("json one")  # newest first
-    assert '"order": 42' in page1.replace("&#34;", '"')  # pretty-printed JSON
-    assert "<script>" not in page1 and "<p>hi" not in page1  # shown, never rendered
+    assert page1.index("text") < page1.index("json one")  # Newest first.
+    assert '"order": 42' in page1.replace("&#34;", '"')  # Pretty-printed JSON.
+    assert "<script>" not in page1 and "<p>hi" not in page1  # Shown, never rendered.
     assert "&lt;p&gt;hi &lt;b&gt;there&lt;/b&gt;&lt;/p&gt;" in page1
     assert "&lt;b&gt;bold&lt;/b&gt; title" in page1
     assert "plain &amp; simple &lt;script&gt;alert(1)&lt;/script&gt;" in page1
-    assert 'href="/feeds/orders?page=2"' in page1  # newer
+    assert 'href="/feeds/orders?page=2"' in page1  # Newer.
     assert "?page=0" not in page1
 
 
@@ -90,7 +93,11 @@ BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.
 def test_a_browser_is_told_what_is_missing_in_a_page_others_in_json(
     app: falcon.testing.TestClient, path: str, params: dict[str, str], status: int, message: str
 ) -> None:
-    """A person following a stale link to a feed's page got a JSON error in the browser."""
+    """A browser is told what is missing in a page, and others in JSON.
+
+    A person who follows a stale link to a feed's page must not get a JSON error in the
+    browser.
+    """
     publish(app, "orders", [{"title": "x"}])
     page = app.simulate_get(path, params=params, headers={"Accept": BROWSER_ACCEPT})
     assert page.status_code == status

@@ -1,11 +1,13 @@
-"""The pages for people in a real browser: headless Chromium (Debian's, driven by Playwright
-from PyPI) against a real uWSGI. The page loads, shows a published event's title and content,
-and following "older" reaches page 1. Screenshots are saved for people to look at (the test's
-temporary directory, or SIMPLEFEED_SCREENSHOT_DIR when set).
+"""The pages for people work in a real browser.
 
-Playwright's own browser downloads are not used: it launches /usr/bin/chromium (apt-get
-install chromium), installed here when missing and we are root; otherwise the test skips and
-says why.
+Headless Chromium runs against a real uWSGI. It is Debian's, driven by Playwright from PyPI.
+The page loads and shows a published event's title and content. Following "older" reaches
+page 1. Screenshots are saved for people to look at. They go to the test's temporary
+directory, or to SIMPLEFEED_SCREENSHOT_DIR when set.
+
+Playwright's own browser downloads are not used. It launches /usr/bin/chromium (apt-get
+install chromium). The test installs it when it is missing and we are root. Otherwise the
+test skips and says why.
 """
 
 from __future__ import annotations
@@ -46,12 +48,12 @@ def test_feed_pages_in_headless_chromium(tmp_path: Path) -> None:
         events.append(
             {"title": "a <script> in the title", "content": "<img src=x onerror=alert(1)>"}
         )  # fmt: skip
-        s.publish(events)  # 8 entries: pages 1-2 frozen, 3 working
+        s.publish(events)  # 8 entries. Pages 1-2 archived, 3 working.
 
         with sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
             try:
-                page = browser.new_page(viewport={"width": 390, "height": 844})  # a phone
+                page = browser.new_page(viewport={"width": 390, "height": 844})  # A phone.
                 dialogs: list[str] = []
                 page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
 
@@ -69,25 +71,29 @@ def test_feed_pages_in_headless_chromium(tmp_path: Path) -> None:
                     assert page.url.endswith(f"?page={expected}")
                 assert page.locator("h2").first.inner_text() == "order 2 paid"
                 assert '"order": 0' in page.locator("pre").last.inner_text()
-                assert page.locator("a[rel=prev]").count() == 0  # page 1 is the oldest
+                assert page.locator("a[rel=prev]").count() == 0  # Page 1 is the oldest.
                 page.screenshot(path=str(shots / "feed-page-1.png"), full_page=True)
 
-                # A stale link: a page for people, saying what is missing, a way back.
+                # A stale link gets a page for people. It says what is missing, and gives a
+                # way back.
                 missing = page.goto(s.url("/feeds/events?page=9"))
                 assert missing is not None and missing.status == 404
                 assert page.locator("p").nth(1).inner_text() == "feed 'events' has pages 1 to 3"
                 page.click("text=Every feed")
                 assert page.url == s.url("/")
-                assert dialogs == []  # nothing the producer sent ran
+                assert dialogs == []  # Nothing the producer sent ran.
             finally:
                 browser.close()
     assert (shots / "feed-page-1.png").stat().st_size > 1000
 
 
 def test_an_atom_document_in_headless_chromium_loads_and_runs_nothing(tmp_path: Path) -> None:
-    """Atom documents are for feed readers: a browser that shows one (Chromium's XML viewer)
-    loads nothing they name and runs nothing (Content-Security-Policy, nosniff); the document
-    is still shown. A security reviewer's trial found them without either header."""
+    """An Atom document in headless Chromium loads and runs nothing.
+
+    Atom documents are for feed readers. A browser may show one in Chromium's XML viewer. It
+    loads nothing the document names and runs nothing, because of the
+    Content-Security-Policy and nosniff headers. The document is still shown.
+    """
     import http.server
     import threading
 

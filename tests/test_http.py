@@ -1,6 +1,9 @@
-"""HTTP semantics of the app (RFC 9110): Date, conditional requests, HEAD, OPTIONS, one URL per
-document. In-process over real databases; tests/test_routes.py asks the same of the shipped
-uWSGI and nginx routes."""
+"""HTTP semantics of the app (RFC 9110).
+
+The tests cover Date, conditional requests, HEAD, OPTIONS, and one URL per document. They run
+in-process over real databases. tests/test_routes.py asks the same of the shipped uWSGI and
+nginx routes.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ NOW_S = calendar.timegm((2027, 1, 15, 8, 0, 0))  # tests.conftest.START_US
         ("Sun Nov  6 08:49:37 1994", 784111777),
         ("Thu, 14 Jan 2027 08:00:00 GMT", NOW_S - 86400),
         ("Thursday, 14-Jan-27 08:00:00 GMT", NOW_S - 86400),
-        # RFC 850 two-digit years: more than 50 years ahead means the past century.
+        # RFC 850 two-digit years. More than 50 years ahead means the past century.
         ("Friday, 14-Jan-77 08:00:00 GMT", calendar.timegm((2077, 1, 14, 8, 0, 0))),
         ("Tuesday, 14-Jan-78 08:00:00 GMT", calendar.timegm((1978, 1, 14, 8, 0, 0))),
         (" Sun, 06 Nov 1994 08:49:37 GMT ", 784111777),
@@ -37,7 +40,7 @@ NOW_S = calendar.timegm((2027, 1, 15, 8, 0, 0))  # tests.conftest.START_US
         ("yesterday", None),
         ("", None),
         ("1994-11-06T08:49:37Z", None),
-        # DIGIT is ASCII (RFC 5234): other scripts' digits are no date.
+        # DIGIT is ASCII (RFC 5234), so other scripts' digits are no date.
         ("Sun, \u0660\u0666 Nov 1994 08:49:37 GMT", None),
         ("Sun Nov  \uff16 08:49:37 1994", None),
     ],
@@ -82,18 +85,18 @@ LATER = "Fri, 15 Jan 2027 07:58:21 GMT"
         ({"HTTP_IF_MODIFIED_SINCE": EARLIER}, None),
         ({"HTTP_IF_MODIFIED_SINCE": "garbage"}, None),
         ({"HTTP_IF_MODIFIED_SINCE": f"{AT}, {LATER}"}, None),
-        # If-None-Match present: If-Modified-Since is not evaluated (13.2.2 step 3/4).
+        # With If-None-Match present, If-Modified-Since is not evaluated (13.2.2 step 3/4).
         ({"HTTP_IF_NONE_MATCH": '"x"', "HTTP_IF_MODIFIED_SINCE": LATER}, None),
         ({"HTTP_IF_NONE_MATCH": ETAG, "HTTP_IF_MODIFIED_SINCE": EARLIER}, 304),
         ({"HTTP_IF_MATCH": ETAG}, None),
         ({"HTTP_IF_MATCH": "*"}, None),
         ({"HTTP_IF_MATCH": '"x"'}, 412),
-        ({"HTTP_IF_MATCH": 'W/"abc"'}, 412),  # strong comparison
+        ({"HTTP_IF_MATCH": 'W/"abc"'}, 412),  # Strong comparison.
         ({"HTTP_IF_MATCH": "not a tag"}, 412),
         ({"HTTP_IF_UNMODIFIED_SINCE": AT}, None),
         ({"HTTP_IF_UNMODIFIED_SINCE": EARLIER}, 412),
         ({"HTTP_IF_UNMODIFIED_SINCE": "garbage"}, None),
-        # If-Match present: If-Unmodified-Since is not evaluated (13.2.2 step 1/2).
+        # With If-Match present, If-Unmodified-Since is not evaluated (13.2.2 step 1/2).
         ({"HTTP_IF_MATCH": ETAG, "HTTP_IF_UNMODIFIED_SINCE": EARLIER}, None),
         # Preconditions failing come before "not modified".
         ({"HTTP_IF_MATCH": '"x"', "HTTP_IF_NONE_MATCH": ETAG}, 412),
@@ -108,7 +111,7 @@ def test_evaluation_order(headers: dict[str, str], expected: int | None) -> None
 def test_a_second_still_running_is_no_validator() -> None:
     env = {"HTTP_IF_MODIFIED_SINCE": AT}
     assert preconditions.evaluate(env, ETAG, MODIFIED, settled=False, now_s=NOW_S) is None
-    # A change may still follow within AT's second: not unmodified since AT, but since LATER.
+    # A change may still follow within AT's second. So it is unmodified since LATER, not AT.
     env = {"HTTP_IF_UNMODIFIED_SINCE": AT}
     assert preconditions.evaluate(env, ETAG, MODIFIED, settled=False, now_s=NOW_S) == 412
     env = {"HTTP_IF_UNMODIFIED_SINCE": LATER}
@@ -120,7 +123,10 @@ def test_a_second_still_running_is_no_validator() -> None:
 
 @pytest.fixture
 def feed(client: Client, clock: FakeClock) -> Client:
-    """Seven events (page 1 archived, page 2 working), all of them in a past second."""
+    """Return a client with seven events, all in a past second.
+
+    Page 1 is archived, and page 2 is the working page.
+    """
     r = client.simulate_post("/entries", json=[{"title": f"e{i}"} for i in range(7)])
     assert r.status_code == 201
     clock.advance(5)
@@ -245,7 +251,7 @@ def test_aliases_redirect_to_the_one_url(feed: Client, path: str, location: str)
     "path",
     [
         "/pages/+1",
-        "/pages/%EF%BC%91",  # a fullwidth digit one
+        "/pages/%EF%BC%91",  # A fullwidth digit one.
         "/pages/\uff11",
         "/pages/1_0",
         "/pages/1.0",
@@ -266,7 +272,11 @@ def test_no_other_spelling_serves_a_document(feed: Client, path: str) -> None:
 
 
 def test_page_zero_is_refused_for_what_it_is(feed: Client) -> None:
-    """It was "not a page number (decimal digits, no leading zero)": 0 breaks neither rule."""
+    """Page zero is refused for what it is.
+
+    It is not "not a page number (decimal digits, no leading zero)", since 0 breaks neither
+    rule.
+    """
     assert feed.simulate_get("/pages/0").json["message"] == (
         "'0' is not a page number (pages are numbered from 1, in decimal digits)"
     )

@@ -1,6 +1,9 @@
-"""The entry locator: ``GET /entries/{percent-encoded id}`` (and ``/feeds/{feed}/entries/...``)
-answers 303 to the permanent URL of the page holding the entry, with its sequence number, and is
-what an entry without content links to as its alternate."""
+"""The entry locator answers 303 to the permanent URL of the page that holds the entry.
+
+The locator is ``GET /entries/{percent-encoded id}``, and ``/feeds/{feed}/entries/...``. Its
+answer gives the entry's sequence number too. An entry without content links to it as its
+alternate.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +17,9 @@ from simplefeed.service import Simplefeed
 from tests.conftest import FakeClock
 
 BASE = "http://feeds.example.test"
-PAGE_SIZE = 5  # the `settings` fixture's
+PAGE_SIZE = 5  # As in the `settings` fixture.
 YEAR = "public, max-age=31536000, immutable"
-LIVE = "public, max-age=10"  # the `settings` fixture's recent_max_age
+LIVE = "public, max-age=10"  # The `settings` fixture's recent_max_age.
 
 #: Ids with every character percent-encoding must carry: '/', '?', '#', '%', '&', '+', ',',
 #: non-ASCII.
@@ -52,7 +55,7 @@ def test_an_entry_is_located_on_its_page_before_and_after_it_freezes(
         assert result.status_code == 303, result.text
         assert result.headers["location"] == f"{BASE}/pages/1"
         assert result.headers["simplefeed-seq"] == str(reply["seq"])
-        assert result.headers["cache-control"] == LIVE  # page 1 is still the working page
+        assert result.headers["cache-control"] == LIVE  # Page 1 is still the working page.
         assert result.content == b""
     clock.advance(1)
     publish(client, [{"title": "fills page 1"}, {"title": "on page 2"}])
@@ -60,7 +63,7 @@ def test_an_entry_is_located_on_its_page_before_and_after_it_freezes(
         result = client.simulate_get(locator(str(reply["id"])))
         assert result.status_code == 303
         assert result.headers["location"] == f"{BASE}/pages/1"
-        assert result.headers["cache-control"] == YEAR  # frozen now
+        assert result.headers["cache-control"] == YEAR  # Archived now.
     head = client.simulate_head(locator(ODD_IDS[0]))
     assert (head.status_code, head.headers["location"]) == (303, f"{BASE}/pages/1")
     options = client.simulate_options(locator(ODD_IDS[0]))
@@ -76,17 +79,17 @@ def test_entries_of_named_feeds_and_unknown_ids(
     assert result.status_code == 303
     assert result.headers["location"] == f"{BASE}/feeds/orders/pages/1"
     assert result.headers["simplefeed-seq"] == str(reply["seq"])
-    # Another feed's id, an unknown id, an unknown feed: 404 with the JSON error body.
+    # Another feed's id, an unknown id and an unknown feed get 404 with the JSON error body.
     for path in (locator(ODD_IDS[1]), locator("urn:example:nothing"), locator("x", "nofeed")):
         missing = client.simulate_get(path)
         assert missing.status_code == 404, path
         assert missing.json["error"] == "not_found"
-    # The default feed by name is the default feed (the locator is no document of its own).
+    # The default feed by name is the default feed. The locator is no document of its own.
     (default,) = publish(client, [{"title": "in events", "id": ODD_IDS[2]}])
     by_name = client.simulate_get(locator(ODD_IDS[2], "events"))
     assert (by_name.status_code, by_name.headers["location"]) == (303, f"{BASE}/pages/1")
     assert by_name.headers["simplefeed-seq"] == str(default["seq"])
-    # POST /entries publishes; other methods on a locator are refused with its Allow.
+    # POST /entries publishes. Other methods on a locator are refused with its Allow.
     refused = client.simulate_post(locator(ODD_IDS[2]))
     assert (refused.status_code, refused.headers["allow"]) == (405, "GET, HEAD, OPTIONS")
 
@@ -123,4 +126,4 @@ def test_the_alternate_link_of_an_entry_without_content_leads_to_its_page(
             ids = [e.findtext(f"{{{ATOM_NS}}}id") for e in page.iter(f"{{{ATOM_NS}}}entry")]
             assert entry_id in ids
             followed += 1
-    assert followed == len(ODD_IDS) + 2  # page 1's, and page 2's twice (page and recent)
+    assert followed == len(ODD_IDS) + 2  # Page 1's, and page 2's twice, as page and recent.

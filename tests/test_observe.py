@@ -62,9 +62,13 @@ def test_log_line_is_one_bounded_json_object() -> None:
 
 
 def test_lines_written_at_once_by_many_threads_never_interleave() -> None:
-    """LineHandler writes whole lines in writes of at most PIPE_BUF bytes (atomic on a pipe),
-    so every line fits in PIPE_BUF: 16 threads writing at once into one pipe, short lines and
-    lines with long tracebacks or many long fields, leave every line whole."""
+    """Lines written at once by many threads never interleave.
+
+    LineHandler writes whole lines in writes of at most PIPE_BUF bytes, which are atomic on a
+    pipe. So every line fits in PIPE_BUF. Here 16 threads write at once into one pipe. They
+    write short lines, and lines with long tracebacks or many long fields. Every line stays
+    whole.
+    """
     read_end, write_end = os.pipe()
     handler = logs.LineHandler(write_end)
     handler.setFormatter(logs.JsonFormatter())
@@ -75,7 +79,7 @@ def test_lines_written_at_once_by_many_threads_never_interleave() -> None:
         target=lambda: chunks.extend(iter(lambda: os.read(read_end, 65536), b""))
     )
     reader.start()
-    many = {f"field{i}": "\udc80" * 300 for i in range(10)}  # 10 x 256 chars x 6 bytes
+    many = {f"field{i}": "\udc80" * 300 for i in range(10)}  # 10 x 256 chars x 6 bytes.
 
     def write(n: int) -> None:
         for i in range(50):
@@ -127,14 +131,18 @@ def read_now(fd: int) -> list[str]:
 
 
 def test_access_lines_are_written_together_soon_and_warnings_at_once_in_order() -> None:
-    """INFO lines (the access lines) wait a moment to be written with each other: one system
-    call for many (each call lets another thread take the interpreter). A warning is written at
-    once, after the lines waiting, so a process's lines stay in the order they were logged."""
+    """Access lines are written together soon, and warnings at once, in order.
+
+    INFO lines, the access lines, wait a moment to be written with each other. That makes one
+    system call for many, and each call lets another thread take the interpreter. A warning is
+    written at once, after the lines waiting. So a process's lines stay in the order they were
+    logged.
+    """
     logger, handler, fd = pipe_handler(batch_s=0.3)
     try:
         logger.info("first")
         logger.info("second")
-        assert read_now(fd) == []  # waiting
+        assert read_now(fd) == []  # Waiting.
         logger.warning("trouble")
         assert read_now(fd) == ["first", "second", "trouble"]
         logger.info("third")
@@ -143,9 +151,9 @@ def test_access_lines_are_written_together_soon_and_warnings_at_once_in_order() 
         while not seen and time.monotonic() < deadline:
             time.sleep(0.05)
             seen = read_now(fd)
-        assert seen == ["third"]  # written by the handler's thread, no other line needed
+        assert seen == ["third"]  # Written by the handler's thread, with no other line needed.
         logger.info("fourth")
-        handler.flush()  # as at exit
+        handler.flush()  # As at exit.
         assert read_now(fd) == ["fourth"]
     finally:
         handler.close()
@@ -156,8 +164,11 @@ def test_access_lines_are_written_together_soon_and_warnings_at_once_in_order() 
 def test_a_log_that_takes_nothing_holds_the_lines_it_waits_for_to_a_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Lines do not pile up in memory: past MAX_WAITING_LINES the thread adding one writes
-    them all itself."""
+    """A log that takes nothing holds the lines it waits for, up to a bound.
+
+    Lines do not pile up in memory. Past MAX_WAITING_LINES, the thread that adds one writes
+    them all itself.
+    """
     monkeypatch.setattr(logs, "MAX_WAITING_LINES", 10)
     logger, handler, fd = pipe_handler(batch_s=60)
     try:
@@ -178,7 +189,7 @@ def test_a_forked_child_writes_its_own_lines_not_its_parents() -> None:
         if pid == 0:  # pragma: no cover - the child's lines are read by the parent
             try:
                 logger.info("child's")
-                time.sleep(0.3)  # its own writer thread writes it
+                time.sleep(0.3)  # Its own writer thread writes it.
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
@@ -193,16 +204,19 @@ def test_a_forked_child_writes_its_own_lines_not_its_parents() -> None:
 def test_a_run_s_metrics_directory_left_by_a_killed_server_is_removed_by_the_next(
     tmp_path: Path,
 ) -> None:
-    """uWSGI removes its run's directory when it exits, not when it is killed: one was left in
-    the temporary directory per `kill -9` (an operator's trial). The next `serve` removes the
-    directories whose owner no longer runs, and only those."""
+    """A run's metrics directory, left by a killed server, is removed by the next.
+
+    uWSGI removes its run's directory when it exits, not when it is killed. So each `kill -9`
+    leaves one in the temporary directory. The next `serve` removes the directories whose
+    owner no longer runs, and only those.
+    """
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()  # its pid, now no process's
+    gone.wait()  # Its pid is now no process's.
     killed = metrics.new_run_directory(tmp_path)
     (killed / metrics.RUN_OWNER).write_text(f"{gone.pid}\n")
     (killed / "counter_123.db").write_bytes(b"\0" * 16)
-    running = metrics.new_run_directory(tmp_path)  # owned by this process, which runs
-    older = tmp_path / f"{metrics.RUN_DIRECTORY_PREFIX}older-release"  # no owner file
+    running = metrics.new_run_directory(tmp_path)  # Owned by this process, which runs.
+    older = tmp_path / f"{metrics.RUN_DIRECTORY_PREFIX}older-release"  # No owner file.
     older.mkdir()
     mine = metrics.new_run_directory(tmp_path)
     assert not killed.exists()

@@ -1,9 +1,10 @@
-"""Archived pages' files, kept open per process and shared by the requests that send them
-(simplefeed.app.caching.OpenFile): each request reads at its own offsets, the files stay
-bounded in number, and a file changed on disk is seen within OPEN_FOR_S.
+"""Archived pages' files are kept open per process, and shared by the requests that send them.
 
-In process (falcon's test client reads the stream) and under uWSGI (its file_wrapper sends the
-shared descriptor with sendfile), with real files.
+simplefeed.app.caching.OpenFile does this. Each request reads at its own offsets. The files
+stay bounded in number. A file changed on disk is seen within OPEN_FOR_S.
+
+The tests use real files, in process and under uWSGI. In process, falcon's test client reads
+the stream. uWSGI's file_wrapper sends the shared descriptor with sendfile.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from simplefeed.service import Simplefeed
 from tests.conftest import open_fds, shipped_with_entries
 from tests.test_integrity import post
 
-PAGE_SIZE = 5  # the `settings` fixture's
+PAGE_SIZE = 5  # As in the `settings` fixture.
 
 
 def test_two_streams_of_one_file_read_at_their_own_offsets(tmp_path: Path) -> None:
@@ -43,19 +44,22 @@ def test_two_streams_of_one_file_read_at_their_own_offsets(tmp_path: Path) -> No
             got[id(stream)] += stream.read(1000)
     assert got[id(first)] == got[id(second)] == body
     assert first.read() == b""
-    assert os.lseek(fd, 0, os.SEEK_CUR) == 0  # what a server asking the descriptor is told
+    assert os.lseek(fd, 0, os.SEEK_CUR) == 0  # What a server that asks the descriptor is told.
     first.close()
-    os.fstat(fd)  # closing a stream leaves the file open
+    os.fstat(fd)  # Closing a stream leaves the file open.
     del first, second, stream, shared
-    with pytest.raises(OSError):  # closed with the last holder
+    with pytest.raises(OSError):  # Closed with the last holder.
         os.fstat(fd)
 
 
 def test_an_archived_page_is_opened_once_per_process_not_per_request(
     core: Simplefeed, client: falcon.testing.TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The point: a request for a page already sent makes no open, fstat or close of its own
-    (each a system call, each letting another thread take the interpreter)."""
+    """An archived page is opened once per process, not per request.
+
+    A request for a page already sent makes no open, fstat or close of its own. Each is a
+    system call, and each lets another thread take the interpreter.
+    """
     post(client, 2 * PAGE_SIZE + 1, "batch")
     expected = core.page_path("events", 1).read_bytes()
     assert client.simulate_get("/pages/1").content == expected
@@ -79,25 +83,28 @@ def test_an_archived_page_is_opened_once_per_process_not_per_request(
 def test_a_page_file_changed_on_disk_is_seen_once_it_is_opened_again(
     core: Simplefeed, client: falcon.testing.TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Removed: the open file still holds the page's bytes; once OPEN_FOR_S has passed the
-    file is opened again, found missing, and written back from the database. A precompressed
-    copy cut short is found so when opened again, and written again."""
+    """A page file changed on disk is seen once it is opened again.
+
+    When the file is removed, the open file still holds the page's bytes. Once OPEN_FOR_S has
+    passed, the file is opened again, found missing, and written back from the database. A
+    precompressed copy cut short is found so when opened again, and written again.
+    """
     post(client, 2 * PAGE_SIZE + 1, "batch")
     path = core.page_path("events", 1)
     expected = path.read_bytes()
     assert client.simulate_get("/pages/1").content == expected
     path.unlink()
-    assert client.simulate_get("/pages/1").content == expected  # from the open file
+    assert client.simulate_get("/pages/1").content == expected  # From the open file.
     assert not path.exists()
     monkeypatch.setattr(caching, "OPEN_FOR_S", 0.0)
     assert client.simulate_get("/pages/1").content == expected
-    assert path.read_bytes() == expected  # written back
+    assert path.read_bytes() == expected  # Written back.
     copy = path.with_name(path.name + ".gz")
     gzip = {"Accept-Encoding": "gzip"}
     assert codings.decode(client.simulate_get("/pages/1", headers=gzip).content, "gzip") == expected
     with copy.open("r+b") as f:
         f.truncate(100)
-    served = client.simulate_get("/pages/1", headers=gzip)  # the copy is written again
+    served = client.simulate_get("/pages/1", headers=gzip)  # The copy is written again.
     assert served.status_code == 200 and codings.decode(served.content, "gzip") == expected
     assert codings.decode(copy.read_bytes(), "gzip") == expected
 
@@ -112,10 +119,14 @@ def test_a_damaged_page_file_is_never_served_nor_copied_and_is_written_again(
     caplog: pytest.LogCaptureFixture,
     how: str,
 ) -> None:
-    """A page file changed on disk without changing its length (`sed -i` on a title) was
-    served with the page's ETag (a year of caching for the wrong bytes), and once opened again
-    made into the page's br and gzip copies. The file is known by its inode and mtime too, a
-    file read again is checked against the database's bytes, and written again from them."""
+    """A damaged page file is never served nor copied, and is written again.
+
+    A page file may change on disk without changing its length, as with `sed -i` on a title.
+    Served with the page's ETag, the wrong bytes would be cached for a year. Opened again, they
+    would be made into the page's br and gzip copies. So the file is known by its inode and
+    mtime too. A file read again is checked against the database's bytes, and written again
+    from them.
+    """
     post(client, 2 * PAGE_SIZE + 1, "batch")
     path = core.page_path("events", 1)
     expected = path.read_bytes()
@@ -131,7 +142,7 @@ def test_a_damaged_page_file_is_never_served_nor_copied_and_is_written_again(
         was = path.stat()
         with path.open("r+b") as f:
             f.write(damaged)
-        if how.endswith("mtime put back"):  # `touch -r`: size, inode and mtime as they were
+        if how.endswith("mtime put back"):  # `touch -r` keeps size, inode and mtime as they were.
             os.utime(path, ns=(was.st_atime_ns, was.st_mtime_ns))
     monkeypatch.setattr(caching, "OPEN_FOR_S", 0.0)
     for coding in (codings.IDENTITY, *codings.CODINGS):
@@ -143,7 +154,7 @@ def test_a_damaged_page_file_is_never_served_nor_copied_and_is_written_again(
             served.content if coding == codings.IDENTITY else codings.decode(served.content, coding)
         )
         assert body == expected, coding
-    assert path.read_bytes() == expected  # written again from the database
+    assert path.read_bytes() == expected  # Written again from the database.
     for coding in codings.CODINGS:
         assert codings.decode(archive.encoded_path(path, coding).read_bytes(), coding) == expected
     assert "does not hold its page's bytes (the database's)" in caplog.text
@@ -155,13 +166,17 @@ def test_a_page_whose_file_cannot_be_written_back_is_served_and_logged_once_a_mi
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A damaged page file in an archive that cannot be written: every request read the file,
-    compared it, tried to write it (a traceback in the log) and read it again, four log lines
-    a request. The database's bytes are served, and the file tried again a minute later (made
-    unwritable with the immutable attribute: permissions bind no root)."""
+    """A page whose file cannot be written back is served, and logged once a minute.
+
+    Take a damaged page file in an archive that cannot be written. Every request must not read
+    the file, compare it, try to write it and read it again. That would log four lines a
+    request, with a traceback. The database's bytes are served, and the file is tried again a
+    minute later. The test makes it unwritable with the immutable attribute, because
+    permissions bind no root.
+    """
     from simplefeed.app import resources
 
-    monkeypatch.setattr(resources, "UNFILED_RETRY_S", 3.0)  # a minute, shortened
+    monkeypatch.setattr(resources, "UNFILED_RETRY_S", 3.0)  # A minute, shortened.
     post(client, 2 * PAGE_SIZE + 1, "batch")
     path = core.page_path("events", 1)
     expected = path.read_bytes()
@@ -178,21 +193,21 @@ def test_a_page_whose_file_cannot_be_written_back_is_served_and_logged_once_a_mi
             assert (
                 body if coding == codings.IDENTITY else codings.decode(body, coding)
             ) == expected
-        assert caplog.text.count("does not hold its page's bytes") == 2  # one try: before, after
+        assert caplog.text.count("does not hold its page's bytes") == 2  # Before and after a try.
         assert caplog.text.count("could not write archive file") == 1
     finally:
         subprocess.run(["chattr", "-i", str(path.parent)], check=True)
     time.sleep(3.0)
     assert client.simulate_get("/pages/1").content == expected
-    assert path.read_bytes() == expected  # written back now that it can be
+    assert path.read_bytes() == expected  # Written back now that it can be.
 
 
 def test_the_files_kept_open_are_bounded(
     core: Simplefeed, client: falcon.testing.TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(caching, "OPEN_FILES", 4)
-    post(client, 8 * PAGE_SIZE + 1, "batch")  # 8 archived pages
-    assert client.simulate_get("/pages/1").status_code == 200  # the database's connections
+    post(client, 8 * PAGE_SIZE + 1, "batch")  # 8 archived pages.
+    assert client.simulate_get("/pages/1").status_code == 200  # The database's connections.
     for n in range(2, 9):
         for coding in codings.CODINGS:
             result = client.simulate_get(f"/pages/{n}", headers={"Accept-Encoding": coding})
@@ -201,7 +216,10 @@ def test_the_files_kept_open_are_bounded(
 
 
 def test_concurrent_requests_under_uwsgi_each_get_the_whole_page(tmp_path: Path) -> None:
-    """uWSGI's threads send one shared descriptor with sendfile at once, in every coding."""
+    """Concurrent requests under uWSGI each get the whole page.
+
+    uWSGI's threads send one shared descriptor with sendfile at once, in every coding.
+    """
     with shipped_with_entries(tmp_path, processes=2) as s:
         want = {}
         for n in (1, 2):
@@ -220,7 +238,7 @@ def test_concurrent_requests_under_uwsgi_each_get_the_whole_page(tmp_path: Path)
             ):
                 assert r.status_code == 200
                 assert r.headers.get("Content-Encoding", "identity") == coding
-                raw = b"".join(r.iter_raw())  # as sent, not decoded
+                raw = b"".join(r.iter_raw())  # As sent, not decoded.
                 return (n, coding), hashlib.sha256(raw).hexdigest()
 
         with ThreadPoolExecutor(16) as pool:

@@ -14,7 +14,7 @@ def test_page_of_and_ranges_agree() -> None:
 def test_working_page_is_the_first_page_not_full() -> None:
     assert working_page(0, 100) == 1
     assert working_page(99, 100) == 1
-    assert working_page(100, 100) == 2  # full page 1 froze; page 2 is empty
+    assert working_page(100, 100) == 2  # Full page 1 is archived. Page 2 is empty.
     assert working_page(250, 100) == 3
 
 

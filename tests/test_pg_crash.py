@@ -1,18 +1,19 @@
 """PostgreSQL crashing under load: nothing acknowledged or shown is lost.
 
-On PostgreSQL an append in one round trip commits without waiting for its WAL flush and is
-acknowledged after a flush barrier; replays and new versions of live documents wait for the
-barrier too (``docs/explanation/decisions/durability.md``). This crashes a
-PostgreSQL server of the test's own (``pg_ctl stop -m immediate``: every server process quits
-at once, the WAL buffers in shared memory are lost, the next start runs crash recovery) while
-producers publish through uWSGI and a reader polls ``/recent``, restarts it, and requires:
-every acknowledged event where its reply said, every entry the reader was shown still there
-under the same number, the feed's promises intact (contiguous sequence, pages frozen once and
-byte-identical to their rows), nothing stored that was not in doubt, and publishing going on
-with the next number.
+On PostgreSQL, an append in one round trip commits without waiting for its WAL flush. It is
+acknowledged after a flush barrier. Replays and new versions of live documents wait for the
+barrier too (``docs/explanation/decisions/durability.md``).
 
-The server is a private cluster (``bench.servers.private_postgres``), never the shared one of
-``SIMPLEFEED_TEST_POSTGRES_URL``; the test skips, saying why, where one cannot be made.
+The test crashes a PostgreSQL server of its own with ``pg_ctl stop -m immediate``. Every
+server process quits at once, and the WAL buffers in shared memory are lost. The next start
+runs crash recovery. Meanwhile producers publish through uWSGI and a reader polls ``/recent``.
+After the restart, every acknowledged event must be where its reply said. Every entry the
+reader was shown must still be there, under the same number. The feed's promises must hold:
+a contiguous sequence, and pages archived once and byte-identical to their rows. Nothing may
+be stored that was not in doubt. Publishing must go on with the next number.
+
+The server is a private cluster (``bench.servers.private_postgres``). It is never the shared
+one of ``SIMPLEFEED_TEST_POSTGRES_URL``. Where one cannot be made, the test skips and says why.
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ pytestmark = pytest.mark.e2e
 
 
 class Reader:
-    """Polls ``/recent`` as fast as it answers and remembers every entry it was shown."""
+    """Polls ``/recent`` as fast as it answers, and remembers every entry it was shown."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.shown: dict[int, str] = {}  # seq -> entry id
+        self.shown: dict[int, str] = {}  # Maps seq to entry id.
         self.polls = 0
         self.problems: list[str] = []
         self._stop = threading.Event()
@@ -76,8 +77,8 @@ class Reader:
                     continue
                 self.polls += 1
                 if r.status_code != 200:
-                    continue  # the database is down: a 503
-                time.sleep(0.2)  # each new version shown makes everything before it durable
+                    continue  # The database is down, so a 503.
+                time.sleep(0.2)  # Each new version shown makes everything before it durable.
                 for entry in etree.fromstring(r.content).iter(f"{ATOM}entry"):
                     seq = int(entry.findtext(f"{{{SF_NS}}}seq") or 0)
                     entry_id = entry.findtext(f"{ATOM}id") or ""
@@ -87,10 +88,10 @@ class Reader:
 
 def test_nothing_acknowledged_or_shown_is_lost_when_postgresql_crashes(tmp_path: Path) -> None:
     # What no commit has flushed when the server goes down is lost. So that a missing flush
-    # barrier shows, little else flushes: the WAL writer runs every 10 s instead of every
-    # 200 ms, a page freezes (a synchronous commit) every 200 entries, and the reader, each of
-    # whose new versions is a barrier, polls every 0.2 s. (Without the append's barrier this
-    # failed 4 runs of 4.)
+    # barrier shows, little else flushes. The WAL writer runs every 10 s instead of every
+    # 200 ms. A page is archived every 200 entries, with a synchronous commit. The reader polls
+    # every 0.2 s, and each of its new versions is a barrier. Without the append's barrier,
+    # this fails 4 runs of 4.
     with private_postgres("wal_writer_delay=10000") as pg:
         with psycopg.connect(pg.url().replace("+psycopg", ""), autocommit=True) as admin:
             admin.execute("CREATE DATABASE sf")
@@ -110,7 +111,7 @@ def test_nothing_acknowledged_or_shown_is_lost_when_postgresql_crashes(tmp_path:
                 producers=6,
                 count=100_000,
                 tag="pgcrash",
-                # Mostly single events (the one-round-trip path), some batches.
+                # Mostly single events, on the one-round-trip path, and some batches.
                 sizes=(1, 1, 1, 2, 1, 1, 1, 3, 1, 1),
                 all_ids=True,
                 replay_every=0,
@@ -128,7 +129,7 @@ def test_nothing_acknowledged_or_shown_is_lost_when_postgresql_crashes(tmp_path:
                 reader.stop()
             stop.touch()
             outcome = finish_producers(started, timeout=60)
-            pg.start("wal_writer_delay=10000")  # crash recovery
+            pg.start("wal_writer_delay=10000")  # Crash recovery.
             st = check_database(database, PUBLIC_BASE)
 
             # Every acknowledged event is there, where its reply said.
@@ -139,8 +140,9 @@ def test_nothing_acknowledged_or_shown_is_lost_when_postgresql_crashes(tmp_path:
             lost = {s: i for s, i in reader.shown.items() if by_seq.get(s) != i}
             assert lost == {}, f"shown before the crash, gone after it: {sorted(lost)[:10]}"
             assert reader.problems == []
-            # Nothing stored that was not sent; what was neither acknowledged nor refused
-            # (a request in doubt, or a 5xx while the server went down) is all there or not.
+            # Nothing is stored that was not sent. Some requests were neither acknowledged
+            # nor refused: those in doubt, or a 5xx while the server went down. Each of them
+            # is all there or not at all.
             answered_5xx = [s for s in outcome.requests if s.answer == "fail" and s.status >= 500]
             unsure = outcome.in_doubt + answered_5xx
             stored_titles = {t for _, _, t in st.entries}
@@ -158,7 +160,7 @@ def test_nothing_acknowledged_or_shown_is_lost_when_postgresql_crashes(tmp_path:
                 f" {reader.polls} polls, head {st.head}"
             )
 
-            # The service comes back by itself: publishing goes on with the next number.
+            # The service comes back by itself, and publishing goes on with the next number.
             head = stored(database).head
             with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {srv.token}"}) as c:
                 deadline = time.monotonic() + 30
@@ -166,7 +168,7 @@ def test_nothing_acknowledged_or_shown_is_lost_when_postgresql_crashes(tmp_path:
                     r = c.post(srv.url("/entries"), json={"title": "after the crash"})
                     if r.status_code == 201 or time.monotonic() > deadline:
                         break
-                    time.sleep(0.2)  # pooled connections to the old server are replaced
+                    time.sleep(0.2)  # Pooled connections to the old server are replaced.
             assert r.status_code == 201, r.text
             assert r.json()["seq"] == head + 1
             final = check_database(database, PUBLIC_BASE, expected=head + 1)

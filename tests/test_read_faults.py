@@ -1,14 +1,18 @@
-"""Reading while the database does not answer, and a full disk (issue #11, "Faults"). Real
-faults only: a PostgreSQL that refuses connections (nothing listening; or a database that
-stops taking them, its sessions ended), a small real file system (tmpfs) filled up.
+"""Reading goes on while the database does not answer, and a full disk is said.
 
-- Frozen pages are files: a process that has never seen the database serves them from the page
-  file alone (validators from its bytes and mtime), in every coding.
-- The recent document and the working page: the version this process last served, marked stale
-  (``Simplefeed-Stale``, max-age 1 s), since it was shown once it is durable; a cold process,
-  which has none, answers 503.
-- A file system short of SIMPLEFEED_MIN_FREE_BYTES: publishing refuses with 503 and Retry-After
-  before writing anything; /healthz says which directory.
+This covers issue #11, "Faults". The faults are real. One is a PostgreSQL that refuses
+connections. Either nothing listens, or the database stops taking them and its connections
+are ended. Another is a small real file system (tmpfs), filled up.
+
+Archived pages are files. A process that has never seen the database serves them from the
+page file alone, in every coding. It takes the validators from the file's bytes and mtime.
+
+For the recent document and the working page, a process serves the version it last served.
+It marks it stale (``Simplefeed-Stale``, max-age 1 s). That version is durable, because it
+was shown once. A cold process has no such version, so it answers 503.
+
+A file system may be short of SIMPLEFEED_MIN_FREE_BYTES. Publishing then refuses with 503
+and Retry-After, before writing anything. /healthz says which directory.
 """
 
 from __future__ import annotations
@@ -66,15 +70,18 @@ def _publish(core: Simplefeed, count: int) -> falcon.testing.TestClient:
 def test_a_cold_process_serves_archived_pages_without_a_database(
     tmp_path: Path, database_url: str
 ) -> None:
-    """The database is there for publishing; then a process starts whose database does not
-    answer (nothing listens on its port) but which has the same archive."""
-    # Frozen a day ago: the cold process reads the real clock, and a page frozen after its
-    # time would be sent without Last-Modified (RFC 9110 8.8.2.1).
+    """A cold process serves archived pages without a database.
+
+    The database is there for publishing. Then a process starts with the same archive, but its
+    database does not answer, because nothing listens on its port.
+    """
+    # Archived a day ago, because the cold process reads the real clock. A page archived after
+    # its time would be sent without Last-Modified (RFC 9110 8.8.2.1).
     a_day_ago = FakeClock(int(time.time() - 86_400) * 1_000_000)
     core = Simplefeed(_settings(tmp_path, database_url), clock=a_day_ago, new_uuid=SequentialIds())
     try:
         core.create_feed("events")
-        warm = _publish(core, 7)  # page 1 frozen, page 2 working
+        warm = _publish(core, 7)  # Page 1 archived, page 2 working.
         served = {
             c: warm.simulate_get("/pages/1", headers={"Accept-Encoding": c})
             for c in ("identity", *codings.CODINGS)
@@ -94,15 +101,17 @@ def test_a_cold_process_serves_archived_pages_without_a_database(
             "/pages/1", headers={"Accept-Encoding": coding, "If-None-Match": etag}
         )
         assert again.status_code == 304
-    _unavailable(cold.simulate_get("/pages/2"))  # the working page: no file, and never seen
+    _unavailable(cold.simulate_get("/pages/2"))  # The working page has no file, and was unseen.
     _unavailable(cold.simulate_get("/pages/3"))
-    _unavailable(cold.simulate_get("/recent"))  # a cold process has no version to offer
+    _unavailable(cold.simulate_get("/recent"))  # A cold process has no version to offer.
 
 
 @contextlib.contextmanager
 def _refusing(postgres: PostgresDatabases, url: str) -> Iterator[None]:
-    """The database stops taking connections and its sessions are ended (what a failover or
-    an operator's restart looks like from here); then it comes back."""
+    """Make the database stop taking connections and end its connections, then bring it back.
+
+    That is what a failover or an operator's restart looks like from here.
+    """
     name = make_url(url).database
     with postgres.admin.connect() as conn:
         conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false'))
@@ -140,9 +149,9 @@ def test_a_warm_process_serves_what_it_last_saw_while_postgresql_is_gone(
                 assert codings.decode(coded.content, "gzip") == seen.content
                 etag = seen.headers["ETag"]
                 assert client.simulate_get(path, headers={"If-None-Match": etag}).status_code == 304
-            assert client.simulate_get("/pages/1").status_code == 200  # its file
+            assert client.simulate_get("/pages/1").status_code == 200  # From its file.
             _unavailable(client.simulate_post("/entries", json={"title": "refused"}))
-            _unavailable(client.simulate_get("/feeds/other/recent"))  # never seen
+            _unavailable(client.simulate_get("/feeds/other/recent"))  # Never seen.
         fresh = client.simulate_get("/recent")
         assert fresh.status_code == 200
         assert "Simplefeed-Stale" not in fresh.headers
@@ -157,8 +166,10 @@ def test_a_warm_process_serves_what_it_last_saw_while_postgresql_is_gone(
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A real 4 MiB file system (tmpfs), unmounted afterwards; skipped where it cannot be
-    mounted (not root)."""
+    """Yield a real 4 MiB file system (tmpfs), and unmount it afterwards.
+
+    The test skips where it cannot be mounted, as when not root.
+    """
     mount = tmp_path / "small"
     mount.mkdir()
     done = subprocess.run(
@@ -176,7 +187,7 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 
 
 def _fill(directory: Path, leave: int) -> Path:
-    """A file that leaves about ``leave`` bytes free on ``directory``'s file system."""
+    """Write a file that leaves about ``leave`` bytes free on ``directory``'s file system."""
     st = os.statvfs(directory)
     free = st.f_bavail * st.f_frsize
     filler = directory / "filler"
@@ -211,7 +222,7 @@ def test_a_full_disk_refuses_publishing_before_writing(
         assert database_dir.startswith(f"{small_fs} has ")
         assert archive_dir.startswith(f"{small_fs / 'archive'} has ")
         assert "SIMPLEFEED_MIN_FREE_BYTES" in archive_dir
-        assert client.simulate_get("/recent").content == recent  # unchanged; reads go on
+        assert client.simulate_get("/recent").content == recent  # Unchanged. Reads go on.
         assert core.feed("events").head_seq == 7
         filler.unlink()
         assert client.simulate_post("/entries", json={"title": "y"}).status_code == 201
@@ -223,10 +234,13 @@ def test_a_full_disk_refuses_publishing_before_writing(
 def test_page_files_a_full_disk_kept_from_being_written_are_said_in_healthz(
     small_fs: Path, tmp_path: Path, sqlite_template: Path
 ) -> None:
-    """SIMPLEFEED_MIN_FREE_BYTES=0 (the operator turned the guard off) and the archive's file
-    system full: `/healthz` said ok (its probe made an empty file, which a full file system
-    still allows) while every page file failed to be written (an operator's trial). Now the
-    probe writes a block, and a page file whose write failed is a problem until it is there."""
+    """Page files that a full disk kept from being written are said in /healthz.
+
+    Here the operator turns the guard off with SIMPLEFEED_MIN_FREE_BYTES=0, and the archive's
+    file system is full. Every page file then fails to be written. A probe that made an empty
+    file would still say ok, because a full file system allows that. So the probe writes a
+    block. A page file whose write failed is a problem until it is there.
+    """
     database = tmp_path / "simplefeed.sqlite3"
     shutil.copyfile(sqlite_template, database)
     settings = replace(
@@ -247,7 +261,7 @@ def test_page_files_a_full_disk_kept_from_being_written_are_said_in_healthz(
         # Room for the probe, not for a page of 5 entries of 4 KiB each.
         filler = _fill(small_fs, 12 * 1024)
         big = [{"title": f"big {i}", "content": "x" * 4096} for i in range(4)]
-        assert client.simulate_post("/entries", json=big).status_code == 201  # page 1 froze
+        assert client.simulate_post("/entries", json=big).status_code == 201  # Archives page 1.
         page1 = core.page_path("events", 1)
         assert not page1.exists()
         health = client.simulate_get("/healthz")
@@ -257,11 +271,11 @@ def test_page_files_a_full_disk_kept_from_being_written_are_said_in_healthz(
             " device); the page is served from the database until it is (a read of it, or"
             " `simplefeed archive rebuild`, writes it)"
         ]
-        served = client.simulate_get("/pages/1")  # from the database's bytes
+        served = client.simulate_get("/pages/1")  # From the database's bytes.
         assert served.status_code == 200 and b"big 3" in served.content
         filler.unlink()
-        assert client.simulate_get("/pages/1").status_code == 200  # now written
-        assert page1.read_bytes() == core.store.page(core.feed("events").id, 1).body  # type: ignore[union-attr]
+        assert client.simulate_get("/pages/1").status_code == 200  # Now written.
+        assert page1.read_bytes() == core.page(core.feed("events"), 1).body
         assert client.simulate_get("/healthz").status_code == 200
     finally:
         core.store.close()

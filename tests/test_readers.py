@@ -1,14 +1,16 @@
-"""Generic readers in JavaScript (a browser, Node): what they get from every document served.
+"""Generic readers in JavaScript, a browser and Node, get every event back as sent.
 
 Our own consumer and feedparser read the documents in Python. Browsers and Node read them as
-often, with their own XML parser and their own ``JSON.parse``, and an archived page is kept by
-caches for a year: whatever they cannot read stays unreadable. Headless Chromium (Debian's,
-driven by Playwright, as in tests/test_html_browser.py) against a real uWSGI walks the feed
-from /recent through every ``prev-archive`` link with ``fetch`` and ``DOMParser``, reading
-each entry as a generic reader would: the title, and the content by its ``type`` (JSON,
-marked by ``sf:type``, through ``JSON.parse``; text and HTML as text; XHTML and XML as
-elements; any other media type through ``atob``). Node's most used feed reader, rss-parser,
-reads the same documents. Every event published comes back as sent.
+often, with their own XML parser and their own ``JSON.parse``. Caches keep an archived page for
+a year, so whatever they cannot read stays unreadable.
+
+Headless Chromium runs against a real uWSGI. It is Debian's, driven by Playwright, as in
+tests/test_html_browser.py. It walks the feed from /recent through every ``prev-archive`` link,
+with ``fetch`` and ``DOMParser``. It reads each entry as a generic reader would: the title, and
+the content by its ``type``. JSON, marked by ``sf:type``, goes through ``JSON.parse``. Text and
+HTML read as text, and XHTML and XML as elements. Any other media type goes through ``atob``.
+Node's most used feed reader, rss-parser, reads the same documents. Every event published
+comes back as sent.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ EVENTS: list[dict[str, Any]] = [
         },
     },
     {"title": "json array", "content": [1, "two", 3.5, [], {}]},
-    # A string under a JSON media type is JSON text: the value is what it says.
+    # A string under a JSON media type is JSON text, so the value is what it says.
     {"title": "json string", "content": '"a JSON string"', "content_type": "application/json"},
     {"title": "json text", "content": '{"b": [1, 2]}', "content_type": "application/json"},
     {"title": "json number", "content": -12.5e-3, "content_type": "application/json"},
@@ -64,7 +66,7 @@ EVENTS: list[dict[str, Any]] = [
     {"title": "  spaces kept  ", "summary": "a summary", "author": {"name": "billing"}},
 ]
 
-#: Run in the page: walk the feed from ``start`` through prev-archive links, and read each
+#: Runs in the page. It walks the feed from ``start`` through prev-archive links. It reads each
 #: entry's id, title and content as a generic reader would.
 READ_FEED = """async (start) => {
   const ATOM = "http://www.w3.org/2005/Atom", SF = "https://simplefeed.dev/ns/1.0";
@@ -108,8 +110,11 @@ READ_FEED = """async (start) => {
 
 @contextlib.contextmanager
 def every_kind_published(tmp_path: Path) -> Iterator[tuple[UwsgiServer, list[dict[str, Any]]]]:
-    """A scratch server whose default feed holds :data:`EVENTS`, each with an id of its own
-    (pages of 4: /recent and pages 1-3 frozen), and those events."""
+    """Yield a scratch server whose default feed holds :data:`EVENTS`, and those events.
+
+    Each event has an id of its own. Pages hold 4, so pages 1-3 are archived, and /recent
+    follows them.
+    """
     events = [{**event, "id": f"urn:example:reader:{i}"} for i, event in enumerate(EVENTS)]
     with UwsgiServer.scratch(tmp_path, page_size=4) as s:
         reply = httpx.post(
@@ -120,8 +125,11 @@ def every_kind_published(tmp_path: Path) -> Iterator[tuple[UwsgiServer, list[dic
 
 
 def expected(event: dict[str, Any]) -> tuple[str, Any]:
-    """How a generic reader gets the event's content back: ("json", the value), ("text", the
-    string), ("xhtml" or "xml", None: elements), ("bytes", None) or ("none", None)."""
+    """Return how a generic reader gets the event's content back.
+
+    It is ("json", the value), or ("text", the string). For elements, it is ("xhtml", None)
+    or ("xml", None). Otherwise it is ("bytes", None) or ("none", None).
+    """
     content, content_type = event.get("content"), event.get("content_type", "text")
     if content is None:
         return "none", None
@@ -141,8 +149,9 @@ def test_every_document_reads_in_a_browser_as_it_was_published(tmp_path: Path) -
         browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page()
-            # The feed's own origin (fetch needs no CORS), from a reply without the pages
-            # for people's Content-Security-Policy (which allows no fetch).
+            # The feed's own origin, so that fetch needs no CORS. It comes from a reply
+            # without the Content-Security-Policy of the pages for people, which allows no
+            # fetch.
             page.goto(s.url("/healthz"))
             documents = page.evaluate(READ_FEED, s.url("/recent"))
         finally:
@@ -177,15 +186,15 @@ def test_every_document_reads_in_a_browser_as_it_was_published(tmp_path: Path) -
                 "text": "7",
                 "children": ["id"],
             }
-        else:  # Base64: atob gives the UTF-8 bytes, one character each
+        else:  # Base64. atob gives the UTF-8 bytes, one character each.
             assert entry["bytes"] == event["content"].encode("utf-8").decode("latin-1")
 
 
-#: Where the walk goes: /recent, then the frozen pages newest first.
+#: Where the walk goes: /recent, then the archived pages newest first.
 RECENT_AND_PAGES = ["recent", "pages/3", "pages/2", "pages/1"]
 
 
-#: Node's most used feed reader (issue #13 found JSON content an opaque blob in it), pinned.
+#: Node's most used feed reader, pinned. Issue #13 found JSON content an opaque blob in it.
 RSS_PARSER = "rss-parser@3.13.0"
 READ_WITH_RSS_PARSER = """
 const Parser = require("rss-parser");
@@ -202,9 +211,11 @@ const Parser = require("rss-parser");
 
 
 def rss_parser() -> Path:
-    """A directory whose node_modules holds :data:`RSS_PARSER`: installed from the npm registry
-    once (a directory of the machine's temporary one, kept between runs); skips saying why
-    when Node or npm cannot be had."""
+    """Return a directory whose node_modules holds :data:`RSS_PARSER`.
+
+    It is installed from the npm registry once, in the machine's temporary directory, and kept
+    between runs. When Node or npm cannot be had, the test skips and says why.
+    """
     ensure_debian_binary("nodejs", lambda: shutil.which("node"))
     npm = ensure_debian_binary("npm", lambda: shutil.which("npm"))
     home = Path(tempfile.gettempdir()) / "simplefeed-tests-node" / RSS_PARSER.replace("@", "-")
@@ -218,8 +229,11 @@ def rss_parser() -> Path:
 
 
 def test_every_document_reads_in_nodes_rss_parser_as_it_was_published(tmp_path: Path) -> None:
-    """JSON content is the JSON text, text and HTML the text sent, every entry its title: what
-    a Node application reading the feed with rss-parser shows."""
+    """Every document reads in Node's rss-parser as it was published.
+
+    A Node application that reads the feed with rss-parser shows JSON content as the JSON text.
+    It shows text and HTML as the text sent, and every entry with its title.
+    """
     home = rss_parser()
     with every_kind_published(tmp_path) as (s, events):
         urls = [s.url(f"/{p}") for p in RECENT_AND_PAGES]

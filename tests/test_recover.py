@@ -1,12 +1,15 @@
-"""``simplefeed archive recover``: a database restored from a backup older than the archive takes
-back the pages that froze after the backup, from their files, and the feed goes on after them.
+"""``simplefeed archive recover`` takes back the pages archived after a backup.
 
-An operator's trial, on a real SQLite file and a real PostgreSQL database: the corpus of every
-content kind and field (tests/test_atom.py) published through the app, a backup made part way
-(SQLite's backup API; a PostgreSQL copy of the database), more published, the backup restored
-beside the archive. The pages read back must render to the files' bytes, the entries must be
-the producer's (but for what the documents cannot tell, stated in simplefeed.service.recovery), and
-what cannot be read back must be refused, named, with nothing of it stored.
+A database may be restored from a backup older than the archive. Recovery then takes back,
+from their files, the pages archived after the backup. The feed goes on after them.
+
+The tests play an operator's restore, on a real SQLite file and a real PostgreSQL database.
+The corpus of every content kind and field (tests/test_atom.py) is published through the app.
+A backup is made part way, with SQLite's backup API or a PostgreSQL copy of the database. More
+is published, and the backup is restored beside the archive. The pages read back must render
+to the files' bytes. The entries must be the producer's, but for what the documents cannot
+tell. simplefeed.service.recovery states what that is. What cannot be read back must be
+refused and named, with nothing of it stored.
 """
 
 from __future__ import annotations
@@ -38,8 +41,10 @@ from tests.test_operators_cli import cli_on
 
 
 def backup(core: Simplefeed, tmp_path: Path, postgres: PostgresDatabases | None) -> str:
-    """A backup of the core's database, as docs/how-to/backup.md makes one; the core is
-    closed (a PostgreSQL database is copied with no session on it)."""
+    """Return a backup of the core's database, made as docs/how-to/backup.md makes one.
+
+    The core is closed first, because a PostgreSQL database is copied with no connection on it.
+    """
     url = core.settings.database_url
     if url.startswith("sqlite:///"):
         path = tmp_path / "backup.sqlite3"
@@ -64,8 +69,10 @@ def post(client: falcon.testing.TestClient, batch: list[dict[str, Any]]) -> None
 
 @dataclass
 class Trial:
-    """The original database's core (closed), the restored one's, and what the original
-    held: every entry and every page's bytes."""
+    """Hold the original database's closed core, the restored one's, and what the original held.
+
+    What it held is every entry and every page's bytes.
+    """
 
     settings: Settings
     restored: Simplefeed
@@ -88,7 +95,7 @@ def trial(
         clock.advance(1)
         post(client, batch)
     head = core.feed("events").head_seq
-    assert head % 5 and head > 5  # the backup holds a frozen page and part of the next
+    assert head % 5 and head > 5  # The backup holds an archived page and part of the next.
     copy = backup(core, tmp_path, postgres)
     later = Simplefeed(core.settings, clock=clock, new_uuid=core.new_uuid)
     try:
@@ -113,7 +120,10 @@ def trial(
 
 
 def as_pages_show_it(entry: Entry, locator_base: str) -> Event:
-    """The event as a page shows it (simplefeed.service.recovery's rules): what recovery stores."""
+    """Return the event as a page shows it, which is what recovery stores.
+
+    simplefeed.service.recovery states the rules.
+    """
     event = entry.event
     mode = content_mode(event.content_type)
     content_type = event.content_type
@@ -146,7 +156,10 @@ def as_pages_show_it(entry: Entry, locator_base: str) -> Event:
 def test_recover_takes_back_every_page_and_the_feed_goes_on(
     trial: Trial, token: str, clock: FakeClock, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """In one transaction, or (``batch``) two pages at a time."""
+    """Recover takes back every page, and the feed goes on.
+
+    It works in one transaction, or two pages at a time with ``batch``.
+    """
     monkeypatch.setattr("simplefeed.service.maintenance.RECOVERY_BATCH", batch)
     core = trial.restored
     with pytest.raises(ArchiveAhead):
@@ -162,13 +175,14 @@ def test_recover_takes_back_every_page_and_the_feed_goes_on(
         [],
     )
     assert done.entries == last * 5 - trial.backed_up_head
-    core.check_archive()  # the service starts
+    core.check_archive()  # The service starts.
     assert core.verify_archive().problems == []
     feed = core.feed("events")
     assert feed.head_seq == last * 5
     assert feed.head_updated_us == trial.entries[last * 5 - 1].updated_us
     for number, body in trial.files.items():
-        assert core.store.page(feed.id, number).body == body
+        assert core.page(feed, number).body == body
+        assert core.rerender(feed, number) == body
     # Every entry: its number, id, times, and the producer's event as the pages show it.
     locator_base = core.urls("events").locator_base
     recovered = core.store.entries_between(feed.id, 1, feed.head_seq)
@@ -180,11 +194,11 @@ def test_recover_takes_back_every_page_and_the_feed_goes_on(
             before.published_us,
         )
         if before.seq <= trial.backed_up_head:
-            assert after.event == before.event  # the database's own, untouched
+            assert after.event == before.event  # The database's own, untouched.
             continue
         expected = as_pages_show_it(before, locator_base)
         if content_mode(before.event.content_type) in ("xml", "xhtml"):
-            # The XML text as lxml writes it (the same infoset): it renders alike.
+            # The XML text as lxml writes it, with the same infoset. It renders alike.
             expected = replace(expected, content=after.event.content)
             assert atom.entry_parts(after, locator_base) == atom.entry_parts(before, locator_base)
         assert after.event == expected, before.event
@@ -193,9 +207,10 @@ def test_recover_takes_back_every_page_and_the_feed_goes_on(
     clock.advance(1)
     post(client, [{"title": f"after {i}"} for i in range(5)])
     assert core.verify_archive().problems == []
-    # A producer's retry of a taken-back event, spelt as its page shows it, is a replay: with
-    # the time it happened (`published`), which the producer left to the server. Without it,
-    # the page cannot tell it was left out: a conflict (simplefeed.service.recovery).
+    # A producer may retry a taken-back event, spelt as its page shows it. With the time it
+    # happened (`published`), which the producer left to the server, the retry is a replay.
+    # Without it, the retry is a conflict, because the page cannot tell that the time was left
+    # out (simplefeed.service.recovery).
     (original,) = (e for e in trial.entries if e.id == "urn:example:order:7")
     assert original.seq > trial.backed_up_head and original.event.updated_us is None
     retry = {"title": "Explicit urn id", "id": original.id}
@@ -219,7 +234,8 @@ def test_a_feed_created_after_the_backup_is_created_again_as_its_pages_say(
         later.close()
     restored = Simplefeed(replace(core.settings, database_url=copy), clock=clock)
     try:
-        # /healthz says it (200, a warning for each feed), and `feed create` refuses the name.
+        # /healthz says it with a 200 and a warning for each feed. `feed create` refuses the
+        # name.
         health = restored.health()
         assert not health.problems
         assert [w.split(" (")[0] for w in health.warnings] == [
@@ -229,7 +245,8 @@ def test_a_feed_created_after_the_backup_is_created_again_as_its_pages_say(
         with pytest.raises(ArchiveAhead, match="take its pages back with `simplefeed archive"):
             restored.create_feed("orders")
         damage(restored.page_path("refunds", 1), b"<title>r0", b"<title>R0", copies=False)
-        # A feed id that is no uuid, and a directory whose name is no feed's: never created.
+        # A feed id that is no uuid, and a directory whose name is no feed's, are never
+        # created.
         page1 = restored.page_path("orders", 1).read_bytes()
         for name in ("ghost", "Not A Feed"):
             stray = restored.page_path("events", 1).parent.parent / "feeds" / name / "pages" / "1"
@@ -256,8 +273,8 @@ def test_a_feed_created_after_the_backup_is_created_again_as_its_pages_say(
             6,
         )
         assert (refunds.feed, refunds.pages, refunds.entries) == ("refunds", range(0), 0)
-        # A consistent edit (an entry's title) renders alike, as its intact copies do: with
-        # no later page to tell, neither is taken.
+        # A consistent edit, such as an entry's title, renders alike, as its intact copies do.
+        # With no later page to tell them apart, neither is taken.
         assert refunds.problem == (
             f"the database does not have the feed, and {restored.page_path('refunds', 1)}:"
             " page 1: its file and its compressed copies differ, each rendering alike, and no"
@@ -284,7 +301,7 @@ def test_a_feed_created_after_the_backup_is_created_again_as_its_pages_say(
 
 
 def lose(core: Simplefeed, *numbers: int) -> None:
-    """Page files of feed events, and their compressed copies, gone from the archive."""
+    """Remove page files of feed events, and their compressed copies, from the archive."""
     for number in numbers:
         path = core.page_path("events", number)
         path.unlink()
@@ -295,16 +312,19 @@ def lose(core: Simplefeed, *numbers: int) -> None:
 def test_a_page_another_process_froze_since_the_feed_was_read_is_not_ahead(
     core: Simplefeed, settings: Settings, clock: FakeClock
 ) -> None:
-    """CI: a uWSGI worker loading the app late (lazy-apps) while the others published read the
-    feed at 7 frozen pages, found the file of page 8, which another worker froze meanwhile,
-    refused to start ("the database is older than the archive") and ended the whole uWSGI
-    instance. The feed is read again once a file is found: a file is written after its page's
-    commit."""
+    """A page another process archived since the feed was read is not ahead.
+
+    Under lazy-apps, a uWSGI worker may load the app late while the others publish. It reads
+    the feed at 7 archived pages. It then finds the file of page 8, which another worker
+    archived meanwhile. It must not refuse to start ("the database is older than the
+    archive"), since that ends the whole uWSGI instance. So the feed is read again once a file
+    is found, because a file is written after its page's commit.
+    """
     core.publish("events", [Event(title=f"e{i}") for i in range(7)])
-    stale = core.feed("events")  # 1 frozen page, as the late worker read it
+    stale = core.feed("events")  # 1 archived page, as the late worker read it.
     other = Simplefeed(settings, clock=clock)
     try:
-        other.publish("events", [Event(title=f"f{i}") for i in range(10)])  # pages 2 and 3
+        other.publish("events", [Event(title=f"f{i}") for i in range(10)])  # Pages 2 and 3.
     finally:
         other.close()
     assert core.page_path("events", 2).exists() and core.page_path("events", 3).exists()
@@ -315,20 +335,23 @@ def test_a_page_another_process_froze_since_the_feed_was_read_is_not_ahead(
 def test_a_page_file_past_a_gap_is_said_by_every_command_that_meets_it(
     trial: Trial, tmp_path: Path
 ) -> None:
-    """A new user's trial: with page 9 in the archive and page 3 not, only `archive verify`
-    said so, sending the operator to `archive recover`, which said "nothing to take back";
-    `serve` and `db upgrade` went on, and page 9 would have frozen again over a file holding
-    other entries. Pages past the gap cannot be taken back (nothing vouches for the chain)."""
+    """A page file past a gap is said by every command that meets it.
+
+    Take page 9 in the archive and page 3 not. `archive verify` sends the operator to `archive
+    recover`, which must not say "nothing to take back". `serve` and `db upgrade` must not go
+    on, or page 9 would be archived again over a file that holds other entries. Pages past the
+    gap cannot be taken back, because nothing vouches for the chain.
+    """
     core = trial.restored
     frozen = trial.backed_up_head // 5
     last = len(trial.files)
     assert last >= frozen + 3
     lose(core, frozen + 1)
-    for other in ("\u00b2", "7.txt", "08"):  # no page's (int("²") raised ValueError: exit 70)
+    for other in ("\u00b2", "7.txt", "08"):  # No page's. int("²") must not end it in exit 70.
         (core.page_path("events", 1).parent / other).write_bytes(b"")
-    core.check_archive()  # a worker looks for the next page's file only
+    core.check_archive()  # A worker looks for the next page's file only.
     with pytest.raises(ArchiveAhead) as raised:
-        core.check_archive(every_file=True)  # serve and db upgrade list the directory
+        core.check_archive(every_file=True)  # Serve and db upgrade list the directory.
     (said,) = raised.value.problems
     assert f"the archive has page {frozen + 2} of feed 'events'" in said
     assert f"but not page {frozen + 1}, and the database has {frozen} frozen pages" in said
@@ -360,7 +383,7 @@ def test_recover_takes_back_the_pages_before_a_gap_and_says_what_is_past_it(tria
     assert f"but not page {frozen + 2}, and the database has {frozen + 1} frozen" in done.problem
     with pytest.raises(ArchiveAhead):
         core.check_archive(every_file=True)
-    lose(core, *range(frozen + 3, last + 1))  # moved aside, as the sentence says
+    lose(core, *range(frozen + 3, last + 1))  # Moved aside, as the message says.
     core.check_archive(every_file=True)
 
 
@@ -371,8 +394,11 @@ def test_nothing_to_take_back_leaves_the_database_as_it_is(core: Simplefeed) -> 
 
 
 def damage(path: Path, old: bytes, new: bytes, *, copies: bool = True) -> None:
-    """``new`` in place of ``old`` in the page file ``path`` and (``copies``) in its compressed
-    copies alike: no version of the page left as it was."""
+    """Put ``new`` in place of ``old`` in the page file ``path``.
+
+    With ``copies``, do the same in its compressed copies, so that no version of the page is
+    left as it was.
+    """
     body = path.read_bytes()
     assert old in body
     path.write_bytes(body.replace(old, new, 1))
@@ -387,13 +413,13 @@ def test_a_damaged_page_file_is_taken_back_from_its_copy_and_written_again(
     core = trial.restored
     first = trial.backed_up_head // 5 + 1
     last = len(trial.files)
-    for number, cut in ((first, 100), (last, 0)):  # cut short, and a bit flipped in a title
+    for number, cut in ((first, 100), (last, 0)):  # Cut short, and a bit flipped in a title.
         path = core.page_path("events", number)
         if cut:
             path.write_bytes(trial.files[number][:cut])
         else:
             damage(path, b"<title>", b"<title>X", copies=False)
-    core.page_path("events", first + 1).unlink()  # and a file gone, its copies there
+    core.page_path("events", first + 1).unlink()  # A file gone, its copies there.
     (done,) = core.recover_archive()
     assert (done.pages, done.problem) == (range(first, last + 1), None)
     assert sorted(done.written) == sorted(
@@ -426,8 +452,12 @@ def test_a_damaged_page_stops_the_recovery_before_it_and_stores_nothing_of_it(
 def test_an_edit_that_renders_alike_is_told_by_the_next_page(
     trial: Trial, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An entry's title edited in a page file reads back and renders alike; the digest the next
-    page recorded when it froze tells, in the same batch or the next one's first page."""
+    """An edit that renders alike is told by the next page.
+
+    An entry's title edited in a page file reads back and renders alike. The next page
+    recorded a digest when it was archived, and that digest tells. It does so in the same
+    batch, or in the next batch's first page.
+    """
     monkeypatch.setattr("simplefeed.service.maintenance.RECOVERY_BATCH", batch)
     core = trial.restored
     edited = trial.backed_up_head // 5 + 2
@@ -460,8 +490,11 @@ def test_an_edit_that_renders_alike_is_told_by_the_next_page(
     ],
 )
 def test_a_page_that_is_not_ours_is_named(trial: Trial, old: bytes, new: bytes, said: str) -> None:
-    """The first page file past the database's that holds ``old`` gets ``new`` in its place:
-    the pages before it are taken back, it is named, and nothing of it is stored."""
+    """A page that is not ours is named.
+
+    The first page file past the database's that holds ``old`` gets ``new`` in its place. The
+    pages before it are taken back. It is named, and nothing of it is stored.
+    """
     core = trial.restored
     first = trial.backed_up_head // 5 + 1
     bad = next(n for n in range(first, len(trial.files) + 1) if old in trial.files[n])
@@ -489,9 +522,13 @@ def test_a_page_whose_next_page_cannot_be_read_is_not_vouched_for(trial: Trial) 
 def test_a_database_published_to_since_it_was_restored_is_not_the_archive_past(
     trial: Trial, tmp_path: Path, reused: bool
 ) -> None:
-    """The operator moved the newer page files away, started, published, then put them back:
-    an entry of its own where the file has another, or (``reused``) the id the file has as the
-    newest entry of its page, stored under the database's next number. Named; nothing stored."""
+    """A database published to since it was restored is not the archive's past.
+
+    The operator moves the newer page files away, starts, publishes, then puts them back. The
+    database then has an entry of its own where the file has another. With ``reused``, it has
+    the file's newest id of that page, stored under the database's next number. The page is
+    named, and nothing is stored.
+    """
     core = trial.restored
     pages = core.page_path("events", 1).parent
     aside = tmp_path / "aside"
@@ -499,7 +536,7 @@ def test_a_database_published_to_since_it_was_restored_is_not_the_archive_past(
     seq = trial.backed_up_head + 1
     newest = trial.entries[(seq // 5 + 1) * 5 - 1]
     core.publish("events", [Event(title="after the restore", id=newest.id if reused else None)])
-    assert not pages.exists()  # (no page froze)
+    assert not pages.exists()  # No page was archived.
     shutil.move(aside, pages)
     (done,) = core.recover_archive()
     assert not done.pages and done.problem is not None
@@ -515,7 +552,10 @@ def test_a_database_published_to_since_it_was_restored_is_not_the_archive_past(
 
 
 def test_recovered_pages_render_alike_for_generated_entries() -> None:
-    """Any entry the renderer writes reads back into one it renders to the same bytes."""
+    """Recovered pages render alike for generated entries.
+
+    Any entry the renderer writes reads back into one that it renders to the same bytes.
+    """
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
@@ -570,7 +610,7 @@ def test_the_command_says_what_it_took_back_and_exits_by_the_outcome(
     ]
     assert done.stderr.startswith(f"feed 'events': page {last}: its entries, read back,")
     assert "(docs/how-to/backup.md)" in done.stderr
-    # The operator puts the file back (from a cache, a copy): the rest is taken back.
+    # The operator puts the file back, from a cache or a copy. The rest is taken back.
     bad.write_bytes(trial.files[last])
     done = cli_on(settings, tmp_path, "archive", "recover")
     assert (done.returncode, done.stderr) == (0, "")
@@ -595,7 +635,7 @@ def test_the_command_could_not_check(trial: Trial, tmp_path: Path, what: str) ->
     settings = trial.settings
     args: tuple[str, ...] = ("--feed", "nope")
     said = "no feed named 'nope'"
-    if what == "unreadable file":  # a directory where the next page file should be
+    if what == "unreadable file":  # A directory where the next page file should be.
         path = settings.archive_dir / "pages" / str(trial.backed_up_head // 5 + 1)
         shutil.rmtree(path.parent)
         path.mkdir(parents=True)
@@ -607,10 +647,14 @@ def test_the_command_could_not_check(trial: Trial, tmp_path: Path, what: str) ->
 
 @pytest.mark.e2e
 def test_an_operators_restore_then_recovery_with_the_real_commands(tmp_path: Path) -> None:
-    """The backup guide's way, with real processes: a backup of the running service's SQLite
-    file, more published and read by a consumer, the service stopped and the backup restored. `db
-    upgrade` refuses the database, `archive recover` takes the pages back, the service starts
-    at the same URL, and the consumer goes on with exactly the entries published since."""
+    """An operator's restore, then recovery, works with the real commands.
+
+    This follows the backup guide with real processes. It backs up the running service's
+    SQLite file. More is published and read by a consumer. The service stops and the backup
+    is restored. `db upgrade` refuses the database, and `archive recover` takes the pages back.
+    The service starts at the same URL. The consumer goes on with exactly the entries published
+    since.
+    """
     # max-age 0: each consumer run looks at /recent again at once.
     s = UwsgiServer.scratch(
         tmp_path / "service", page_size=5, extra_env={"SIMPLEFEED_RECENT_MAX_AGE": "0"}
@@ -631,7 +675,7 @@ def test_an_operators_restore_then_recovery_with_the_real_commands(tmp_path: Pat
         assert consumed() == [f"e{i}" for i in range(12)]
         backup = tmp_path / "backup.sqlite3"
         sqlite_backup(database, backup)
-        publish(12, 13)  # pages 3-5 freeze after the backup
+        publish(12, 13)  # Pages 3-5 are archived after the backup.
         assert consumed() == [f"e{i}" for i in range(12, 25)]
         port = s.port
         s.stop()
@@ -655,10 +699,13 @@ def test_an_operators_restore_then_recovery_with_the_real_commands(tmp_path: Pat
 def test_a_database_lost_with_no_backup_is_rebuilt_from_the_archive(
     core: Simplefeed, tmp_path: Path, postgres: PostgresDatabases | None
 ) -> None:
-    """No backup at all: a new, empty database beside the archive. `db upgrade` does not
-    create the default feed anew over its pages (it says to recover them), `feed create`
-    neither, and `archive recover` creates every feed as its first page says and takes back
-    all their pages; then the service starts."""
+    """A database lost with no backup is rebuilt from the archive.
+
+    With no backup at all, a new, empty database stands beside the archive. `db upgrade` does
+    not create the default feed anew over its pages, but says to recover them. Nor does `feed
+    create`. `archive recover` creates every feed as its first page says, and takes back all
+    their pages. Then the service starts.
+    """
     core.create_feed("orders", title="Order events", page_size=3)
     core.publish("events", [Event(title=f"e{i}") for i in range(12)])
     core.publish("orders", [Event(title=f"o{i}") for i in range(7)])
@@ -684,12 +731,13 @@ def test_a_database_lost_with_no_backup_is_rebuilt_from_the_archive(
         assert again.returncode == 1 and "feed 'orders'" in again.stderr
         args = ("archive", "recover")
         unready = Simplefeed(settings)
-        try:  # what `serve` and uWSGI's load check
+        try:  # What `serve` and uWSGI's load check.
             with pytest.raises(ArchiveAhead, match="take its pages back with `simplefeed archive"):
                 unready.check_default_feed()
         finally:
             unready.close()
-        # Run with another base URL than the pages were written with: said, nothing created.
+        # Run with another base URL than the pages were written with. This is said, and
+        # nothing is created.
         wrong = cli_on(replace(settings, base_url="https://elsewhere.example"), tmp_path, *args)
         assert wrong.returncode == 1
         assert wrong.stderr.startswith(
@@ -730,10 +778,14 @@ def test_a_database_lost_with_no_backup_is_rebuilt_from_the_archive(
 def test_a_postgresql_backup_made_and_restored_the_readme_s_way(
     tmp_path: Path, postgres: PostgresDatabases | None, clock: FakeClock
 ) -> None:
-    """The backup guide's PostgreSQL backup (`pg_dump -Fc`) and restore (`pg_restore --no-owner`
-    into a new, empty database), then `archive recover`: the pages frozen after the dump come back,
-    the restored sequences hand out new ids (a feed, a token) without a clash, and the recent
-    document at the head of before the restore, with other entries, has another ETag."""
+    """A PostgreSQL backup made and restored the backup guide's way works.
+
+    The guide backs up with `pg_dump -Fc`, and restores with `pg_restore --no-owner` into a new,
+    empty database. Then `archive recover` runs. The pages archived after the dump come back.
+    The restored sequences hand out new ids, for a feed and a token, without a clash. The
+    recent document at the head from before the restore holds other entries, so it has another
+    ETag.
+    """
     if postgres is None:
         pytest.skip("PostgreSQL half skipped: set SIMPLEFEED_TEST_POSTGRES_URL to run it")
     url = postgres.new_database()
@@ -774,12 +826,12 @@ def test_a_postgresql_backup_made_and_restored_the_readme_s_way(
             restored.create_feed("orders")
             restored.create_token(label="after the restore")
             restored.publish("events", [Event(title=f"e{i}") for i in range(23, 25)])
-            assert restored.feed("events").head_seq == 22  # 20 taken back (e20-e22: in no file)
+            assert restored.feed("events").head_seq == 22  # 20 taken back. e20-e22 are in no file.
             assert restored.verify_archive().problems == []
             restored.publish("events", [Event(title="e25")])
             again = restored.feed("events")
-            assert again.head_seq == head.head_seq  # the head of before, with other entries
-            assert restored.live(again, "recent").etag != etag_before  # no 304 for a lost copy
+            assert again.head_seq == head.head_seq  # The head from before, with other entries.
+            assert restored.live(again, "recent").etag != etag_before  # No 304 for a lost copy.
         finally:
             restored.close()
     finally:
@@ -789,5 +841,5 @@ def test_a_postgresql_backup_made_and_restored_the_readme_s_way(
 
 
 def libpq(url: str) -> str:
-    """A SQLAlchemy PostgreSQL URL as libpq's tools take it."""
+    """Return a SQLAlchemy PostgreSQL URL as libpq's tools take it."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)

@@ -1,9 +1,11 @@
-"""REDbot (``redbot``, lint for HTTP, from the dev extras) over every kind of response the service
-gives, through the shipped uWSGI and through the shipped nginx block: nothing above "info", except
-its note that ``Cache-Control: public`` is probably unnecessary (issue #12 accepts it: ``public``
-says so to caches that would otherwise not store a response to an authenticated request).
+"""REDbot finds nothing above "info" in any kind of response the service gives.
 
-REDbot runs its own follow-up requests (conditional, Range, compression) against each URL.
+REDbot (``redbot``) is lint for HTTP, from the dev extras. It runs through the shipped uWSGI
+and through the shipped nginx block. The one note allowed is that ``Cache-Control: public`` is
+probably unnecessary. Issue #12 accepts it, because ``public`` tells caches to store a response
+to an authenticated request, which they would otherwise not do.
+
+REDbot runs its own follow-up requests against each URL: conditional, Range and compression.
 """
 
 from __future__ import annotations
@@ -26,19 +28,19 @@ FINE = {"good", "info"}
 
 PATHS = [
     "/recent",
-    "/pages/3",  # the working page
-    "/pages/1",  # an archived page
+    "/pages/3",  # The working page.
+    "/pages/1",  # An archived page.
     "/feeds/orders/pages/1",
     "/healthz",
     "/openapi.json",
     "/metrics",
-    "/",  # the pages for people
+    "/",  # The pages for people.
     "/feeds/orders",
     "/feeds/events?page=1",
-    "/pages/99",  # a 404
-    "/pages/01",  # a 308 to /pages/1
-    f"/entries/{quote(LOCATED_ID, safe='')}",  # the entry locator: a 303 to an archived page
-    "/entries/tag%3Aexample.com%2C2026%3Anone",  # the entry locator: a 404
+    "/pages/99",  # A 404.
+    "/pages/01",  # A 308 to /pages/1.
+    f"/entries/{quote(LOCATED_ID, safe='')}",  # The entry locator, a 303 to an archived page.
+    "/entries/tag%3Aexample.com%2C2026%3Anone",  # The entry locator, a 404.
 ]
 
 

@@ -1,6 +1,9 @@
-"""Plain polls of a live document answered again in front of the app (simplefeed.app.repeats):
-the app's own answer, one access line and one read counted per request, and never an answer of
-a version the feed has left. In-process on both databases (the real store)."""
+"""Plain polls of a live document are answered again in front of the app.
+
+simplefeed.app.repeats does this. Each answer is the app's own. Each request counts one access
+line and one read. No answer is of a version the feed has left. The tests run in-process on
+both databases, with the real store.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ OWN = ("date", "x-request-id")
 
 
 class Front:
-    """The app as served, and the number of requests that reached falcon behind Repeats."""
+    """The app as served, and the number of requests that reach falcon behind Repeats."""
 
     def __init__(self, core: Simplefeed, monkeypatch: pytest.MonkeyPatch) -> None:
         app = create_app(core.settings, core=core)
@@ -68,11 +71,15 @@ CODINGS = ["", "gzip", "br", "identity", "gzip;q=0, identity", "deflate, gzip;q=
 def test_a_poll_asked_again_is_the_app_s_answer(
     front: Front, core: Simplefeed, clock: FakeClock, path: str
 ) -> None:
-    """Every way of asking (method, coding, If-None-Match current, stale, a list, ``*``) is
-    answered the second time in front of the app, with the app's status, body and headers."""
+    """A poll asked again gets the app's answer.
+
+    The ways of asking vary the method, the coding, and If-None-Match: current, stale, a list
+    or ``*``. Each is answered the second time in front of the app. The answer has the app's
+    status, body and headers.
+    """
     publish(core)
     publish(core, "other")
-    clock.advance(2)  # Last-Modified settles
+    clock.advance(2)  # Last-Modified settles.
     current = {c: front.get(path, {"Accept-Encoding": c}).headers["etag"] for c in CODINGS}
     asked = front.asked
     tags = ["", '"r1-stale"', "*", *set(current.values())]
@@ -112,8 +119,11 @@ def test_a_publish_ends_the_answers_of_the_version_it_left(
 def test_nothing_is_kept_while_last_modified_is_not_final(
     front: Front, core: Simplefeed, clock: FakeClock
 ) -> None:
-    """In the second of the last change the app leaves Last-Modified out: those answers are
-    not given again once it is over, when the app sends it."""
+    """Nothing is kept while Last-Modified is not final.
+
+    In the second of the last change, the app leaves Last-Modified out. Once that second is
+    over, the app sends it, so those earlier answers are not given again.
+    """
     publish(core)
     asked = front.asked
     early = [front.get("/recent", {}) for _ in range(3)]

@@ -1,15 +1,18 @@
-"""A database restored from a backup older than the archive (an operator's trial): the page
-files frozen after the backup are what readers and caches hold, and the only copy of their
-entries. The restored database froze the same page numbers again with other entries, the
-service wrote its files over the newer ones, and `archive verify` then found nothing wrong.
-Now the service refuses to start on such a database (``serve``, uWSGI's load, ``db upgrade``),
-a process that could not check says so in ``/healthz``, and no page file holding another
-page, of other entries, is ever written over by the service (``archive rebuild`` is the
-operator's way).
+"""The service never writes over page files that are newer than a restored database.
 
-SQLite only: the backup and the restore are docs/how-to/backup.md's (``sqlite3`` backup API,
-the ``-wal`` and ``-shm`` files removed); the checks read the store's feeds and the archive's
-files, alike on PostgreSQL.
+Take a database restored from a backup older than the archive. The page files archived after
+the backup are what readers and caches hold. They are the only copy of their entries. The
+restored database would archive the same page numbers again, with other entries. The service
+would then write its files over the newer ones, and `archive verify` would find nothing wrong.
+
+So the service refuses to start on such a database. ``serve``, uWSGI's load and ``db upgrade``
+all refuse. A process that could not check says so in ``/healthz``. The service never writes
+over a page file that holds another page, of other entries. ``archive rebuild`` is the
+operator's way to do that.
+
+The tests use SQLite only. The backup and the restore follow docs/how-to/backup.md: the
+``sqlite3`` backup API, with the ``-wal`` and ``-shm`` files removed. The checks read the
+store's feeds and the archive's files, which work alike on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -43,9 +46,11 @@ def publish(core: Simplefeed, first: int, n: int) -> None:
 
 
 def restored(core: Simplefeed, backup: Path) -> Settings:
-    """Stop the service and restore the backup (docs/how-to/backup.md), under a new name: this
-    process's SQLite keeps what it knew of the old file's WAL while any connection to it is
-    open."""
+    """Stop the service and restore the backup (docs/how-to/backup.md) under a new name.
+
+    A new name is needed, because this process's SQLite keeps what it knew of the old file's
+    WAL while any connection to it is open.
+    """
     core.close()
     database = backup.with_name("restored.sqlite3")
     shutil.copyfile(backup, database)
@@ -63,13 +68,16 @@ def environ(settings: Settings) -> dict[str, str]:
 
 @pytest.fixture
 def after_restore(core: Simplefeed, tmp_path: Path) -> tuple[Settings, dict[int, bytes]]:
-    """Pages 1-2 frozen at the backup; pages 3-4 frozen after it, their files written; then
-    the backup restored. The files of pages 1-4 as they were."""
-    publish(core, 1, 12)  # pages 1-2 frozen, 2 entries on page 3
+    """Restore a backup taken with pages 1-2 archived, after pages 3-4 were archived too.
+
+    The files of pages 3-4 are written before the restore. Return the settings, and the files
+    of pages 1-4 as they were.
+    """
+    publish(core, 1, 12)  # Pages 1-2 archived, 2 entries on page 3.
     backup = tmp_path / "backup.sqlite3"
     database = core.settings.database_url.removeprefix("sqlite:///")
     sqlite_backup(Path(database), backup)
-    publish(core, 13, 10)  # pages 3-4 frozen
+    publish(core, 13, 10)  # Pages 3-4 archived.
     files = {n: core.page_path("events", n).read_bytes() for n in range(1, 5)}
     return restored(core, backup), files
 
@@ -83,13 +91,14 @@ def test_serve_and_db_upgrade_refuse_a_database_older_than_the_archive(
         f"the archive has page 3 of feed 'events' ({page3}), but the database has 2 frozen"
         " pages: it is older than the archive (restored from a backup?)"
     )
-    # `serve` stops before uWSGI starts, or before this host name stops it if it did not.
+    # `serve` stops before uWSGI starts. Otherwise this host name would stop it.
     line = one_line_error(
         run(tmp_path, "serve", "--host", "no-such-host.invalid", **environ(settings))
     )
     assert said in line and "restore a database backup made after" in line
     assert said in one_line_error(run(tmp_path, "db", "upgrade", **environ(settings)))
-    # uWSGI's worker imports runtime/wsgi.py (here outside uWSGI: status 1, one CRITICAL line).
+    # uWSGI's worker imports runtime/wsgi.py. Outside uWSGI, a refusal is status 1 and one
+    # CRITICAL line.
     assert said in wsgi_refusal(tmp_path, **environ(settings))
 
 
@@ -99,12 +108,15 @@ def test_a_process_that_could_not_check_writes_no_page_file_over_another_page(
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
 ) -> None:
-    """A process running on the restored database (it started while the database did not
-    answer, or the database was put back under it): ``/healthz`` says the archive is ahead;
-    the page that freezes keeps the newer file, said in the log and ``/healthz``; the app sends
-    the database's page, and its read of the page does not write the file over either."""
+    """A process that could not check writes no page file over another page.
+
+    Such a process runs on the restored database. It started while the database did not
+    answer, or the database was put back under it. ``/healthz`` says the archive is ahead.
+    When a page is archived, the newer file is kept, and the log and ``/healthz`` say so. The
+    app sends the database's page. Reading the page does not write over the file either.
+    """
     settings, files = after_restore
-    core = Simplefeed(settings, clock=clock)  # new entry ids: uuid7s
+    core = Simplefeed(settings, clock=clock)  # New entry ids are uuid7s.
     try:
         client = falcon.testing.TestClient(create_app(settings, core=core))
         health = client.simulate_get("/healthz")
@@ -112,18 +124,19 @@ def test_a_process_that_could_not_check_writes_no_page_file_over_another_page(
         (ahead,) = health.json["warnings"]
         assert "the archive has page 3 of feed 'events'" in ahead
         with caplog.at_level(logging.ERROR, logger="simplefeed"):
-            publish(core, 100, 3)  # page 3 freezes with other entries than the file's
+            publish(core, 100, 3)  # Archives page 3 with other entries than the file's.
         page3 = core.page_path("events", 3)
-        assert page3.read_bytes() == files[3]  # kept
+        assert page3.read_bytes() == files[3]  # Kept.
         kept = f"{page3.resolve()} holds another page 3 of feed 'events' than the database's"
         assert any(kept in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
         served = client.simulate_get("/pages/3")
         assert served.status_code == 200
         assert b"event 100" in served.content and served.content != files[3]
-        assert page3.read_bytes() == files[3]  # the read wrote nothing over it
+        assert page3.read_bytes() == files[3]  # The read wrote nothing over it.
         warnings = client.simulate_get("/healthz").json["warnings"]
         assert any(kept in w for w in warnings), warnings
-        # The operator decides (docs/how-to/backup.md): `archive rebuild` writes the database's.
+        # The operator decides (docs/how-to/backup.md). `archive rebuild` writes the
+        # database's pages.
         done = run(tmp_path, "archive", "rebuild", **environ(settings))
         assert done.returncode == 0, done.stderr
         assert page3.read_bytes() == served.content
@@ -133,8 +146,11 @@ def test_a_process_that_could_not_check_writes_no_page_file_over_another_page(
 
 
 def test_a_damaged_page_file_is_still_written_again(core: Simplefeed, clock: FakeClock) -> None:
-    """A file cut short is not another page: the app writes it again from the database (an
-    edited one too: tests/test_page_files.py)."""
+    """A damaged page file is still written again.
+
+    A file cut short is not another page, so the app writes it again from the database.
+    tests/test_page_files.py does the same for an edited file.
+    """
     publish(core, 1, 5)
     page1 = core.page_path("events", 1)
     whole = page1.read_bytes()

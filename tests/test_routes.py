@@ -1,12 +1,13 @@
-"""The three routes a document can be reached by: the app itself (in-process, over the same
-database and archive), the shipped uWSGI (``uwsgi.ini``) and the shipped nginx block in front of
-it.
+"""The three routes to a document answer alike.
+
+The routes are the app itself, the shipped uWSGI (``uwsgi.ini``), and the shipped nginx block
+in front of it. The app runs in-process, over the same database and archive.
 
 Archived pages are static files on the uWSGI and nginx routes, and a static route sends its own
 validators. So for them each route must send the same bytes, Content-Type and immutable
 Cache-Control, a 304 for a validator it sent, and the gzip copy with ``Vary: Accept-Encoding``.
 Everything else reaches the app on every route, so conditional requests, HEAD, OPTIONS and the
-URL rules must answer alike: the same status, validators and headers.
+URL rules must answer alike. They give the same status, validators and headers.
 
 Needs Debian's nginx (tests/test_nginx.py says how it is found or installed).
 """
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.e2e
 PAGE_SIZE = 10
 ATOM = "application/atom+xml; charset=utf-8"
 IMMUTABLE = "public, max-age=31536000, immutable"
-#: Headers that must be equal on every route (Date must be there, its value is the clock's).
+#: Headers that must be equal on every route. Date must be there, and its value is the clock's.
 COMPARED = (
     "etag",
     "last-modified",
@@ -60,8 +61,8 @@ class Routes:
     app: falcon.testing.TestClient
     uwsgi: UwsgiServer
     nginx: Nginx
-    #: One client for the two routes over HTTP (its connections kept alive, as a CDN's or a
-    #: consumer's): only the table's headers are sent, as the app is asked.
+    #: One client for the two routes over HTTP. It keeps its connections alive, as a CDN or a
+    #: consumer does. It sends only the table's headers, as the app is asked.
     http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=10))
 
     def __post_init__(self) -> None:
@@ -75,7 +76,7 @@ class Routes:
             return Answer(r.status_code, got, r.content, dates)
         base = self.uwsgi.base_url if route == "uwsgi" else f"http://{HOST}:{self.nginx.port}"
         with self.http.stream(method, base + path, headers=headers) as resp:
-            body = b"".join(resp.iter_raw())  # as sent: not decoded
+            body = b"".join(resp.iter_raw())  # As sent, not decoded.
         multi = {k.lower(): resp.headers.get_list(k) for k in resp.headers}
         return Answer(resp.status_code, multi, body, len(resp.headers.get_list("date")))
 
@@ -104,7 +105,7 @@ def routes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routes]:
             events[0]["id"] = LOCATED_ID
             r = httpx.post(server.url(path), json=events, headers=auth, timeout=30)
             assert r.status_code == 201, r.text
-        time.sleep(1.1)  # the live documents' Last-Modified settles once its second is over
+        time.sleep(1.1)  # The live documents' Last-Modified settles once its second is over.
         settings = Settings(
             database_url=server.database_url,
             archive_dir=server.archive_dir,
@@ -135,7 +136,7 @@ def _asctime(date: str) -> str:
 
 
 def table(etag: str, lm: str) -> list[tuple[str, dict[str, str], int]]:
-    """(method, headers, expected status) for a document whose validators are etag and lm."""
+    """Return (method, headers, expected status) for a document with validators etag and lm."""
     earlier, later = _shifted(lm, -60), _shifted(lm, 60)
     return [
         ("GET", {}, 200),
@@ -173,9 +174,11 @@ def table(etag: str, lm: str) -> list[tuple[str, dict[str, str], int]]:
 
 
 def coded_table(identity: str, coded: str, coding: str) -> list[tuple[str, dict[str, str], int]]:
-    """(method, headers, expected status) for a document in ``coding`` (ETag ``coded``), whose
-    identity ETag is ``identity``: each conditional request is evaluated against the ETag of
-    the representation that would be sent."""
+    """Return (method, headers, expected status) for a document in ``coding``.
+
+    Its ETag is ``coded``, and its identity ETag is ``identity``. Each conditional request is
+    evaluated against the ETag of the representation that would be sent.
+    """
     accept = {"Accept-Encoding": coding}
     return [
         ("GET", accept, 200),
@@ -250,7 +253,7 @@ ROUTES = ("app", "uwsgi", "nginx")
 
 
 def check_archived(routes: Routes, route: str, path: str) -> None:
-    """One route's answers for an archived page, against the page's bytes on disk."""
+    """Check one route's answers for an archived page, against the page's bytes on disk."""
     page = (routes.uwsgi.archive_dir / path.lstrip("/")).read_bytes()
     got = routes.ask(route, "GET", path, {})
     where = (route, path)
@@ -288,7 +291,7 @@ def test_archived_pages_send_the_same_bytes_and_headers_on_every_route(
     # The static routes answered without the app, which sends a request id with everything.
     for route in ("uwsgi", "nginx"):
         assert "x-request-id" not in routes.ask(route, "GET", path, {}).headers, route
-    # uWSGI's route takes the canonical target only; the app answers one with a query.
+    # uWSGI's route takes the canonical target only. The app answers one with a query.
     assert "x-request-id" in routes.ask("uwsgi", "GET", path + "?q", {}).headers
 
 

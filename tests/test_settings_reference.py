@@ -1,6 +1,8 @@
-"""The settings reference (docs/reference/settings.md) names every ``SIMPLEFEED_*`` variable
-the service reads, and nothing else. A variable that ``uwsgi.ini`` reads counts too: it is
-declared in :mod:`simplefeed.settings`, as ``SIMPLEFEED_UWSGI_SOCKET`` is."""
+"""The settings reference names every ``SIMPLEFEED_*`` variable the service reads, and no other.
+
+The reference is docs/reference/settings.md. A variable that ``uwsgi.ini`` reads counts too.
+It is declared in :mod:`simplefeed.settings`, as ``SIMPLEFEED_UWSGI_SOCKET`` is.
+"""
 
 from __future__ import annotations
 
@@ -40,15 +42,18 @@ class _Recording(Mapping[str, str]):
 
 
 def read_by_settings() -> set[str]:
-    """What :meth:`Settings.from_env` looks up, with the variables ``uwsgi.ini`` reads that the
-    settings module declares (:data:`UWSGI_VARIABLES`)."""
+    """Return what :meth:`Settings.from_env` looks up, with the variables of ``uwsgi.ini``.
+
+    Those are the variables ``uwsgi.ini`` reads that the settings module declares
+    (:data:`UWSGI_VARIABLES`).
+    """
     environ = _Recording()
     Settings.from_env(environ)
     return environ.asked | set(UWSGI_VARIABLES)
 
 
 def reference_table() -> set[str]:
-    """The variables the first column of the settings reference's table names."""
+    """Return the variables that the first column of the settings reference's table names."""
     names: set[str] = set()
     for first, *_ in table_after(doc_text(SETTINGS), "## The settings"):
         cells = re.findall(r"`([^`]*)`", first)
@@ -59,15 +64,18 @@ def reference_table() -> set[str]:
 
 def test_the_reference_names_every_variable_the_settings_read_and_no_other() -> None:
     read = read_by_settings()
-    assert read >= {"SIMPLEFEED_DATABASE_URL", "SIMPLEFEED_PAGE_SIZE"}  # the recording works
+    assert read >= {"SIMPLEFEED_DATABASE_URL", "SIMPLEFEED_PAGE_SIZE"}  # The recording works.
     table = reference_table()
     assert sorted(read - table) == [], f"read by simplefeed/settings.py, not in {SETTINGS}"
     assert sorted(table - read) == [], f"in {SETTINGS}, read by nothing"
 
 
 def test_the_settings_name_every_variable_uwsgi_ini_reads() -> None:
-    """uwsgi.ini's own variables are the settings module's to declare, because the misspelling
-    check and the table above rely on that list."""
+    """The settings name every variable that uwsgi.ini reads.
+
+    uwsgi.ini's own variables are the settings module's to declare. The misspelling check and
+    the table above rely on that list.
+    """
     ini = (ROOT / "uwsgi.ini").read_text(encoding="utf-8")
     used = set(re.findall(r"^if-(?:not-)?env = (SIMPLEFEED_[A-Z_]+)$", ini, re.MULTILINE))
     assert used and used <= read_by_settings(), sorted(used - read_by_settings())

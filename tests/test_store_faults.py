@@ -1,6 +1,9 @@
-"""The store raises the project's own errors, and the app maps them: a database that cannot serve
-now is a 503 with Retry-After on every route that needs it, never a 500. Real faults only: a
-SQLite write lock held by another connection, a PostgreSQL server that is not there."""
+"""The store raises the project's own errors, and the app maps them.
+
+A database that cannot serve now is a 503 with Retry-After on every route that needs it. It is
+never a 500. The faults are real, such as a SQLite write lock held by another connection, or a
+PostgreSQL server that is not there.
+"""
 
 from __future__ import annotations
 
@@ -63,7 +66,7 @@ def test_a_held_sqlite_write_lock_past_the_busy_timeout_is_store_unavailable(
         with pytest.raises(StoreUnavailable, match="locked"):
             core.publish("events", [Event("waits")])
         _assert_unavailable(client.simulate_post("/entries", json={"title": "waits too"}))
-        # Readers do not wait for the writer (WAL): reading goes on.
+        # Readers do not wait for the writer under WAL, so reading goes on.
         assert client.simulate_get("/recent").status_code == 200
         assert client.simulate_get("/healthz").status_code == 200
     finally:
@@ -77,7 +80,7 @@ def test_a_held_sqlite_write_lock_past_the_busy_timeout_is_store_unavailable(
 
 
 def test_an_unreachable_postgresql_is_a_503_on_every_route_that_needs_it(tmp_path: Path) -> None:
-    # Nothing listens on this port: every connection attempt is refused.
+    # Nothing listens on this port, so every connection attempt is refused.
     url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/test?connect_timeout=2"
     settings = _settings(tmp_path, url)
     core = Simplefeed(settings, clock=FakeClock(), new_uuid=SequentialIds())
@@ -110,8 +113,11 @@ def _sqlite_core(tmp_path: Path, sqlite_template: Path) -> tuple[Simplefeed, Pat
 def test_a_sqlite_file_deleted_or_replaced_under_the_service_is_detected(
     tmp_path: Path, sqlite_template: Path, fault: str
 ) -> None:
-    """The open connections would go on writing into the old, unlinked file: publishes
-    acknowledged, then gone after a restart. Every write checks the file first."""
+    """A SQLite file deleted or replaced under the service is detected.
+
+    The open connections would go on writing into the old, unlinked file. Publishes would be
+    acknowledged, then gone after a restart. So every write checks the file first.
+    """
     core, path, token = _sqlite_core(tmp_path, sqlite_template)
     client = falcon.testing.TestClient(
         create_app(core.settings, core=core), headers={"Authorization": f"Bearer {token}"}
@@ -138,11 +144,14 @@ def test_a_sqlite_file_deleted_or_replaced_under_the_service_is_detected(
 def test_a_sqlite_file_moved_aside_is_never_made_again_and_keeps_what_was_acknowledged(
     tmp_path: Path, sqlite_template: Path
 ) -> None:
-    """The database moved away under a running service (its -wal left behind, holding the
-    last publishes): a worker's new connection made a new, empty file at the path, SQLite took
-    the old -wal for the new file's and emptied it, and the acknowledged events were gone
-    from the moved file too. A connection never makes the file: 503s until it is back, then
-    every event."""
+    """A SQLite file moved aside is never made again, and keeps what was acknowledged.
+
+    Here the database moves away under a running service. Its -wal stays behind, holding the
+    last publishes. A worker's new connection could make a new, empty file at the path. SQLite
+    would then take the old -wal for the new file's, and empty it. The acknowledged events
+    would be gone from the moved file too. So a connection never makes the file. The service
+    answers 503 until the file is back, and then has every event.
+    """
     core, path, token = _sqlite_core(tmp_path, sqlite_template)
     client = falcon.testing.TestClient(
         create_app(core.settings, core=core), headers={"Authorization": f"Bearer {token}"}
@@ -151,17 +160,18 @@ def test_a_sqlite_file_moved_aside_is_never_made_again_and_keeps_what_was_acknow
     try:
         for title in ("one", "two"):
             assert client.simulate_post("/entries", json={"title": title}).status_code == 201
-        assert Path(f"{path}-wal").stat().st_size > 0  # the publishes are in the WAL
+        assert Path(f"{path}-wal").stat().st_size > 0  # The publishes are in the WAL.
         aside = tmp_path / "aside.sqlite3"
         os.rename(path, aside)
-        # A worker that opens its connections now (a new process, a pool's new connection).
+        # A worker that opens its connections now, such as a new process or a pool's new
+        # connection.
         other = Simplefeed(core.settings, clock=FakeClock())
         other_client = falcon.testing.TestClient(create_app(other.settings, core=other))
         _assert_unavailable(other_client.simulate_get("/recent"))
         health = other_client.simulate_get("/healthz")
         assert health.status_code == 503, health.text
         assert health.json["problems"] == [f"the database file {path} does not exist (moved away?)"]
-        assert not path.exists()  # nothing made at the path
+        assert not path.exists()  # Nothing made at the path.
         os.rename(aside, path)
         assert "<title>two</title>" in other_client.simulate_get("/recent").text
     finally:
@@ -182,7 +192,7 @@ def test_an_archive_directory_that_cannot_be_written_makes_healthz_unhealthy(
         assert client.simulate_get("/healthz").json == {"status": "ok", "database": "sqlite"}
         archive_dir = core.settings.archive_dir
         shutil.rmtree(archive_dir)
-        archive_dir.write_bytes(b"a file where the directory was")  # (permissions bind no root)
+        archive_dir.write_bytes(b"a file where the directory was")  # Permissions bind no root.
         health = client.simulate_get("/healthz")
         assert health.status_code == 503
         (problem,) = health.json["problems"]
@@ -194,11 +204,14 @@ def test_an_archive_directory_that_cannot_be_written_makes_healthz_unhealthy(
 def test_a_sqlite_directory_that_cannot_be_written_is_named_while_publishes_go_on(
     tmp_path: Path, sqlite_template: Path
 ) -> None:
-    """SQLite makes the database's -wal and -shm files in its directory. With the directory
-    unwritable, publishes go on while those files exist, and /healthz said "the database is
-    read-only", which it was not; once they are gone (a clean stop) the database cannot be
-    opened at all. /healthz says that, naming the directory. (Made unwritable with the
-    immutable attribute: permissions bind no root.)"""
+    """A SQLite directory that cannot be written is named, while publishes go on.
+
+    SQLite makes the database's -wal and -shm files in its directory. With the directory
+    unwritable, publishes go on while those files exist. /healthz must not say "the database
+    is read-only", because it is not. Once those files are gone, after a clean stop, the
+    database cannot be opened at all. /healthz says that, naming the directory. The test makes
+    the directory unwritable with the immutable attribute, because permissions bind no root.
+    """
     directory = tmp_path / "db"
     directory.mkdir()
     path = directory / "simplefeed.sqlite3"
@@ -234,17 +247,20 @@ def test_a_sqlite_directory_that_cannot_be_written_is_named_while_publishes_go_o
 def test_a_feed_s_page_directory_that_cannot_be_written_makes_healthz_unhealthy(
     tmp_path: Path, sqlite_template: Path, feed: str
 ) -> None:
-    """Only the archive's root was tried: with its pages/ directory unwritable every freeze
-    logged "could not write archive file" while /healthz said ok."""
+    """A feed's page directory that cannot be written makes /healthz unhealthy.
+
+    Trying only the archive's root is not enough. With a feed's pages/ directory unwritable,
+    archiving each page logs "could not write archive file". /healthz must not say ok then.
+    """
     core, _, _ = _sqlite_core(tmp_path, sqlite_template)
     core.create_feed("orders")
     client = falcon.testing.TestClient(create_app(core.settings, core=core))
     try:
-        core.publish(feed, [Event(title=f"e{i}") for i in range(6)])  # page 1 freezes
+        core.publish(feed, [Event(title=f"e{i}") for i in range(6)])  # Archives page 1.
         pages = core.page_path(feed, 1).parent
         assert client.simulate_get("/healthz").status_code == 200
         shutil.rmtree(pages)
-        pages.write_bytes(b"a file where the directory was")  # (permissions bind no root)
+        pages.write_bytes(b"a file where the directory was")  # Permissions bind no root.
         health = client.simulate_get("/healthz")
         assert health.status_code == 503, health.json
         assert health.json["problems"] == [
@@ -257,9 +273,13 @@ def test_a_feed_s_page_directory_that_cannot_be_written_makes_healthz_unhealthy(
 def test_a_read_only_postgresql_is_a_503_not_a_500(
     tmp_path: Path, postgres: PostgresDatabases | None
 ) -> None:
-    """A database switched to read-only (a standby promoted the other way, an operator's
-    default_transaction_read_only): publishing, and the live documents (whose new versions
-    write the flush barrier first), answer 503 with Retry-After; /healthz says why."""
+    """A read-only PostgreSQL is a 503, not a 500.
+
+    A database may switch to read-only. A standby may be promoted the other way, or an operator
+    may set default_transaction_read_only. Publishing then answers 503 with Retry-After. So do
+    the live documents, because their new versions write the flush barrier first. /healthz
+    says why.
+    """
     if postgres is None:
         pytest.skip(f"needs PostgreSQL: set {PG_ENV} to run it")
     url = postgres.new_database()
@@ -274,9 +294,9 @@ def test_a_read_only_postgresql_is_a_503_not_a_500(
         name = make_url(url).database
         with postgres.admin.connect() as conn:
             conn.execute(text(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on'))
-        core.store.close()  # new sessions take the setting
+        core.store.close()  # New connections take the setting.
         _assert_unavailable(client.simulate_post("/entries", json={"title": "refused"}))
-        _assert_unavailable(client.simulate_get("/recent"))  # a new version: its barrier writes
+        _assert_unavailable(client.simulate_get("/recent"))  # A new version's barrier writes.
         health = client.simulate_get("/healthz")
         assert health.status_code == 503
         assert health.json["problems"] == [
@@ -298,8 +318,11 @@ def test_a_read_only_postgresql_is_a_503_not_a_500(
     ],
 )
 def test_an_unsupported_database_is_a_configuration_error(url: str, said: str) -> None:
-    """Refused by the store for a library's caller, and where the settings are loaded (so by
-    every command, `simplefeed config` and the service's workers alike) with the same words."""
+    """An unsupported database is a configuration error.
+
+    The store refuses it for a library's caller. So does the loading of settings, with the
+    same words. Every command, `simplefeed config` and the service's workers load settings.
+    """
     from simplefeed.errors import ConfigError
     from simplefeed.runtime import load_settings
     from simplefeed.store import open_store
@@ -311,9 +334,12 @@ def test_an_unsupported_database_is_a_configuration_error(url: str, said: str) -
 
 
 def test_a_forked_child_never_uses_its_parents_connection(core: Simplefeed) -> None:
-    """uWSGI forks its workers (after loading the app, unless lazy-apps): a connection the
-    parent opened must not be shared by the child (two processes on one socket or SQLite
-    handle). The store's direct connections are opened anew in a forked child."""
+    """A forked child never uses its parent's connection.
+
+    uWSGI forks its workers after loading the app, unless lazy-apps is set. The child must not
+    share a connection that the parent opened. That would put two processes on one socket or
+    SQLite handle. So the store's direct connections are opened anew in a forked child.
+    """
     assert core.feed_head("events").name == "events"
     with core.store.connections.use() as mine:  # type: ignore[attr-defined]
         parent = mine

@@ -1,9 +1,11 @@
-"""The SQLite store's feed heads (what every /recent 304 asks): kept per process while the WAL
-index header says nothing was committed, read again after any commit by any process.
+"""The SQLite store keeps feed heads per process until any process commits.
 
-Real SQLite files; the commits that must be seen are made by other processes (``simplefeed``
-publishing through its own core in a child Python), which is what uWSGI's workers and the
-operators' commands are to each other.
+Every /recent 304 asks for the feed's head. A process keeps it while the WAL index header says
+nothing was committed. It reads it again after any commit by any process.
+
+The tests use real SQLite files. Other processes make the commits that must be seen: a child
+Python publishes through its own core. That is what uWSGI's workers and the operators'
+commands are to each other.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def reader(sqlite_settings: Settings) -> Iterator[Simplefeed]:
 
 
 class Publisher:
-    """A child process publishing to the same database, one event per :meth:`publish`."""
+    """A child process that publishes to the same database, one event per :meth:`publish`."""
 
     def __init__(self, settings: Settings) -> None:
         self.process = subprocess.Popen(
@@ -77,7 +79,7 @@ class Publisher:
         )
 
     def publish(self, title: str) -> int:
-        """The feed's head sequence once the child's publish has committed."""
+        """Return the feed's head sequence once the child's publish has committed."""
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(title + "\n")
         self.process.stdin.flush()
@@ -91,19 +93,23 @@ class Publisher:
 def test_a_commit_by_another_process_is_read_at_once(
     reader: Simplefeed, sqlite_settings: Settings
 ) -> None:
-    """Every commit another process makes is in the next head read here, however often the head
-    was read in between (each read after the first is the process's own, from the cache)."""
+    """A commit by another process is read at once.
+
+    Every commit another process makes is in the next head read here. That holds however
+    often the head was read in between. Each read after the first comes from this process's
+    cache.
+    """
     assert reader.feed_head("events").head_seq == 0
     publisher = Publisher(sqlite_settings)
     try:
-        for i in range(1, 13):  # across page boundaries (pages of 5)
+        for i in range(1, 13):  # Across page boundaries, with pages of 5.
             for _ in range(3):
                 assert reader.feed_head("events").head_seq == i - 1
             assert publisher.publish(f"e{i}") == i
             assert reader.feed_head("events").head_seq == i
     finally:
         publisher.close()
-    # The publisher closed its connections: the reader's WAL index is still the database's.
+    # The publisher closed its connections, yet the reader's WAL index is still the database's.
     publisher = Publisher(sqlite_settings)
     try:
         assert publisher.publish("after") == 13
@@ -115,8 +121,11 @@ def test_a_commit_by_another_process_is_read_at_once(
 def test_threads_reading_while_another_process_commits_never_go_back(
     reader: Simplefeed, sqlite_settings: Settings
 ) -> None:
-    """Threads racing to fill the cache, a commit landing between them: no read after a commit
-    returns the head before it."""
+    """Threads reading while another process commits never go back.
+
+    Threads race to fill the cache, and a commit lands between them. No read after a commit
+    returns the head from before it.
+    """
     committed = 0
     stop = threading.Event()
     stale: list[tuple[int, int]] = []
@@ -147,8 +156,11 @@ def test_threads_reading_while_another_process_commits_never_go_back(
 def test_while_nothing_is_committed_the_head_is_not_read_from_the_database(
     reader: Simplefeed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The point of the WAL index: a head unchanged since this process read it costs no
-    statement (each released the interpreter under uWSGI's threads)."""
+    """While nothing is committed, the head is not read from the database.
+
+    That is the point of the WAL index. A head unchanged since this process read it costs no
+    statement. Each statement would release the interpreter under uWSGI's threads.
+    """
     store = reader.store
     assert isinstance(store, SQLiteStore)
     first = reader.feed_head("events")
@@ -159,7 +171,7 @@ def test_while_nothing_is_committed_the_head_is_not_read_from_the_database(
     monkeypatch.setattr(store, "lookup", no_lookup)
     assert reader.feed_head("events") is first
     monkeypatch.undo()
-    reader.publish("events", [Event(title="own commit")])  # this process's own commit too
+    reader.publish("events", [Event(title="own commit")])  # This process's own commit too.
     monkeypatch.setattr(store, "lookup", no_lookup)
     with pytest.raises(AssertionError, match="read from the database"):
         reader.feed_head("events")
@@ -179,7 +191,7 @@ def test_a_header_being_rewritten_or_not_built_says_nothing(tmp_path: Path) -> N
     whole = bytes(header)
     assert crafted_index(tmp_path / "same", whole, whole).header() == whole
     changed = bytearray(header)
-    changed[8] = 1  # iChange: a commit halfway through rewriting the copies
+    changed[8] = 1  # The iChange field: a commit halfway through rewriting the copies.
     assert crafted_index(tmp_path / "torn", whole, bytes(changed)).header() is None
     unbuilt = bytearray(header)
     unbuilt[WalIndex.IS_INIT] = 0
@@ -194,27 +206,30 @@ def test_a_database_not_in_wal_mode_has_no_index_and_is_read_every_time(
     conn.execute("CREATE TABLE t (x)")
     with pytest.raises(ValueError, match="journal_mode is delete"):
         WalIndex.open(conn, path)
-    with pytest.raises(sqlite3.ProgrammingError):  # closed: it held nothing open
+    with pytest.raises(sqlite3.ProgrammingError):  # Closed, so it held nothing open.
         conn.execute("SELECT 1")
 
 
 def test_the_process_keeps_sqlites_locks_on_the_wal_index(
     reader: Simplefeed, sqlite_settings: Settings
 ) -> None:
-    """SQLite's connections coordinate through POSIX locks on the -shm file, which the kernel
-    drops, all of the process's, when it closes any descriptor of that file. The WAL index
-    closed the one it mapped through: the process lost the lock that says the file is in use
-    (its byte 128), another process rebuilt the file, and a uWSGI worker reading the mapping
-    died of SIGBUS. The lock stays held after the index is opened, and after other stores'
-    connections come and go."""
-    reader.feed_head("events")  # opens the WAL index
+    """The process keeps SQLite's locks on the WAL index.
+
+    SQLite's connections coordinate through POSIX locks on the -shm file. When the process
+    closes any descriptor of that file, the kernel drops all of the process's locks on it. So
+    the WAL index must not close the descriptor it mapped through. Otherwise the process loses
+    the lock that says the file is in use, on its byte 128. Another process then rebuilds the
+    file, and a uWSGI worker reading the mapping dies of SIGBUS. The lock stays held after the
+    index is opened, and after other stores' connections come and go.
+    """
+    reader.feed_head("events")  # Opens the WAL index.
     database = Path(sqlite_settings.database_url.removeprefix("sqlite:///"))
     inode = Path(f"{database}-shm").stat().st_ino
 
     def dms_held() -> bool:
         mine = ["POSIX", "ADVISORY", "READ", str(os.getpid())]
         for line in Path("/proc/locks").read_text().splitlines():
-            fields = line.split()  # "1: POSIX  ADVISORY  READ 1234 08:01:5678 128 128"
+            fields = line.split()  # As in "1: POSIX  ADVISORY  READ 1234 08:01:5678 128 128".
             if (
                 fields[1:5] == mine
                 and fields[5].endswith(f":{inode}")
@@ -244,8 +259,12 @@ def test_the_process_keeps_sqlites_locks_on_the_wal_index(
 def test_the_last_store_of_a_database_to_close_closes_its_index(
     sqlite_settings: Settings,
 ) -> None:
-    """The index is shared by the process's stores of a database and closed with the last, so
-    a process that opens many databases in turn (the tests, commands) keeps no descriptors."""
+    """The last store of a database to close closes its index.
+
+    The process's stores of a database share the index, and the last one closes it. So a
+    process that opens many databases in turn keeps no descriptors. The tests and the
+    commands do that.
+    """
 
     first = Simplefeed(sqlite_settings)
     first.create_feed("events")
@@ -260,6 +279,6 @@ def test_the_last_store_of_a_database_to_close_closes_its_index(
         second.feed_head("events")
         assert first.store._wal[1] is second.store._wal[1] is not None  # type: ignore[attr-defined]
         first.close()
-        assert second.feed_head("events").name == "events"  # still read through it
+        assert second.feed_head("events").name == "events"  # Still read through it.
         second.close()
     assert open_fds(under=database_directory) == before

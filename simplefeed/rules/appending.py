@@ -30,7 +30,7 @@ two paths equal.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simplefeed.errors import EntryConflict
 from simplefeed.model import Appended, Entry, Event, Feed, PendingEntry, StoredEntry
@@ -133,6 +133,54 @@ def decide(
         modified_us=max(now_us, feed.modified_us + 1),
         replayed=replayed,
     )
+
+
+@dataclass(frozen=True)
+class GroupDecision:
+    """What an append of several publishes in one transaction does (:func:`decide_group`)."""
+
+    #: One per publish, in the group's order: its answers, or the conflict that refuses it.
+    outcomes: tuple[tuple[Appended, ...] | EntryConflict, ...]
+    #: What the group writes, as one append: every new entry, the pages they fill.
+    combined: Decision
+
+
+def decide_group(
+    feed: Feed,
+    publishes: Sequence[Sequence[PendingEntry]],
+    found: Mapping[str, StoredEntry],
+    now_us: int,
+) -> GroupDecision:
+    """The appends of ``publishes`` to ``feed``, one after another, as if each had the feed's
+    lock in turn: each sees the entries of those before it. A conflict refuses its own
+    publish only; the others append as they would alone."""
+    head = feed
+    seen = dict(found)
+    outcomes: list[tuple[Appended, ...] | EntryConflict] = []
+    new: list[tuple[Entry, PendingEntry]] = []
+    replayed = False
+    for pending in publishes:
+        try:
+            one = decide(head, pending, seen, now_us)
+        except EntryConflict as conflict:
+            outcomes.append(conflict)
+            continue
+        outcomes.append(one.results)
+        replayed = replayed or one.replayed
+        for entry, p in one.new:
+            seen[p.id] = StoredEntry(p.id, entry.seq, p.fingerprint)
+        if one.new:
+            last = one.new[-1][0]
+            head = replace(head, head_seq=last.seq, head_updated_us=last.updated_us)
+            new.extend(one.new)
+    combined = Decision(
+        results=tuple(a for o in outcomes if not isinstance(o, EntryConflict) for a in o),
+        new=tuple(new),
+        full_pages=paging.newly_full_pages(feed.head_seq, head.head_seq, feed.page_size),
+        modified_us=max(now_us, feed.modified_us + 1),
+        replayed=replayed,
+    )
+    return GroupDecision(tuple(outcomes), combined)
 
 
 def appended_after(

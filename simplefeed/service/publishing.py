@@ -6,7 +6,7 @@ import enum
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
-from simplefeed import archive, atom, metrics
+from simplefeed import atom, metrics
 from simplefeed.errors import (
     BaseUrlMismatch,
     DefaultFeedMismatch,
@@ -21,6 +21,7 @@ from simplefeed.rules import feeds as rules
 from simplefeed.service.chain import Chain
 from simplefeed.service.changes import Changes
 from simplefeed.service.clock import Clock
+from simplefeed.service.groups import Groups
 from simplefeed.service.health import Health
 from simplefeed.service.pages import Pages
 from simplefeed.service.tokens import Tokens
@@ -37,6 +38,20 @@ class _QuickOutcome(enum.Enum):
 
     GAVE_WAY = "gave way"  # nothing appended: it does not apply
     OUTCOME_UNKNOWN = "outcome unknown"  # it failed, perhaps after its commit
+
+
+class _Publish:
+    """A single-event publish on its way to its feed's group (:class:`Groups`)."""
+
+    __slots__ = ("credentials", "now", "pending")
+
+    def __init__(
+        self, pending: Sequence[PendingEntry], now: int, credentials: auth.Credentials | None
+    ) -> None:
+        self.pending = pending
+        self.now = now
+        #: None once checked (or for a publish without a token).
+        self.credentials = credentials
 
 
 class Publishing:
@@ -67,6 +82,7 @@ class Publishing:
         #: Feeds by name as this process last locked them. Only their identity is used (id,
         #: name, page size never change), never their head.
         self._feeds: dict[str, Feed] = {}
+        self._groups: Groups[_Publish, list[Appended]] = Groups()
 
     def publish(
         self,
@@ -89,12 +105,36 @@ class Publishing:
         pending = appending.pending_entries(events, now, self._new_entry_id)
         locator_base = self.chain.urls(feed_name).locator_base
         self.refuse_too_large(feed_name, pending, locator_base, credentials)
+        if len(pending) != 1:
+            return self._append(feed_name, pending, now, credentials)
+        # A single event joins the publishes to the feed under way, if any (group commit).
+        # While it queues, its token is checked, so that its group need not check it.
+        publish = _Publish(pending, now, credentials)
+        if credentials is not None and self._groups.busy(feed_name):
+            self.tokens.check(credentials, feed_name)
+            publish.credentials = None
+        return self._groups.run(
+            feed_name,
+            publish,
+            lambda p: self._append(feed_name, p.pending, p.now, p.credentials),
+            lambda group: self._append_together(feed_name, group),
+        )
+
+    def _append(
+        self,
+        feed_name: str,
+        pending: Sequence[PendingEntry],
+        now: int,
+        credentials: auth.Credentials | None,
+    ) -> list[Appended]:
+        """Append one publish's events in a transaction of their own."""
         # The ids to look up under the lock: the producer's, to answer replays and conflicts.
         look_up = [p.id for p in pending if p.event.id is not None]
         if pending and appending.ids_are_distinct(pending):
             quick = self._in_one_round_trip(feed_name, pending, now, credentials)
             if isinstance(quick, list):
                 self.changes.committed()
+                metrics.appends_committed(feed_name, 1)
                 return quick
             if quick is _QuickOutcome.OUTCOME_UNKNOWN:
                 # It may have appended the events before it failed: look them all up.
@@ -103,9 +143,10 @@ class Publishing:
             self.tokens.check(credentials, feed_name)
         # Entries that may fill a page are written now, so that under the lock the page is
         # only put together. Their `updated` and number are filled in there.
-        parts = (
-            {p.id: atom.entry_parts(p, locator_base) for p in pending} if len(pending) > 1 else {}
-        )
+        parts: dict[str, atom.EntryParts] = {}
+        if len(pending) > 1:
+            locator_base = self.chain.urls(feed_name).locator_base
+            parts = {p.id: atom.entry_parts(p, locator_base) for p in pending}
         with self.store.append(feed_name, look_up) as append:
             self._feeds[feed_name] = append.feed
             if append.feed.retired_us is not None:
@@ -117,7 +158,46 @@ class Publishing:
                 decision.new, modified_us=decision.modified_us, pages=pages, base_url=base_url
             )
         self._committed(append.feed, decision, pages)
+        metrics.appends_committed(feed_name, 1)
         return list(decision.results)
+
+    def _append_together(
+        self, feed_name: str, group: Sequence[_Publish]
+    ) -> list[list[Appended] | BaseException]:
+        """Append a group of publishes in one transaction, each answered as if alone.
+
+        Their tokens were checked while they queued. :func:`appending.decide_group` decides
+        each in turn, so a replay or a conflict inside the group keeps its meaning, and a
+        refused publish writes nothing and leaves the others be.
+        """
+        everything = [p for publish in group for p in publish.pending]
+        look_up = [p.id for p in everything if p.event.id is not None]
+        now = max(publish.now for publish in group)
+        if appending.ids_are_distinct(everything):
+            quick = self._in_one_round_trip(feed_name, everything, now, None)
+            if isinstance(quick, list):
+                self.changes.committed()
+                metrics.appends_committed(feed_name, len(group))
+                answers = iter(quick)
+                return [[next(answers) for _ in publish.pending] for publish in group]
+            if quick is _QuickOutcome.OUTCOME_UNKNOWN:
+                look_up = [p.id for p in everything]
+        with self.store.append(feed_name, look_up) as append:
+            self._feeds[feed_name] = append.feed
+            if append.feed.retired_us is not None:
+                raise FeedRetired(feed_name)
+            decided = appending.decide_group(
+                append.feed, [publish.pending for publish in group], append.found, now
+            )
+            decision = decided.combined
+            pages = self._archive(append, decision, now, {})
+            base_url = self.settings.base_url if pages else append.feed.base_url
+            append.write(
+                decision.new, modified_us=decision.modified_us, pages=pages, base_url=base_url
+            )
+        self._committed(append.feed, decision, pages)
+        metrics.appends_committed(feed_name, len(group))
+        return [o if isinstance(o, BaseException) else list(o) for o in decided.outcomes]
 
     def _archive(
         self,
@@ -134,11 +214,7 @@ class Publishing:
         # each from the page archived just before it, in memory.
         pages: list[ArchivedPage] = []
         for number in decision.full_pages:
-            prev = (
-                archive.page_sha256(pages[-1])
-                if pages
-                else self.chain.sha256(append.feed, number - 1, append.page)
-            )
+            prev = pages[-1].sha256 if pages else self.chain.sha256(append.feed, number - 1, append)
             pages.append(self._render_page(append, number, now, decision, parts, prev))
         return pages
 
@@ -151,7 +227,7 @@ class Publishing:
         problem = rules.base_url_problem(append.feed, self.settings.base_url)
         if problem is not None:
             raise BaseUrlMismatch([problem])
-        href = self.chain.newest_self_href(append.feed, append.page)
+        href = self.chain.newest_self_href(append.feed, append)
         problem = rules.default_feed_problem(append.feed, href, self.settings.default_feed)
         if problem is not None:
             raise DefaultFeedMismatch([problem])
@@ -179,7 +255,7 @@ class Publishing:
         if first <= feed.head_seq:
             entries += append.entries_between(first, feed.head_seq)
         body = self.chain.render(feed, "archive", number, tuple(entries), prev_sha256, ready)
-        return ArchivedPage(feed.id, number, body, archive.strong_etag(body), now_us)
+        return ArchivedPage(feed.id, number, body, now_us)
 
     def _committed(
         self, feed: Feed, decision: appending.Decision, pages: Sequence[ArchivedPage]
