@@ -232,9 +232,11 @@ class Settings:
         )
 
     def describe(self) -> dict[str, str | int | None]:
-        """The effective settings by variable name, as the environment gives them (integers as
-        numbers; passwords masked; None: unset, nothing in its place): ``simplefeed config
-        --json``. uwsgi.ini's sockets too (``config`` left them out, a newcomer's trial)."""
+        """Return the effective settings by variable name, for ``simplefeed config --json``.
+
+        Integers are numbers and passwords are masked. None means unset, with nothing in its
+        place. uWSGI's sockets are included, because an operator looks for them here too.
+        """
         limits = self.limits
         return {
             "SIMPLEFEED_DATABASE_URL": mask_url(self.database_url),
