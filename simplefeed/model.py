@@ -52,6 +52,8 @@ def text_problem(value: str, max_chars: int | None = None) -> str | None:
     Such a text is an entry's title or a feed's. It must hold no characters XML cannot carry or
     feed validators flag, and no more than ``max_chars``.
     """
+    if value.isascii() and value.isprintable():  # the common case: neither kind of character
+        return None if max_chars is None or len(value) <= max_chars else _too_long(max_chars)
     bad = _NOT_XML_CHAR.search(value)
     if bad:
         return f"contains U+{ord(bad.group()):04X}, which XML cannot carry"
@@ -64,8 +66,12 @@ def text_problem(value: str, max_chars: int | None = None) -> str | None:
             "(text decoded with the wrong charset?); JSON content may hold it"
         )
     if max_chars is not None and len(value) > max_chars:
-        return f"is longer than {max_chars} characters"
+        return _too_long(max_chars)
     return None
+
+
+def _too_long(max_chars: int) -> str:
+    return f"is longer than {max_chars} characters"
 
 
 def us_to_datetime(us: int) -> datetime:

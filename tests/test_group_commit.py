@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -239,14 +240,17 @@ def test_publishes_that_queue_behind_a_commit_share_the_next_one(
     rest = [threading.Thread(target=publish, args=(n,)) for n in range(1, 11)]
     for t in rest:
         t.start()
-    while len(groups._queues.get("events", ())) < 10:
+    deadline = time.monotonic() + 60
+    while len(groups._queues.get("events", ())) < 10 and time.monotonic() < deadline:
         threading.Event().wait(0.001)  # all ten queued behind it
+    queued = len(groups._queues.get("events", ()))
     holder.rollback()
     holder.close()
     holder.engine.dispose()
     for t in [first, *rest]:
         t.join()
 
+    assert queued == 10, "the publishes did not queue behind the one under way"
     assert sorted(r.status_code for r in answers) == [201] * 11
     assert sorted(r.json["seq"] for r in answers) == list(range(2, 13))
     commits, publishes = _append_metrics("events")

@@ -9,6 +9,7 @@ field can add an element or attribute to a page.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -231,6 +232,8 @@ def _same_number(value: float, text: str) -> bool:
 
 
 def _finite_int(text: str) -> int:
+    if len(text) < 300:  # under 10^300: a double holds its magnitude
+        return int(text)
     if math.isinf(float(text)):
         raise NotStrictJson(f"the number {text[:40]}... overflows a double (RFC 7493 2.2)")
     return int(text)
@@ -333,11 +336,17 @@ _VISIBLE_FORMAT = frozenset(
 )
 
 
+#: A printable ASCII character other than the space: something every reader shows.
+_SHOWN_ASCII = re.compile("[!-~]")
+
+
 def _blank(value: str) -> bool:
     """Tell whether a reader would show nothing of ``value``.
 
     A title of U+200B, say, passes as text but shows nothing.
     """
+    if _SHOWN_ASCII.search(value):  # the common case, without a look at each character
+        return False
     return all(
         ch in _BLANK_GLYPHS
         or (unicodedata.category(ch) in _INVISIBLE and ch not in _VISIBLE_FORMAT)
@@ -643,6 +652,17 @@ def _entry_id(c: _Checker, value: str | None, max_bytes: int) -> str | None:
 MAX_EXACT_INTEGER = 2**53 - 1
 
 
+_LONE_SURROGATE = "escapes a lone surrogate, which strict JSON refuses"
+
+
+def _lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _json_value_problem(value: Any, max_depth: int) -> str | None:
     """Say what in a JSON content value some reader would not read as sent, or None.
 
@@ -651,21 +671,22 @@ def _json_value_problem(value: Any, max_depth: int) -> str | None:
     It finds an integer past :data:`MAX_EXACT_INTEGER`. It finds a number a double does not
     hold as written (:class:`InexactNumber`). It walks the value once and stops at the first.
     """
-    stack = [(value, 1)]
+    stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if depth > max_depth:
             return f"is nested deeper than {max_depth} levels"
-        if isinstance(item, dict):
-            stack.extend((name, depth) for name in item)
-            stack.extend((v, depth + 1) for v in item.values())
+        if isinstance(item, str):
+            if not item.isascii() and _lone_surrogate(item):
+                return _LONE_SURROGATE
+        elif isinstance(item, dict):
+            # Names sit at their object's depth; an ASCII name is checked at C speed.
+            for name in item:
+                if not name.isascii() and _lone_surrogate(name):
+                    return _LONE_SURROGATE
+            stack.extend(zip(item.values(), itertools.repeat(depth + 1)))
         elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "escapes a lone surrogate, which strict JSON refuses"
+            stack.extend(zip(item, itertools.repeat(depth + 1)))
         elif type(item) is InexactNumber:
             shown = item.text if len(item.text) <= 40 else f"{item.text[:40]}..."
             return (
