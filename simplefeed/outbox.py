@@ -1,18 +1,20 @@
 """A transactional outbox: events written in the producer app's own transaction, shipped later.
 
-:class:`Outbox` gives the table (for the app's metadata and its migrations) and
-:meth:`Outbox.add`, which writes an event with the app's own connection or ORM session. The
-event is in the outbox if and only if the app's transaction commits. :class:`Relay` ships the
-committed rows to the service, in commit order, through :class:`~simplefeed.producer.Publisher`,
-and deletes them once the server has acknowledged them.
+:class:`Outbox` gives the table, for the app's metadata and its migrations. It also gives
+:meth:`Outbox.add`, which writes an event with the app's own connection or ORM ``Session``.
+The event is in the outbox if and only if the app's transaction commits. :class:`Relay` ships
+the committed rows to the service, in commit order. It ships them through
+:class:`~simplefeed.producer.Publisher`, and deletes them once the server has acknowledged
+them.
 
-Commit order. A relay ships rows in the order of their ids, so ids must be handed out in the
-order their transactions commit. An autoincrement id alone is not: on PostgreSQL, a transaction
-may take id 7, and commit after another took id 8 and committed. So :meth:`Outbox.add` takes a
-lock first that the transaction holds until it ends: ``pg_advisory_xact_lock`` on PostgreSQL.
-SQLite has one writer at a time already, whose write lock is held until it commits. With the
-lock, when a relay sees a row, every row of a lower id has committed or rolled back. Adding an
-event thus serialises the app's transactions from that point on: add it last.
+Commit order. A relay ships rows in the order of their ids. So ids must be handed out in the
+order their transactions commit. An autoincrement id alone does not ensure that. On
+PostgreSQL, a transaction may take id 7, and commit after another took id 8 and committed.
+So :meth:`Outbox.add` first takes a lock that the transaction holds until it ends. On
+PostgreSQL that is ``pg_advisory_xact_lock``. SQLite has one writer at a time already, and
+holds its write lock until it commits. With the lock, when a relay sees a row, every row of a
+lower id has committed or rolled back. So adding an event serialises the app's transactions
+from that point on. Add it last.
 
 This module is the outbox's one door to the app's database, so it alone knows its dialects.
 """
@@ -61,12 +63,12 @@ __all__ = ["Backlog", "Outbox", "OutboxUnavailable", "Relay", "RelayBusy", "back
 
 log = logging.getLogger(__name__)
 
-#: What the outbox's table is called by default, the feed's name after it.
+#: The start of the outbox table's default name. The feed's name follows it.
 TABLE_PREFIX = "simplefeed_outbox_"
 
 
 def _lock_key(purpose: str, table: str) -> int:
-    """A PostgreSQL advisory lock key of the outbox's own: a signed 64-bit integer."""
+    """Make a PostgreSQL advisory lock key of the outbox's own, a signed 64-bit integer."""
     digest = hashlib.sha256(f"simplefeed {purpose} {table}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
@@ -78,9 +80,10 @@ def _now_us() -> int:
 class Outbox:
     """The outbox of one feed: its table, and :meth:`add`.
 
-    ``metadata``: the app's own, so its migrations (alembic's autogenerate) see the table. The
-    table is ``simplefeed_outbox_<feed>`` unless ``table_name`` says otherwise. ``limits``: the
-    server's, when its operator changed them, so that an event is checked as the server will.
+    ``metadata`` is the app's own, so its migrations (alembic's autogenerate) see the table.
+    The table is ``simplefeed_outbox_<feed>`` unless ``table_name`` says otherwise. ``limits``
+    are the server's, when its operator changed them. Then an event is checked as the server
+    will check it.
     """
 
     def __init__(
@@ -99,7 +102,7 @@ class Outbox:
         self.table = Table(
             name,
             metadata if metadata is not None else MetaData(),
-            # Integer on SQLite: only an INTEGER PRIMARY KEY is its rowid, and AUTOINCREMENT
+            # Integer on SQLite, because only an INTEGER PRIMARY KEY is its rowid. AUTOINCREMENT
             # never hands an id out twice.
             Column(
                 "id",
@@ -120,17 +123,18 @@ class Outbox:
         self.relay_lock = _lock_key("outbox relay", name)
 
     def add(self, connection: Connection | Session, event: Mapping[str, Any]) -> str:
-        """Write ``event`` in the transaction of ``connection`` (a Core connection or an ORM
-        session); its entry id, given or made here.
+        """Write ``event`` in the transaction of ``connection``, and return its entry id.
 
-        The event is checked first with the server's rules, and raises the door's
-        :class:`~simplefeed.errors.RequestError` if the server would refuse it."""
+        ``connection`` is a Core connection or an ORM ``Session``. The entry id is the event's
+        own, or one made here. The event is checked first with the server's rules. It raises
+        the door's :class:`~simplefeed.errors.RequestError` if the server would refuse it.
+        """
         prepared = prepare(event, self.limits)
         bind = connection.get_bind() if isinstance(connection, Session) else connection
         if bind.dialect.name == "postgresql":
-            # The lock is held until the transaction ends, so ids commit in order (the
+            # The lock is held until the transaction ends, so ids commit in order (see the
             # module's docstring). The notification is delivered when the transaction commits,
-            # and never if it rolls back. One round trip for both.
+            # and never if it rolls back. One round trip does both.
             connection.execute(
                 select(func.pg_advisory_xact_lock(self.add_lock), func.pg_notify(self.channel, ""))
             )
@@ -142,7 +146,7 @@ class Outbox:
 
 
 class RelayBusy(SimplefeedError):
-    """Another relay holds the outbox: it ships the rows."""
+    """Another relay holds the outbox, and it ships the rows."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,7 @@ class Backlog:
     """What an outbox holds that the server has not acknowledged yet."""
 
     rows: int
-    #: Seconds since the oldest row was added; 0 with no row.
+    #: Seconds since the oldest row was added. It is 0 with no row.
     oldest_age_s: float
 
 
@@ -159,11 +163,14 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 
 
 class OutboxUnavailable(SimplefeedError):
-    """The outbox's database cannot be opened or read: a wrong URL, no such table, no answer."""
+    """The outbox's database cannot be opened or read.
+
+    The URL may be wrong, the table may be missing, or the database may not answer.
+    """
 
 
 def _engine(url: str) -> Engine:
-    """An engine on the app's database, for a relay."""
+    """Make an engine on the app's database, for a relay."""
     try:
         if make_url(url).get_backend_name() == "sqlite":
             return create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
@@ -174,7 +181,7 @@ def _engine(url: str) -> Engine:
 
 @contextlib.contextmanager
 def _reading(outbox: Outbox) -> Iterator[None]:
-    """The database's errors as :class:`OutboxUnavailable`, naming the outbox."""
+    """Raise the database's errors as :class:`OutboxUnavailable`, naming the outbox."""
     try:
         yield
     except DBAPIError as exc:
@@ -183,7 +190,7 @@ def _reading(outbox: Outbox) -> Iterator[None]:
 
 
 def backlog(outbox: Outbox, database: str | Engine) -> Backlog:
-    """The rows of ``outbox`` waiting in ``database``, and the age of the oldest."""
+    """Count the rows of ``outbox`` waiting in ``database``, and give the age of the oldest."""
     engine = _engine(database) if isinstance(database, str) else database
     t = outbox.table
     try:
@@ -207,15 +214,16 @@ UNAVAILABLE_PAUSE_S = 1.0
 
 
 class Relay:
-    """Ships an outbox's committed rows to the server in commit order, and deletes them once
-    the server has acknowledged them.
+    """Ships an outbox's committed rows to the server in commit order.
 
-    One relay ships at a time: the others wait (follow mode) or give way (:class:`RelayBusy`).
-    The lock is one the database or the kernel ends with its holder, so a relay killed with
-    SIGKILL hands it on at once: a PostgreSQL advisory lock of the relay's session, or an
-    exclusive ``flock`` on ``<database file>.relay-lock`` for SQLite. A relay killed after the
-    server stored a batch and before the rows were deleted ships that batch again. The events
-    keep their ids, so the server takes them as replays: no event is published twice.
+    It deletes the rows once the server has acknowledged them. One relay ships at a time. The
+    others wait (follow mode) or give way (:class:`RelayBusy`). The database or the kernel
+    ends the lock with its holder. So a relay killed with SIGKILL hands the lock on at once.
+    On PostgreSQL the lock is an advisory lock held by the relay's connection. On SQLite it is
+    an exclusive ``flock`` on ``<database file>.relay-lock``. A relay may be killed after the
+    server stored a batch and before the rows were deleted. Then that batch is shipped again.
+    The events keep their ids, so the server takes them as replays. No event is published
+    twice.
     """
 
     def __init__(
@@ -237,18 +245,20 @@ class Relay:
     # -- what it ships ------------------------------------------------------------------
 
     def backlog(self) -> Backlog:
-        """The rows waiting, and the age of the oldest; also set as metrics."""
+        """Count the rows waiting, give the age of the oldest, and set both as metrics."""
         found = backlog(self.outbox, self.engine)
         metrics.relay_backlog(self.outbox.feed, found.rows, found.oldest_age_s)
         return found
 
     def _ship_all(self) -> int:
-        """Ship every row committed now, batch by batch; how many (the relay lock held).
+        """Ship every row committed now, batch by batch, and return how many.
 
-        While a batch is on its way to the server, a thread reads the next one and deletes
-        the one before, so the database's time hides behind the server's. A batch is deleted
-        only once the server has acknowledged it. The rows after a batch are the next batch,
-        because a lower id never commits after a higher one (the module's docstring)."""
+        The caller holds the relay lock. While a batch is on its way to the server, a thread
+        reads the next one and deletes the one before. So the database's time hides behind
+        the server's. A batch is deleted only once the server has acknowledged it. The rows
+        after a batch are the next batch, because a lower id never commits after a higher one
+        (see the module's docstring).
+        """
         shipped = 0
         with ThreadPoolExecutor(max_workers=1) as database:
             rows = self._read_after(None)
@@ -267,7 +277,7 @@ class Relay:
         return shipped
 
     def _read_after(self, last: int | None) -> Sequence[Row[int, str, str]]:
-        """The next batch: the first rows in id order, after ``last`` if given."""
+        """Read the next batch: the first rows in id order, after ``last`` if given."""
         t = self.table
         query = select(t.c.id, t.c.entry_id, t.c.event).order_by(t.c.id).limit(self.batch_size)
         if last is not None:
@@ -280,8 +290,11 @@ class Relay:
             c.execute(self.table.delete().where(self.table.c.id.in_(ids)))
 
     def ship(self) -> int:
-        """Ship every row committed now; how many. Raises :class:`RelayBusy` when another
-        relay holds the outbox, :class:`OutboxUnavailable`, and the publisher's errors."""
+        """Ship every row committed now, and return how many.
+
+        Raises :class:`RelayBusy` when another relay holds the outbox. Also raises
+        :class:`OutboxUnavailable`, and the publisher's errors.
+        """
         with _reading(self.outbox), self._locked(None) as held:
             if not held:
                 raise RelayBusy(f"another relay is shipping the outbox {self.table.name!r}")
@@ -290,19 +303,20 @@ class Relay:
         return shipped
 
     def follow(self, stop: threading.Event) -> None:
-        """Ship rows as they are committed until ``stop`` is set: woken by PostgreSQL's
-        notifications, or polling on SQLite. Waits while another relay holds the outbox.
+        """Ship rows as they are committed, until ``stop`` is set.
 
-        A server that does not take a batch in time, and a database that fails or restarts,
-        are tried again after a pause, the lock and the listener taken anew. A refusal
-        (:class:`~simplefeed.producer.PublishRefused`) ends it, the rows kept."""
+        PostgreSQL's notifications wake it. On SQLite it polls. It waits while another relay
+        holds the outbox. A server may not take a batch in time, or a database may fail or
+        restart. Then it tries again after a pause, and takes the lock and the listener anew.
+        A refusal (:class:`~simplefeed.producer.PublishRefused`) ends it, and the rows stay.
+        """
         failures = (PublishUnavailable, DBAPIError, self.engine.dialect.loaded_dbapi.Error)
         while not stop.is_set():
             try:
                 self._follow_held(stop)
                 return
             except failures as exc:
-                # The rows stay: the next try ships them, the same events again.
+                # The rows stay. The next try ships them, the same events again.
                 log.warning("relay: %s; trying again", one_line(str(exc)))
                 stop.wait(UNAVAILABLE_PAUSE_S)
 
@@ -313,8 +327,8 @@ class Relay:
             with self._waiter() as wait:
                 measured = 0.0
                 while not stop.is_set():
-                    # The backlog after each shipment, and once a second while idle: not at
-                    # every look for new rows.
+                    # Measure the backlog after each shipment, and once a second while idle.
+                    # Not at every look for new rows.
                     if self._ship_all() or time.monotonic() - measured > BACKLOG_EVERY_S:
                         self.backlog()
                         measured = time.monotonic()
@@ -324,8 +338,11 @@ class Relay:
 
     @contextlib.contextmanager
     def _locked(self, stop: threading.Event | None) -> Iterator[bool]:
-        """Hold the relay lock while the block runs; False if another relay holds it and
-        ``stop`` is None (else this waits for it, until ``stop`` is set)."""
+        """Hold the relay lock while the block runs.
+
+        Yields False if another relay holds it and ``stop`` is None. Otherwise this waits for
+        the lock, until ``stop`` is set.
+        """
         lock = self._postgres_lock if self.postgres else self._file_lock
         with lock(stop) as held:
             yield held
@@ -361,11 +378,11 @@ class Relay:
                         return
             yield True
         finally:
-            os.close(fd)  # the lock goes with the descriptor
+            os.close(fd)  # The lock goes with the descriptor.
 
     @contextlib.contextmanager
     def _waiter(self) -> Iterator[Any]:
-        """A function that waits until new rows may be there, or ``stop`` is set."""
+        """Yield a function that waits until new rows may be there, or ``stop`` is set."""
         if not self.postgres:
             yield lambda stop: stop.wait(POLL_S)
             return

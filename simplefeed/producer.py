@@ -1,12 +1,13 @@
 """Publishing events from Python: :class:`Publisher` and :class:`AsyncPublisher`, on httpx.
 
-An event is checked here with the server's own door (:mod:`simplefeed.door.events`) before
-any request, so an event the server would refuse fails at once with the same error. Each event
-without an ``id`` gets a UUIDv7 one before the first try, so every retry is a replay that the
-server recognises: a retried event is in the feed once.
+An event is checked here with the server's own door (:mod:`simplefeed.door.events`). That
+happens before any request. So an event the server would refuse fails at once, with the same
+error. Each event without an ``id`` gets a UUIDv7 one before the first try. So every retry is
+a replay that the server recognises, and a retried event is in the feed once.
 
-A publish retries, with tenacity, on network errors and on 429, 502, 503 and 504, honouring
-``Retry-After``, for ``retry_for`` seconds (60 by default). Any other error answer is final.
+A publish retries with tenacity on network errors and on 429, 502, 503 and 504. It honours
+``Retry-After``. It goes on for ``retry_for`` seconds (60 by default). Any other error answer
+is final.
 
 The errors::
 
@@ -51,29 +52,29 @@ __all__ = [
     "uuid7",
 ]
 
-#: How long a publish goes on retrying by default: a server restart takes seconds.
+#: How long a publish goes on retrying by default. A server restart takes seconds.
 RETRY_FOR_S = 60.0
 #: The longest pause between two tries when the server gives no ``Retry-After``.
 MAX_PAUSE_S = 1.0
 #: The time one request may take, by default.
 TIMEOUT_S = 10.0
-#: The statuses that say "try again later": the request changed nothing.
+#: The statuses that say "try again later". The request changed nothing.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
-#: The bytes a batch adds around its events: the brackets and a comma each.
+#: The bytes a batch adds around its events. That is the brackets, and a comma each.
 _BATCH_OVERHEAD = 2
 
 
 def uuid7() -> uuid.UUID:
-    """A UUID version 7 (RFC 9562): 48 bits of Unix milliseconds, then 74 random bits."""
+    """Make a UUID version 7 (RFC 9562): 48 bits of Unix milliseconds, then 74 random bits."""
     value = (time.time_ns() // 1_000_000 & (2**48 - 1)) << 80 | int.from_bytes(os.urandom(10))
-    value = value & ~(0xF << 76) | 0x7 << 76  # the version
-    value = value & ~(0x3 << 62) | 0x2 << 62  # the variant
+    value = value & ~(0xF << 76) | 0x7 << 76  # The version.
+    value = value & ~(0x3 << 62) | 0x2 << 62  # The variant.
     return uuid.UUID(int=value)
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """An event ready to send: its entry id, and its JSON text with that id in it."""
+    """An event ready to send. It holds its entry id, and its JSON text with that id in it."""
 
     id: str
     body: str
@@ -130,7 +131,7 @@ class PublishUnavailable(PublishError):
 def prepare(
     event: Mapping[str, Any], limits: Limits | None = None, index: int | None = None
 ) -> Prepared:
-    """``event`` checked with the server's door and given an id if it has none.
+    """Check ``event`` with the server's door, and give it an id if it has none.
 
     Raises the door's :class:`~simplefeed.errors.RequestError` for an event the server would
     refuse. ``index`` names the event's place in a batch in the error.
@@ -149,7 +150,7 @@ def prepare(
 
 
 def batches(events: Sequence[Prepared], limits: Limits) -> Iterator[tuple[int, list[Prepared]]]:
-    """``events`` in order, as batches within the server's limits, each with its offset."""
+    """Split ``events`` in order into batches within the server's limits, each with its offset."""
     start, size, batch = 0, _BATCH_OVERHEAD, list[Prepared]()
     for i, prepared in enumerate(events):
         length = len(prepared.body.encode()) + 1
@@ -176,7 +177,7 @@ class _Later(Exception):
 
 
 def _retry_after(value: str | None) -> float | None:
-    """``Retry-After`` in seconds: delay-seconds or an HTTP date (RFC 9110 10.2.3)."""
+    """Read ``Retry-After`` in seconds. It is delay-seconds or an HTTP date (RFC 9110 10.2.3)."""
     if not value:
         return None
     value = value.strip()
@@ -190,7 +191,7 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def _answer(response: httpx.Response, batch: Sequence[Prepared], start: int) -> list[Published]:
-    """The server's answer to a batch: what it stored, or the error it means."""
+    """Read the server's answer to a batch. Return what it stored, or raise the error it means."""
     status = response.status_code
     if status in RETRY_STATUSES:
         raise _Later(status, _retry_after(response.headers.get("Retry-After")))
@@ -220,7 +221,7 @@ def _answer(response: httpx.Response, batch: Sequence[Prepared], start: int) -> 
 
 
 def _pause(state: tenacity.RetryCallState) -> float:
-    """The server's ``Retry-After`` if it gave one, else a growing pause with jitter."""
+    """Pause for the server's ``Retry-After`` if it gave one, else a growing pause with jitter."""
     outcome = state.outcome
     error = outcome.exception() if outcome is not None else None
     if isinstance(error, _Later) and error.retry_after is not None:
@@ -230,15 +231,18 @@ def _pause(state: tenacity.RetryCallState) -> float:
 
 
 def _retryable(error: BaseException) -> bool:
-    """Whether a try may succeed later: an answer that says so, or a network error. A URL
-    without http or https, or a request httpx itself refuses to send, never will."""
+    """Say whether a try may succeed later.
+
+    It may after an answer that says so, or after a network error. A URL without http or
+    https never will. Nor will a request that httpx itself refuses to send.
+    """
     if isinstance(error, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
         return False
     return isinstance(error, _Later | httpx.TransportError)
 
 
 def _retrying(retry_for: float) -> dict[str, Any]:
-    """tenacity's arguments for a publish: retry what changed nothing, for ``retry_for`` s."""
+    """Give tenacity's arguments for a publish: retry what changed nothing, ``retry_for`` s."""
     return {
         "retry": tenacity.retry_if_exception(_retryable),
         "wait": _pause,
@@ -270,9 +274,12 @@ class _Base:
 
 
 class Publisher(_Base):
-    """Publishes events to one feed: ``url`` is its entries URL, such as
-    ``https://feeds.example/feeds/orders/entries``. Use it as a context manager, or
-    :meth:`close` it. ``client``: an httpx client of the caller's, left open."""
+    """Publishes events to one feed.
+
+    ``url`` is its entries URL, such as ``https://feeds.example/feeds/orders/entries``. Use it
+    as a context manager, or :meth:`close` it. ``client`` is an httpx client of the caller's,
+    which stays open.
+    """
 
     def __init__(
         self,
@@ -289,15 +296,16 @@ class Publisher(_Base):
         self.client = client or httpx.Client(timeout=timeout)
 
     def publish(self, event: Mapping[str, Any]) -> Published:
-        """Publish one event; what the server answered for it."""
+        """Publish one event. Return what the server answered for it."""
         (published,) = self.publish_many([event])
         return published
 
     def publish_many(self, events: Sequence[Mapping[str, Any]]) -> list[Published]:
         """Publish events in order, in as few requests as the server's limits allow.
 
-        Every event is checked before the first request. A batch is all or nothing, so after
-        an error the events of earlier batches are in the feed and the others are not."""
+        Every event is checked before the first request. A batch is all or nothing. So after
+        an error, the events of earlier batches are in the feed and the others are not.
+        """
         return self.send(self.prepare_all(events))
 
     def send(self, events: Sequence[Prepared]) -> list[Published]:
@@ -352,7 +360,7 @@ class AsyncPublisher(_Base):
         self.client = client or httpx.AsyncClient(timeout=timeout)
 
     async def publish(self, event: Mapping[str, Any]) -> Published:
-        """Publish one event; what the server answered for it."""
+        """Publish one event. Return what the server answered for it."""
         (published,) = await self.publish_many([event])
         return published
 

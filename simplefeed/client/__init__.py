@@ -10,19 +10,19 @@
 Modules, each owning one thing:
 
 ===============  =================================================================================
-``consumer``     :class:`Consumer`: the loop, checkpoints (at-least-once), follow mode
-``walk``         which entries are new: walk back through ``prev-archive``, forward again
-``fetch``        HTTP (the only httpx user): one pool, conditional GET, cache, retries
-``entry``        :class:`FeedEntry`: what the consumer hands over, every field published
-``parse``        bytes -> :class:`Page` (the only feedparser user), and the parser switch
-``checker``      feedparser's checks in a child process while a catch-up reads ahead
-``tree``         the strict reading by namespace, exact values (the only lxml user)
-``state``        the SQLite state file: checkpoints and the HTTP cache
-``saving``       a page's checkpoint stored on its own thread while the walk reads on
-``poll``         the adaptive polling interval (pure)
-``errors``       the exception hierarchy
-``command``      ``simplefeed consume`` and ``simplefeed consumer``
-``exec_stream``  ``consume --exec-stream``: one handler process, entries written ahead of acks
+``consumer``     :class:`Consumer`: the loop, checkpoints (at-least-once), follow mode.
+``walk``         Which entries are new. Walk back through ``prev-archive``, then forward again.
+``fetch``        HTTP, the only httpx user. One pool, conditional GET, cache, retries.
+``entry``        :class:`FeedEntry`, what the consumer hands over. Every field published.
+``parse``        Bytes to :class:`Page`, the only feedparser user. The parser switch.
+``checker``      feedparser's checks in a child process while a catch-up reads ahead.
+``tree``         The strict reading by namespace, exact values. The only lxml user.
+``state``        The SQLite state file: checkpoints and the HTTP cache.
+``saving``       A page's checkpoint stored on its own thread while the walk reads on.
+``poll``         The adaptive polling interval (pure).
+``errors``       The exception hierarchy.
+``command``      ``simplefeed consume`` and ``simplefeed consumer``.
+``exec_stream``  ``consume --exec-stream``: one handler process, entries written ahead of acks.
 ===============  =================================================================================
 """
 

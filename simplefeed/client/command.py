@@ -8,58 +8,67 @@
                            [--max-size BYTES] [--max-time SECONDS] [--max-pages N]
                            [--allow-redirect-origin ORIGIN]... [--wait SECONDS]
 
-Prints (default: ``seq<TAB>id<TAB>title``, with backslash, tab, line breaks and other control
-characters in the id and title backslash-escaped, so that one entry is always one line),
-prints as JSON lines (``--jsonl``: one object per entry with every field the producer sent: id,
-seq, title, updated, published, content (JSON content as its value), content_type, summary,
-author, categories, links, and the page), or runs a
-command per entry (``--exec``: the JSON object on its standard input, ``SIMPLEFEED_ENTRY_ID``
-(escaped as printed; left out past 8,192 characters) and ``SIMPLEFEED_ENTRY_SEQ`` in its
-environment; a non-zero exit stops processing at that entry), or feeds every entry to one
-long-lived command (``--exec-stream``: the JSON objects as lines on its standard input, and one
-acknowledgement line per entry read back from its standard output, ``ok`` or the entry's error;
-the checkpoint moves only past acknowledged entries: :mod:`simplefeed.client.exec_stream`).
+The command hands each entry to one of four outputs.
+
+- By default it prints ``seq<TAB>id<TAB>title``. It escapes backslash, tab, line breaks and
+  other control characters in the id and title with backslashes. So one entry is always one
+  line.
+- ``--jsonl`` prints one JSON object per entry. The object holds every field the producer
+  sent: id, seq, title, updated, published, content, content_type, summary, author,
+  categories, links, and the page. JSON content appears as its value.
+- ``--exec`` runs a command per entry. The command reads the JSON object on its standard
+  input. Its environment holds ``SIMPLEFEED_ENTRY_ID`` and ``SIMPLEFEED_ENTRY_SEQ``. The id
+  is escaped as printed, and left out past 8,192 characters. A non-zero exit stops
+  processing at that entry.
+- ``--exec-stream`` feeds every entry to one long-lived command. The JSON objects go as lines
+  to its standard input. The command answers one acknowledgement line per entry on its
+  standard output: ``ok`` or the entry's error. The checkpoint moves only past acknowledged
+  entries (see :mod:`simplefeed.client.exec_stream`).
+
 Entries come oldest first, at least once (see :mod:`simplefeed.client.consumer`). Without
-``--follow`` the command exits 0 once caught up; with it, it polls on until interrupted, each
-poll after the first a long poll (``Prefer: wait``, ``--wait``) that a server saying
-``Preference-Applied`` holds until the feed changes.
+``--follow`` the command exits 0 once caught up. With it, the command polls on until
+interrupted. Each poll after the first is a long poll (``Prefer: wait``, ``--wait``). A server
+that says ``Preference-Applied`` holds it until the feed changes.
 
 Exit codes:
 
 ===  ===========================================================================================
-0    caught up (without ``--follow``)
-2    usage error
-3    the handler failed: ``--exec`` exited non-zero or could not be run, ``--exec-stream``
+0    Caught up (without ``--follow``).
+2    Usage error.
+3    The handler failed. ``--exec`` exited non-zero or could not be run. Or ``--exec-stream``
      answered an entry with an error line, exited, closed its standard output or stopped
-     reading, or acknowledged nothing for ``--ack-timeout``, or output could not be written;
-     the checkpoint is on the last entry handled (acknowledged)
-4    the feed broke the protocol: not Atom, a malformed page, a link loop, a link to another
-     origin (not allowed by ``--allow-redirect-origin``), a sequence gap, an
-     entry id repeated at another sequence number, a page whose SHA-256 is not the one the
-     newer page's prev-archive link gives, the last processed entry gone; the checkpoint is
-     untouched
-5    HTTP: gave up after the retries (network errors, timeouts, 5xx, a response over
-     ``--max-time``), an unexpected status (with the message of a JSON error body), a
-     response over ``--max-size``, a redirect to another origin
-6    the state file cannot be used (not a state file, its directory missing: the file is
-     created, never its directory), or another consumer is processing from it
-70   internal error: a bug in simplefeed (one line on standard error, the traceback too with
-     ``--debug``); the checkpoint is on the last entry handled
-130  interrupted (Ctrl-C, or SIGTERM: a service manager stopping it), the checkpoint on the
-     last entry handled
+     reading. Or it acknowledged nothing for ``--ack-timeout``. Or output could not be
+     written. The checkpoint is on the last entry handled (acknowledged).
+4    The feed broke the protocol. It is not Atom, or a page is malformed, or links loop.
+     Or a link goes to another origin that ``--allow-redirect-origin`` does not allow. Or
+     sequence numbers skip, or an entry id repeats at another sequence number. Or a page's
+     SHA-256 differs from the one the newer page's prev-archive link gives. Or the last
+     processed entry is gone. The checkpoint is untouched.
+5    HTTP failed. The command gave up after the retries on network errors, timeouts, 5xx or
+     a response over ``--max-time``. Or the status was unexpected (the message quotes a
+     JSON error body). Or a response was over ``--max-size``, or redirected to another
+     origin.
+6    The state file cannot be used. It is not a state file, or its directory is missing
+     (the command creates the file, never its directory). Or another consumer is
+     processing from it.
+70   Internal error, a bug in simplefeed. It prints one line on standard error, and the
+     traceback too with ``--debug``. The checkpoint is on the last entry handled.
+130  Interrupted by Ctrl-C, or by SIGTERM from a service manager. The checkpoint is on the
+     last entry handled.
 ===  ===========================================================================================
 
-Entries are always read strictly by namespace with lxml, values exactly as published;
-``--parser feedparser`` (the default) has feedparser check every document too (in a helper
-process during a long catch-up where a CPU is to spare: :mod:`simplefeed.client.checker`),
-``--parser lxml`` skips that check, several times faster (see :mod:`simplefeed.client.parse`):
-worth it when catching up on a long history.
+Entries are always read strictly by namespace with lxml, values exactly as published. With
+``--parser feedparser`` (the default), feedparser checks every document too. During a long
+catch-up with a CPU to spare, it checks them in another process
+(:mod:`simplefeed.client.checker`). ``--parser lxml`` skips that check and runs several times
+faster (see :mod:`simplefeed.client.parse`). That pays off when catching up on a long history.
 
 ``simplefeed consumer parked|retry|drop|status|reset --state FILE`` work on the state file
 (:mod:`simplefeed.client.state_commands`).
 
-A progress bar is drawn on standard error while catching up over several pages, only when
-standard error is a terminal. ``simplefeed.runtime.cli`` loads this command when it is asked for.
+While catching up over several pages, the command draws a progress bar on standard error. It
+does so only when standard error is a terminal. ``simplefeed.runtime.cli`` loads this command
+when it is asked for.
 """
 
 from __future__ import annotations
@@ -125,8 +134,8 @@ EXIT_CODES = {
 }
 
 
-#: The flag of each :class:`~simplefeed.client.Consumer` parameter an error message names: the
-#: command's messages name flags (:meth:`~simplefeed.client.ClientError.naming`).
+#: The flag of each :class:`~simplefeed.client.Consumer` parameter an error message names.
+#: The command's messages name flags (:meth:`~simplefeed.client.ClientError.naming`).
 FLAGS = {
     "allow_redirect_origins": "--allow-redirect-origin",
     "max_parked": "--max-parked",
@@ -140,9 +149,12 @@ class ExecFailed(Exception):
 
 
 class Seconds(click.FloatRange):
-    """A number of seconds from ``min`` on, finite: ``float()`` reads "nan" and "inf", and
-    ``--timeout nan`` ended the consumer with an internal error, ``--max-time nan`` lifted the
-    bound on a response's time (every comparison with NaN is false)."""
+    """A finite number of seconds, ``min`` or more.
+
+    ``float()`` reads "nan" and "inf", so this type refuses them. Every comparison with NaN is
+    false. So ``--timeout nan`` would end the consumer with an internal error. And
+    ``--max-time nan`` would lift the bound on a response's time.
+    """
 
     name = "seconds"
 
@@ -154,8 +166,11 @@ class Seconds(click.FloatRange):
 
 
 def _place(ctx: click.Context, param: click.Parameter, value: str) -> str | int:
-    """A place in a feed (``--from``, ``--to``): ``start``, ``now`` or a sequence number, in
-    ASCII digits (``int`` also takes other scripts' digits and ``1_0``)."""
+    """Read a place in a feed (``--from``, ``--to``).
+
+    A place is ``start``, ``now`` or a sequence number. The number must be ASCII digits,
+    because ``int`` also takes other scripts' digits and ``1_0``.
+    """
     if value in ("start", "now"):
         return value
     if value.isascii() and value.isdigit():
@@ -164,8 +179,11 @@ def _place(ctx: click.Context, param: click.Parameter, value: str) -> str | int:
 
 
 def _http_urls(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    """The URL argument (or each of an option's URLs), checked: a usage error (exit 2) saying
-    what is wrong, never the URL itself (it may hold a password)."""
+    """Check the URL argument, or each of an option's URLs.
+
+    A bad URL is a usage error (exit 2) that says what is wrong. The message never quotes the
+    URL itself, because it may hold a password.
+    """
     for url in value if isinstance(value, tuple) else (value,):
         problem = url_problem(url)
         if problem is not None:
@@ -200,8 +218,11 @@ _ALLOW_REDIRECT_ORIGIN = click.option(
 
 
 class _OneLine(logging.Formatter):
-    """Each message on one line, controls escaped (:func:`~simplefeed.lines.one_line`): they
-    quote URLs a server chose. A traceback (``--debug``) follows on lines of its own."""
+    """Format each message on one line, with controls escaped.
+
+    Messages quote URLs a server chose, so :func:`~simplefeed.lines.one_line` escapes them. A
+    traceback (``--debug``) follows on lines of its own.
+    """
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         return one_line(super().formatMessage(record))
@@ -215,14 +236,17 @@ def _print_json(entry: FeedEntry) -> None:
     click.echo(json_text(entry.to_json()))
 
 
-#: The longest id ``--exec`` passes in ``SIMPLEFEED_ENTRY_ID`` (longer ones are left out: a
-#: 200,000-character id from a server made every run fail with "Argument list too long").
+#: The longest id ``--exec`` passes in ``SIMPLEFEED_ENTRY_ID``. Longer ones are left out,
+#: because a huge id (200,000 characters) fails every run with "Argument list too long".
 MAX_ENV_ID_CHARS = 8192
 
 
 def _argv(command: str, flag: str) -> list[str]:
-    """``command`` split as a shell would; a usage error (exit 2) before any request when it
-    names no program that can be found and run."""
+    """Split ``command`` as a shell would.
+
+    If it names no program that can be found and run, this is a usage error (exit 2). It comes
+    before any request.
+    """
     argv = shlex.split(command)
     if not argv:
         raise click.BadParameter("empty command", param_hint=flag)
@@ -259,24 +283,27 @@ def _process(
 
 
 def _exec_handler(command: str) -> Callable[[FeedEntry], None]:
-    """The handler running ``command`` per entry. A program that cannot be found or run is a
-    usage error (exit 2) before any request; one that cannot be run later (removed, or not a
-    program) stops the consumer whatever ``--on-error`` says: with park, a misspelt
-    ``--exec ./handle-entyr`` parked every entry of the feed and exited 0."""
+    """Return the handler that runs ``command`` per entry.
+
+    A program that cannot be found or run is a usage error (exit 2) before any request. Later
+    it may fail to run, because it was removed or is not a program. That stops the consumer
+    whatever ``--on-error`` says. Otherwise, with park, a misspelt ``--exec ./handle-entyr``
+    would park every entry of the feed and exit 0.
+    """
     argv = _argv(command, "--exec")
 
     def run(entry: FeedEntry) -> None:
         data = json_text(entry.to_json()).encode("utf-8") + b"\n"
         env = dict(os.environ)
-        entry_id = escape_field(entry.id)  # the id itself: on standard input
+        entry_id = escape_field(entry.id)  # Escaped. The raw id goes on standard input.
         if len(entry_id) <= MAX_ENV_ID_CHARS:
             env["SIMPLEFEED_ENTRY_ID"] = entry_id
-        else:  # execve refuses a string of the environment over 128 KiB
+        else:  # Because execve refuses an environment string over 128 KiB.
             env.pop("SIMPLEFEED_ENTRY_ID", None)
         env["SIMPLEFEED_ENTRY_SEQ"] = str(entry.seq)
         try:
             result = subprocess.run(argv, input=data, env=env, check=False)
-        except OSError as exc:  # not the entry's failure: no entry can be handled so
+        except OSError as exc:  # Not the entry's failure, because no entry can be handled.
             raise HandlerError(entry, ExecFailed(command, f"could not be run: {exc}")) from exc
         if result.returncode != 0:
             raise ExecFailed(command, f"exited with status {result.returncode}")
@@ -474,8 +501,8 @@ def _consume(
 ) -> None:
     """Read the feed at URL: new entries, oldest first, at least once.
 
-    Walks back from URL (the entry point) to the last processed entry, then forward; stores the
-    checkpoint in the --state file. Exits 0 once caught up, unless --follow.
+    Walks back from URL (the entry point) to the last processed entry, then forward. Stores
+    the checkpoint in the --state file. Exits 0 once caught up, unless --follow.
 
     \b
     Exit codes:
@@ -497,7 +524,7 @@ def _consume(
     if jsonl + (exec_command is not None) + (stream_command is not None) > 1:
         raise click.UsageError("--jsonl, --exec and --exec-stream are mutually exclusive")
     if max_parked is not None and on_error != "park":
-        # Taken silently, it read as a bound on failures that --on-error stop never applies.
+        # Taken silently, it would read as a bound that --on-error stop never applies.
         raise click.UsageError("--max-parked applies only with --on-error park")
     if ack_timeout is not None and stream_command is None:
         raise click.UsageError("--ack-timeout applies only with --exec-stream")
@@ -512,12 +539,12 @@ def _consume(
         handler = _print_json
     else:
         handler = _print_line
-    # Everything loaded so far (the modules) stays while the command runs: the cyclic garbage
-    # collector need not walk it again at each full collection, which a catch-up's pages make
-    # frequent: 7-10 % of a catch-up's time with lxml, 2-4 % with feedparser (measured with
-    # bench/consume.py, when both read every page ahead on a thread). Given back
-    # after (a command run in-process, by tests, leaves the collector as it found it); the
-    # library leaves the collector to the application.
+    # Everything loaded so far (the modules) stays while the command runs. So the cyclic
+    # garbage collector need not walk it again at each full collection. A catch-up's pages
+    # make full collections frequent. They cost 7-10 % of a catch-up's time with lxml, and
+    # 2-4 % with feedparser. bench/consume.py measures this, both parsers reading ahead on a
+    # thread. The command unfreezes after, so a run in-process (by tests) leaves the
+    # collector as it found it. The library leaves the collector to the application.
     gc.freeze()
     try:
         code = _run(
@@ -564,20 +591,20 @@ def _run(
     wait: float = 30.0,
     debug: bool = False,
 ) -> int:
-    """Run the consumer; return the exit code. Errors are reported on standard error."""
+    """Run the consumer and return the exit code. Report errors on standard error."""
     logger = logging.getLogger("simplefeed.client")
     log_handler = logging.StreamHandler(sys.stderr)
     log_handler.setFormatter(_OneLine("simplefeed consume: %(message)s"))
     logger.addHandler(log_handler)
-    level = logger.level  # given back after (a command run in-process, by tests)
+    level = logger.level  # Restored after, for a command run in-process by tests.
     if debug:
         logger.setLevel(logging.DEBUG)
     elif logger.level == logging.NOTSET:
         logger.setLevel(logging.WARNING)
     bars = _ProgressBars()
-    # SIGTERM (systemd, Kubernetes, `kill`) stops it as Ctrl-C does: the checkpoint stored on
-    # the last entry handled, the state file's lock let go, exit 130. It ended the process at
-    # once, and with checkpoints per page the next run handled up to a page again.
+    # SIGTERM (systemd, Kubernetes, `kill`) stops it as Ctrl-C does. The checkpoint is stored
+    # on the last entry handled, the state file's lock is let go, and the exit is 130. Ending
+    # at once would lose the work since the last checkpoint, up to a page.
     terminate = signal.signal(signal.SIGTERM, _interrupt)
     try:
         with Consumer(
@@ -603,7 +630,7 @@ def _run(
         return _fail(EXIT_HANDLER, exc.naming(FLAGS), bars)
     except ExecFailed as exc:
         return _fail(EXIT_HANDLER, str(exc), bars)
-    except NoSuchEntry as exc:  # --from SEQ: found out only by reading the feed
+    except NoSuchEntry as exc:  # Only the feed itself can tell that --from SEQ is missing.
         return _fail(EXIT_USAGE, f"--from {exc.seq}: {exc}", bars)
     except LastEntryVanished as exc:
         reset = f"simplefeed consumer reset --state {shlex.quote(str(state_path))} --to"
@@ -649,9 +676,12 @@ def _fail(code: int, message: str, bars: _ProgressBars) -> int:
 
 
 def internal_error(prog: str, exc: Exception, *, debug: bool) -> int:
-    """Report an exception no error of ours describes (a bug): one line, the traceback only
-    with ``--debug``; return :data:`EXIT_INTERNAL`. The checkpoint is where the last handled
-    entry left it (the consumer stores it only after an entry or page is done)."""
+    """Report an exception that no error of ours describes (a bug).
+
+    The report is one line, and the traceback comes only with ``--debug``. Returns
+    :data:`EXIT_INTERNAL`. The checkpoint is where the last handled entry left it, because the
+    consumer stores it only after an entry or page is done.
+    """
     if debug:
         click.echo("".join(traceback.format_exception(exc)).rstrip("\n"), err=True)
     detail = one_line(" ".join(str(exc).split()))[:200]

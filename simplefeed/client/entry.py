@@ -1,7 +1,8 @@
-"""What the consumer hands over: one :class:`FeedEntry` per entry, every field the producer sent.
+"""What the consumer hands over: one :class:`FeedEntry` per entry.
 
-Pure values, no I/O. :meth:`FeedEntry.to_json` is what ``simplefeed consume --jsonl`` prints
-and what ``--exec`` commands read.
+A :class:`FeedEntry` holds every field the producer sent. These are pure values, with no I/O.
+:meth:`FeedEntry.to_json` is what ``simplefeed consume --jsonl`` prints and what ``--exec``
+commands read.
 """
 
 from __future__ import annotations
@@ -15,20 +16,27 @@ from simplefeed.lines import BIDI
 
 __all__ = ["EntryAuthor", "EntryCategory", "EntryLink", "FeedEntry", "json_text"]
 
-#: Written as ``\uXXXX`` escapes, which read back as the same characters: a surrogate code
-#: point on its own (JSON content may write one as an escape, ``"\ud800"``, which RFC 8259
-#: allows and I-JSON does not; Python's decoder keeps it, and UTF-8 cannot carry it); DEL and
-#: the C1 controls, U+2028 and U+2029 (line breaks to JavaScript before ES2019 and to
-#: ``str.splitlines``), Unicode's bidirectional formatting characters (a line shown in a
-#: terminal or a log viewer reordered: CVE-2021-42574).
+#: The characters written as ``\uXXXX`` escapes, which read back as the same characters.
+#:
+#: - A surrogate code point on its own. JSON content may write one as an escape,
+#:   ``"\ud800"``. RFC 8259 allows it and I-JSON does not. Python's decoder keeps it, and
+#:   UTF-8 cannot carry it.
+#: - DEL and the C1 controls.
+#: - U+2028 and U+2029. JavaScript before ES2019 and ``str.splitlines`` read them as line
+#:   breaks.
+#: - Unicode's bidirectional formatting characters. They reorder a line shown in a terminal
+#:   or a log viewer (CVE-2021-42574).
 _ESCAPED = re.compile("[\ud800-\udfff\x7f-\x9f\u2028\u2029" + "".join(chr(c) for c in BIDI) + "]")
 
 
 def json_text(value: Any) -> str:
-    """``value`` as compact JSON text that UTF-8 can carry and a terminal shows as it is:
-    characters as they are, but those of :data:`_ESCAPED` escaped, so that the text reads back
-    as the same value. Printed as it was, a lone surrogate stopped ``consume --jsonl`` and
-    ``--exec`` at its entry ("surrogates not allowed"), as a failed handler, for good."""
+    """Write ``value`` as compact JSON text that UTF-8 can carry and a terminal shows as it is.
+
+    Characters stay as they are, except those of :data:`_ESCAPED`. Those are escaped, so the
+    text reads back as the same value. A lone surrogate printed raw fails with "surrogates not
+    allowed". That would stop ``consume --jsonl`` and ``--exec`` at its entry for good, as a
+    failed handler.
+    """
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
@@ -65,21 +73,22 @@ class FeedEntry:
 
     #: The entry's ``atom:id``.
     id: str
-    #: Its sequence number in the feed (``sf:seq``): contiguous from 1.
+    #: Its sequence number in the feed (``sf:seq``). Numbers are contiguous from 1.
     seq: int
     #: The title, exactly as published (no whitespace stripped).
     title: str
     #: ``atom:updated`` as the document carries it (RFC 3339).
     updated: str
-    #: The content: the JSON value itself for JSON media types (``application/json``,
-    #: ``*+json``), else the text exactly as published (Base64 undone when it was UTF-8 text;
-    #: XHTML and inline XML as XML text); ``None`` when the entry has no content.
+    #: The content. For JSON media types (``application/json``, ``*+json``) it is the JSON
+    #: value itself. Otherwise it is the text exactly as published. Base64 is undone when it
+    #: was UTF-8 text. XHTML and inline XML come as XML text. It is ``None`` when the entry
+    #: has no content.
     content: Any
-    #: The content's type: ``text``, ``html``, ``xhtml`` or the producer's media type.
+    #: The content's type. It is ``text``, ``html``, ``xhtml`` or the producer's media type.
     content_type: str | None
     summary: str | None
     links: tuple[EntryLink, ...]
-    #: Permanent URL of the page the entry was read from (``via`` or ``self``).
+    #: The permanent URL of the page the entry was read from (``via`` or ``self``).
     page_url: str
     author: EntryAuthor | None = None
     categories: tuple[EntryCategory, ...] = ()
@@ -88,7 +97,7 @@ class FeedEntry:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FeedEntry:
-        """The entry :meth:`to_json` gave (a parked entry, read back)."""
+        """Read back the entry :meth:`to_json` gave, such as a parked entry."""
         author = data.get("author")
         return cls(
             id=data["id"],
@@ -106,8 +115,10 @@ class FeedEntry:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (what ``simplefeed consume --jsonl`` prints): every field, the
-        optional ones as ``null`` when absent."""
+        """Return a JSON-ready dict, which ``simplefeed consume --jsonl`` prints.
+
+        It holds every field. Absent optional fields are ``null``.
+        """
         author = self.author
         return {
             "id": self.id,

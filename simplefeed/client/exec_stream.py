@@ -1,21 +1,26 @@
 """``consume --exec-stream CMD``: one long-lived process handles every entry.
 
-The process reads one entry per line on its standard input, the JSON object ``--jsonl``
-prints, and writes one acknowledgement line per entry on its standard output, in the same
-order: ``ok``, or any other line, which is the entry's error. Entries are written ahead of the
-acknowledgements, at most the consumer's window of them (:meth:`Consumer.run_acknowledged`),
-so that a round trip per entry does not bound the rate. A thread of its own writes them,
-because a process that writes acknowledgements before it reads on would otherwise block on a
-full pipe while this one blocks on the other.
+The process reads one entry per line on its standard input. Each line is the JSON object
+``--jsonl`` prints. The process writes one acknowledgement line per entry on its standard
+output, in the same order. The line is ``ok``, or any other line, which is the entry's error.
 
-A process that exits, closes its standard output, writes a line longer than
-:data:`MAX_ACK_BYTES` or more lines than it was written entries, or acknowledges nothing for
-``ack_timeout`` seconds while entries await stops the consumer
-(:class:`~simplefeed.client.errors.HandlerError`), the checkpoint on the last acknowledged
-entry. So does one that closes its standard input with entries still to read: it is
-terminated, because it can never acknowledge them. The process is asked to end when the
-consumer is done: its standard input is closed, then after :data:`GRACE_SECONDS` it is
-terminated.
+Entries are written ahead of the acknowledgements, at most the consumer's window of them
+(:meth:`Consumer.run_acknowledged`). So a round trip per entry does not bound the rate. A
+thread of its own writes them. Otherwise a process that writes acknowledgements before it
+reads on would block on a full pipe, while this one blocks on the other.
+
+Some processes stop the consumer (:class:`~simplefeed.client.errors.HandlerError`), with the
+checkpoint on the last acknowledged entry. That happens when the process:
+
+- exits or closes its standard output;
+- writes a line longer than :data:`MAX_ACK_BYTES`;
+- writes more lines than it was written entries;
+- acknowledges nothing for ``ack_timeout`` seconds while entries await;
+- closes its standard input with entries still to read. It is terminated, because it can
+  never acknowledge them.
+
+When the consumer is done, the process is asked to end. Its standard input is closed. After
+:data:`GRACE_SECONDS` it is terminated.
 """
 
 from __future__ import annotations
@@ -37,10 +42,10 @@ __all__ = ["GRACE_SECONDS", "MAX_ACK_BYTES", "ExecStream", "HandlerGone", "Repor
 
 #: The longest acknowledgement line, in bytes, its line break included.
 MAX_ACK_BYTES = 65_536
-#: Seconds the process has to exit once its standard input is closed, and again once it is
-#: sent SIGTERM, before SIGKILL.
+#: Seconds the process has to exit once its standard input is closed. It has as long again
+#: once it is sent SIGTERM, before SIGKILL.
 GRACE_SECONDS = 10.0
-#: The most bytes one write hands the pipe: the entries waiting, joined.
+#: The most bytes one write hands the pipe. A write joins the entries waiting.
 _WRITE_BYTES = 1 << 20
 
 
@@ -53,9 +58,11 @@ class HandlerGone(Exception):
 
 
 class ExecStream:
-    """A handler process fed entries on its standard input
-    (:class:`~simplefeed.client.consumer.AcknowledgingHandler`). Use it as a context manager:
-    leaving it ends the process."""
+    """A handler process fed entries on its standard input.
+
+    It is a :class:`~simplefeed.client.consumer.AcknowledgingHandler`. Use it as a context
+    manager. Leaving it ends the process.
+    """
 
     def __init__(
         self, argv: Sequence[str], command: str, *, ack_timeout: float | None = None
@@ -66,8 +73,8 @@ class ExecStream:
         self.acknowledged = 0
         self._lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._write_error: OSError | None = None
-        #: Acknowledgement lines read and not yet taken, without their line breaks; the
-        #: start of the next one; whether standard output is closed.
+        #: Acknowledgement lines read and not yet taken, without their line breaks. Then the
+        #: start of the next one. Then whether standard output is closed.
         self._acks: deque[bytes] = deque()
         self._partial = b""
         self._eof = False
@@ -88,7 +95,7 @@ class ExecStream:
             problem = self._read()
             if problem is not None:
                 raise HandlerError(entry, self._gone(problem))
-        text = self._acks.popleft().removesuffix(b"\r")  # a line may end in CR LF
+        text = self._acks.popleft().removesuffix(b"\r")  # A line may end in CR LF.
         self.acknowledged += 1
         if text == b"ok":
             return None
@@ -96,9 +103,12 @@ class ExecStream:
         return ReportedError(message or "an empty line (not ok)")
 
     def close(self) -> None:
-        """Close the process's standard input and wait for it to exit, terminating it after
-        :data:`GRACE_SECONDS`. Entries not written yet are not: the consumer stopped before
-        they were acknowledged, so they come again on its next run."""
+        """Close the process's standard input and wait for it to exit.
+
+        After :data:`GRACE_SECONDS` the process is terminated. Entries not written yet are
+        dropped. The consumer stopped before they were acknowledged, so they come again on its
+        next run.
+        """
         while True:
             try:
                 self._lines.get_nowait()
@@ -126,7 +136,7 @@ class ExecStream:
     # -- inside --------------------------------------------------------------------------
 
     def _read(self) -> str | None:
-        """Read what standard output has; what keeps the next acknowledgement from coming."""
+        """Read what standard output has. Return what keeps the next acknowledgement away."""
         if self._eof:
             if self._write_error is not None:
                 return f"stopped reading its standard input ({self._write_error.strerror})"
@@ -153,8 +163,11 @@ class ExecStream:
         return None
 
     def _write(self) -> None:
-        """On the writer thread: write the lines as they come, several at once when several
-        wait, until told to stop (``None``) or the pipe breaks."""
+        """Write the lines as they come, on the writer thread.
+
+        It writes several at once when several wait. It stops when told (``None``) or when the
+        pipe breaks.
+        """
         fd = self._stdin.fileno()
         stopping = False
         try:
@@ -174,17 +187,19 @@ class ExecStream:
                 data = memoryview(b"".join(chunk))
                 while data:
                     data = data[os.write(fd, data) :]
-        except OSError as exc:  # the process closed its standard input, or exited
+        except OSError as exc:  # The process closed its standard input, or exited.
             self._write_error = exc
-            # It can never acknowledge what it did not read: ended, its standard output
+            # It can never acknowledge what it did not read, so end it. Its standard output
             # closes, and the consumer stops on the first entry not acknowledged.
             self._end()
         finally:
             self._stdin.close()
 
     def _gone(self, detail: str) -> HandlerGone:
-        """The process cannot go on: what it did, and its exit status, waited for up to
-        :data:`GRACE_SECONDS` before it is terminated."""
+        """Describe why the process cannot go on: what it did, and its exit status.
+
+        The status is waited for up to :data:`GRACE_SECONDS`. Then the process is terminated.
+        """
         status = self.process.poll()
         if status is None:
             try:
@@ -200,7 +215,7 @@ class ExecStream:
         )
 
     def _end(self) -> int:
-        """Terminate the process, kill it after :data:`GRACE_SECONDS`; its exit status."""
+        """Terminate the process, and kill it after :data:`GRACE_SECONDS`. Return its status."""
         if self.process.poll() is not None:
             return self.process.returncode
         self.process.terminate()

@@ -1,27 +1,29 @@
 """Bytes to a :class:`Page`: the only user of feedparser.
 
-Retrieval is elsewhere (:mod:`simplefeed.client.fetch`); this module never does I/O.
+Retrieval is elsewhere (:mod:`simplefeed.client.fetch`). This module never does I/O.
 
-Entries are always read by :mod:`simplefeed.client.tree`: strictly by namespace, values exactly
-as published (feedparser strips whitespace, maps C1 characters to cp1252 and reads elements of
-the vocabularies it knows inside content as the entry's own, so its values cannot be handed on
-as the producer's). The parser choice (``parser=``) says what else reads the document:
+:mod:`simplefeed.client.tree` always reads the entries. It reads strictly by namespace, and
+keeps values exactly as published. feedparser's values cannot be handed on as the producer's.
+It strips whitespace and maps C1 characters to cp1252. Inside content, it reads elements of
+the vocabularies it knows as the entry's own. The parser choice (``parser=``) says what else
+reads the document:
 
 ``"feedparser"`` (the default)
-    feedparser must accept the document too, as the reference reader of Atom: a SAX error (not
-    well-formed XML) or :class:`feedparser.CharacterEncodingUnknown` raises
-    :class:`~simplefeed.client.errors.NotAtom`, so does a root that is not an Atom 1.0 ``feed``;
+    feedparser must accept the document too, as the reference reader of Atom. A SAX error
+    (not well-formed XML) raises :class:`~simplefeed.client.errors.NotAtom`. So does
+    :class:`feedparser.CharacterEncodingUnknown`, and a root that is not an Atom 1.0 ``feed``.
     feedparser's other ``bozo`` conditions are kept in :attr:`Page.warnings` and logged.
 ``"lxml"``
-    the strict reading alone: several times faster.
+    The strict reading alone, several times faster.
 
 Both give equal pages (``tests/test_client_parse.py``). :func:`outline_page` reads only what
-walking back needs (the links, the archive flag, the newest and oldest sequence numbers).
+walking back needs. That is the links, the archive flag, and the newest and oldest sequence
+numbers.
 
-Every page carries the SHA-256 of its bytes (:attr:`Page.sha256`) and the digest its
-``prev-archive`` link gives for the page before it (:attr:`Page.prev_sha256`, from the
-``sf:sha256`` attribute; ``None`` on pages written before servers gave one): the walk checks
-one against the other (:mod:`simplefeed.client.walk`).
+Every page carries the SHA-256 of its bytes (:attr:`Page.sha256`). It also carries the digest
+its ``prev-archive`` link gives for the page before it (:attr:`Page.prev_sha256`). That digest
+comes from the ``sf:sha256`` attribute. It is ``None`` on pages written before servers gave
+one. The walk checks one digest against the other (:mod:`simplefeed.client.walk`).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ __all__ = [
     "parse_page",
 ]
 
-#: What reads documents besides the strict reading: feedparser too, or nothing else.
+#: What reads documents besides the strict reading. It is feedparser too, or nothing else.
 Parser = Literal["feedparser", "lxml"]
 PARSERS: tuple[Parser, ...] = ("feedparser", "lxml")
 
@@ -95,13 +97,13 @@ class Page(_Linked):
     url: str
     #: The feed-level links, by rel (the first of each rel).
     links: Mapping[str, str]
-    #: The entries, OLDEST FIRST (the reverse of document order), sequence numbers ascending.
+    #: The entries, OLDEST FIRST (the reverse of document order). Sequence numbers ascend.
     entries: tuple[FeedEntry, ...]
-    #: ``fh:archive`` present: an archived page, which never changes.
+    #: True when ``fh:archive`` is present. Such an archived page never changes.
     is_archive: bool
-    #: bozo conditions that did not stop parsing.
+    #: The bozo conditions that did not stop parsing.
     warnings: tuple[str, ...] = field(default=())
-    #: Lowercase hex SHA-256 of the document's bytes.
+    #: The lowercase hex SHA-256 of the document's bytes.
     sha256: str = ""
     #: The digest the ``prev-archive`` link gives for the page before (``sf:sha256``), if any.
     prev_sha256: str | None = None
@@ -115,8 +117,11 @@ class Page(_Linked):
         return self.entries[-1].seq if self.entries else None
 
     def position(self, entry_id: str, seq: int) -> int | None:
-        """Index of the entry with this id and sequence number in :attr:`entries` (oldest
-        first), or None. The id at another sequence number raises :class:`RepeatedEntry`."""
+        """Find the entry with this id and sequence number in :attr:`entries`.
+
+        Returns its index (oldest first), or None. The id at another sequence number raises
+        :class:`RepeatedEntry`.
+        """
         for i, entry in enumerate(self.entries):
             if entry.id == entry_id:
                 if entry.seq != seq:
@@ -127,9 +132,11 @@ class Page(_Linked):
 
 @dataclass(frozen=True)
 class Outline(_Linked):
-    """What walking back through a document needs: its links, whether it is archived, the
-    sequence numbers of its newest and (when known) oldest entries, and the digests, without
-    the entries."""
+    """What walking back through a document needs, without the entries.
+
+    That is its links and whether it is archived. It is also the sequence numbers of its
+    newest and (when known) oldest entries, and the digests.
+    """
 
     url: str
     links: Mapping[str, str]
@@ -188,16 +195,18 @@ def parse_page(url: str, body: bytes, *, parser: Parser = "feedparser") -> Page:
 
 
 def outline_page(url: str, body: bytes) -> Outline:
-    """The outline of one document, for walking back through it.
+    """Outline one document, for walking back through it.
 
-    A server writes the feed-level elements before the entries, so the document up to the end
-    of its first entry, closed with ``</feed>``, holds all of it: that prefix is read strictly
-    like any document (it is well-formed only when cut where the first entry, a child of the
-    feed, ends), giving the links, the archive flag and the newest sequence number for a
-    fraction of the whole document's cost (the oldest is left unknown; the full parse on the
-    way forward reads and checks every entry). Anything else (no entry, a prefix that is not
-    well-formed or not one entry) is outlined from the whole document, the full parse's
-    outline (so that the error raised is its) when the sequence numbers are not consistent.
+    A server writes the feed-level elements before the entries. So the document up to the end
+    of its first entry, closed with ``</feed>``, holds all of them. That prefix is read
+    strictly like any document. It is well-formed only when cut where the first entry, a child
+    of the feed, ends. It gives the links, the archive flag and the newest sequence number.
+    It costs a fraction of the whole document. The oldest sequence number is left unknown,
+    because the full parse on the way forward reads and checks every entry.
+
+    Anything else is outlined from the whole document. That covers no entry, or a prefix that
+    is not well-formed or not one entry. When the sequence numbers are not consistent, the
+    outline is the full parse's, so that the error raised is the full parse's.
     """
     digest = hashlib.sha256(body).hexdigest()
     end = body.find(b"</entry>")
@@ -222,31 +231,34 @@ def outline_page(url: str, body: bytes) -> Outline:
     return Outline(url, feed.links, feed.is_archive, oldest, newest, digest, feed.prev_sha256)
 
 
-#: What feedparser makes of a document: why it is not Atom 1.0 (None: it is), and its other
-#: bozo conditions (:func:`feedparser_verdict`).
+#: What feedparser makes of a document (:func:`feedparser_verdict`). The first part says
+#: why it is not Atom 1.0, or None when it is. The second holds its other bozo conditions.
 Verdict = tuple[str | None, tuple[str, ...]]
 
 
-#: The most namespace prefixes a document may declare for feedparser to read it: for each
-#: element in a namespace it does not know, it looks at every prefix declared so far, so its
-#: time grows with prefixes times elements (40,000 prefixes in 1.5 MB took 29 s; 62 and 245,000
-#: elements in 1.96 MB, 5.2 s). A Simplefeed document declares two, and its inline content the
-#: same sixteen at most (``c0``...).
+#: The most namespace prefixes a document may declare for feedparser to read it.
+#: For each element in a namespace it does not know, feedparser looks at every prefix
+#: declared so far. So its time grows with prefixes times elements. 40,000 prefixes in 1.5 MB
+#: take 29 s. 62 prefixes and 245,000 elements in 1.96 MB take 5.2 s. A Simplefeed document
+#: declares two, and its inline content the same sixteen at most (``c0``...).
 MAX_PREFIXES = 32
-#: Only to count attributes: a document feedparser reads need not be well-formed.
+#: Only to count attributes, because a document feedparser reads need not be well-formed.
 _COUNTING = etree.XMLParser(recover=True, resolve_entities=False, no_network=True)
 _PREFIX = re.compile(rb"xmlns:([^\s=>/]+)\s*=")
 
 
 def quadratic_problem(body: bytes) -> str | None:
-    """Why feedparser must not read ``body`` (an element with over :data:`MAX_ATTRIBUTES`
-    attributes, or over :data:`MAX_PREFIXES` namespace prefixes declared), or None.
+    """Say why feedparser must not read ``body``, or return None.
 
-    Every attribute of a start tag is written with a '=' between its '<' and the next '<' (no
-    raw '<' can be in it), so a document none of whose stretches from one '<' to the next
-    holds more '=' than the bound is let through without parsing (about 0.1 ms a page of a
-    hundred entries); the others (escaped markup in content, say) are counted exactly. Prefixes
-    are counted only where ``xmlns:`` is written more often than the bound.
+    The reasons are an element with over :data:`MAX_ATTRIBUTES` attributes, or over
+    :data:`MAX_PREFIXES` namespace prefixes declared.
+
+    Every attribute of a start tag is written with a '=' between its '<' and the next '<'.
+    No raw '<' can be in an attribute. So a stretch from one '<' to the next holds every '=' of
+    its tag. A document with no stretch over the bound is let through without parsing. That
+    takes about 0.1 ms a page of a hundred entries. The other documents are counted exactly
+    (escaped markup in content, say). Prefixes are counted only where ``xmlns:`` is written
+    more often than the bound.
     """
     if body.count(b"xmlns:") > MAX_PREFIXES:
         prefixes = set(_PREFIX.findall(body))
@@ -271,9 +283,11 @@ def quadratic_problem(body: bytes) -> str | None:
 
 
 def feedparser_verdict(body: bytes) -> Verdict:
-    """feedparser reads the document (no I/O, nothing logged: :mod:`simplefeed.client.checker`
-    runs this in a process of its own), unless :func:`quadratic_problem` finds it should
-    not."""
+    """Have feedparser read the document, unless :func:`quadratic_problem` says it must not.
+
+    It does no I/O and logs nothing, because :mod:`simplefeed.client.checker` runs it in a
+    process of its own.
+    """
     crowded = quadratic_problem(body)
     if crowded is not None:
         return crowded, ()
@@ -292,8 +306,10 @@ def feedparser_verdict(body: bytes) -> Verdict:
 
 
 def accepted(url: str, verdict: Verdict) -> tuple[str, ...]:
-    """feedparser must take the document for Atom 1.0 (else :class:`NotAtom`); its warnings,
-    logged."""
+    """Require that feedparser took the document for Atom 1.0, else raise :class:`NotAtom`.
+
+    Logs feedparser's warnings and returns them.
+    """
     reason, warnings = verdict
     for warning in warnings:
         log.warning("%s: feedparser: %s", url, warning)

@@ -1,23 +1,27 @@
-"""The strict reading of a document: lxml, element by element, by namespace. The only lxml user
-of the consumer; no I/O.
+"""The strict reading of a document: lxml, element by element, by namespace.
 
-Whichever parser is chosen (:mod:`simplefeed.client.parse`), entries come from here, so that
+This is the consumer's only lxml user. It does no I/O.
 
-* nothing inside ``atom:content`` (or any other element) is ever taken for structure: an
+Whichever parser is chosen (:mod:`simplefeed.client.parse`), entries come from here. That
+gives three promises.
+
+* Nothing inside ``atom:content`` (or any other element) is ever taken for structure. An
   entry's id, title, links, sequence number... are the Atom (and ``sf``) children of an
-  ``atom:entry`` that is a child of the root ``atom:feed``, nothing else. Elements of other
-  vocabularies inside content (Atom 0.3, RSS, Dublin Core...) are content;
-* values are what the producer published, character for character: no whitespace stripped
-  from titles, summaries or content (identifiers, dates and numbers are stripped), no
-  character mapping;
-* JSON content is restored to its value, from either form a server writes: the readable one
-  (``type="text"`` with ``sf:type="application/json"``) or the older Base64 one.
+  ``atom:entry``. That entry is a child of the root ``atom:feed``, and nothing else counts.
+  Elements of other vocabularies inside content (Atom 0.3, RSS, Dublin Core...) are content.
+* Values are what the producer published, character for character. No whitespace is
+  stripped from titles, summaries or content. Identifiers, dates and numbers are stripped.
+  No character is mapped.
+* JSON content is restored to its value, from either form a server writes. One is the
+  readable form (``type="text"`` with ``sf:type="application/json"``). The other is the
+  older Base64 form.
 
-Links (the feed's and the entries') are absolute: a relative reference, which RFC 4287 allows,
-is resolved against the ``xml:base`` in scope and the URL the document was asked for (RFC 3986
-5.1), so that a feed whose ``prev-archive`` links read ``?page=3`` can be walked.
+Links (the feed's and the entries') are absolute. RFC 4287 allows a relative reference. It is
+resolved against the ``xml:base`` in scope and the URL the document was asked for (RFC 3986
+5.1). So a feed whose ``prev-archive`` links read ``?page=3`` can be walked.
 
-A DOCTYPE is refused (no entity is ever expanded), as is a root other than ``atom:feed``.
+A DOCTYPE is refused, because no entity is ever expanded. So is a root other than
+``atom:feed``.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ __all__ = ["MAX_SEQ", "Feed", "is_json", "read_entries", "read_feed", "root"]
 
 XHTML_NS = "http://www.w3.org/1999/xhtml"
 _XML_NS = "http://www.w3.org/XML/1998/namespace"
-#: Sequence numbers above this are refused: they would not fit a SQLite INTEGER.
+#: Sequence numbers above this are refused, because they would not fit a SQLite INTEGER.
 MAX_SEQ = 2**63 - 1
 
 _A = f"{{{ATOM_NS}}}"
@@ -76,7 +80,7 @@ _PARSER = etree.XMLParser(
 
 
 def root(url: str, body: bytes) -> Any:
-    """The ``atom:feed`` element of ``body``; :class:`NotAtom` if it is anything else."""
+    """Return the ``atom:feed`` element of ``body``. Raise :class:`NotAtom` for anything else."""
     try:
         element = etree.fromstring(body, _PARSER, base_url=url)
     except (etree.LxmlError, ValueError) as exc:
@@ -91,9 +95,12 @@ def root(url: str, body: bytes) -> Any:
 
 @dataclass
 class Feed:
-    """The feed-level reading: links by rel (the first of each), the digest the
-    ``prev-archive`` link gives (``sf:sha256``), the archive flag and the entry elements
-    (document order: newest first)."""
+    """The feed-level reading.
+
+    It holds the links by rel (the first of each). It holds the digest the ``prev-archive``
+    link gives (``sf:sha256``), and the archive flag. It holds the entry elements in document
+    order, newest first.
+    """
 
     links: dict[str, str]
     prev_sha256: str | None
@@ -124,7 +131,7 @@ def read_feed(url: str, feed: Any) -> Feed:
 
 
 def seq_of(url: str, entry: Any) -> int:
-    """The sequence number of an entry element (:class:`MalformedPage` if it has none)."""
+    """Return the sequence number of an entry element, or raise :class:`MalformedPage`."""
     for child in entry:
         if child.tag == _SEQ:
             return _seq(url, _stripped(child), _id_text(entry))
@@ -132,7 +139,7 @@ def seq_of(url: str, entry: Any) -> int:
 
 
 def read_entries(url: str, elements: list[Any], page_url: str) -> list[FeedEntry]:
-    """The entries, in the order given."""
+    """Read the entries, in the order given."""
     return [_entry(url, element, page_url) for element in elements]
 
 
@@ -201,10 +208,13 @@ def _entry(url: str, el: Any, page_url: str) -> FeedEntry:
 
 
 def _producer_links(links: list[EntryLink], entry_id: str, page_url: str) -> list[EntryLink]:
-    """The links of an entry without content, less the one the server added: an alternate link
-    to the entry's own locator, last, which it writes when the producer gave no alternate link
-    (RFC 4287 4.1.1 wants one). The locator is ``entries/`` beside the page's ``pages/``
-    (:meth:`simplefeed.rules.paging.Urls.entry`). Handed on, it read as the producer's."""
+    """Return the links of an entry without content, less the one the server added.
+
+    The server adds an alternate link to the entry's own locator, last. It does so when the
+    producer gave no alternate link, because RFC 4287 4.1.1 wants one. The locator is
+    ``entries/`` beside the page's ``pages/`` (:meth:`simplefeed.rules.paging.Urls.entry`).
+    Handed on, it would read as the producer's.
+    """
     locator = EntryLink(href=urljoin(page_url, "../entries/" + locator_segment(entry_id)))
     if links[-1] != locator or any(link.rel == "alternate" for link in links[:-1]):
         return links
@@ -236,7 +246,7 @@ def _stripped(el: Any) -> str:
 
 
 def _string(el: Any) -> str:
-    """The element's text, descendants' text included, exactly as it stands."""
+    """Return the element's text, descendants' text included, exactly as it stands."""
     if len(el):
         return "".join(el.itertext())
     text: str | None = el.text
@@ -244,7 +254,7 @@ def _string(el: Any) -> str:
 
 
 def _text_construct(el: Any) -> str:
-    """A title or summary: its text for ``text`` and ``html``, its markup for ``xhtml``."""
+    """Read a title or summary: text for ``text`` and ``html``, markup for ``xhtml``."""
     if el.get("type") == "xhtml":
         return _xhtml(el)
     return _string(el)
@@ -283,14 +293,17 @@ def _link(url: str, el: Any) -> EntryLink:
     )
 
 
-#: How an absolute http(s) reference starts, in the case servers write (``urljoin`` leaves
-#: such a reference as it is, so this only skips the work for the links of most feeds).
+#: How an absolute http(s) reference starts, in the case servers write. ``urljoin`` leaves
+#: such a reference as it is. So this only skips the work for the links of most feeds.
 _ABSOLUTE = ("https://", "http://")
 
 
 def absolute(el: Any, href: str) -> str:
-    """``href``, a link's reference, resolved against the base URI of ``el``: its ``xml:base``
-    in scope, resolved against the URL the document was asked for (:func:`root`)."""
+    """Resolve ``href``, a link's reference, against the base URI of ``el``.
+
+    That base is its ``xml:base`` in scope, resolved against the URL the document was asked for
+    (:func:`root`).
+    """
     if href.startswith(_ABSOLUTE):
         return href
     base: str | None = el.base
@@ -303,12 +316,12 @@ def is_json(media_type: str) -> bool:
 
 
 def _content(url: str, el: Any) -> tuple[str | None, Any]:
-    """(content type, value) of ``atom:content``."""
+    """Read ``atom:content`` as (content type, value)."""
     if el.get("src") is not None:
-        return el.get("type"), None  # out-of-line content: the link is the src
+        return el.get("type"), None  # Out-of-line content. The link is the src.
     kind = el.get("type", "text")
     declared = el.get(_SF_TYPE)
-    if declared is not None and kind == "text":  # the readable form of JSON (or other text)
+    if declared is not None and kind == "text":  # The readable form of JSON or other text.
         text = _string(el)
         return declared, _json(url, text) if is_json(declared) else text
     lowered = kind.lower()
@@ -327,7 +340,7 @@ def _content(url: str, el: Any) -> tuple[str | None, Any]:
     try:
         decoded = binascii.a2b_base64(text).decode("utf-8")
     except (binascii.Error, UnicodeError, ValueError):
-        return kind, text  # not Base64 of UTF-8 text: as it stands
+        return kind, text  # Not Base64 of UTF-8 text, so keep it as it stands.
     return kind, _json(url, decoded) if is_json(kind) else decoded
 
 
@@ -336,16 +349,19 @@ def _no_constant(name: str) -> Any:
 
 
 def _finite(text: str) -> float:
-    """A JSON number with a fraction or an exponent, as a double: one past a double's range
-    (``1e400``) would read as infinity, which JSON cannot write back (``--jsonl`` printed
-    ``Infinity``, a line no strict JSON reader takes)."""
+    """Read a JSON number with a fraction or an exponent as a double.
+
+    A number past a double's range (``1e400``) is refused. It would read as infinity, which
+    JSON cannot write back. ``--jsonl`` would print ``Infinity``, a line no strict JSON reader
+    takes.
+    """
     value = float(text)
     if math.isinf(value):
         raise ValueError(f"the number {text[:40]} overflows a double")
     return value
 
 
-#: One decoder for every entry (``json.loads`` with an argument makes a new one each call).
+#: One decoder for every entry, because ``json.loads`` with an argument makes one each call.
 _JSON = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
@@ -357,10 +373,13 @@ def _json(url: str, text: str) -> Any:
 
 
 def _xml(el: Any) -> str:
-    """Inline XML content as XML text, without the declarations of the document around it,
-    its own namespace as the default one when that works (the form producers mostly send:
-    ``<svg xmlns="http://www.w3.org/2000/svg" width="1"><circle r="1"/></svg>``; the server
-    writes it with prefixes of its own, ``c0:svg``)."""
+    """Write inline XML content as XML text.
+
+    The text leaves out the declarations of the document around it. It uses the content's own
+    namespace as the default one when that works. Producers mostly send that form:
+    ``<svg xmlns="http://www.w3.org/2000/svg" width="1"><circle r="1"/></svg>``. The server
+    writes it with prefixes of its own, ``c0:svg``.
+    """
     tag: str = el.tag
     if tag.startswith("{") and all(isinstance(d.tag, str) and d.tag[:1] == "{" for d in el.iter()):
         namespace = tag[1:].partition("}")[0]
@@ -368,14 +387,14 @@ def _xml(el: Any) -> str:
         nsmap: dict[str | None, str] = {None: namespace}
         nsmap.update((f"ns{number}", uri) for number, uri in enumerate(others))
         return str(etree.tostring(_rebuilt(el, nsmap), encoding="unicode"))
-    # An element without a namespace inside: its default namespace is none, so prefixes stay.
+    # An element without a namespace is inside. Its default namespace is none, so prefixes stay.
     written = etree.tostring(el, encoding="unicode", with_tail=False)
-    standalone = ElementTree.fromstring(written)  # lxml writes every declaration in scope
+    standalone = ElementTree.fromstring(written)  # lxml writes every declaration in scope.
     return ElementTree.tostring(standalone, encoding="unicode")
 
 
 def _namespaces(el: Any) -> set[str]:
-    """The namespaces of the elements and attributes in ``el``."""
+    """Return the namespaces of the elements and attributes in ``el``."""
     found: set[str] = set()
     for descendant in el.iter():
         for name in (descendant.tag, *descendant.attrib):
@@ -385,9 +404,12 @@ def _namespaces(el: Any) -> set[str]:
 
 
 def _rebuilt(el: Any, nsmap: dict[str | None, str] | None = None) -> Any:
-    """A copy of ``el`` (names, attributes, text) with the declarations of ``nsmap`` at its
-    top, which its descendants use (their elements in the default namespace unprefixed)."""
-    # lxml-stubs type nsmap's keys as str; None is the default namespace's (lxml's API).
+    """Copy ``el`` (names, attributes, text) with the declarations of ``nsmap`` at its top.
+
+    Its descendants use those declarations. Their elements in the default namespace are
+    unprefixed.
+    """
+    # lxml-stubs type nsmap's keys as str. But lxml's API keys the default namespace by None.
     copy = etree.Element(el.tag, dict(el.attrib), nsmap=nsmap)  # type: ignore[arg-type]
     copy.text = el.text
     for child in el:
@@ -398,7 +420,7 @@ def _rebuilt(el: Any, nsmap: dict[str | None, str] | None = None) -> Any:
 
 
 def _xhtml(el: Any) -> str:
-    """The markup inside the wrapping XHTML ``div`` (or inside ``el`` when there is none)."""
+    """Return the markup inside the wrapping XHTML ``div``, or inside ``el`` without one."""
     children = list(el)
     inner = children[0] if len(children) == 1 and children[0].tag == _XHTML_DIV else el
     written: str = etree.tostring(inner, encoding="unicode", with_tail=False)
