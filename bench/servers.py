@@ -466,10 +466,12 @@ class S3Server:
         }
         self.client().put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
 
-    def start(self) -> None:
+    def start(self, port: int | None = None) -> None:
+        """Start the server, on ``port`` if given (a restart where clients expect it), else
+        on a free port. It starts empty: moto keeps its buckets in memory."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         server = Path(sys.executable).with_name("moto_server")
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [str(server), "-H", HOST, "-p", str(self.port)],

@@ -248,11 +248,40 @@ class _Waiting(Collector):
         )
 
 
-def scrape(feeds: Callable[[], Sequence[Feed]], now_us: int, waiting: int | None = None) -> bytes:
-    """The Prometheus text exposition: every worker's counts, and each feed's state.
+class _BucketWaiting(Collector):
+    """The archived pages waiting for the bucket, read from the archive directory when
+    scraped (every worker sees the same markers)."""
+
+    def __init__(self, pages: int, since_s: float | None) -> None:
+        self.pages = pages
+        self.since_s = since_s
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "simplefeed_archive_pages_waiting",
+            "Archived pages waiting to be put in the bucket (SIMPLEFEED_ARCHIVE_URL).",
+            value=self.pages,
+        )
+        if self.since_s is not None:
+            yield GaugeMetricFamily(
+                "simplefeed_archive_pages_waiting_since_seconds",
+                "When the oldest page waiting for the bucket began to wait (Unix time).",
+                value=self.since_s,
+            )
+
+
+def scrape(
+    feeds: Callable[[], Sequence[Feed]],
+    now_us: int,
+    waiting: int | None = None,
+    bucket: Callable[[], tuple[int, float | None] | None] = lambda: None,
+) -> bytes:
+    """The Prometheus text exposition: every worker's counts, each feed's state, and the
+    archived pages waiting for the bucket.
 
     ``waiting`` is the node's count of waiting long-polls. It is None where no bound counts
-    them (a single process, or tests), and then the gauge is left out.
+    them (a single process, or tests), and then the gauge is left out. ``bucket`` gives the
+    pages waiting for the bucket and since when, or None without SIMPLEFEED_ARCHIVE_URL.
     """
     registry = CollectorRegistry(auto_describe=False)
     if os.environ.get(MULTIPROCESS_ENV):
@@ -262,6 +291,9 @@ def scrape(feeds: Callable[[], Sequence[Feed]], now_us: int, waiting: int | None
     registry.register(_Feeds(feeds(), now_us))
     if waiting is not None:
         registry.register(_Waiting(waiting))
+    found = bucket()
+    if found is not None:
+        registry.register(_BucketWaiting(*found))
     return generate_latest(registry)
 
 

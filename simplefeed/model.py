@@ -400,14 +400,37 @@ class Located:
 
 
 @dataclass(frozen=True)
+class PageRecord:
+    """What the database keeps of an archived page: its number, its digest and when it froze.
+
+    Its bytes live in the archive store, and render again from its entries, byte for byte.
+    """
+
+    feed_id: int
+    number: int
+    #: Lowercase hex SHA-256 of the page's bytes: what the next page's ``sf:sha256`` gives.
+    sha256: str
+    frozen_us: int
+
+
+@dataclass(frozen=True)
 class ArchivedPage:
-    """A page archived for good: its bytes as rendered once, its ETag, and when it was archived."""
+    """A page archived for good with its bytes: rendered when it froze, or again since."""
 
     feed_id: int
     number: int
     body: bytes
-    etag: str
     frozen_us: int
+
+    @property
+    def sha256(self) -> str:
+        """Lowercase hex SHA-256 of the page's bytes."""
+        return hashlib.sha256(self.body).hexdigest()
+
+    @property
+    def record(self) -> PageRecord:
+        """What the database keeps of the page."""
+        return PageRecord(self.feed_id, self.number, self.sha256, self.frozen_us)
 
 
 DocumentKind = Literal["recent", "working", "archive"]

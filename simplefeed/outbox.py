@@ -26,7 +26,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from sqlalchemy import (
     Engine,
     Integer,
     MetaData,
+    Row,
     String,
     Table,
     Text,
@@ -46,16 +48,16 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session
 
 from simplefeed import metrics
 from simplefeed.errors import SimplefeedError
 from simplefeed.lines import one_line
 from simplefeed.producer import Prepared, Publisher, PublishUnavailable, prepare
-from simplefeed.settings import FEED_NAME_RE, Limits
+from simplefeed.settings import FEED_NAME_RE, Limits, mask_url
 
-__all__ = ["Backlog", "Outbox", "Relay", "RelayBusy", "backlog"]
+__all__ = ["Backlog", "Outbox", "OutboxUnavailable", "Relay", "RelayBusy", "backlog"]
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,8 @@ class Outbox:
             Column("created_us", BigInteger, nullable=False),
             sqlite_autoincrement=True,
         )
+        #: One statement, so SQLAlchemy compiles it once.
+        self._insert = self.table.insert()
         #: The PostgreSQL channel a commit notifies, and the advisory lock keys.
         self.channel = name
         self.add_lock = _lock_key("outbox add", name)
@@ -131,9 +135,8 @@ class Outbox:
                 select(func.pg_advisory_xact_lock(self.add_lock), func.pg_notify(self.channel, ""))
             )
         connection.execute(
-            self.table.insert().values(
-                entry_id=prepared.id, event=prepared.body, created_us=_now_us()
-            )
+            self._insert,
+            {"entry_id": prepared.id, "event": prepared.body, "created_us": _now_us()},
         )
         return prepared.id
 
@@ -155,11 +158,28 @@ class Backlog:
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
 
+class OutboxUnavailable(SimplefeedError):
+    """The outbox's database cannot be opened or read: a wrong URL, no such table, no answer."""
+
+
 def _engine(url: str) -> Engine:
     """An engine on the app's database, for a relay."""
-    if make_url(url).get_backend_name() == "sqlite":
-        return create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
-    return create_engine(url)
+    try:
+        if make_url(url).get_backend_name() == "sqlite":
+            return create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+        return create_engine(url)
+    except (ArgumentError, NoSuchModuleError) as exc:
+        raise OutboxUnavailable(f"{mask_url(url)!r} is not a database URL: {exc}") from None
+
+
+@contextlib.contextmanager
+def _reading(outbox: Outbox) -> Iterator[None]:
+    """The database's errors as :class:`OutboxUnavailable`, naming the outbox."""
+    try:
+        yield
+    except DBAPIError as exc:
+        said = one_line(str(exc.orig)) if exc.orig is not None else one_line(str(exc))
+        raise OutboxUnavailable(f"the outbox {outbox.table.name!r}: {said}") from exc
 
 
 def backlog(outbox: Outbox, database: str | Engine) -> Backlog:
@@ -167,7 +187,7 @@ def backlog(outbox: Outbox, database: str | Engine) -> Backlog:
     engine = _engine(database) if isinstance(database, str) else database
     t = outbox.table
     try:
-        with engine.connect() as c:
+        with _reading(outbox), engine.connect() as c:
             rows, oldest = c.execute(select(func.count(), func.min(t.c.created_us))).one()
     finally:
         if engine is not database:
@@ -180,6 +200,8 @@ def backlog(outbox: Outbox, database: str | Engine) -> Backlog:
 POLL_S = 0.01
 #: The longest a relay on PostgreSQL waits for a notification before it looks anyway.
 LISTEN_S = 1.0
+#: How often an idle relay in follow mode measures its backlog for the metrics.
+BACKLOG_EVERY_S = 1.0
 #: How long a relay in follow mode pauses after the server did not take a batch in time.
 UNAVAILABLE_PAUSE_S = 1.0
 
@@ -221,26 +243,46 @@ class Relay:
         return found
 
     def _ship_all(self) -> int:
-        """Ship every row committed now, batch by batch; how many (the relay lock held)."""
+        """Ship every row committed now, batch by batch; how many (the relay lock held).
+
+        While a batch is on its way to the server, a thread reads the next one and deletes
+        the one before, so the database's time hides behind the server's. A batch is deleted
+        only once the server has acknowledged it. The rows after a batch are the next batch,
+        because a lower id never commits after a higher one (the module's docstring)."""
         shipped = 0
+        with ThreadPoolExecutor(max_workers=1) as database:
+            rows = self._read_after(None)
+            deleting: Future[None] | None = None
+            while rows:
+                ahead = database.submit(self._read_after, rows[-1].id)
+                self.publisher.send([Prepared(id=r.entry_id, body=r.event) for r in rows])
+                if deleting is not None:
+                    deleting.result()
+                deleting = database.submit(self._delete, [r.id for r in rows])
+                shipped += len(rows)
+                metrics.relay_shipped(self.outbox.feed, len(rows))
+                rows = ahead.result()
+            if deleting is not None:
+                deleting.result()
+        return shipped
+
+    def _read_after(self, last: int | None) -> Sequence[Row[int, str, str]]:
+        """The next batch: the first rows in id order, after ``last`` if given."""
         t = self.table
-        while True:
-            with self.engine.connect() as c:
-                rows = c.execute(
-                    select(t.c.id, t.c.entry_id, t.c.event).order_by(t.c.id).limit(self.batch_size)
-                ).all()
-            if not rows:
-                return shipped
-            self.publisher.send([Prepared(id=r.entry_id, body=r.event) for r in rows])
-            with self.engine.begin() as c:
-                c.execute(t.delete().where(t.c.id.in_([r.id for r in rows])))
-            shipped += len(rows)
-            metrics.relay_shipped(self.outbox.feed, len(rows))
+        query = select(t.c.id, t.c.entry_id, t.c.event).order_by(t.c.id).limit(self.batch_size)
+        if last is not None:
+            query = query.where(t.c.id > last)
+        with self.engine.connect() as c:
+            return c.execute(query).all()
+
+    def _delete(self, ids: list[int]) -> None:
+        with self.engine.begin() as c:
+            c.execute(self.table.delete().where(self.table.c.id.in_(ids)))
 
     def ship(self) -> int:
         """Ship every row committed now; how many. Raises :class:`RelayBusy` when another
-        relay holds the outbox, and the publisher's errors."""
-        with self._locked(None) as held:
+        relay holds the outbox, :class:`OutboxUnavailable`, and the publisher's errors."""
+        with _reading(self.outbox), self._locked(None) as held:
             if not held:
                 raise RelayBusy(f"another relay is shipping the outbox {self.table.name!r}")
             shipped = self._ship_all()
@@ -269,9 +311,13 @@ class Relay:
             if not held:
                 return
             with self._waiter() as wait:
+                measured = 0.0
                 while not stop.is_set():
-                    self._ship_all()
-                    self.backlog()
+                    # The backlog after each shipment, and once a second while idle: not at
+                    # every look for new rows.
+                    if self._ship_all() or time.monotonic() - measured > BACKLOG_EVERY_S:
+                        self.backlog()
+                        measured = time.monotonic()
                     wait(stop)
 
     # -- the dialects ---------------------------------------------------------------------

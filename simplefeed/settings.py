@@ -144,6 +144,9 @@ class Settings:
     #: Relative SQLite paths are relative to the working directory of the command.
     database_url: str = "sqlite:///var/simplefeed.sqlite3"
     archive_dir: Path = Path("archive")
+    #: SIMPLEFEED_ARCHIVE_URL (``s3://BUCKET/PREFIX``): the bucket every archived page is put
+    #: in too, besides the archive directory. None: the directory alone.
+    archive_url: str | None = None
     base_url: str = "http://localhost:8080"
     #: Whether SIMPLEFEED_BASE_URL was set (else ``serve --port N`` uses http://localhost:N).
     base_url_given: bool = False
@@ -200,11 +203,15 @@ class Settings:
         if metrics not in ("on", "off"):
             raise ConfigError(f"SIMPLEFEED_METRICS must be on or off, got {metrics!r}")
         http_socket, uwsgi_socket = _sockets(env)
+        archive_url = env.get("SIMPLEFEED_ARCHIVE_URL") or None
+        if archive_url is not None:
+            archive_url_parts(archive_url)  # (ConfigError if it is not s3://BUCKET/PREFIX)
         return cls(
             database_url=database_url,
             # Absolute from here on, so that every path a command prints says which directory
             # it is (a cron job run elsewhere checked another, empty, archive).
             archive_dir=Path(env.get("SIMPLEFEED_ARCHIVE_DIR") or "archive").absolute(),
+            archive_url=archive_url,
             base_url=base_url.rstrip("/"),
             base_url_given=bool(env.get("SIMPLEFEED_BASE_URL")),
             page_size=_integer(env, "SIMPLEFEED_PAGE_SIZE", cls.page_size, 1, MAX_PAGE_SIZE),
@@ -225,13 +232,16 @@ class Settings:
         )
 
     def describe(self) -> dict[str, str | int | None]:
-        """The effective settings by variable name, as the environment gives them (integers as
-        numbers; passwords masked; None: unset, nothing in its place): ``simplefeed config
-        --json``. uwsgi.ini's sockets too (``config`` left them out, a newcomer's trial)."""
+        """Return the effective settings by variable name, for ``simplefeed config --json``.
+
+        Integers are numbers and passwords are masked. None means unset, with nothing in its
+        place. uWSGI's sockets are included, because an operator looks for them here too.
+        """
         limits = self.limits
         return {
             "SIMPLEFEED_DATABASE_URL": mask_url(self.database_url),
             "SIMPLEFEED_ARCHIVE_DIR": str(self.archive_dir.absolute()),
+            "SIMPLEFEED_ARCHIVE_URL": self.archive_url,
             "SIMPLEFEED_BASE_URL": self.base_url,
             "SIMPLEFEED_DEFAULT_FEED": self.default_feed,
             "SIMPLEFEED_PAGE_SIZE": self.page_size,

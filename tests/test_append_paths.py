@@ -94,7 +94,7 @@ def _snapshot(core: Simplefeed) -> dict[str, list[tuple[Any, ...]]]:
         "feeds": _rows(core, "SELECT name, head_seq, head_updated_us, modified_us FROM feeds"),
         "pages": _rows(
             core,
-            "SELECT number, first_seq, last_seq, frozen_us, etag, body FROM pages ORDER BY number",
+            "SELECT number, first_seq, last_seq, frozen_us, sha256 FROM pages ORDER BY number",
         ),
     }
 

@@ -225,7 +225,7 @@ def test_a_command_that_is_not_the_helper_leaves_the_check_to_this_process(
     assert time.monotonic() - started < 5
 
 
-@pytest.mark.skipif(not helps(), reason="one CPU: the consumer starts no helper process")
+@pytest.mark.skipif(not helps(), reason="one CPU: the consumer starts no checker process")
 def test_a_long_catch_up_has_feedparser_check_its_pages_in_a_helper_that_ends_with_the_pass(
     core: Simplefeed,
     server: CountingApp,
@@ -247,7 +247,7 @@ def test_a_long_catch_up_has_feedparser_check_its_pages_in_a_helper_that_ends_wi
     got: list[FeedEntry] = consume(server, tmp_path / "a.sqlite3", clock)
     # The child started at the eighth page walked back. It checked the pages read forward from
     # then on. This process checks the pages that the child did not.
-    assert pages_module.HELPER_AFTER_PAGES == 8
+    assert pages_module.CHECKER_AFTER_PAGES == 8
     assert len(checked) >= 9, checked
     assert all(len(pids) == 1 for pids in alive), alive
     assert children_checking() == []
@@ -262,7 +262,7 @@ def test_a_short_catch_up_starts_no_helper(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    publish(core, 33)  # 6 archived pages, fewer than HELPER_AFTER_PAGES read.
+    publish(core, 33)  # 6 archived pages, fewer than CHECKER_AFTER_PAGES read.
     started: list[Checker] = []
     monkeypatch.setattr(Checker, "start", lambda self: started.append(self))
     assert len(consume(server, tmp_path / "a.sqlite3", clock)) == 33

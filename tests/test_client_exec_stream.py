@@ -8,9 +8,13 @@ file, so that a test can tell what was handled from what was only written to it.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shlex
 import shutil
+import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,16 +29,19 @@ from simplefeed.client.command import EXIT_HANDLER, consume
 from simplefeed.model import Event
 from simplefeed.settings import Settings
 from tests.markdown import code_blocks, doc_text
-from tests.test_client_live import LiveServer
+from tests.test_client_live import LiveServer, wait_for_lines
 
 #: A handler in Python: appends "seq id" to the file it is given for each entry it handles,
 #: then acknowledges it. The entry whose title is FAIL gets an error line instead. With DIE,
-#: it reads that many entries and one more, then exits 9 without acknowledging the last.
+#: it reads that many entries and one more, then exits 9 without acknowledging the last. Its
+#: process id is in that file's name followed by ".pid".
 HANDLER = """\
 import json, os, sys
 
 fail = os.environ.get("FAIL")
 die = int(os.environ.get("DIE", "0"))
+with open(sys.argv[1] + ".pid", "w") as pid:
+    pid.write(str(os.getpid()))
 with open(sys.argv[1], "a") as out:
     for n, line in enumerate(sys.stdin, 1):
         entry = json.loads(line)
@@ -201,8 +208,12 @@ def test_a_handler_that_exits_without_reading_stops_the_consumer(
 
 def test_a_handler_that_closes_its_input_unread_is_ended(live: LiveServer, tmp_path: Path) -> None:
     """It never reads and keeps its standard output open: the write fails, and the process is
-    terminated rather than awaited."""
-    live.publish(60)
+    terminated rather than awaited.
+
+    The entries' lines fill more than a pipe's 64 KiB, so a write fails whether the handler
+    closes its input before the first write or after the pipe fills.
+    """
+    live.publish(600)
     state = tmp_path / "s.sqlite3"
     never = "import os, time; os.close(0); time.sleep(600)"
     result = run(live.recent, state, f"{shlex.quote(sys.executable)} -c {shlex.quote(never)}")
@@ -294,44 +305,66 @@ def test_the_node_example_runs_as_written(live: LiveServer, tmp_path: Path) -> N
 
 class Recorder:
     """An acknowledging handler in the test's own process: records each send and each
-    acknowledgement asked for, and answers an error for the entries of ``fail``."""
+    acknowledgement asked for, and answers an error for the entries of ``fail``. Given a state
+    file, it reads the stored checkpoint each time, as another process would."""
 
-    def __init__(self, fail: frozenset[int] = frozenset()) -> None:
+    def __init__(self, fail: frozenset[int] = frozenset(), state: Path | None = None) -> None:
         self.fail = fail
+        self.state = state
         self.log: list[tuple[str, int, str]] = []
         self.outstanding = 0
         self.most = 0
+        self.acknowledged = 0
+        self.passed: list[tuple[int, int]] = []  # (stored checkpoint, last acknowledged)
 
     def send(self, entry: FeedEntry) -> None:
+        self.stored()
         self.log.append(("send", entry.seq, entry.page_url))
         self.outstanding += 1
         self.most = max(self.most, self.outstanding)
 
     def acknowledgement(self, entry: FeedEntry) -> Exception | None:
+        self.stored()
         self.log.append(("ack", entry.seq, entry.page_url))
         self.outstanding -= 1
+        self.acknowledged = entry.seq
         return ValueError(f"refused {entry.seq}") if entry.seq in self.fail else None
+
+    def stored(self) -> None:
+        """Note the checkpoint stored now when it is past the last acknowledged entry."""
+        if self.state is None or not self.state.exists():
+            return
+        with contextlib.closing(sqlite3.connect(f"file:{self.state}?mode=ro", uri=True)) as db:
+            row = db.execute("SELECT seq FROM checkpoints").fetchone()
+        if row is not None and row[0] > self.acknowledged:
+            self.passed.append((row[0], self.acknowledged))
 
 
 @pytest.mark.parametrize("every", ["page", "entry"])
-def test_entries_go_ahead_within_the_window_and_a_page_is_acknowledged_before_the_next(
+def test_entries_go_ahead_within_the_window_and_the_checkpoint_only_past_acknowledged_ones(
     live: LiveServer, tmp_path: Path, every: str
 ) -> None:
+    """Pages of 50, a window of 20: entries of the next page go out while the last ones of the
+    page before await their acknowledgements; the stored checkpoint, read as the run goes,
+    never passes the last acknowledged entry."""
     live.publish(130)
-    recorder = Recorder()
     state = tmp_path / "s.sqlite3"
+    recorder = Recorder(state=state)
     with Consumer(live.recent, state, checkpoint_every=every) as consumer:  # type: ignore[arg-type]
         assert consumer.run_acknowledged(recorder, window=20) == 130
     assert recorder.most == 20
     assert [seq for kind, seq, _ in recorder.log if kind == "send"] == list(range(1, 131))
     assert [seq for kind, seq, _ in recorder.log if kind == "ack"] == list(range(1, 131))
+    assert recorder.passed == []
     outstanding: dict[int, str] = {}  # sent, not yet acknowledged: seq -> page
+    overlapped = False
     for kind, seq, page in recorder.log:
         if kind == "send":
-            assert set(outstanding.values()) <= {page}, "sent with a page before unacknowledged"
+            overlapped = overlapped or any(other != page for other in outstanding.values())
             outstanding[seq] = page
         else:
             del outstanding[seq]
+    assert overlapped  # no wait for a page's acknowledgements before the next page goes
     assert checkpoint(state, live.recent).seq == 130  # type: ignore[union-attr]
 
 
@@ -372,3 +405,38 @@ def test_answers_to_entries_not_written_yet_stop_the_consumer(
     assert result.exit_code == EXIT_HANDLER
     assert "'yes ok' answered more lines than the entries written to it" in result.stderr
     assert checkpoint(state, live.recent) is None
+
+
+def test_follow_hands_over_entries_as_they_come_and_ends_the_handler_when_stopped(
+    live: LiveServer, tmp_path: Path, handler: Path
+) -> None:
+    """Each poll's entries are acknowledged before the next poll: the checkpoint stands on the
+    last entry when SIGTERM stops the consumer (exit 130), and the handler has ended."""
+    live.publish(3)
+    state, log = tmp_path / "s.sqlite3", tmp_path / "handled.txt"
+    log.touch()
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(handler))} {shlex.quote(str(log))}"
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "simplefeed.client.command", live.recent,
+            "--state", str(state), "--exec-stream", command, "--follow",
+            "--checkpoint", "page", "--min-interval", "0.1", "--max-interval", "0.2",
+            "--wait", "1",
+        ],
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_for_lines(log, 3)
+        live.publish(2)
+        wait_for_lines(log, 5)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, stderr
+    assert handled(log) == [1, 2, 3, 4, 5]
+    assert checkpoint(state, live.recent).seq == 5  # type: ignore[union-attr]
+    with pytest.raises(ProcessLookupError):  # ended and reaped
+        os.kill(int(Path(f"{log}.pid").read_text()), 0)

@@ -190,6 +190,24 @@ def test_an_unreachable_server_is_retried_until_retry_for_runs_out(requests: Req
     assert requests.sent > 1
 
 
+def test_the_async_publisher_retries_an_unreachable_server_too() -> None:
+    sent: list[httpx.Request] = []
+
+    async def count(request: httpx.Request) -> None:
+        sent.append(request)
+
+    async def run() -> None:
+        url = f"http://127.0.0.1:{free_port()}/entries"  # nothing listens there
+        client = httpx.AsyncClient(event_hooks={"request": [count]})
+        async with client, AsyncPublisher(url, "token", retry_for=0.5, client=client) as p:
+            with pytest.raises(PublishUnavailable, match="ConnectError"):
+                await p.publish({"title": "t"})
+
+    asyncio.run(run())
+    assert len(sent) > 1
+    assert len({r.content for r in sent}) == 1  # every try sends the same bytes, its id fixed
+
+
 def test_a_url_that_can_never_work_is_refused_at_once() -> None:
     with pytest.raises(ValueError, match="not an http or https URL"):
         Publisher("feeds.example/entries", "token")

@@ -275,7 +275,7 @@ def test_page_files_a_full_disk_kept_from_being_written_are_said_in_healthz(
         assert served.status_code == 200 and b"big 3" in served.content
         filler.unlink()
         assert client.simulate_get("/pages/1").status_code == 200  # Now written.
-        assert page1.read_bytes() == core.store.page(core.feed("events").id, 1).body  # type: ignore[union-attr]
+        assert page1.read_bytes() == core.page(core.feed("events"), 1).body
         assert client.simulate_get("/healthz").status_code == 200
     finally:
         core.store.close()

@@ -181,7 +181,8 @@ def test_recover_takes_back_every_page_and_the_feed_goes_on(
     assert feed.head_seq == last * 5
     assert feed.head_updated_us == trial.entries[last * 5 - 1].updated_us
     for number, body in trial.files.items():
-        assert core.store.page(feed.id, number).body == body
+        assert core.page(feed, number).body == body
+        assert core.rerender(feed, number) == body
     # Every entry: its number, id, times, and the producer's event as the pages show it.
     locator_base = core.urls("events").locator_base
     recovered = core.store.entries_between(feed.id, 1, feed.head_seq)

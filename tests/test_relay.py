@@ -16,6 +16,7 @@ from sqlalchemy import Engine, create_engine
 
 from bench.servers import (
     UwsgiServer,
+    free_port,
     private_postgres,
     scratch_postgres_database,
     simplefeed_command,
@@ -133,6 +134,33 @@ def test_one_relay_ships_at_a_time(
         other.engine.dispose()
 
 
+def test_two_relays_following_one_outbox_ship_each_event_once_in_order(
+    server: UwsgiServer, app_url: str, outbox: Outbox, publisher: Publisher
+) -> None:
+    """Two relays with engines of their own follow one outbox while the app commits: one
+    ships, the other waits for the lock; the feed gets each event once, in commit order."""
+    relays = [Relay(outbox, app_url, publisher, batch_size=3) for _ in range(2)]
+    stop = threading.Event()
+    followers = [threading.Thread(target=r.follow, args=(stop,)) for r in relays]
+    for follower in followers:
+        follower.start()
+    engine = create_engine(app_url)
+    try:
+        committed: list[str] = []
+        for n in range(10):
+            committed += add(engine, outbox, [f"two relays {n}.{i}" for i in range(n % 4 + 1)])
+        wait_for(lambda: feed_ids(server)[-len(committed) :] == committed, "the relays to ship")
+    finally:
+        stop.set()
+        for follower in followers:
+            follower.join(30)
+        for r in relays:
+            r.close()
+        engine.dispose()
+    assert [f.is_alive() for f in followers] == [False, False]
+    assert len(set(feed_ids(server))) == len(feed_ids(server))
+
+
 def wait_for(condition: object, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():  # type: ignore[operator]
@@ -218,7 +246,79 @@ def test_the_relay_command(tmp_path: Path, server: UwsgiServer, app_url: str) ->
     assert (shipped.returncode, shipped.stdout) == (0, "shipped 2 events\n"), shipped.stderr
     assert feed_ids(server)[-2:] == ids
     assert run("--feed", "events", "--status").stdout.startswith("0 rows")
+    for database, said in (
+        ("nonsense", "is not a database URL"),
+        (f"sqlite:///{tmp_path / 'other.sqlite3'}", "no such table"),
+    ):
+        failed = subprocess.run(
+            [*simplefeed_command(), "relay", "--outbox", database, "--feed", "events", "--status"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=server.env(),
+        )
+        assert failed.returncode == 1
+        assert said in failed.stderr and len(failed.stderr.splitlines()) == 1, failed.stderr
     unnamed = run("--to", server.url("/entries"), "--token-file", str(token))
     assert unnamed.returncode == 2
     assert "--feed" in unnamed.stderr
     assert httpx.get(server.url("/healthz")).status_code == 200
+
+
+def test_the_relay_command_follows_serves_its_metrics_and_stops_on_sigterm(
+    tmp_path: Path, server: UwsgiServer
+) -> None:
+    import signal
+    import subprocess
+
+    app_url = f"sqlite:///{tmp_path / 'app.sqlite3'}"
+    outbox = Outbox(feed="events")
+    engine = create_engine(app_url)
+    outbox.table.metadata.create_all(engine)
+    token = tmp_path / "token"
+    token.write_text(server.token)
+    port = free_port()
+    relay = subprocess.Popen(
+        [
+            *simplefeed_command(),
+            "relay",
+            "--outbox",
+            app_url,
+            "--to",
+            server.url("/entries"),
+            "--feed",
+            "events",
+            "--token-file",
+            str(token),
+            "--follow",
+            "--metrics-port",
+            str(port),
+        ],
+        env=server.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ids = add(engine, outbox, ["followed by the command"])
+        wait_for(lambda: feed_ids(server)[-1:] == ids, "the relay to ship it")
+
+        def scraped() -> str:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/metrics").text
+            except httpx.TransportError:
+                return ""
+
+        wait_for(
+            lambda: 'simplefeed_relay_shipped_events_total{feed="events"} 1.0' in scraped(),
+            "the metrics to say so",
+        )
+        assert 'simplefeed_relay_backlog_rows{feed="events"} 0.0' in scraped()
+        relay.send_signal(signal.SIGTERM)
+        _, stderr = relay.communicate(timeout=30)
+        assert relay.returncode == 0, stderr
+    finally:
+        if relay.poll() is None:
+            relay.kill()
+            relay.communicate()
+        engine.dispose()

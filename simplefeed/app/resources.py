@@ -687,6 +687,10 @@ class EntryLocator(_FeedResource):
         send_options(resp, READ_METHODS)
 
 
+#: A time to the second in UTC, as RFC 3339 writes it.
+_RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
+
+
 class Health:
     """``GET /healthz``: 200 when the process, the database and publishing all work.
 
@@ -710,6 +714,14 @@ class Health:
             body.update(status="unhealthy", problems=report.problems)
         if report.warnings:
             body["warnings"] = report.warnings
+        if report.uploads is not None:
+            since = report.uploads.since_s
+            body["archive_bucket"] = {
+                "waiting_pages": report.uploads.pages,
+                "waiting_since": (
+                    None if since is None else time.strftime(_RFC3339, time.gmtime(since))
+                ),
+            }
         resp.media = body
 
     on_head = on_get
@@ -732,7 +744,9 @@ class Metrics:
         resp.content_type = metrics.CONTENT_TYPE
         resp.cache_control = ["no-store"]
         waiting_now = self.waits.waiting() if self.waits is not None else None
-        resp.data = metrics.scrape(self.core.feeds, self.core.clock(), waiting_now)
+        resp.data = metrics.scrape(
+            self.core.feeds, self.core.clock(), waiting_now, self.core.uploads_waiting
+        )
 
 
 class OpenApi:

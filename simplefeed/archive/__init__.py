@@ -1,10 +1,13 @@
 """Archived pages on disk: atomic writes, and rebuilding missing or damaged files.
 
-A frozen page's bytes live in the database (``pages.body``) and, as a copy that uWSGI, nginx or a
-CDN origin can serve without Python, in a static file whose path mirrors the page's URL path:
+A frozen page's bytes live in a static file that uWSGI, nginx or a CDN origin serves without
+Python, whose path mirrors the page's URL path:
 
     default feed:  <archive_dir>/pages/<n>
     named feed:    <archive_dir>/feeds/<name>/pages/<n>
+
+The database keeps each page's digest (``pages.sha256``), not its bytes: a page whose file is
+missing renders again from its entries, byte for byte, and the digest checks it.
 
 Files are written with a temporary file, fsync and ``os.replace``, so a reader (or a crash) sees
 either no file or the whole file, never part of one. The file's mtime is the page's freeze time, so
@@ -35,7 +38,7 @@ from lxml import etree
 from simplefeed import codings
 from simplefeed.archive.store import page_number
 from simplefeed.errors import ArchiveUnreadable
-from simplefeed.model import ATOM_NS, ArchivedPage
+from simplefeed.model import ATOM_NS, ArchivedPage, PageRecord
 
 log = logging.getLogger(__name__)
 
@@ -44,15 +47,6 @@ def strong_etag(body: bytes) -> str:
     """The page's ETag: its SHA-256 in lowercase hex, quoted (pages frozen before 2026-11-22
     keep the first 32 digits of it)."""
     return '"' + hashlib.sha256(body).hexdigest() + '"'
-
-
-def page_sha256(page: ArchivedPage) -> str:
-    """The lowercase hex SHA-256 of a frozen page's bytes: its ETag's, unless the page was
-    frozen when ETags held half of it."""
-    etag = page.etag.strip('"')
-    if len(etag) == 64:
-        return etag
-    return hashlib.sha256(page.body).hexdigest()
 
 
 def page_path(archive_dir: Path, feed: str, default_feed: str, number: int) -> Path:
@@ -92,7 +86,7 @@ def write_atomically(path: Path, body: bytes, mtime_us: int) -> None:
         raise
     # No fsync of the directory: the file's bytes are on disk before the rename, so a crash
     # can only lose the rename, i.e. the file is missing, never wrong. A missing page file
-    # heals itself (the app serves the page from the database and writes the file again;
+    # heals itself (the app renders the page again from its entries and writes the file;
     # `simplefeed archive rebuild` too); a damaged one would not. One fsync per page saved.
 
 
@@ -190,6 +184,20 @@ def file_matches(path: Path, page: ArchivedPage) -> bool:
         return False
 
 
+def read_if_recorded(path: Path, record: PageRecord) -> bytes | None:
+    """The page file's bytes if they have the page's recorded digest, else None (missing too)."""
+    try:
+        body = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return body if sha256(body) == record.sha256 else None
+
+
+def sha256(body: bytes) -> str:
+    """The lowercase hex SHA-256 of ``body``."""
+    return hashlib.sha256(body).hexdigest()
+
+
 @dataclass(frozen=True)
 class VerifyReport:
     """What ``simplefeed archive verify`` found: pages checked, and every difference."""
@@ -223,14 +231,18 @@ def empty_archive_problem(archive_dir: Path, holds: bool, frozen: int) -> str | 
     )
 
 
-def page_problems(path: Path, page: ArchivedPage) -> list[str]:
-    """How a frozen page disagrees with itself (its ETag and its bytes) or with its static
-    file: the file missing or holding other bytes."""
-    problems: list[str] = []
-    digest = hashlib.sha256(page.body).hexdigest()
-    if page.etag not in (f'"{digest}"', f'"{digest[:32]}"'):
-        problems.append(f"page {page.number}: ETag {page.etag} is not its bytes' ({digest})")
-    return problems + file_problems(path, page.body, f"the database's page {page.number}")
+def record_problems(path: Path, record: PageRecord, on_disk: bytes | None) -> list[str]:
+    """How the page file ``path``, which holds ``on_disk`` (None: missing), and its copies
+    differ from the page the database records: its digest."""
+    if on_disk is None:
+        return [f"{path}: missing (`simplefeed archive rebuild` writes it)"]
+    digest = hashlib.sha256(on_disk).hexdigest()
+    if digest != record.sha256:
+        return [
+            f"{path}: not the database's page {record.number} ({len(on_disk)} bytes with"
+            f" SHA-256 {digest}, not its recorded {record.sha256})"
+        ]
+    return file_problems(path, on_disk, f"the database's page {record.number}")
 
 
 def file_problems(path: Path, body: bytes, what: str = "the page") -> list[str]:
@@ -290,10 +302,10 @@ def read_with_copies(path: Path) -> tuple[tuple[bytes, ...], int] | None:
     return tuple(bodies), mtime_us
 
 
-def chain_problem(before: ArchivedPage, after: ArchivedPage, given: str | None) -> str | None:
+def chain_problem(before: PageRecord, after: PageRecord, given: str | None) -> str | None:
     """Whether ``after``'s prev-archive digest (``given``, its ``sf:sha256``) is the SHA-256
     of ``before``, the page before it. Pages frozen before digests were given carry none."""
-    actual = hashlib.sha256(before.body).hexdigest()
+    actual = before.sha256
     if given is None or given == actual:
         return None
     return (
@@ -334,6 +346,8 @@ class RebuildReport:
     removed: list[Path] = field(default_factory=list)
     #: Page files that could not be written: "PATH: why", one a page.
     unwritten: list[str] = field(default_factory=list)
+    #: Pages put in the bucket (SIMPLEFEED_ARCHIVE_URL) because it lacked them: their places.
+    uploaded: list[str] = field(default_factory=list)
 
 
 #: A temporary file older than this is no write in progress (a write takes milliseconds), but

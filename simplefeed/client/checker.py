@@ -193,7 +193,9 @@ class Checker:
 
     def _give_up(self, why: str) -> None:
         self._failed = True
-        log.warning("feedparser checks pages in this process from now on (helper process: %s)", why)
+        log.warning(
+            "feedparser checks pages in this process from now on (checker process: %s)", why
+        )
         child, self._child = self._child, None
         if child is not None:
             _stop(child)

@@ -6,14 +6,15 @@
         for entry in consumer.entries():     # or: consumer.run(handler)
             handle(entry)
 
-Processing is **at least once**. An entry counts as processed when the caller asks for the next
-one (:meth:`Consumer.entries`). With :meth:`Consumer.run`, it counts when the handler returns.
-Only then can the checkpoint move past it. With ``checkpoint_every="entry"`` (the default), the
-checkpoint is stored durably after every processed entry. So a crash repeats at most the entry
-being processed. With ``checkpoint_every="page"``, it is stored when the last entry of a page
-has been processed. It is also stored on the last processed entry whenever processing stops,
-for whatever reason. So a crash repeats at most one page of entries. An entry is never skipped.
-The checkpoint never moves past an entry that was not processed. The consumer checks that
+Processing is **at least once**. An entry counts as processed when the caller asks for the next one
+(:meth:`Consumer.entries`). With :meth:`Consumer.run`, it counts when the handler returns. With
+:meth:`Consumer.run_acknowledged`, entries go ahead of their acknowledgements, and one counts when
+it is acknowledged. Only then can the checkpoint move past it. With ``checkpoint_every="entry"``
+(the default), the checkpoint is stored durably after every processed entry. So a crash repeats at
+most the entry being processed. With ``checkpoint_every="page"``, it is stored when the last entry
+of a page has been processed. It is also stored on the last processed entry whenever processing
+stops, for whatever reason. So a crash repeats at most one page of entries. An entry is never
+skipped. The checkpoint never moves past an entry that was not processed. The consumer checks that
 sequence numbers are contiguous.
 
 A handler that raises stops processing at that entry. The checkpoint stays on the entry before
@@ -492,9 +493,8 @@ class Consumer:
                             for entry in passing:
                                 if self.fetcher.interrupted:
                                     return
-                                if self._saver.busy or (
-                                    self._pending is not None
-                                    and self._pending.page_url != entry.page_url
+                                if pending is None and (
+                                    self._saver.busy or _turned(self._pending, entry)
                                 ):
                                     self._flush()  # Every entry of the previous page is done.
                                 self._executing = False
@@ -639,9 +639,12 @@ class Consumer:
     def _page_done(self) -> None:
         """The walk is past the last entry of a page, and all of them are processed.
 
-        With checkpoints per page, start storing the checkpoint while the walk reads on."""
-        if self._unacknowledged is not None:
-            self._unacknowledged.settle()
+        With checkpoints per page, start storing the checkpoint while the walk reads on. Entries
+        that await their acknowledgements put it off until the last of them has it."""
+        if self._unacknowledged is None or not self._unacknowledged.page_ends():
+            self._store_page()
+
+    def _store_page(self) -> None:
         if self.checkpoint_every != "page" or self._pending is None:
             return
         pending = _checkpoint_of(self._pending)
@@ -670,8 +673,9 @@ class AcknowledgingHandler(Protocol):
 
     :meth:`send` hands an entry over. :meth:`acknowledgement` waits for the outcome of the
     entry given, the oldest not acknowledged: ``None`` once handled, or its error, which stops
-    or parks as ``on_error`` says. At most the window's entries await theirs, and all of them
-    do before the walk leaves a page and before each poll. Processing that stops (an error,
+    or parks as ``on_error`` says. At most the window's entries await theirs, across pages; all
+    of them have theirs before each poll. A page's checkpoint is stored once its last entry is
+    acknowledged. Processing that stops (an error,
     :meth:`Consumer.stop`) leaves the checkpoint on the last acknowledged entry, and those sent
     after it come again. Raising :class:`HandlerError` says no entry can be handled now (the
     handler is gone).
@@ -691,12 +695,22 @@ class _Unacknowledged:
         self.consumer, self.handler, self.window = consumer, handler, window
         self.entries: deque[FeedEntry] = deque()
         self.acknowledged = 0
+        #: The sequence numbers of the entries sent that end a page the walk has left.
+        self.ends: set[int] = set()
 
     def send(self, entry: FeedEntry) -> None:
         while len(self.entries) >= self.window:
             self._settle_one()
         self.handler.send(entry)
         self.entries.append(entry)
+
+    def page_ends(self) -> bool:
+        """The walk left a page: whether its last entry awaits its acknowledgement, which then
+        stores the page's checkpoint."""
+        if not self.entries:
+            return False
+        self.ends.add(self.entries[-1].seq)
+        return True
 
     def settle(self) -> None:
         """Wait for every entry sent to be acknowledged, and process each."""
@@ -711,6 +725,14 @@ class _Unacknowledged:
             _failed(self.consumer, entry, error)
         self.consumer._processed(entry)
         self.acknowledged += 1
+        if entry.seq in self.ends:
+            self.ends.discard(entry.seq)
+            self.consumer._store_page()
+
+
+def _turned(processed: FeedEntry | None, entry: FeedEntry) -> bool:
+    """Whether ``entry`` is on another page than the last ``processed`` one."""
+    return processed is not None and processed.page_url != entry.page_url
 
 
 def _failed(consumer: Consumer, entry: FeedEntry, error: Exception) -> None:

@@ -97,7 +97,13 @@ class ExecStream:
 
     def close(self) -> None:
         """Close the process's standard input and wait for it to exit, terminating it after
-        :data:`GRACE_SECONDS`."""
+        :data:`GRACE_SECONDS`. Entries not written yet are not: the consumer stopped before
+        they were acknowledged, so they come again on its next run."""
+        while True:
+            try:
+                self._lines.get_nowait()
+            except queue.Empty:
+                break
         self._lines.put(None)
         try:
             self.process.wait(GRACE_SECONDS)
@@ -177,7 +183,8 @@ class ExecStream:
             self._stdin.close()
 
     def _gone(self, detail: str) -> HandlerGone:
-        """The process cannot go on: ended (at once if it still runs), with what it did."""
+        """The process cannot go on: what it did, and its exit status, waited for up to
+        :data:`GRACE_SECONDS` before it is terminated."""
         status = self.process.poll()
         if status is None:
             try:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HELPER_AFTER_PAGES", "XML_TYPES", "HttpPages"]
+__all__ = ["CHECKER_AFTER_PAGES", "XML_TYPES", "HttpPages"]
 
 
 class HttpPages:
@@ -53,7 +53,7 @@ class HttpPages:
         self._ahead: ThreadPoolExecutor | None = None
         self._next: tuple[str, Future[Page]] | None = None
         # feedparser's checks run in a child process (:mod:`simplefeed.client.checker`). They
-        # start at the pass's HELPER_AFTER_PAGES-th page walked back or read ahead, and run to
+        # start at the pass's CHECKER_AFTER_PAGES-th page walked back or read ahead, and run to
         # the pass's end.
         self._checker: Checker | None = None
         self._pages_read: Counter[str] = Counter()
@@ -80,12 +80,12 @@ class HttpPages:
     def _counted(self, way: Literal["back", "ahead"]) -> None:
         """Count one more page read by the pass, walking back or ahead.
 
-        From the HELPER_AFTER_PAGES-th page on, either way, feedparser's checks move to a child
+        From the CHECKER_AFTER_PAGES-th page on, either way, feedparser's checks move to a child
         process. That happens when feedparser checks pages and a CPU is to spare. The child
         starts now, while the walk goes on, and runs until the pass ends.
         """
         self._pages_read[way] += 1
-        if self._pages_read[way] != HELPER_AFTER_PAGES:
+        if self._pages_read[way] != CHECKER_AFTER_PAGES:
             return
         # Imported here, not with the package, because the child runs this module as its main.
         from simplefeed.client.checker import Checker, helps
@@ -219,7 +219,7 @@ class HttpPages:
 #: A child process for feedparser's checks starts in about 0.17 s. That is the time feedparser
 #: takes over 9 pages of 100 entries (docs/explanation/decisions/consumer-reading.md). A pass that
 #: walks back or reads ahead fewer pages than this checks its pages in this process.
-HELPER_AFTER_PAGES = 8
+CHECKER_AFTER_PAGES = 8
 
 #: The media types a feed may come as besides ``*/*+xml`` (``application/atom+xml``).
 XML_TYPES = frozenset({"application/xml", "text/xml"})

@@ -469,9 +469,12 @@ def archive_rebuild(feed_name: str | None) -> None:
         report = core.rebuild_archive(feed_name)
     for path in report.restored:
         _report(f"restored {path}")
+    for where in report.uploaded:
+        _report(f"put {where}")
     for problem in report.unwritten:
         _report(problem, err=True)
-    click.echo(f"checked {report.checked} frozen pages, restored {len(report.restored)}")
+    put = f", put {len(report.uploaded)} in the bucket" if core.settings.archive_url else ""
+    click.echo(f"checked {report.checked} frozen pages, restored {len(report.restored)}{put}")
     if report.unwritten:
         raise click.ClickException(f"{len(report.unwritten)} page files could not be written")
 

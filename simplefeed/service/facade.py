@@ -65,7 +65,7 @@ class Simplefeed:
         #: Requests waiting for a feed to change (``Prefer: wait``) wait here.
         self.changes = Changes(self.store.watch, self.feed_head, bell)
         self._chain = Chain(settings, self.store)
-        self._pages = Pages(settings, self.store)
+        self._pages = Pages(settings, self.store, self._chain)
         self._health = Health(settings, self.store, self._chain, self._pages, clock)
         self._feeds = Feeds(settings, self.store, self._chain, self._health, clock, new_uuid)
         self._tokens = Tokens(self.store, clock)
@@ -93,6 +93,7 @@ class Simplefeed:
 
     def close(self) -> None:
         """Stop watching for changes and close every database connection."""
+        self._pages.uploads.stop()
         self.changes.stop()
         self.store.close()
 
@@ -149,6 +150,20 @@ class Simplefeed:
     def feeds(self) -> list[Feed]:
         """Every feed."""
         return self.store.feeds()
+
+    def uploads_waiting(self) -> tuple[int, float | None] | None:
+        """How many archived pages wait for the bucket and since when (seconds since the
+        epoch) the oldest does; None without SIMPLEFEED_ARCHIVE_URL."""
+        uploads = self._pages.uploads
+        if not uploads.enabled:
+            return None
+        waiting = uploads.waiting()
+        return waiting.pages, waiting.since_s
+
+    def put_waiting_pages(self) -> tuple[int, list[str]]:
+        """Put the archived pages waiting for the bucket there now (tests, ``archive
+        rebuild``); :class:`ArchiveUnavailable` if it does not answer."""
+        return self._pages.uploads.put_waiting()
 
     def retire_feed(self, name: str) -> Feed:
         """Refuse publishing to the feed from now on; its documents are served as before."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from simplefeed.rules import feeds as rules
 from simplefeed.service.chain import Chain
 from simplefeed.service.clock import Clock
 from simplefeed.service.pages import Pages
+from simplefeed.service.uploads import Waiting
 from simplefeed.settings import FEED_NAME_RE, Settings
 from simplefeed.store import Store
 
@@ -44,6 +46,8 @@ class HealthReport:
     problems: list[str]
     #: What needs an operator without keeping the service from working (200).
     warnings: list[str]
+    #: The archived pages waiting for the bucket (None: no SIMPLEFEED_ARCHIVE_URL).
+    uploads: Waiting | None = None
 
 
 def free_bytes(directory: Path) -> int | None:
@@ -99,7 +103,13 @@ class Health:
             problems += self.default_feed_problems(feeds)
             problems += self.pages.unwritten_problems()
             warnings = self._warnings(feeds)
-        return HealthReport(self.store.backend, problems, warnings)
+        uploads = self.pages.uploads
+        waiting = uploads.waiting() if uploads.enabled else None
+        if waiting is not None and waiting.pages:
+            # A bucket outage stops no publish, so it is a warning, not a problem.
+            uploads.kick()
+            warnings.append(self._said("uploads", uploads_warning(self.settings, waiting)))
+        return HealthReport(self.store.backend, problems, warnings, waiting)
 
     def space_problems(self) -> list[str]:
         """List the directories a publish writes in with less free space than the settings ask."""
@@ -281,12 +291,27 @@ class Health:
             lost = []
         found += [(f"lost {name}", self.lost_feed_sentence(name)) for name in lost]
         found += self.pages.conflicts()
-        said = []
-        for subject, warning in found:
-            if warning is None:
-                continue
-            said.append(warning)
-            if now - self._warned.get(subject, -(2**62)) >= WARNING_INTERVAL_US:
-                self._warned[subject] = now
-                log.warning("%s", warning)
-        return said
+        return [self._said(subject, warning) for subject, warning in found if warning is not None]
+
+    def _said(self, subject: str, warning: str) -> str:
+        """``warning``, logged once a minute at most per subject."""
+        now = self.clock()
+        if now - self._warned.get(subject, -(2**62)) >= WARNING_INTERVAL_US:
+            self._warned[subject] = now
+            log.warning("%s", warning)
+        return warning
+
+
+def uploads_warning(settings: Settings, waiting: Waiting) -> str:
+    """What /healthz says of the archived pages waiting for the bucket."""
+    since = "?" if waiting.since_s is None else iso_time(waiting.since_s)
+    return (
+        f"{waiting.pages} archived pages wait for the bucket {settings.archive_url} (the oldest"
+        f" since {since}): it does not answer or refuses them. They are served from the archive"
+        " directory meanwhile and put in the bucket when it answers; the log says why"
+    )
+
+
+def iso_time(seconds: float) -> str:
+    """A time (seconds since the epoch) as RFC 3339 UTC, to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))

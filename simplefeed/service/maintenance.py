@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from simplefeed import archive, atom
-from simplefeed.errors import ArchiveUnreadable, FeedNotFound, StoreError
-from simplefeed.model import ArchivedPage, Entry, Feed, PendingEntry
+from simplefeed.errors import ArchiveUnreadable, FeedNotFound, PageConflict, StoreError
+from simplefeed.model import ArchivedPage, Entry, Feed, PageRecord, PendingEntry
 from simplefeed.rules import feeds as rules
 from simplefeed.rules import paging
 from simplefeed.service import recovery
@@ -41,8 +41,8 @@ class Rebased:
     #: The URLs whose copies in caches are now stale: every archived page and the live
     #: documents, under the old base URL and the new one.
     purge: list[str]
-    #: Page files that could not be written. The database has the pages, so ``archive rebuild``
-    #: writes them.
+    #: Page files that could not be written. Their entries render them, so ``archive
+    #: rebuild`` writes them.
     unwritten: list[str]
 
 
@@ -93,11 +93,13 @@ class Maintenance:
     # -- rebuild, verify, rerender -------------------------------------------------------
 
     def rebuild(self, feed_name: str | None = None) -> archive.RebuildReport:
-        """Write every page file that is missing or differs from the database's bytes.
+        """Write every page file that is missing or lacks the database's digest, rendered again
+        from its entries.
 
         It also removes the temporary files that a crash left behind. A page whose files
         cannot be written is named in the report, and the others go on. It is refused while a
-        feed's pages would be written where another feed's are.
+        feed's pages would be written where another feed's are. With a bucket
+        (SIMPLEFEED_ARCHIVE_URL), every page it lacks, or holds without a copy, is put there.
         """
         self.health.check_default_feed_pages()
         checked = 0
@@ -106,21 +108,45 @@ class Maintenance:
         unwritten: list[str] = []
         for feed in self._feeds(feed_name):
             removed += archive.remove_stale_temp_files(self.pages.path(feed.name, 1).parent)
-            count, written, failed = self.pages.ensure(feed.name, self.store.iter_pages(feed.id))
+            count, written, failed = self.pages.ensure_recorded(
+                feed, self.store.iter_pages(feed.id)
+            )
             checked += count
             restored += written
             unwritten += failed
-        return archive.RebuildReport(checked, restored, removed, unwritten)
+        uploaded: list[str] = []
+        if self.pages.uploads.enabled:
+            for feed in self._feeds(feed_name):
+                put, failed = self._rebuild_bucket(feed)
+                uploaded += put
+                unwritten += failed
+        return archive.RebuildReport(checked, restored, removed, unwritten, uploaded)
+
+    def _rebuild_bucket(self, feed: Feed) -> tuple[list[str], list[str]]:
+        """Put in the bucket each of the feed's pages it lacks or holds without a copy: the
+        places put, and the pages that could not be, one line each."""
+        uploaded: list[str] = []
+        failed: list[str] = []
+        for record in self.store.iter_pages(feed.id):
+            key = self.pages.key(feed.name, record.number)
+            try:
+                where = self.pages.uploads.ensure(key, self.pages.recorded_bytes(feed, record))
+            except (StoreError, PageConflict) as exc:
+                failed.append(str(exc))
+                continue
+            if where is not None:
+                uploaded.append(where)
+        return uploaded, failed
 
     def verify(self, feed_name: str | None = None) -> archive.VerifyReport:
         """Check every page file against the database, and write nothing.
 
-        Each file must hold the database's bytes, and each page's prev-archive digest must be
-        the digest of the page before. No file may hold a page that is not archived, or a page
-        of a feed the database does not have. What stops the check is raised, never reported
-        as a difference. One such stop is a directory that holds no page file while the
-        database has archived pages. It is most likely the wrong directory. Another is a file
-        that cannot be read.
+        Each file must hold bytes with the database's digest, and each page's prev-archive
+        digest must be the digest of the page before. No file may hold a page that is not
+        archived, or a page of a feed the database does not have. What stops the check is
+        raised, never reported as a difference. One such stop is a directory that holds no page
+        file while the database has archived pages. It is most likely the wrong directory.
+        Another is a file that cannot be read.
         """
         feeds = self._feeds(feed_name)
         root = self.settings.archive_dir
@@ -162,12 +188,22 @@ class Maintenance:
         """Return how many of the feed's pages were checked, and what differs."""
         checked = 0
         problems: list[str] = []
-        before: ArchivedPage | None = None
+        before: PageRecord | None = None
         for page in self.store.iter_pages(feed.id):
             checked += 1
-            problems += archive.page_problems(self.pages.path(feed.name, page.number), page)
-            given = atom.prev_archive_sha256(page.body)
-            if before is not None:
+            path = self.pages.path(feed.name, page.number)
+            try:
+                on_disk: bytes | None = path.read_bytes()
+            except FileNotFoundError:
+                on_disk = None
+            found = archive.record_problems(path, page, on_disk)
+            problems += found
+            if self.pages.uploads.enabled:
+                problems += self._bucket_problems(feed, page, None if found else on_disk)
+            if on_disk is not None and not found and before is not None:
+                # The file is the page the database records: its link to the page before
+                # must give that page's recorded digest.
+                given = atom.prev_archive_sha256(on_disk)
                 problem = archive.chain_problem(before, page, given)
                 if problem is not None:
                     problems.append(f"feed {feed.name!r}: {problem}")
@@ -188,12 +224,17 @@ class Maintenance:
             )
         return checked, problems
 
+    def _bucket_problems(self, feed: Feed, record: PageRecord, body: bytes | None) -> list[str]:
+        """How the bucket's copy of a page differs from it (``body``: its bytes if known)."""
+        try:
+            body = self.pages.recorded_bytes(feed, record) if body is None else body
+        except StoreError as exc:
+            return [str(exc)]
+        return self.pages.uploads.problems(self.pages.key(feed.name, record.number), body)
+
     def rerender(self, feed: Feed, number: int) -> bytes:
         """Render archived page ``number`` again from its entries, to check determinism."""
-        first, last = paging.seq_range(number, feed.page_size)
-        entries = self.store.entries_between(feed.id, first, last)
-        prev = self.chain.sha256(feed, number - 1)
-        return self.chain.render(feed, "archive", number, tuple(entries), prev)
+        return self.chain.render_archived(feed, number)
 
     # -- rebase --------------------------------------------------------------------------
 
@@ -219,13 +260,14 @@ class Maintenance:
                     first, last = paging.seq_range(number, feed.page_size)
                     entries = tuple(rebasing.entries_between(first, last))
                     body = self.chain.render(feed, "archive", number, entries, prev)
-                    page = ArchivedPage(feed.id, number, body, archive.strong_etag(body), now)
+                    page = ArchivedPage(feed.id, number, body, now)
                     old = rebasing.page(number)
-                    if old is None or old.body != body:
+                    if old is None or old.sha256 != page.sha256:
                         changed += 1
                         rebasing.replace_page(page)
-                    prev = archive.page_sha256(page)
-            _, _, unwritten = self.pages.ensure(feed.name, self.store.iter_pages(feed.id))
+                    prev = page.sha256
+            self.chain.forget(feed)
+            _, _, unwritten = self.pages.ensure_recorded(feed, self.store.iter_pages(feed.id))
             bases = [feed.base_url, self.settings.base_url] if changed else []
             done.append(
                 Rebased(
@@ -402,11 +444,11 @@ class Maintenance:
                 stored_seqs={s.id: s.seq for s in append.found.values()},
                 page_size=feed.page_size,
                 locator_base=self.chain.urls(feed_name).locator_base,
-                prev_sha256=self.chain.sha256(feed, archived, append.page),
+                prev_sha256=self.chain.sha256(feed, archived, append),
                 following=after[0] if after else None,
             )
             pages = [
-                ArchivedPage(feed.id, file.number, body, archive.strong_etag(body), file.mtime_us)
+                ArchivedPage(feed.id, file.number, body, file.mtime_us)
                 for file, body in found.pages
             ]
             new = [(e, _pending(e)) for e in found.entries if e.seq > feed.head_seq]

@@ -6,7 +6,7 @@ import enum
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
-from simplefeed import archive, atom, metrics
+from simplefeed import atom, metrics
 from simplefeed.errors import (
     AuthError,
     BaseUrlMismatch,
@@ -238,11 +238,7 @@ class Publishing:
         # each from the page archived just before it, in memory.
         pages: list[ArchivedPage] = []
         for number in decision.full_pages:
-            prev = (
-                archive.page_sha256(pages[-1])
-                if pages
-                else self.chain.sha256(append.feed, number - 1, append.page)
-            )
+            prev = pages[-1].sha256 if pages else self.chain.sha256(append.feed, number - 1, append)
             pages.append(self._render_page(append, number, now, decision, parts, prev))
         return pages
 
@@ -255,7 +251,7 @@ class Publishing:
         problem = rules.base_url_problem(append.feed, self.settings.base_url)
         if problem is not None:
             raise BaseUrlMismatch([problem])
-        href = self.chain.newest_self_href(append.feed, append.page)
+        href = self.chain.newest_self_href(append.feed, append)
         problem = rules.default_feed_problem(append.feed, href, self.settings.default_feed)
         if problem is not None:
             raise DefaultFeedMismatch([problem])
@@ -283,7 +279,7 @@ class Publishing:
         if first <= feed.head_seq:
             entries += append.entries_between(first, feed.head_seq)
         body = self.chain.render(feed, "archive", number, tuple(entries), prev_sha256, ready)
-        return ArchivedPage(feed.id, number, body, archive.strong_etag(body), now_us)
+        return ArchivedPage(feed.id, number, body, now_us)
 
     def _committed(
         self, feed: Feed, decision: appending.Decision, pages: Sequence[ArchivedPage]

@@ -88,14 +88,14 @@ class Reading:
         return body
 
     def page(self, feed: Feed, number: int) -> ArchivedPage:
-        """Archived page ``number`` of the feed; its file is written if it is missing."""
+        """Archived page ``number`` of the feed with its bytes (:meth:`Pages.read`): its file
+        is written if it does not hold them."""
         if not 1 <= number < paging.working_page(feed.head_seq, feed.page_size):
             raise PageNotFound(feed.name, number)
-        page = self.store.page(feed.id, number)
-        if page is None:  # pragma: no cover - a page is archived in the append's transaction
+        record = self.store.page(feed.id, number)
+        if record is None:  # pragma: no cover - a page is archived in the append's transaction
             raise PageNotFound(feed.name, number)
-        self.pages.write_if_missing(feed.name, page)
-        return page
+        return self.pages.read(feed, record)
 
     def page_entries(self, feed: Feed, number: int) -> list[Entry]:
         """The entries of page ``number`` as stored, newest first."""

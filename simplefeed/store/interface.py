@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from simplefeed.model import ArchivedPage, Entry, Feed, PendingEntry, StoredEntry, TokenRecord
+from simplefeed.model import (
+    ArchivedPage,
+    Entry,
+    Feed,
+    PageRecord,
+    PendingEntry,
+    StoredEntry,
+    TokenRecord,
+)
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,7 @@ class Appending(ABC):
         """Entries with ``first <= seq <= last``, newest first, in this transaction."""
 
     @abstractmethod
-    def page(self, number: int) -> ArchivedPage | None:
+    def page(self, number: int) -> PageRecord | None:
         """The feed's frozen page ``number``, in this transaction: an append that needed a
         second connection from the pool for it waited, holding the feed's lock, for appends
         that held the pool's every connection waiting for that lock (PostgreSQL)."""
@@ -59,10 +67,10 @@ class Appending(ABC):
     ) -> None:
         """Insert the entries ``new`` (numbered ``feed.head_seq + 1 ...``; the pending entry
         each was made from gives what is stored of its event), move the head to the last, and
-        store the pages they filled, recording ``base_url`` as the base URL the feed's frozen
-        pages are rendered with. Committed when the append's block ends without an error.
-        A duplicate sequence number, entry id or page is a :class:`StoreError` and writes
-        nothing."""
+        record the pages they filled (digests, not bytes), recording ``base_url`` as the base
+        URL the feed's frozen pages are rendered with. Committed when the append's block ends
+        without an error. A duplicate sequence number, entry id or page is a
+        :class:`StoreError` and writes nothing."""
 
 
 class Rebasing(ABC):
@@ -76,12 +84,12 @@ class Rebasing(ABC):
         """Entries with ``first <= seq <= last``, newest first, in this transaction."""
 
     @abstractmethod
-    def page(self, number: int) -> ArchivedPage | None:
+    def page(self, number: int) -> PageRecord | None:
         """The feed's frozen page ``number`` as it is before this transaction replaces it."""
 
     @abstractmethod
     def replace_page(self, page: ArchivedPage) -> None:
-        """Store ``page`` (bytes, ETag, freeze time) in place of the frozen page of its number."""
+        """Record ``page`` (digest, freeze time) in place of the frozen page of its number."""
 
 
 class Pause(Protocol):
@@ -167,11 +175,11 @@ class Store(ABC):
         """The entries stored under these ids, by id (ids not in the feed are left out)."""
 
     @abstractmethod
-    def page(self, feed_id: int, number: int) -> ArchivedPage | None:
+    def page(self, feed_id: int, number: int) -> PageRecord | None:
         """A frozen page, or None if that page is not frozen."""
 
     @abstractmethod
-    def iter_pages(self, feed_id: int) -> Iterator[ArchivedPage]:
+    def iter_pages(self, feed_id: int) -> Iterator[PageRecord]:
         """Every frozen page of a feed in order, a few at a time."""
 
     # -- appending -----------------------------------------------------------------------

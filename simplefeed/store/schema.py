@@ -26,7 +26,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 #: two together. Checking a database against it needs no alembic. Importing alembic would add
 #: 0.15-0.35 s to every command's and every uWSGI worker's start. Only migrating reads the
 #: migration scripts, and so does telling an older schema from a newer release's.
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 
 
 def alembic_config(database_url: str) -> Config:

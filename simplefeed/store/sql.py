@@ -34,7 +34,15 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, SQLAl
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from simplefeed.errors import FeedExists, FeedNotFound, StoreError, StoreUnavailable
-from simplefeed.model import ArchivedPage, Entry, Event, Feed, StoredEntry, TokenRecord
+from simplefeed.model import (
+    ArchivedPage,
+    Entry,
+    Event,
+    Feed,
+    PageRecord,
+    StoredEntry,
+    TokenRecord,
+)
 from simplefeed.store.interface import Appending, Rebasing, Store
 from simplefeed.store.tables import entries, feeds, pages, tokens
 
@@ -52,7 +60,7 @@ class SqlAppending(Appending):
     def entries_between(self, first: int, last: int) -> list[Entry]:
         return entries_between(self.conn, self.feed.id, first, last)
 
-    def page(self, number: int) -> ArchivedPage | None:
+    def page(self, number: int) -> PageRecord | None:
         return page_in(self.conn, self.feed.id, number)
 
 
@@ -64,14 +72,14 @@ class SqlRebasing(Rebasing):
     def entries_between(self, first: int, last: int) -> list[Entry]:
         return entries_between(self.conn, self.feed.id, first, last)
 
-    def page(self, number: int) -> ArchivedPage | None:
+    def page(self, number: int) -> PageRecord | None:
         return page_in(self.conn, self.feed.id, number)
 
     def replace_page(self, page: ArchivedPage) -> None:
         self.conn.execute(
             update(pages)
             .where(pages.c.feed_id == page.feed_id, pages.c.number == page.number)
-            .values(body=page.body, etag=page.etag, frozen_us=page.frozen_us)
+            .values(sha256=page.sha256, frozen_us=page.frozen_us)
         )
 
 
@@ -238,14 +246,10 @@ def _entry_from(row: Row[tuple[object, ...]]) -> Entry:
     )
 
 
-def _page_from(row: Row[tuple[object, ...]]) -> ArchivedPage:
+def _page_from(row: Row[tuple[object, ...]]) -> PageRecord:
     m = row._mapping
-    return ArchivedPage(
-        feed_id=m["feed_id"],
-        number=m["number"],
-        body=bytes(m["body"]),
-        etag=m["etag"],
-        frozen_us=m["frozen_us"],
+    return PageRecord(
+        feed_id=m["feed_id"], number=m["number"], sha256=m["sha256"], frozen_us=m["frozen_us"]
     )
 
 
@@ -257,8 +261,7 @@ def page_row(page: ArchivedPage, page_size: int) -> dict[str, object]:
         "first_seq": (page.number - 1) * page_size + 1,
         "last_seq": page.number * page_size,
         "frozen_us": page.frozen_us,
-        "etag": page.etag,
-        "body": page.body,
+        "sha256": page.sha256,
     }
 
 
@@ -290,7 +293,7 @@ def entries_between(conn: Connection, feed_id: int, first: int, last: int) -> li
     return [_entry_from(r) for r in rows]
 
 
-def page_in(conn: Connection, feed_id: int, number: int) -> ArchivedPage | None:
+def page_in(conn: Connection, feed_id: int, number: int) -> PageRecord | None:
     row = conn.execute(_PAGE, {"feed_id": feed_id, "n": number}).first()
     return None if row is None else _page_from(row)
 
@@ -619,13 +622,13 @@ class SqlStore(Store):
         with self.read() as conn:
             return find_entries(conn, feed_id, entry_ids)
 
-    def page(self, feed_id: int, number: int) -> ArchivedPage | None:
+    def page(self, feed_id: int, number: int) -> PageRecord | None:
         with self.read_one() as conn:
             return page_in(conn, feed_id, number)
 
-    def iter_pages(self, feed_id: int, chunk: int = 64) -> Iterator[ArchivedPage]:
+    def iter_pages(self, feed_id: int, chunk: int = 1000) -> Iterator[PageRecord]:
         """Every frozen page of a feed in order, ``chunk`` at a time: a feed of millions of
-        entries has tens of thousands of pages, too many bodies to hold at once."""
+        entries has thousands of pages, read in few round trips."""
         after = 0
         while True:
             with self.read_one() as conn:

@@ -8,7 +8,6 @@ from sqlalchemy import (
     Column,
     ForeignKey,
     Integer,
-    LargeBinary,
     MetaData,
     String,
     Table,
@@ -70,9 +69,9 @@ pages = Table(
     Column("first_seq", BigInteger, nullable=False),
     Column("last_seq", BigInteger, nullable=False),
     Column("frozen_us", BigInteger, nullable=False),
-    Column("etag", String(80), nullable=False),
-    # The rendered bytes: what the app, the static file and every cache carry, forever.
-    Column("body", LargeBinary, nullable=False),
+    # Lowercase hex SHA-256 of the page's bytes. The bytes live in the archive store, and
+    # render again from the entries, byte for byte; the database keeps no copy.
+    Column("sha256", String(64), nullable=False),
 )
 
 tokens = Table(
