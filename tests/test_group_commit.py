@@ -26,6 +26,7 @@ from simplefeed import metrics
 from simplefeed.app import create_app
 from simplefeed.errors import EntryConflict
 from simplefeed.model import Event, Feed, StoredEntry
+from simplefeed.rules import auth
 from simplefeed.rules.appending import decide, decide_group, pending_entries
 from simplefeed.service import Simplefeed
 from simplefeed.store import postgres
@@ -219,10 +220,17 @@ def _hold_the_feeds_lock(database_url: str, feed_id: int) -> Any:
 
 
 def test_publishes_that_queue_behind_a_commit_share_the_next_one(
-    core: Simplefeed, app_client: falcon.testing.TestClient, database_url: str
+    core: Simplefeed, app_client: falcon.testing.TestClient, database_url: str, token: str
 ) -> None:
-    """While the feed's lock is held elsewhere, one publish waits for it and ten queue behind:
-    two commits for eleven publishes, and the group of ten freezes the pages it fills."""
+    """While the feed's lock is held elsewhere, one publish waits for it and ten queue behind,
+    one of them with a wrong token: two commits, the group's refusing that one alone and
+    freezing the pages it fills."""
+    # A token the app's screen remembers as valid, revoked since: only the append refuses it.
+    wrong = core.create_token(label="revoked")
+    first_use = {"Authorization": f"Bearer {wrong}"}
+    r = app_client.simulate_post("/entries", json={"title": "x"}, headers=first_use)
+    assert r.status_code == 201
+    core.revoke_token(auth.parse_authorization(f"Bearer {wrong}").token_id)
     app_client.simulate_post("/entries", json={"title": "learn the feed"})
     feed = core.feed("events")
     commits_before, publishes_before = _append_metrics("events")
@@ -231,7 +239,10 @@ def test_publishes_that_queue_behind_a_commit_share_the_next_one(
     answers: list[Any] = []
 
     def publish(n: int) -> None:
-        answers.append(app_client.simulate_post("/entries", json={"title": f"queued {n}"}))
+        headers = {"Authorization": f"Bearer {wrong}"} if n == 5 else None
+        answers.append(
+            app_client.simulate_post("/entries", json={"title": f"queued {n}"}, headers=headers)
+        )
 
     first = threading.Thread(target=publish, args=(0,))
     first.start()
@@ -251,11 +262,13 @@ def test_publishes_that_queue_behind_a_commit_share_the_next_one(
         t.join()
 
     assert queued == 10, "the publishes did not queue behind the one under way"
-    assert sorted(r.status_code for r in answers) == [201] * 11
-    assert sorted(r.json["seq"] for r in answers) == list(range(2, 13))
+    assert sorted(r.status_code for r in answers) == [201] * 10 + [401]
+    assert sorted(r.json["seq"] for r in answers if r.status_code == 201) == list(range(3, 13))
     commits, publishes = _append_metrics("events")
-    assert (commits - commits_before, publishes - publishes_before) == (2, 11)
+    assert (commits - commits_before, publishes - publishes_before) == (2, 10)
     assert core.feed("events").head_seq == 12
+    titles = [t for (t,) in query(database_url, "SELECT data FROM entries")]
+    assert not any('"queued 5"' in t for t in titles), "the refused publish was stored"
     for number in (1, 2):
         assert core.store.page(feed.id, number) is not None, f"page {number} not frozen"
         assert app_client.simulate_get(f"/pages/{number}").status_code == 200

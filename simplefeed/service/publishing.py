@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from simplefeed import atom, metrics
 from simplefeed.errors import (
+    AuthError,
     BaseUrlMismatch,
     DefaultFeedMismatch,
     FeedRetired,
@@ -50,7 +51,6 @@ class _Publish:
     ) -> None:
         self.pending = pending
         self.now = now
-        #: None once checked (or for a publish without a token).
         self.credentials = credentials
 
 
@@ -108,11 +108,7 @@ class Publishing:
         if len(pending) != 1:
             return self._append(feed_name, pending, now, credentials)
         # A single event joins the publishes to the feed under way, if any (group commit).
-        # While it queues, its token is checked, so that its group need not check it.
         publish = _Publish(pending, now, credentials)
-        if credentials is not None and self._groups.busy(feed_name):
-            self.tokens.check(credentials, feed_name)
-            publish.credentials = None
         return self._groups.run(
             feed_name,
             publish,
@@ -166,23 +162,51 @@ class Publishing:
     ) -> list[list[Appended] | BaseException]:
         """Append a group of publishes in one transaction, each answered as if alone.
 
-        Their tokens were checked while they queued. :func:`appending.decide_group` decides
-        each in turn, so a replay or a conflict inside the group keeps its meaning, and a
-        refused publish writes nothing and leaves the others be.
+        :func:`appending.decide_group` decides each in turn, so a replay or a conflict inside
+        the group keeps its meaning, and a refused publish writes nothing and leaves the others
+        be. Where every publish carries the same token (one producer's threads, say), the
+        one-round-trip append checks it; else each distinct token is checked once here.
         """
         everything = [p for publish in group for p in publish.pending]
-        look_up = [p.id for p in everything if p.event.id is not None]
         now = max(publish.now for publish in group)
-        if appending.ids_are_distinct(everything):
-            quick = self._in_one_round_trip(feed_name, everything, now, None)
+        tokens = {publish.credentials for publish in group}
+        look_up: list[PendingEntry] = []
+        if len(tokens) == 1 and appending.ids_are_distinct(everything):
+            (credentials,) = tokens
+            quick = self._in_one_round_trip(feed_name, everything, now, credentials)
             if isinstance(quick, list):
                 self.changes.committed()
                 metrics.appends_committed(feed_name, len(group))
                 answers = iter(quick)
                 return [[next(answers) for _ in publish.pending] for publish in group]
             if quick is _QuickOutcome.OUTCOME_UNKNOWN:
-                look_up = [p.id for p in everything]
-        with self.store.append(feed_name, look_up) as append:
+                look_up = everything  # it may have appended them all before it failed
+        refused: dict[auth.Credentials, AuthError] = {}
+        for credentials in tokens:
+            if credentials is not None:
+                try:
+                    self.tokens.check(credentials, feed_name)
+                except AuthError as exc:
+                    refused[credentials] = exc
+        allowed = [publish for publish in group if publish.credentials not in refused]
+        outcomes = iter(self._append_checked(feed_name, allowed, now, look_up) if allowed else [])
+        return [
+            refused[publish.credentials] if publish.credentials in refused else next(outcomes)
+            for publish in group
+        ]
+
+    def _append_checked(
+        self,
+        feed_name: str,
+        group: Sequence[_Publish],
+        now: int,
+        look_up: list[PendingEntry],
+    ) -> list[list[Appended] | BaseException]:
+        """Append a group whose tokens were checked, the ordinary way, looking up the
+        producers' ids and those of ``look_up``."""
+        everything = [p for publish in group for p in publish.pending]
+        ids = {p.id for p in everything if p.event.id is not None} | {p.id for p in look_up}
+        with self.store.append(feed_name, ids) as append:
             self._feeds[feed_name] = append.feed
             if append.feed.retired_us is not None:
                 raise FeedRetired(feed_name)
