@@ -163,9 +163,9 @@ class Settings:
     #: 0 turns waiting off. At most 50, because uwsgi.ini's harakiri ends a request after 60 s.
     max_wait: int = 30
     default_feed: str = "events"
-    #: The least severe level logged; INFO logs one access line per request.
+    #: The least severe level logged. INFO logs one access line per request.
     log_level: str = "INFO"
-    #: ``GET /metrics`` (Prometheus) served; SIMPLEFEED_METRICS=off turns it off.
+    #: Whether ``GET /metrics`` (Prometheus) is served. SIMPLEFEED_METRICS=off turns it off.
     metrics: bool = True
     #: The least free space the database's directory (SQLite) and the archive directory need.
     #: Below it, publishing refuses with a 503 and /healthz is unhealthy. So a full disk is met
@@ -440,8 +440,8 @@ def proxied_base_url_problem(uwsgi_socket: str | None, base_url_given: bool) -> 
     )
 
 
-#: An S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending
-#: with a letter or a digit.
+#: An S3 bucket name. It has 3 to 63 lowercase letters, digits, dots and hyphens. It starts
+#: and ends with a letter or a digit.
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 #: One segment of a key prefix. It holds only the characters a URL path carries as they are
 #: (RFC 3986 "unreserved"). So a CDN can map a path onto the bucket without escaping.

@@ -131,7 +131,7 @@ def url_scheme(url: str) -> str | None:
     return found.group(1).lower() if found else None
 
 
-#: What the store translates: SQLAlchemy's errors, and those of each driver a backend uses.
+#: What the store translates. These are SQLAlchemy's errors and those of each backend's driver.
 _TRANSLATED: tuple[type[BaseException], ...] = (SQLAlchemyError,)
 
 
