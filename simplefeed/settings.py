@@ -22,16 +22,18 @@ FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}\Z")
 
 
 def base_url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be the base URL every document's links are built on (frozen pages
-    keep them for good), or None."""
+    """Why ``url`` cannot be the base URL, or None.
+
+    Every document's links are built on the base URL. Frozen pages keep those links for good.
+    """
     if not re.match(r"^https?://[^/\s]+(/[^\s]*)?\Z", url):
         scheme = re.match(r"^(https?)://", url, re.IGNORECASE)
         if scheme is not None and not scheme[1].islower():
             return "has its scheme in capitals: write http:// or https://"
         return "is not an absolute http(s) URL"
     if len(url) > MAX_BASE_URL:
-        # Every link of every document is built on it (atom.MAX_DOCUMENT_BYTES: a document's
-        # head is bounded).
+        # Every link of every document is built on it. A document's head is bounded
+        # (atom.MAX_DOCUMENT_BYTES).
         return f"is longer than {MAX_BASE_URL} characters"
     try:
         parts = urlsplit(url)
@@ -50,12 +52,15 @@ def base_url_problem(url: str) -> str | None:
 
 
 def service_url_problem(url: str) -> str | None:
-    """Why ``url`` is more likely one of the service's own URLs pasted in (a feed's
-    ``/recent``, its ``/entries``, a page) than the URL the service is served at, or None:
-    links are built by appending to it (``.../recent/pages/1``), on frozen pages for good."""
+    """Why ``url`` looks like one of the service's own URLs pasted in, or None.
+
+    Such a URL is a feed's ``/recent``, its ``/entries`` or a page. It is not the URL the
+    service is served at. Links are built by appending to it (``.../recent/pages/1``). Frozen
+    pages keep those links for good.
+    """
     try:
         segments = urlsplit(url).path.rstrip("/").split("/")
-    except ValueError:  # not a URL: base_url_problem says so
+    except ValueError:  # Not a URL. base_url_problem says so.
         return None
     if segments[-1] in ("recent", "entries") or segments[-2:-1] == ["pages"]:
         return (
@@ -77,10 +82,10 @@ class Limits:
     max_json_depth: int = 32
     max_categories: int = 32
     max_links: int = 32
-    #: UTF-8 bytes of a producer's entry id. entries.entry_id is VARCHAR(1024) and sits in a
-    #: unique index with the feed's id: 1,024 bytes keep the index row far under PostgreSQL's
-    #: btree limit (about 2,700 bytes), on every backend alike. Ids are ASCII URIs in canonical
-    #: form (simplefeed.door.uris), so bytes and characters count the same.
+    #: UTF-8 bytes of a producer's entry id. entries.entry_id is VARCHAR(1024). It sits in a
+    #: unique index with the feed's id. 1,024 bytes keep the index row far under PostgreSQL's
+    #: btree limit of about 2,700 bytes. The same bound holds on every backend. Ids are ASCII
+    #: URIs in canonical form (simplefeed.door.uris), so bytes and characters count the same.
     max_id_bytes: int = 1024
 
     @classmethod
@@ -107,32 +112,34 @@ class Limits:
         )
 
 
-#: The most SIMPLEFEED_MAX_JSON_DEPTH may be. Readers decode JSON content recursively: Python's
-#: json (the Simplefeed consumer's) stops near 1,000 levels less the caller's own stack, so
-#: content accepted deeper than that would stop every such reader at its page for good.
+#: The most SIMPLEFEED_MAX_JSON_DEPTH may be. Readers decode JSON content recursively.
+#: Python's json, which the Simplefeed consumer uses, stops near 1,000 levels. The caller's own
+#: stack takes some of those. Content accepted deeper would stop every such reader at its page
+#: for good.
 MAX_JSON_DEPTH_LIMIT = 256
-#: The most characters of SIMPLEFEED_BASE_URL, and of a feed's title (whatever
-#: SIMPLEFEED_MAX_TITLE_CHARS allows an entry's): each is in every document's head, which
-#: atom.MAX_DOCUMENT_BYTES leaves 64 KiB.
+#: The most characters of SIMPLEFEED_BASE_URL, and of a feed's title. The title bound holds
+#: whatever SIMPLEFEED_MAX_TITLE_CHARS allows an entry's title. Each is in every document's
+#: head. atom.MAX_DOCUMENT_BYTES leaves that head 64 KiB.
 MAX_BASE_URL = 1024
 MAX_FEED_TITLE = 1024
-#: The most entries a page may hold (SIMPLEFEED_PAGE_SIZE, ``feed create --page-size``): a
-#: live document holds up to a page and is rendered whole; 10,000 entries are megabytes.
+#: The most entries a page may hold (SIMPLEFEED_PAGE_SIZE, ``feed create --page-size``). A
+#: live document holds up to a page and is rendered whole. 10,000 entries are megabytes.
 MAX_PAGE_SIZE = 10_000
-#: The most SIMPLEFEED_RECENT_MAX_AGE may be: a day. Caches (CDNs among them) keep the live
-#: documents that long and consumers poll no sooner, so a value past it (a few zeros too many)
-#: hides every new event from readers for as long.
+#: The most SIMPLEFEED_RECENT_MAX_AGE may be, which is a day. Caches, CDNs among them, keep
+#: the live documents that long. Consumers poll no sooner. So a larger value, such as a few
+#: zeros too many, hides every new event from readers for as long.
 MAX_RECENT_MAX_AGE = 86400
-#: The most SIMPLEFEED_MAX_WAIT may be: a waiting request ends well within uwsgi.ini's harakiri.
+#: The most SIMPLEFEED_MAX_WAIT may be. A waiting request then ends well within uwsgi.ini's
+#: harakiri.
 MAX_WAIT_LIMIT = 50
-#: The most uWSGI worker processes (SIMPLEFEED_PROCESSES, ``serve --processes``): each is a
-#: Python with its own database connections, tens of MB; 10^9 is a typo, not a machine.
+#: The most uWSGI worker processes (SIMPLEFEED_PROCESSES, ``serve --processes``). Each is a
+#: Python with its own database connections, tens of MB. 10^9 is a typo, not a machine.
 MAX_PROCESSES = 256
-#: The most threads per worker (SIMPLEFEED_THREADS): each holds a 64 KiB request buffer and a
-#: stack; 10,000 per worker already take over a GiB of memory.
+#: The most threads per worker (SIMPLEFEED_THREADS). Each holds a 64 KiB request buffer and a
+#: stack. 10,000 per worker already take over a GiB of memory.
 MAX_THREADS = 10_000
-#: The most SIMPLEFEED_MAX_BODY_BYTES may be: a publish's body is read whole into memory, by
-#: as many requests at once as there are threads.
+#: The most SIMPLEFEED_MAX_BODY_BYTES may be. A publish's body is read whole into memory. As
+#: many requests as there are threads may do so at once.
 MAX_BODY_BYTES_LIMIT = 64 * 1024 * 1024
 
 #: Levels SIMPLEFEED_LOG_LEVEL accepts (the standard library's names).
@@ -144,33 +151,34 @@ class Settings:
     #: Relative SQLite paths are relative to the working directory of the command.
     database_url: str = "sqlite:///var/simplefeed.sqlite3"
     archive_dir: Path = Path("archive")
-    #: SIMPLEFEED_ARCHIVE_URL (``s3://BUCKET/PREFIX``): the bucket every archived page is put
-    #: in too, besides the archive directory. None: the directory alone.
+    #: SIMPLEFEED_ARCHIVE_URL (``s3://BUCKET/PREFIX``). Every archived page is put in this
+    #: bucket too, besides the archive directory. None keeps pages in the directory alone.
     archive_url: str | None = None
     base_url: str = "http://localhost:8080"
     #: Whether SIMPLEFEED_BASE_URL was set (else ``serve --port N`` uses http://localhost:N).
     base_url_given: bool = False
     page_size: int = 100
     recent_max_age: int = 10
-    #: The longest a request may wait for a feed to change (``Prefer: wait=N``, RFC 7240);
-    #: 0 turns waiting off. At most 50: uwsgi.ini's harakiri ends a request after 60 s.
+    #: The longest a request may wait for a feed to change (``Prefer: wait=N``, RFC 7240).
+    #: 0 turns waiting off. At most 50, because uwsgi.ini's harakiri ends a request after 60 s.
     max_wait: int = 30
     default_feed: str = "events"
-    #: The least severe level logged; INFO logs one access line per request.
+    #: The least severe level logged. INFO logs one access line per request.
     log_level: str = "INFO"
-    #: ``GET /metrics`` (Prometheus) served; SIMPLEFEED_METRICS=off turns it off.
+    #: Whether ``GET /metrics`` (Prometheus) is served. SIMPLEFEED_METRICS=off turns it off.
     metrics: bool = True
-    #: Publishing refuses (503) and /healthz is unhealthy while the database's directory (SQLite)
-    #: or the archive directory has less free space than this: a full disk is met before a
-    #: write fails halfway.
+    #: The least free space the database's directory (SQLite) and the archive directory need.
+    #: Below it, publishing refuses with a 503 and /healthz is unhealthy. So a full disk is met
+    #: before a write fails halfway.
     min_free_bytes: int = 64 * 1024 * 1024
-    #: uWSGI's worker processes and threads per worker (uwsgi.ini reads the variables;
-    #: checked here, for uWSGI reads "abc" or "0" threads as none: one request at a time).
+    #: uWSGI's worker processes and threads per worker. uwsgi.ini reads the variables. They
+    #: are checked here, because uWSGI reads "abc" or "0" threads as none. It then serves one
+    #: request at a time.
     processes: int = 4
     threads: int = 200
     limits: Limits = field(default_factory=Limits)
-    #: Whether SIMPLEFEED_PAGE_SIZE was set (it only sizes feeds created after: a feed's page
-    #: size is fixed when it is created).
+    #: Whether SIMPLEFEED_PAGE_SIZE was set. It only sizes feeds created after, because a
+    #: feed's page size is fixed when it is created.
     page_size_given: bool = False
     #: SIMPLEFEED_HTTP_SOCKET (uwsgi.ini's HTTP address, ``host:port``) when it is set.
     http_socket: str | None = None
@@ -179,8 +187,10 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """The settings from ``environ`` (by default the process's); :class:`ConfigError` if
-        one is wrong."""
+        """Read the settings from ``environ``, by default the process's.
+
+        Raises :class:`ConfigError` if one is wrong.
+        """
         env = os.environ if environ is None else environ
         for name in _known_names():
             if name in env and not env[name].strip():
@@ -205,11 +215,11 @@ class Settings:
         http_socket, uwsgi_socket = _sockets(env)
         archive_url = env.get("SIMPLEFEED_ARCHIVE_URL") or None
         if archive_url is not None:
-            archive_url_parts(archive_url)  # (ConfigError if it is not s3://BUCKET/PREFIX)
+            archive_url_parts(archive_url)  # ConfigError if not s3://BUCKET/PREFIX.
         return cls(
             database_url=database_url,
             # Absolute from here on, so that every path a command prints says which directory
-            # it is (a cron job run elsewhere checked another, empty, archive).
+            # it is. A cron job run elsewhere would otherwise check another, empty, archive.
             archive_dir=Path(env.get("SIMPLEFEED_ARCHIVE_DIR") or "archive").absolute(),
             archive_url=archive_url,
             base_url=base_url.rstrip("/"),
@@ -287,8 +297,8 @@ def _integer(
     raw = env.get(name)
     if raw is None:
         return default
-    # Decimal ASCII digits only. Python's int() also reads "2_00" and fullwidth digits as 200,
-    # which uWSGI reads as 2 and 0 (it reads SIMPLEFEED_THREADS and SIMPLEFEED_PROCESSES too).
+    # Decimal ASCII digits only. Python's int() also reads "2_00" and fullwidth digits as 200.
+    # uWSGI reads those as 2 and 0. It reads SIMPLEFEED_THREADS and SIMPLEFEED_PROCESSES too.
     if not _DECIMAL.fullmatch(raw.strip()):
         raise ConfigError(f"{name} must be an integer, got {raw!r}")
     value = int(raw)
@@ -303,10 +313,10 @@ def _sockets(env: Mapping[str, str]) -> tuple[str | None, str | None]:
     """SIMPLEFEED_HTTP_SOCKET and SIMPLEFEED_UWSGI_SOCKET, checked."""
     http_socket = env.get("SIMPLEFEED_HTTP_SOCKET")
     if http_socket is not None:
-        socket_address(http_socket)  # checked here, used by `serve` and uWSGI's load
+        socket_address(http_socket)  # Checked here. `serve` and uWSGI's load use it.
     uwsgi_socket = env.get("SIMPLEFEED_UWSGI_SOCKET")
     if uwsgi_socket is not None and _spaced(uwsgi_socket):
-        # uWSGI bound "/run/sf\nock" as /run/sf, where nginx's uwsgi_pass does not look.
+        # uWSGI binds "/run/sf\nock" as /run/sf. nginx's uwsgi_pass does not look there.
         raise ConfigError(
             "SIMPLEFEED_UWSGI_SOCKET must be a socket's path or HOST:PORT, without spaces or"
             f" control characters, got {uwsgi_socket!r}"
@@ -314,11 +324,11 @@ def _sockets(env: Mapping[str, str]) -> tuple[str | None, str | None]:
     return http_socket, uwsgi_socket
 
 
-#: Variables uwsgi.ini reads besides the settings (``simplefeed serve`` sets the first from its
-#: options).
+#: Variables uwsgi.ini reads besides the settings. ``simplefeed serve`` sets the first from its
+#: options.
 UWSGI_VARIABLES = ("SIMPLEFEED_HTTP_SOCKET", "SIMPLEFEED_UWSGI_SOCKET")
-#: Where uwsgi.ini listens without SIMPLEFEED_HTTP_SOCKET (its own default: a test holds them
-#: equal).
+#: Where uwsgi.ini listens without SIMPLEFEED_HTTP_SOCKET. It is uwsgi.ini's own default too,
+#: and a test holds the two equal.
 DEFAULT_HTTP_SOCKET = "127.0.0.1:8080"
 _PREFIX = "SIMPLEFEED_"
 #: The example base URL every message that asks for one gives.
@@ -326,13 +336,16 @@ BASE_URL_EXAMPLE = "SIMPLEFEED_BASE_URL=https://feeds.example.com"
 
 
 def _known_names() -> tuple[str, ...]:
-    """Every variable this project's server reads: the settings and uwsgi.ini's."""
+    """Every variable this project's server reads, the settings and uwsgi.ini's."""
     return tuple(Settings().describe())
 
 
 def socket_address(value: str) -> tuple[str, int]:
-    """The host and port of SIMPLEFEED_HTTP_SOCKET (``host:port``, ``[v6]:port``, ``:port``
-    for every address, given as 0.0.0.0), or :class:`ConfigError`."""
+    """The host and port of SIMPLEFEED_HTTP_SOCKET, or :class:`ConfigError`.
+
+    It takes ``host:port``, ``[v6]:port`` or ``:port``. The last is every address, given as
+    0.0.0.0.
+    """
     host, sep, port = value.rpartition(":")
     if (
         not sep
@@ -351,8 +364,10 @@ _DECIMAL = re.compile(r"-?[0-9]+")
 
 
 def _spaced(text: str) -> bool:
-    """Whether ``text`` holds a space or a control character (a newline, a tab, ESC): no
-    socket address does, and uWSGI cuts an address at a newline."""
+    """Whether ``text`` holds a space or a control character, such as a newline, a tab or ESC.
+
+    No socket address does. uWSGI cuts an address at a newline.
+    """
     return any(c.isspace() or not c.isprintable() for c in text)
 
 
@@ -362,14 +377,17 @@ def is_loopback(host: str) -> bool:
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may be any of the machine's addresses
+    except ValueError:  # A host name may be any of the machine's addresses.
         return False
 
 
 def unset_base_url_problem(listening: str, host: str, base_url_given: bool) -> str | None:
-    """Why the service may not listen on ``host`` (``listening`` says where that came from)
-    without SIMPLEFEED_BASE_URL, or None: the links would then say http://localhost:PORT, which
-    every reader elsewhere follows to its own machine, and frozen pages say it for good."""
+    """Why the service may not listen on ``host`` without SIMPLEFEED_BASE_URL, or None.
+
+    ``listening`` says where ``host`` came from. Without the base URL, the links would say
+    http://localhost:PORT. Every reader elsewhere follows that to its own machine. Frozen pages
+    say it for good.
+    """
     if base_url_given or is_loopback(host):
         return None
     return (
@@ -380,10 +398,14 @@ def unset_base_url_problem(listening: str, host: str, base_url_given: bool) -> s
 
 
 def loopback_base_url_warning(listening: str, host: str, base_url: str) -> str | None:
-    """A warning if the service listens beyond this machine (on ``host``; ``listening`` says
-    where that came from) while SIMPLEFEED_BASE_URL names this machine's loopback, or None.
-    Not refused: readers on this machine, or reaching a container's published port as
-    localhost, follow such links rightly; readers elsewhere follow them to their own."""
+    """A warning if the service listens beyond this machine on a loopback base URL, or None.
+
+    The service listens on ``host``, and ``listening`` says where that came from.
+    SIMPLEFEED_BASE_URL names this machine's loopback. This is not refused, because some
+    readers follow such links rightly. They are readers on this machine, or readers reaching a
+    container's published port as localhost. Readers elsewhere follow the links to their own
+    machine.
+    """
     if is_loopback(host):
         return None
     try:
@@ -402,10 +424,12 @@ def loopback_base_url_warning(listening: str, host: str, base_url: str) -> str |
 
 
 def proxied_base_url_problem(uwsgi_socket: str | None, base_url_given: bool) -> str | None:
-    """Why the service may not run behind a proxy (SIMPLEFEED_UWSGI_SOCKET: nginx's
-    ``uwsgi_pass``) without SIMPLEFEED_BASE_URL, or None: the links would then say
-    http://localhost:PORT, uWSGI's own HTTP port, which is never where a proxy's readers
-    are, and frozen pages say it for good."""
+    """Why the service may not run behind a proxy without SIMPLEFEED_BASE_URL, or None.
+
+    SIMPLEFEED_UWSGI_SOCKET puts it behind a proxy, such as nginx's ``uwsgi_pass``. Without
+    the base URL, the links would say http://localhost:PORT. That is uWSGI's own HTTP port,
+    which is never where a proxy's readers are. Frozen pages say it for good.
+    """
     if base_url_given or not uwsgi_socket:
         return None
     return (
@@ -416,11 +440,11 @@ def proxied_base_url_problem(uwsgi_socket: str | None, base_url_given: bool) -> 
     )
 
 
-#: An S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending
-#: with a letter or a digit.
+#: An S3 bucket name. It has 3 to 63 lowercase letters, digits, dots and hyphens. It starts
+#: and ends with a letter or a digit.
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
-#: One segment of a key prefix: the characters a URL path carries as they are (RFC 3986
-#: "unreserved"), so that a CDN can map a path onto the bucket without escaping.
+#: One segment of a key prefix. It holds only the characters a URL path carries as they are
+#: (RFC 3986 "unreserved"). So a CDN can map a path onto the bucket without escaping.
 _PREFIX_SEGMENT = re.compile(r"[A-Za-z0-9._~-]+\Z")
 
 
@@ -469,8 +493,8 @@ def static_archive_problem(given: str | None, cwd: str) -> str | None:
     )
 
 
-#: Names taken for settings that no fuzzy match finds (or finds wrong), by what follows
-#: SIMPLEFEED_: the setting meant, or the command's option.
+#: Names taken for settings that no fuzzy match finds, or finds wrong. Each key is what
+#: follows SIMPLEFEED_. Each value is the setting meant, or the command's option.
 ALIASES = {
     "URL": "SIMPLEFEED_BASE_URL",
     "PUBLIC_URL": "SIMPLEFEED_BASE_URL",
@@ -493,21 +517,24 @@ ALIASES = {
     "FEED": "SIMPLEFEED_DEFAULT_FEED",
     "FEED_NAME": "SIMPLEFEED_DEFAULT_FEED",
 }
-#: How alike a prefix (its underscores dropped) must be to SIMPLEFEED for a variable whose rest
-#: is a setting's to be taken for one (SIMPLFEED_BASE_URL: 0.95; SIMPLE_FEED_BASE_URL: 1).
+#: How alike a prefix must be to SIMPLEFEED, its underscores dropped. Then a variable whose
+#: rest is a setting's name is taken for that setting. SIMPLFEED_BASE_URL scores 0.95 and
+#: SIMPLE_FEED_BASE_URL scores 1.
 _PREFIX_MISSPELT = 0.85
-#: How alike (difflib's ratio, the names without their prefix) a variable must be to a
-#: setting's name to be taken for a misspelling of it: ``PAGESIZE`` is 0.94 of ``PAGE_SIZE``,
-#: ``MAX_TITLE_LENGTH`` 0.71 of ``MAX_TITLE_CHARS``, while the other ``SIMPLEFEED_*`` variables
-#: of this project (the tests', the benchmarks', the deploy recipes', the consumer's handler's)
-#: are at most 0.53 of any.
+#: How alike a variable must be to a setting's name to be taken for a misspelling of it. This
+#: is difflib's ratio of the names without their prefix. ``PAGESIZE`` is 0.94 of
+#: ``PAGE_SIZE``. ``MAX_TITLE_LENGTH`` is 0.71 of ``MAX_TITLE_CHARS``. The project's other
+#: ``SIMPLEFEED_*`` variables are at most 0.53 of any. Those are the tests', the benchmarks',
+#: the deploy recipes' and the consumer's handler's.
 _MISSPELT = 0.7
 
 
 def misspelt_variables(environ: Mapping[str, str] | None = None) -> list[str]:
-    """A warning for each variable set that is not a setting but looks like one's name: a
-    misspelt setting is otherwise ignored without a word, and the service runs on the
-    default (``SIMPLEFEED_PAGESIZE=10`` and every new feed gets pages of 100)."""
+    """A warning for each variable set that is not a setting but looks like one's name.
+
+    A misspelt setting is otherwise ignored without a word, and the service runs on the
+    default. With ``SIMPLEFEED_PAGESIZE=10``, every new feed gets pages of 100.
+    """
     env = os.environ if environ is None else environ
     known = {name.removeprefix(_PREFIX): name for name in _known_names()}
     warnings = []
@@ -521,8 +548,11 @@ def misspelt_variables(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def setting_meant(name: str, known: Mapping[str, str]) -> str | None:
-    """The setting (or option) a variable ``name`` that is none was likely meant for, or None:
-    ``known`` maps each setting's name without SIMPLEFEED_ to the name."""
+    """The setting or option that variable ``name`` was likely meant for, or None.
+
+    ``name`` is not a setting itself. ``known`` maps each setting's name without SIMPLEFEED_
+    to the name.
+    """
     upper = name.upper()
     if upper.startswith(_PREFIX):
         rest = upper[len(_PREFIX) :]
@@ -547,8 +577,10 @@ _SECRET_PARAMS = frozenset({"password", "passwd", "pass", "secret", "token", "ss
 
 
 def mask_url(url: str) -> str:
-    """``url`` with its password (and secret query parameters) replaced by ``***``: how a
-    database URL is shown in messages, ``simplefeed config`` and logs."""
+    """Return ``url`` with its password and secret query parameters replaced by ``***``.
+
+    Messages, ``simplefeed config`` and logs show a database URL this way.
+    """
     try:
         parts = urlsplit(url)
     except ValueError:

@@ -1,23 +1,23 @@
 """Archived pages on disk: atomic writes, and rebuilding missing or damaged files.
 
-A frozen page's bytes live in a static file that uWSGI, nginx or a CDN origin serves without
-Python, whose path mirrors the page's URL path:
+A frozen page's bytes live in a static file. uWSGI, nginx or a CDN origin serves it without
+Python. Its path mirrors the page's URL path:
 
     default feed:  <archive_dir>/pages/<n>
     named feed:    <archive_dir>/feeds/<name>/pages/<n>
 
-The database keeps each page's digest (``pages.sha256``), not its bytes: a page whose file is
-missing renders again from its entries, byte for byte, and the digest checks it.
+The database keeps each page's digest (``pages.sha256``), not its bytes. A page whose file is
+missing renders again from its entries, byte for byte. The digest checks it.
 
-Files are written with a temporary file, fsync and ``os.replace``, so a reader (or a crash) sees
-either no file or the whole file, never part of one. The file's mtime is the page's freeze time, so
-the static server's Last-Modified equals the app's.
+Files are written with a temporary file, fsync and ``os.replace``. So a reader, or a crash, sees
+either no file or the whole file, never part of one. The file's mtime is the page's freeze time.
+So the static server's Last-Modified equals the app's.
 
-Beside each page file, its precompressed copies (:mod:`simplefeed.codings`), named as nginx's
-``gzip_static`` and uWSGI's ``static-gzip`` expect: ``<n>.gz`` and ``<n>.br``. They are written
-when the page freezes, after the page file. ``archive rebuild`` writes missing or damaged ones,
-and the app writes a missing one when it first reads the page. Static servers send a copy
-without checking it, so copies are fsynced like the page file: a crash leaves a copy whole or
+Beside each page file lie its precompressed copies (:mod:`simplefeed.codings`). They are named as
+nginx's ``gzip_static`` and uWSGI's ``static-gzip`` expect, ``<n>.gz`` and ``<n>.br``. They are
+written when the page freezes, after the page file. ``archive rebuild`` writes missing or damaged
+ones. The app writes a missing one when it first reads the page. Static servers send a copy
+without checking it. So copies are fsynced like the page file, and a crash leaves a copy whole or
 missing, never short. A missing copy is harmless, because the static servers then send the
 page file itself.
 """
@@ -44,8 +44,10 @@ log = logging.getLogger(__name__)
 
 
 def strong_etag(body: bytes) -> str:
-    """The page's ETag: its SHA-256 in lowercase hex, quoted (pages frozen before 2026-11-22
-    keep the first 32 digits of it)."""
+    """The page's ETag, its SHA-256 in lowercase hex, quoted.
+
+    Pages frozen before 2026-11-22 keep the first 32 digits of it.
+    """
     return '"' + hashlib.sha256(body).hexdigest() + '"'
 
 
@@ -75,7 +77,7 @@ def write_atomically(path: Path, body: bytes, mtime_us: int) -> None:
             f.write(body)
             f.flush()
             os.fsync(f.fileno())
-        # Readable by a static server running as another user (nginx, a CDN origin):
+        # Readable by a static server running as another user, such as nginx or a CDN origin.
         # mkstemp creates files 0600.
         os.chmod(tmp, 0o644)
         os.utime(tmp, ns=(mtime_us * 1000, mtime_us * 1000))
@@ -84,16 +86,19 @@ def write_atomically(path: Path, body: bytes, mtime_us: int) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    # No fsync of the directory: the file's bytes are on disk before the rename, so a crash
-    # can only lose the rename, i.e. the file is missing, never wrong. A missing page file
-    # heals itself (the app renders the page again from its entries and writes the file;
-    # `simplefeed archive rebuild` too); a damaged one would not. One fsync per page saved.
+    # No fsync of the directory. The file's bytes are on disk before the rename. So a crash
+    # can only lose the rename, and the file is then missing, never wrong. A missing page file
+    # heals itself. The app renders the page again from its entries and writes the file.
+    # `simplefeed archive rebuild` does too. A damaged one would not heal. This saves one fsync
+    # per page.
 
 
 def encoded_copy(path: Path, body: bytes, coding: str, mtime_us: int) -> os.stat_result | None:
-    """The page file ``path``'s copy in ``coding`` (its ``stat``), once it is checked to decode
-    to ``body`` (the page's bytes), or written now if it is missing or does not; None if it
-    cannot be written (then that coding is not offered for the page)."""
+    """The ``stat`` of the page file ``path``'s copy in ``coding``, checked or written now.
+
+    The copy must decode to ``body``, the page's bytes. It is written now if it is missing or
+    does not. None if it cannot be written. That coding is then not offered for the page.
+    """
     copy = encoded_path(path, coding)
     try:
         encoded = copy.read_bytes()
@@ -113,16 +118,18 @@ def encoded_copy(path: Path, body: bytes, coding: str, mtime_us: int) -> os.stat
         return None
 
 
-#: What the writability probe writes (:func:`writable_problems`): one file system block.
+#: What the writability probe (:func:`writable_problems`) writes, one file system block.
 PROBE = b"\0" * 4096
 
 
 def writable_problems(archive_dir: Path) -> list[str]:
-    """Why page files cannot be written now: the archive directory (made if missing) and every
-    feed's page directory there is (``pages``, ``feeds/NAME/pages``), each tried with a
-    temporary file of a block written and removed (permissions alone say nothing for root or a
-    read-only mount; a full file system still makes empty files; a page directory alone can be
-    what is not writable)."""
+    """Why page files cannot be written now.
+
+    It tries the archive directory, made if missing. It tries every feed's page directory
+    there is (``pages``, ``feeds/NAME/pages``). Each gets a temporary file of a block, written
+    and removed. Permissions alone say nothing for root or a read-only mount. A full file
+    system still makes empty files. A page directory alone can be what is not writable.
+    """
     found = []
     try:
         archive_dir.mkdir(parents=True, exist_ok=True)
@@ -132,7 +139,7 @@ def writable_problems(archive_dir: Path) -> list[str]:
     for directory in (archive_dir, *(p for p in pages if p.exists())):
         try:
             fd, tmp = tempfile.mkstemp(dir=directory, prefix=".healthz.", suffix=".tmp")
-            try:  # a block's worth: a full file system lets an empty file be made
+            try:  # A block's worth, because a full file system lets an empty file be made.
                 os.write(fd, PROBE)
             finally:
                 os.close(fd)
@@ -145,11 +152,14 @@ def writable_problems(archive_dir: Path) -> list[str]:
 
 
 def holds_another_page(path: Path, body: bytes) -> bool:
-    """Whether the file ``path`` holds another page than ``body``: an Atom page whose entries
-    are others (by id) than ``body``'s, a page of another history of the feed (a
-    database restored from a backup older than the archive), which readers and caches may hold
-    and whose entries may be nowhere else, so never written over by the service. A file cut
-    short, not an Atom page, or holding the same entries with other bytes (edited) is damaged."""
+    """Whether the file ``path`` holds another page than ``body``.
+
+    Another page is an Atom page whose entries, by id, are others than ``body``'s. It is a page
+    of another history of the feed. A database restored from a backup older than the archive
+    makes one. Readers and caches may hold it, and its entries may be nowhere else. So the
+    service never writes over it. Some files are damaged instead. One is cut short, or not an
+    Atom page. Or it holds the same entries with other, edited bytes.
+    """
     try:
         on_disk = path.read_bytes()
     except FileNotFoundError:
@@ -160,7 +170,7 @@ def holds_another_page(path: Path, body: bytes) -> bool:
     return bool(others) and others != entry_ids(body)
 
 
-#: Only reads a page's entry ids: no entity, DTD or network.
+#: Only reads a page's entry ids. It loads no entity, DTD or network resource.
 _PAGE_PARSER = etree.XMLParser(
     resolve_entities=False, no_network=True, load_dtd=False, huge_tree=True
 )
@@ -168,8 +178,10 @@ _ENTRY_IDS = etree.XPath("/a:feed/a:entry/a:id/text()", namespaces={"a": ATOM_NS
 
 
 def entry_ids(page: bytes) -> list[str]:
-    """The ids of the entries of an Atom page, in order (none if it is not one, or is not
-    well-formed)."""
+    """The ids of the entries of an Atom page, in order.
+
+    None are found if it is not one, or is not well-formed.
+    """
     try:
         found = _ENTRY_IDS(etree.fromstring(page, _PAGE_PARSER))
     except etree.XMLSyntaxError:
@@ -185,7 +197,10 @@ def file_matches(path: Path, page: ArchivedPage) -> bool:
 
 
 def read_if_recorded(path: Path, record: PageRecord) -> bytes | None:
-    """The page file's bytes if they have the page's recorded digest, else None (missing too)."""
+    """The page file's bytes if they have the page's recorded digest, else None.
+
+    A missing file gives None too.
+    """
     try:
         body = path.read_bytes()
     except FileNotFoundError:
@@ -214,14 +229,16 @@ def holds_files(archive_dir: Path) -> bool:
     )
 
 
-#: The repository's archive/ holds these, to say what lands there: they are no pages.
+#: The repository's archive/ holds these to say what lands there. They are no pages.
 _REPOSITORY_FILES = frozenset({"README.md", ".gitignore"})
 
 
 def empty_archive_problem(archive_dir: Path, holds: bool, frozen: int) -> str | None:
-    """Why checking an archive directory (``archive_dir``, named by the caller) that ``holds``
-    no file against a database of ``frozen`` pages is more likely the wrong directory than a
-    lost archive, or None."""
+    """Why an empty archive directory is more likely the wrong one than a lost archive, or None.
+
+    The caller names ``archive_dir``. ``holds`` says whether it holds a file. The database has
+    ``frozen`` pages.
+    """
     if holds or frozen == 0:
         return None
     return (
@@ -232,8 +249,10 @@ def empty_archive_problem(archive_dir: Path, holds: bool, frozen: int) -> str | 
 
 
 def record_problems(path: Path, record: PageRecord, on_disk: bytes | None) -> list[str]:
-    """How the page file ``path``, which holds ``on_disk`` (None: missing), and its copies
-    differ from the page the database records: its digest."""
+    """How the page file ``path`` and its copies differ from the page the database records.
+
+    The file holds ``on_disk``, which is None when it is missing. The record is the digest.
+    """
     if on_disk is None:
         return [f"{path}: missing (`simplefeed archive rebuild` writes it)"]
     digest = hashlib.sha256(on_disk).hexdigest()
@@ -276,10 +295,13 @@ def copy_problem(copy: Path, body: bytes, coding: str) -> str | None:
 
 
 def read_with_copies(path: Path) -> tuple[tuple[bytes, ...], int] | None:
-    """What the page file ``path`` and its compressed copies hold, decoded, the file's first,
-    each different one once (a copy that does not decode is left out), and the modification
-    time (microseconds) of the first there; None when neither the file nor a copy is there.
-    Raises :class:`OSError` for one that cannot be read."""
+    """What the page file ``path`` and its compressed copies hold, decoded.
+
+    The file's bytes come first. Each different body comes once. A copy that does not decode
+    is left out. It also returns the modification time, in microseconds, of the first there.
+    None when neither the file nor a copy is there. Raises :class:`OSError` for one that cannot
+    be read.
+    """
     bodies: list[bytes] = []
     mtime_us: int | None = None
     for coding in (None, *codings.CODINGS):
@@ -303,8 +325,11 @@ def read_with_copies(path: Path) -> tuple[tuple[bytes, ...], int] | None:
 
 
 def chain_problem(before: PageRecord, after: PageRecord, given: str | None) -> str | None:
-    """Whether ``after``'s prev-archive digest (``given``, its ``sf:sha256``) is the SHA-256
-    of ``before``, the page before it. Pages frozen before digests were given carry none."""
+    """Whether ``after``'s prev-archive digest is the SHA-256 of ``before``.
+
+    ``given`` is that digest, its ``sf:sha256``. ``before`` is the page before ``after``. Pages
+    frozen before digests were given carry none.
+    """
     actual = before.sha256
     if given is None or given == actual:
         return None
@@ -315,12 +340,15 @@ def chain_problem(before: PageRecord, after: PageRecord, given: str | None) -> s
 
 
 def stray_files(directory: Path, frozen: int) -> list[tuple[int, Path]]:
-    """Page files (and copies) in ``directory`` for pages beyond the ``frozen`` ones, by page
-    number and path, in order (no page URL should find them: a database older than the
-    archive, a copy from another database, or a restore gone wrong)."""
+    """Page files and copies in ``directory`` for pages beyond the ``frozen`` ones.
+
+    They come as page number and path, in order. No page URL should find them. A database
+    older than the archive leaves them. So do a copy from another database and a restore gone
+    wrong.
+    """
     try:
-        names = os.listdir(directory)  # (names only: a Path for each of 300,000 took 1.2 s)
-    except FileNotFoundError:  # no archive there yet: nothing stray
+        names = os.listdir(directory)  # Names only. A Path for each of 300,000 takes 1.2 s.
+    except FileNotFoundError:  # No archive there yet, so nothing stray.
         return []
     except OSError as exc:
         raise ArchiveUnreadable(directory, f"cannot be read ({exc.strerror or exc})") from exc
@@ -329,8 +357,10 @@ def stray_files(directory: Path, frozen: int) -> list[tuple[int, Path]]:
 
 
 def past_gap(strays: list[tuple[int, Path]], frozen: int) -> tuple[int, list[tuple[int, Path]]]:
-    """The first page after the ``frozen`` ones that no file of ``strays`` holds, and those
-    past it: ``archive recover`` takes back only the pages that follow the frozen ones."""
+    """The first page after the ``frozen`` ones that no file of ``strays`` holds, and those past.
+
+    ``archive recover`` takes back only the pages that follow the frozen ones.
+    """
     numbers = {n for n, _ in strays}
     missing = frozen + 1
     while missing in numbers:
@@ -342,25 +372,25 @@ def past_gap(strays: list[tuple[int, Path]], frozen: int) -> tuple[int, list[tup
 class RebuildReport:
     checked: int
     restored: list[Path]
-    #: Temporary files left by writes that never finished (a crash mid-write).
+    #: Temporary files left by writes that never finished, as after a crash mid-write.
     removed: list[Path] = field(default_factory=list)
-    #: Page files that could not be written: "PATH: why", one a page.
+    #: Page files that could not be written, as "PATH: why", one a page.
     unwritten: list[str] = field(default_factory=list)
-    #: Pages put in the bucket (SIMPLEFEED_ARCHIVE_URL) because it lacked them: their places.
+    #: The places of pages put in the bucket (SIMPLEFEED_ARCHIVE_URL) because it lacked them.
     uploaded: list[str] = field(default_factory=list)
 
 
-#: A temporary file older than this is no write in progress (a write takes milliseconds), but
-#: one a crashed process left behind.
+#: A temporary file older than this is no write in progress, because a write takes
+#: milliseconds. A crashed process left it behind.
 STALE_TEMP_S = 600.0
 
 
 def remove_stale_temp_files(directory: Path, now: float | None = None) -> list[Path]:
     """Delete the temporary files (``.<page>.*.tmp``) of writes that never finished.
 
-    They are invisible to readers (no page URL maps to them) but nothing else would ever
-    remove them. Recent ones are left alone: another process, or node sharing the directory,
-    may be writing them right now.
+    They are invisible to readers, because no page URL maps to them. But nothing else would
+    ever remove them. Recent ones are left alone. Another process, or a node sharing the
+    directory, may be writing them right now.
     """
     now = time.time() if now is None else now
     removed: list[Path] = []
@@ -377,8 +407,10 @@ def remove_stale_temp_files(directory: Path, now: float | None = None) -> list[P
 
 
 def ensure_files(path: Path, page: ArchivedPage) -> list[Path]:
-    """Write the page's file and copies that are not already there with the right bytes; the
-    paths written."""
+    """Write the page's file and copies that are not already there with the right bytes.
+
+    Returns the paths written.
+    """
     written: list[Path] = []
     if not file_matches(path, page):
         write_atomically(path, page.body, page.frozen_us)

@@ -1,19 +1,19 @@
-"""The archive in an S3-compatible object store: the one door to it (boto3).
+"""The archive in an S3-compatible object store, through its one door (boto3).
 
 ``SIMPLEFEED_ARCHIVE_URL=s3://BUCKET/PREFIX`` names the bucket and the key prefix. The standard
-AWS settings do the rest: ``AWS_ENDPOINT_URL`` (another S3-compatible store),
+AWS settings do the rest. ``AWS_ENDPOINT_URL`` names another S3-compatible store. Then come
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``, and boto3's own
 chain of profiles and instance roles.
 
-Each object carries the headers a CDN passes on: its Content-Type, the immutable
-Cache-Control, and for a copy its Content-Encoding. So the bucket can be a CDN's origin as it
+Each object carries the headers a CDN passes on. They are its Content-Type and the immutable
+Cache-Control. A copy also carries its Content-Encoding. So the bucket can be a CDN's origin as it
 is. A page is written with ``If-None-Match: *``, so the store itself refuses a second write.
-When it refuses, the object is read back: the same bytes are fine, other bytes raise
+When it refuses, the object is read back. The same bytes are fine. Other bytes raise
 :class:`PageConflict`. Every other failure of boto3 or the store becomes
 :class:`ArchiveUnavailable`, here and nowhere else.
 
-The client is boto3, not obstore. boto3 is the AWS SDK, so it reads the standard variables,
-profiles and instance roles exactly as operators expect, and its errors and retries are
+The client is boto3, not obstore. boto3 is the AWS SDK. So it reads the standard variables,
+profiles and instance roles exactly as operators expect. Its errors and retries are
 documented. Both send conditional puts that moto's server and S3 honour. obstore's one
 interface over GCS and Azure would only matter for a store without an S3 API.
 """
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = ["S3Store"]
 
-#: Bounded waits: a store that does not answer costs seconds, not minutes. The standard retry
+#: Bounded waits, so a store that does not answer costs seconds, not minutes. The standard retry
 #: mode retries throttling and 5xx answers with backoff.
 _CONFIG = Config(
     connect_timeout=3,
@@ -65,8 +65,10 @@ class S3Store:
 
     @classmethod
     def from_url(cls, url: str, environ: Mapping[str, str] | None = None) -> S3Store:
-        """The store SIMPLEFEED_ARCHIVE_URL names, with the AWS settings of ``environ``
-        (the process's environment by default)."""
+        """The store SIMPLEFEED_ARCHIVE_URL names, with the AWS settings of ``environ``.
+
+        ``environ`` is the process's environment by default.
+        """
         env = os.environ if environ is None else environ
         bucket, prefix = archive_url_parts(url)
         session = boto3.session.Session(
@@ -91,8 +93,11 @@ class S3Store:
             self._put_once(copy_key(key, coding), codings.encode(body, coding), coding, body)
 
     def _put_once(self, key: str, data: bytes, coding: str | None, body: bytes) -> None:
-        """Write ``data`` at ``key`` unless an object is there; if one is, it must hold the
-        page ``body`` (decoded, for a copy: another compressor may give other bytes)."""
+        """Write ``data`` at ``key`` unless an object is there.
+
+        An object already there must hold the page ``body``. A copy is compared decoded,
+        because another compressor may give other bytes.
+        """
         request: PutObjectRequestTypeDef = {
             "Bucket": self.bucket,
             "Key": self.object_key(key),
@@ -111,7 +116,7 @@ class S3Store:
                 if _status(exc) != 412:
                     raise
         found = self._get(key)
-        if found is None:  # removed since: write it again
+        if found is None:  # Removed since, so write it again.
             self._put_once(key, data, coding, body)
             return
         problem = _content_problem(self.where(key), found, coding, body)
@@ -147,7 +152,7 @@ class S3Store:
     def problems(self, key: str, body: bytes) -> list[str]:
         page = self._object_problem(key, None, body)
         if page is not None and page.endswith(": missing"):
-            return [page]  # its copies say nothing more
+            return [page]  # Its copies say nothing more.
         found = [] if page is None else [page]
         for coding in codings.CODINGS:
             problem = self._object_problem(copy_key(key, coding), coding, body)
@@ -197,7 +202,7 @@ def _status(exc: ClientError) -> int | None:
 
 @contextlib.contextmanager
 def _door(where: str) -> Iterator[None]:
-    """boto3's and the store's failures as :class:`ArchiveUnavailable`, in one line."""
+    """Turn boto3's and the store's failures into :class:`ArchiveUnavailable`, in one line."""
     try:
         yield
     except ClientError as exc:

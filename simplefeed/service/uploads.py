@@ -1,23 +1,23 @@
 """Archived pages put in the bucket (SIMPLEFEED_ARCHIVE_URL), and the pages that wait for it.
 
 Every archived page is written to the archive directory first, as without a bucket. With
-SIMPLEFEED_ARCHIVE_URL set, the page then waits there for the bucket: a marker file
-``<archive_dir>/.uploads/<key>`` (the key with its slashes escaped) holds the page's SHA-256, and
-its modification time says since when it waits. A background thread of each process puts the
-waiting pages in the bucket through the page store's door (:class:`S3Store`, a conditional put)
-and removes each marker once the bucket holds the page.
+SIMPLEFEED_ARCHIVE_URL set, the page then waits there for the bucket. A marker file
+``<archive_dir>/.uploads/<key>`` holds the page's SHA-256, with the key's slashes escaped. Its
+modification time says since when it waits. A background thread of each process puts the
+waiting pages in the bucket. It goes through the page store's door, a conditional put of
+:class:`S3Store`. It removes each marker once the bucket holds the page.
 
-The pages wait in the directory, not in a table, because the directory already holds their
-bytes, fsynced, and the static routes serve them from there meanwhile. A marker is all that
-waiting adds, and it is written beside the page, by the same process, with no second commit to
-the database. A bucket outage then stops no publish: the freeze is committed and its file
-written before the bucket is asked anything. Nothing is lost either: a marker outlives a crash
-or a restart, and the next process to freeze a page, answer ``/healthz`` or run ``archive
-rebuild`` puts the waiting pages in the bucket.
+The pages wait in the directory, not in a table. The directory already holds their bytes,
+fsynced. The static routes serve them from there meanwhile. A marker is all that waiting adds.
+The same process writes it beside the page, with no second commit to the database. So a bucket
+outage stops no publish. The freeze is committed and its file written before the bucket is
+asked anything. Nothing is lost either, because a marker outlives a crash or a restart. The
+next process to freeze a page, answer ``/healthz`` or run ``archive rebuild`` puts the waiting
+pages in the bucket.
 
-While the bucket does not answer, the thread tries again with a backoff that doubles up to a
-minute (tenacity). A page the bucket holds with other bytes stays waiting and is logged: it
-needs an operator, for the bucket's copy is never written over.
+While the bucket does not answer, the thread tries again (tenacity). Its backoff doubles up to
+a minute. A page the bucket holds with other bytes stays waiting and is logged. It needs an
+operator, because the bucket's copy is never written over.
 """
 
 from __future__ import annotations
@@ -49,8 +49,10 @@ MAX_PAUSE_S = 60.0
 
 
 class Waiting:
-    """How many pages wait for the bucket, and the time (seconds since the epoch) the oldest
-    has waited since (None: none waits)."""
+    """How many pages wait for the bucket, and since when the oldest waits.
+
+    The time is in seconds since the epoch. It is None when no page waits.
+    """
 
     def __init__(self, pages: int, since_s: float | None) -> None:
         self.pages = pages
@@ -76,7 +78,7 @@ class Uploads:
 
     @property
     def bucket(self) -> PageStore:
-        """The bucket's page store, made on first use (boto3 is imported then)."""
+        """The bucket's page store, made on first use, when boto3 is imported."""
         if self._bucket is None:
             from simplefeed.archive.s3 import S3Store
 
@@ -85,8 +87,10 @@ class Uploads:
         return self._bucket
 
     def wait(self, key: str, sha256: str) -> None:
-        """Mark the page at ``key`` (whose bytes have ``sha256``) as waiting for the bucket,
-        and wake the thread that puts waiting pages there."""
+        """Mark the page at ``key`` as waiting for the bucket, and wake the putting thread.
+
+        ``sha256`` is the digest of the page's bytes.
+        """
         if not self.enabled:
             return
         marker = self.marker(key)
@@ -95,7 +99,7 @@ class Uploads:
         self.kick()
 
     def kick(self) -> None:
-        """Wake the thread (started now if it is not running) to put the waiting pages."""
+        """Wake the thread to put the waiting pages, starting it if it is not running."""
         if not self.enabled:
             return
         with self._lock:
@@ -108,7 +112,7 @@ class Uploads:
         self._kicked.set()
 
     def stop(self) -> None:
-        """Stop the thread (pages waiting go on waiting, on disk)."""
+        """Stop the thread. Pages waiting go on waiting, on disk."""
         self._stopped.set()
         self._kicked.set()
         thread = self._thread
@@ -125,11 +129,11 @@ class Uploads:
         return Waiting(len(times), min(times) if times else None)
 
     def put_waiting(self) -> tuple[int, list[str]]:
-        """Put every waiting page in the bucket, oldest first; how many went, and the pages
-        that cannot go until an operator acts (one line each).
+        """Put every waiting page in the bucket, oldest first.
 
-        Raises :class:`ArchiveUnavailable` when the bucket does not answer: the pages not put
-        yet wait on.
+        Returns how many went, and the pages that cannot go until an operator acts. Each of
+        those is one line. Raises :class:`ArchiveUnavailable` when the bucket does not answer.
+        The pages not put yet wait on.
         """
         put = 0
         stuck: list[str] = []
@@ -147,8 +151,10 @@ class Uploads:
         return self.directory / quote(key, safe="")
 
     def problems(self, key: str, body: bytes) -> list[str]:
-        """How the bucket's page at ``key`` and its copies differ from ``body``; a page that
-        waits is said as waiting."""
+        """How the bucket's page at ``key`` and its copies differ from ``body``.
+
+        A page that waits is reported as waiting.
+        """
         marker = self.marker(key)
         if marker.exists():
             since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(marker.stat().st_mtime))
@@ -156,8 +162,11 @@ class Uploads:
         return self.bucket.problems(key, body)
 
     def ensure(self, key: str, body: bytes) -> str | None:
-        """Put the page ``body`` at ``key`` in the bucket unless it holds it whole; where it
-        was put, or None if the bucket held it. :class:`PageConflict` if it holds other bytes."""
+        """Put the page ``body`` at ``key`` in the bucket unless it holds it whole.
+
+        Returns where it was put, or None if the bucket held it. Raises :class:`PageConflict`
+        if it holds other bytes.
+        """
         if not self.bucket.problems(key, body):
             return None
         self.bucket.put(key, body, 0)
@@ -176,8 +185,11 @@ class Uploads:
         return [path for _, path in sorted(found)]
 
     def _put(self, key: str, marker: Path) -> str | None:
-        """Put the page at ``key`` in the bucket and remove its marker; why it cannot be, or
-        None when it went (or its marker was gone: another process put it)."""
+        """Put the page at ``key`` in the bucket and remove its marker.
+
+        Returns why it cannot be put, or None when it went. None also when its marker was gone,
+        because another process put it.
+        """
         try:
             sha256 = marker.read_text().strip()
         except FileNotFoundError:
@@ -209,14 +221,16 @@ class Uploads:
         return self.put_waiting()
 
     def _run(self) -> None:
-        """Put the waiting pages whenever woken, trying again with a backoff while the bucket
-        does not answer."""
+        """Put the waiting pages whenever woken.
+
+        While the bucket does not answer, it tries again with a backoff.
+        """
         while not self._stopped.is_set():
             self._kicked.wait()
             self._kicked.clear()
             if self._stopped.is_set():
                 return
-            # A pause ends early when woken: a later freeze tries again at once.
+            # A pause ends early when woken, so a later freeze tries again at once.
             retrying = Retrying(
                 retry=retry_if_exception_type(ArchiveUnavailable),
                 wait=wait_exponential(multiplier=0.5, max=MAX_PAUSE_S),
@@ -226,9 +240,9 @@ class Uploads:
             )
             try:
                 retrying(self._attempt)
-            except RetryError:  # stopped while the bucket did not answer
+            except RetryError:  # Stopped while the bucket did not answer.
                 return
-            except Exception:  # a bug: said, and the thread goes on for the next freeze
+            except Exception:  # A bug is logged. The thread goes on for the next freeze.
                 log.exception("putting the waiting pages in the bucket failed")
 
 

@@ -1,12 +1,12 @@
 """The store's interface: everything the rest of Simplefeed may ask of the database.
 
-The core (and through it the app and the command line) holds a :class:`Store` and receives
+The core, and through it the app and the command line, holds a :class:`Store`. It receives
 :mod:`simplefeed.model` types from it, never rows, connections or SQL. Each backend implements
-it in a module of its own (:mod:`simplefeed.store.sqlite`, :mod:`simplefeed.store.postgres`)
-and raises only the project's errors: :class:`~simplefeed.errors.StoreUnavailable` (the
-database cannot serve now), :class:`~simplefeed.errors.StoreError` (anything else it refused)
-and the domain's own (:class:`~simplefeed.errors.FeedNotFound`, ...), never SQLAlchemy's or its
-driver's.
+it in a module of its own (:mod:`simplefeed.store.sqlite`, :mod:`simplefeed.store.postgres`).
+A backend raises only the project's errors, never SQLAlchemy's or its driver's.
+:class:`~simplefeed.errors.StoreUnavailable` says the database cannot serve now.
+:class:`~simplefeed.errors.StoreError` is anything else it refused. The domain has its own
+too (:class:`~simplefeed.errors.FeedNotFound`, ...).
 """
 
 from __future__ import annotations
@@ -31,17 +31,20 @@ from simplefeed.model import (
 
 @dataclass(frozen=True)
 class TokenCheck:
-    """A producer token to check in the append itself: its id and the SHA-256 of its secret."""
+    """A producer token to check in the append itself, as its id and its secret's SHA-256."""
 
     token_id: int
     secret_hash: str
 
 
 class Appending(ABC):
-    """An append under way, one write transaction. :attr:`feed` is the feed as locked: its
-    head before this append (appenders of a feed queue for its lock, from every process and
-    node); :attr:`found` holds the entries stored under the ids asked for, read after the
-    lock was granted, so no replay committed meanwhile is missed."""
+    """An append under way, one write transaction.
+
+    :attr:`feed` is the feed as locked, with its head before this append. Appenders of a feed
+    queue for its lock, from every process and node. :attr:`found` holds the entries stored
+    under the ids asked for. They are read after the lock was granted, so no replay committed
+    meanwhile is missed.
+    """
 
     feed: Feed
     found: dict[str, StoredEntry]
@@ -52,9 +55,12 @@ class Appending(ABC):
 
     @abstractmethod
     def page(self, number: int) -> PageRecord | None:
-        """The feed's frozen page ``number``, in this transaction: an append that needed a
-        second connection from the pool for it waited, holding the feed's lock, for appends
-        that held the pool's every connection waiting for that lock (PostgreSQL)."""
+        """The feed's frozen page ``number``, in this transaction.
+
+        A second connection from the pool would deadlock on PostgreSQL. The append would wait
+        for it while holding the feed's lock. Other appends would hold the pool's every
+        connection, waiting for that lock.
+        """
 
     @abstractmethod
     def write(
@@ -65,17 +71,21 @@ class Appending(ABC):
         pages: Sequence[ArchivedPage] = (),
         base_url: str | None,
     ) -> None:
-        """Insert the entries ``new`` (numbered ``feed.head_seq + 1 ...``; the pending entry
-        each was made from gives what is stored of its event), move the head to the last, and
-        record the pages they filled (digests, not bytes), recording ``base_url`` as the base
-        URL the feed's frozen pages are rendered with. Committed when the append's block ends
-        without an error. A duplicate sequence number, entry id or page is a
-        :class:`StoreError` and writes nothing."""
+        """Insert the entries ``new``, move the head to the last, and record the pages filled.
+
+        The entries are numbered ``feed.head_seq + 1 ...``. The pending entry each was made
+        from gives what is stored of its event. Pages are recorded as digests, not bytes.
+        ``base_url`` is recorded as the base URL the feed's frozen pages are rendered with.
+        This is committed when the append's block ends without an error. A duplicate sequence
+        number, entry id or page is a :class:`StoreError` and writes nothing.
+        """
 
 
 class Rebasing(ABC):
-    """Frozen pages being rendered again under way, one write transaction. :attr:`feed` is
-    the feed as locked: no append to it runs until the block ends."""
+    """Frozen pages being rendered again, one write transaction.
+
+    :attr:`feed` is the feed as locked. No append to it runs until the block ends.
+    """
 
     feed: Feed
 
@@ -89,15 +99,17 @@ class Rebasing(ABC):
 
     @abstractmethod
     def replace_page(self, page: ArchivedPage) -> None:
-        """Record ``page`` (digest, freeze time) in place of the frozen page of its number."""
+        """Record ``page``'s digest and freeze time in place of the frozen page of its number."""
 
 
 class Pause(Protocol):
-    """What a watcher (:meth:`Store.watch`) waits on between looks, as on a
-    ``threading.Event``: ``wait`` returns whether to stop, and may return before its timeout
-    (a commit announced: look now), or after it, when every commit of the node is announced
-    (:attr:`simplefeed.service.changes.Bell.announces_node`: the looks are then for commits made
-    elsewhere, :data:`simplefeed.service.changes.UNANNOUNCED_LOOK_S` apart)."""
+    """What a watcher (:meth:`Store.watch`) waits on between looks, as on a ``threading.Event``.
+
+    ``wait`` returns whether to stop. It may return before its timeout, when a commit is
+    announced, so the watcher looks now. It may return after it, when every commit of the node
+    is announced (:attr:`simplefeed.service.changes.Bell.announces_node`). The looks are then
+    for commits made elsewhere, :data:`simplefeed.service.changes.UNANNOUNCED_LOOK_S` apart.
+    """
 
     def is_set(self) -> bool: ...
 
@@ -105,39 +117,46 @@ class Pause(Protocol):
 
 
 class Store(ABC):
-    #: ``sqlite`` or ``postgresql`` (what /healthz reports).
+    #: ``sqlite`` or ``postgresql``, as /healthz reports it.
     backend: str
-    #: Whether :meth:`append_in_one_round_trip` may append (else it always gives way).
+    #: Whether :meth:`append_in_one_round_trip` may append. Else it always gives way.
     one_round_trip: bool = False
-    #: Whether :meth:`watch` looks for commits at intervals, so that a commit announced by a
-    #: process of the node makes it look sooner (else it is told of each commit).
+    #: Whether :meth:`watch` looks for commits at intervals. Then a commit announced by a
+    #: process of the node makes it look sooner. Else it is told of each commit.
     watch_polls: bool = False
-    #: The database's file on this machine, if it is one: /healthz watches its free space.
+    #: The database's file on this machine, if it is one. /healthz watches its free space.
     database_file: Path | None = None
 
     # -- feeds ---------------------------------------------------------------------------
 
     @abstractmethod
     def create_feed(self, *, name: str, title: str, page_size: int, uuid: str, now_us: int) -> Feed:
-        """A new, empty feed; :class:`~simplefeed.errors.FeedExists` if the name is taken."""
+        """Create a new, empty feed, or raise :class:`~simplefeed.errors.FeedExists`.
+
+        The error means the name is taken.
+        """
 
     @abstractmethod
     def feed(self, name: str) -> Feed:
-        """The feed as committed now; :class:`~simplefeed.errors.FeedNotFound` if none."""
+        """The feed as committed now, or :class:`~simplefeed.errors.FeedNotFound` if none."""
 
     @abstractmethod
     def feed_head(self, name: str) -> Feed:
-        """:meth:`feed` for the hot path (the validators of a 304 on ``/recent``): on a
-        direct connection, with nothing around the lookup, or less (the backends say
-        how). Nothing is cached for a time: every call sees the latest commit."""
+        """:meth:`feed` for the hot path, the validators of a 304 on ``/recent``.
+
+        It runs on a direct connection, with nothing around the lookup, or less. The backends
+        say how. Nothing is cached for a time, so every call sees the latest commit.
+        """
 
     @abstractmethod
     def feeds(self) -> list[Feed]: ...
 
     @abstractmethod
     def set_retired(self, name: str, retired_us: int | None) -> Feed:
-        """Retire a feed (``retired_us``: when) or bring it back (None); the feed as now.
-        Every append that starts after this returns sees it."""
+        """Retire a feed at ``retired_us``, or bring it back with None.
+
+        Returns the feed as now. Every append that starts after this returns sees it.
+        """
 
     # -- producer tokens -----------------------------------------------------------------
 
@@ -145,11 +164,14 @@ class Store(ABC):
     def create_token(
         self, *, secret_hash: str, feed: str | None, label: str | None, now_us: int
     ) -> int:
-        """Store a token (limited to ``feed`` if given); returns its id."""
+        """Store a token, limited to ``feed`` if given, and return its id."""
 
     @abstractmethod
     def token(self, token_id: int) -> TokenRecord | None:
-        """The token with this id (every publish looks one up first: the fast way)."""
+        """The token with this id.
+
+        Every publish looks one up first, so this is the fast way.
+        """
 
     @abstractmethod
     def tokens(self) -> list[TokenRecord]: ...
@@ -160,19 +182,24 @@ class Store(ABC):
 
     @abstractmethod
     def rotate_token(self, token_id: int, secret_hash: str) -> bool:
-        """Give a live token a new secret (its id, feed and label stay; the old secret is
-        refused by every publish that starts after this returns); False if there is no live
-        token with that id."""
+        """Give a live token a new secret, or return False if there is no live one with that id.
+
+        Its id, feed and label stay. Every publish that starts after this returns refuses the
+        old secret.
+        """
 
     # -- entries and pages ---------------------------------------------------------------
 
     @abstractmethod
     def entries_between(self, feed_id: int, first: int, last: int) -> list[Entry]:
-        """Entries with ``first <= seq <= last``, newest first (document order)."""
+        """Entries with ``first <= seq <= last``, newest first, in document order."""
 
     @abstractmethod
     def find_entries(self, feed_id: int, entry_ids: Iterable[str]) -> dict[str, StoredEntry]:
-        """The entries stored under these ids, by id (ids not in the feed are left out)."""
+        """The entries stored under these ids, by id.
+
+        Ids not in the feed are left out.
+        """
 
     @abstractmethod
     def page(self, feed_id: int, number: int) -> PageRecord | None:
@@ -186,14 +213,18 @@ class Store(ABC):
 
     @abstractmethod
     def append(self, feed: str, look_up: Iterable[str]) -> AbstractContextManager[Appending]:
-        """Lock ``feed`` for an append and find the stored entries of ``look_up``; leaving
-        the block commits (or, on an exception, rolls back)."""
+        """Lock ``feed`` for an append and find the stored entries of ``look_up``.
+
+        Leaving the block commits. On an exception it rolls back.
+        """
 
     @abstractmethod
     def rebase(self, feed: str, base_url: str) -> AbstractContextManager[Rebasing]:
-        """Lock ``feed`` against appends to replace its frozen pages; leaving the block records
-        ``base_url`` as the base URL they are rendered with and commits (or, on an exception,
-        rolls back: every page keeps its bytes)."""
+        """Lock ``feed`` against appends to replace its frozen pages.
+
+        Leaving the block records ``base_url`` as the base URL they are rendered with, and
+        commits. On an exception it rolls back, and every page keeps its bytes.
+        """
 
     def append_in_one_round_trip(
         self,
@@ -203,33 +234,42 @@ class Store(ABC):
         now_us: int,
         token: TokenCheck | None,
     ) -> int | None:
-        """Append ``pending`` in one round trip if the database can number them itself: new
-        ids only, staying within the working page, ``token`` live and allowed on the feed.
-        Returns the new head, durable, or None if nothing was appended (the caller then goes
-        the ordinary way). ``feed`` is only the feed's identity; its head is read under the
-        lock. Backends without such a path always give way."""
+        """Append ``pending`` in one round trip if the database can number them itself.
+
+        That needs new ids only, staying within the working page. ``token`` must be live and
+        allowed on the feed. Returns the new head, durable, or None if nothing was appended.
+        The caller then goes the ordinary way. ``feed`` is only the feed's identity. Its head is
+        read under the lock. Backends without such a path always give way.
+        """
         return None
 
     def flush_barrier(self) -> None:  # noqa: B027 - nothing to do for most backends
-        """Return once everything committed so far is durable (a no-op where every commit is
-        synchronous)."""
+        """Return once everything committed so far is durable.
+
+        It does nothing where every commit is synchronous.
+        """
 
     def analyze_entries_once(self) -> bool:
-        """Gather the planner's statistics on entries if that never happened; True if it ran.
-        Called when a feed's first page freezes. Nothing to do for backends without them."""
+        """Gather the planner's statistics on entries if that never happened.
+
+        Returns True if it ran. It is called when a feed's first page freezes. Backends
+        without such statistics have nothing to do.
+        """
         return False
 
     # -- changes -------------------------------------------------------------------------
 
     @abstractmethod
     def watch(self, changed: Callable[[], None], stop: Pause) -> None:
-        """Call ``changed`` soon after each commit that may have moved a feed's head, made by
-        any process or node, until ``stop`` is set; also after losing sight of the database
-        for a while (anything may have changed then). A watcher that polls waits on ``stop``
-        between looks: the wait ends early when a process of the node announces a commit.
-        Blocks: run it in a thread of its own (:class:`simplefeed.service.changes.Changes`).
-        It holds
-        one connection of its own, none of the store's others."""
+        """Call ``changed`` soon after each commit that may have moved a feed's head.
+
+        The commit may come from any process or node. It runs until ``stop`` is set. It also
+        calls after losing sight of the database for a while, because anything may have changed
+        then. A watcher that polls waits on ``stop`` between looks. The wait ends early when a
+        process of the node announces a commit. It blocks, so run it in a thread of its own
+        (:class:`simplefeed.service.changes.Changes`). It holds one connection of its own, none
+        of the store's others.
+        """
 
     # -- the database itself -------------------------------------------------------------
 
@@ -238,10 +278,15 @@ class Store(ABC):
         """Raise :class:`~simplefeed.errors.StoreUnavailable` unless the database answers."""
 
     def problems(self) -> list[str]:
-        """What keeps the database from taking writes although it answers (for ``/healthz``):
-        read-only, its file replaced or deleted, ... Empty when all is well."""
+        """What keeps the database from taking writes although it answers, for ``/healthz``.
+
+        It may be read-only, or its file replaced or deleted, ... Empty when all is well.
+        """
         return []
 
     @abstractmethod
     def close(self) -> None:
-        """Close every connection (the store may be used again: it reconnects)."""
+        """Close every connection.
+
+        The store may be used again, because it reconnects.
+        """

@@ -1,6 +1,7 @@
-"""What both backends share: SQLAlchemy Core over the tables, rows made into model types,
-transactions, the direct connections, and the one place where SQLAlchemy's and
-the drivers' exceptions become the project's (:data:`translated`).
+"""What both backends share: SQLAlchemy Core over the tables, and more.
+
+It also holds rows made into model types, transactions and the direct connections. It is the one
+place where SQLAlchemy's and the drivers' exceptions become the project's (:data:`translated`).
 
 Transactions are the store's own business::
 
@@ -9,8 +10,8 @@ Transactions are the store's own business::
     with store.read() as conn:
         ...
 
-Nothing here knows a dialect: what differs between SQLite and PostgreSQL is in
-:mod:`simplefeed.store.sqlite` and :mod:`simplefeed.store.postgres`, subclasses of
+Nothing here knows a dialect. What differs between SQLite and PostgreSQL is in
+:mod:`simplefeed.store.sqlite` and :mod:`simplefeed.store.postgres`. They hold subclasses of
 :class:`SqlStore`.
 """
 
@@ -48,9 +49,12 @@ from simplefeed.store.tables import entries, feeds, pages, tokens
 
 
 class SqlAppending(Appending):
-    """What an append under way is on both backends: its connection, the feed as locked, the
-    entries found under the ids asked for, and reading back the older entries of a page it
-    fills. Each backend writes in its own way (:meth:`write`)."""
+    """What an append under way is on both backends.
+
+    It holds its connection, the feed as locked and the entries found under the ids asked for.
+    It reads back the older entries of a page it fills. Each backend writes in its own way
+    (:meth:`write`).
+    """
 
     def __init__(self, conn: Connection, feed: Feed, found: dict[str, StoredEntry]) -> None:
         self.conn = conn
@@ -87,16 +91,20 @@ log = logging.getLogger(__name__)
 
 # -- errors -----------------------------------------------------------------------------------
 
-#: SQLSTATE classes (and codes) of PostgreSQL errors that say "not now" rather than "never":
-#: connection exceptions, insufficient resources, operator intervention (shutdown, recovery),
-#: a read-only transaction (a standby, or default_transaction_read_only), and the two a retry
-#: resolves (serialization failure, deadlock).
+#: SQLSTATE classes and codes of PostgreSQL errors that say "not now" rather than "never".
+#: They are connection exceptions, insufficient resources and operator intervention (shutdown,
+#: recovery). A read-only transaction is one too, on a standby or with
+#: default_transaction_read_only. So are the two a retry resolves, serialization failure and
+#: deadlock.
 _UNAVAILABLE_SQLSTATES = ("08", "53", "57", "25006", "40001", "40P01")
 
 
 def store_error(exc: BaseException) -> StoreError:
-    """The project's error for an exception of SQLAlchemy or of a driver (DB-API names:
-    ``OperationalError`` and ``InterfaceError`` are a database we cannot use now)."""
+    """The project's error for an exception of SQLAlchemy or of a driver.
+
+    The DB-API names ``OperationalError`` and ``InterfaceError`` mean a database we cannot use
+    now.
+    """
     unavailable = isinstance(exc, DisconnectionError | PoolTimeout) or (
         isinstance(exc, DBAPIError) and exc.connection_invalidated
     )
@@ -123,7 +131,7 @@ def url_scheme(url: str) -> str | None:
     return found.group(1).lower() if found else None
 
 
-#: What the store translates: SQLAlchemy's errors, and those of each driver a backend uses.
+#: What the store translates. These are SQLAlchemy's errors and those of each backend's driver.
 _TRANSLATED: tuple[type[BaseException], ...] = (SQLAlchemyError,)
 
 
@@ -134,9 +142,12 @@ def translate_driver_errors(kind: type[BaseException]) -> None:
 
 
 class _Translated:
-    """Raises what SQLAlchemy or a driver raised in its block as the project's own error
-    (:func:`store_error`), the original as its cause: every way out of the store passes one.
-    (A class, not a generator: it is on the path of every request.)"""
+    """Raise what SQLAlchemy or a driver raised in its block as the project's own error.
+
+    The error comes from :func:`store_error`, with the original as its cause. Every way out of
+    the store passes one. It is a class, not a generator, because it is on the path of every
+    request.
+    """
 
     __slots__ = ()
 
@@ -152,7 +163,7 @@ translated = _Translated()
 
 # -- statements and rows ----------------------------------------------------------------------
 
-# Built once: SQLAlchemy then reuses the compiled form without rebuilding it per call.
+# Built once, so SQLAlchemy reuses the compiled form without rebuilding it per call.
 FEED_BY_NAME = select(feeds).where(feeds.c.name == bindparam("name"))
 #: The feed's row, held until the transaction ends (PostgreSQL; SQLite ignores FOR UPDATE).
 LOCK_FEED = FEED_BY_NAME.with_for_update()
@@ -301,21 +312,25 @@ def page_in(conn: Connection, feed_id: int, number: int) -> PageRecord | None:
 # -- the direct connections -------------------------------------------------------------------
 
 #: Direct connections per process (:class:`DirectConnections`). Requests borrow one for a
-#: lookup (microseconds on SQLite, one round trip on PostgreSQL) or a one-round-trip append,
-#: so a few serve the hundreds of threads of a uWSGI worker; and the database sees a bounded
-#: number per process whatever the thread count: this, the engine's pool and one listener.
+#: lookup or a one-round-trip append. A lookup takes microseconds on SQLite and one round trip
+#: on PostgreSQL. So a few serve the hundreds of threads of a uWSGI worker. The database sees a
+#: bounded number per process, whatever the thread count. It is this, the engine's pool and
+#: one listener.
 DIRECT_CONNECTIONS = 4
 #: A request that finds every direct connection busy for this long is answered 503.
 DIRECT_WAIT_S = 10.0
 
 
 class DirectConnections:
-    """A small pool of DB-API connections with the engine's connect-time settings, outside
-    SQLAlchemy's pool, for single statements with nothing around them: at most ``size`` per
-    process, borrowed one request at a time (:meth:`use`), the most recently returned first.
+    """A small pool of DB-API connections for single statements with nothing around them.
 
-    A connection opened before a fork is the parent's and is never used by the child (two
-    processes on one socket or SQLite handle): the first use in a new process forgets them.
+    They have the engine's connect-time settings but live outside SQLAlchemy's pool. There are
+    at most ``size`` per process. A request borrows one at a time (:meth:`use`), the most
+    recently returned first.
+
+    A connection opened before a fork is the parent's, and the child never uses it. Else two
+    processes would share one socket or SQLite handle. The first use in a new process forgets
+    them.
     """
 
     def __init__(self, engine: Engine, autocommit: bool, size: int = DIRECT_CONNECTIONS) -> None:
@@ -332,8 +347,8 @@ class DirectConnections:
         self.open: list[Any] = []
 
     def open_one(self) -> Any:
-        """A connection of the same kind, outside this pool: the caller's alone (to close)."""
-        fairy = self.engine.raw_connection()  # connect-time settings applied
+        """A connection of the same kind, outside this pool, for the caller alone to close."""
+        fairy = self.engine.raw_connection()  # Connect-time settings applied.
         conn = fairy.driver_connection
         fairy.detach()
         if self.autocommit:
@@ -341,7 +356,10 @@ class DirectConnections:
         return conn
 
     def _take(self) -> Any:
-        """An idle connection, or None if one may be opened; waits while all are busy."""
+        """An idle connection, or None if one may be opened.
+
+        Waits while all are busy.
+        """
         with self.available:
             if self.pid != os.getpid():
                 self._reset()
@@ -355,13 +373,16 @@ class DirectConnections:
                 )
             if self.idle:
                 return self.idle.pop()
-            self.open.append(None)  # a place taken while the connection opens
+            self.open.append(None)  # A place taken while the connection opens.
             return None
 
     @contextmanager
     def use(self) -> Iterator[Any]:
-        """A connection for this block. An error in the block closes it (the next use opens
-        another): nothing is left open on a connection between uses."""
+        """A connection for this block.
+
+        An error in the block closes it, and the next use opens another. So nothing is left
+        open on a connection between uses.
+        """
         mine = self._take()
         if mine is None:
             try:
@@ -410,8 +431,11 @@ class DirectConnections:
 
 
 class SqlStore(Store):
-    """:class:`~simplefeed.store.interface.Store` over SQLAlchemy Core: all but what a backend
-    does its own way (its engine, the fast head lookup, appending)."""
+    """:class:`~simplefeed.store.interface.Store` over SQLAlchemy Core.
+
+    It does all but what a backend does its own way. That is its engine, the fast head lookup
+    and appending.
+    """
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -425,7 +449,7 @@ class SqlStore(Store):
     @staticmethod
     @abstractmethod
     def make_engine(url: str) -> Engine:
-        """The process's engine (and pool) for ``url``, with the backend's settings."""
+        """The process's engine and pool for ``url``, with the backend's settings."""
 
     # -- what a backend knows of its URLs and files --------------------------------------
 
@@ -468,7 +492,7 @@ class SqlStore(Store):
 
     @contextmanager
     def read_one(self) -> Iterator[Connection]:
-        """A connection for a single read statement (no transaction needed to be consistent)."""
+        """A connection for a single read statement, which needs no transaction to be consistent."""
         with self.read() as conn:
             yield conn
 
@@ -480,13 +504,13 @@ class SqlStore(Store):
                 yield conn
 
     def lookup(self, stmt: Select[Any], params: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """The first row of one read statement (as a mapping), or None.
+        """The first row of one read statement, as a mapping, or None.
 
-        On a direct connection (:class:`DirectConnections`), with the statement compiled once,
-        there is no SQLAlchemy checkout, no transaction and no result object around it: about
-        5 us instead of 70 on SQLite, one round trip on PostgreSQL. Nothing is cached: every
-        call reads the latest committed state. On any error the connection is closed and the
-        statement runs the ordinary way.
+        It runs on a direct connection (:class:`DirectConnections`), with the statement
+        compiled once. There is no SQLAlchemy checkout, no transaction and no result object
+        around it. That takes about 5 us instead of 70 on SQLite, and one round trip on
+        PostgreSQL. Nothing is cached, so every call reads the latest committed state. On any
+        error the connection is closed and the statement runs the ordinary way.
         """
         sql, order = self.connections.sql(stmt)
         bound: Any = tuple(params[name] for name in order) if order is not None else params
@@ -568,8 +592,11 @@ class SqlStore(Store):
             conn.execute(update(feeds).where(feeds.c.id == locked.id).values(base_url=base_url))
 
     def lock_appends(self, conn: Connection, feed: str) -> None:
-        """Hold off the feed's appenders until ``conn``'s transaction ends (nothing to do where
-        a write transaction excludes every other writer, as on SQLite)."""
+        """Hold off the feed's appenders until ``conn``'s transaction ends.
+
+        There is nothing to do where a write transaction excludes every other writer, as on
+        SQLite.
+        """
 
     # -- producer tokens -----------------------------------------------------------------
 
@@ -603,7 +630,7 @@ class SqlStore(Store):
         return self._update_live_token(token_id, secret_hash=secret_hash)
 
     def _update_live_token(self, token_id: int, **values: object) -> bool:
-        """Set ``values`` on the token if it exists and is not revoked; whether it did."""
+        """Set ``values`` on the token if it exists and is not revoked, and say whether it did."""
         with self.write() as conn:
             result = conn.execute(
                 update(tokens)
@@ -627,8 +654,10 @@ class SqlStore(Store):
             return page_in(conn, feed_id, number)
 
     def iter_pages(self, feed_id: int, chunk: int = 1000) -> Iterator[PageRecord]:
-        """Every frozen page of a feed in order, ``chunk`` at a time: a feed of millions of
-        entries has thousands of pages, read in few round trips."""
+        """Every frozen page of a feed in order, ``chunk`` at a time.
+
+        A feed of millions of entries has thousands of pages, read in few round trips.
+        """
         after = 0
         while True:
             with self.read_one() as conn:

@@ -1,15 +1,14 @@
 """The SQLite backend: one file, one writer at a time, readers never waiting (WAL).
 
-A write transaction starts with ``BEGIN IMMEDIATE``: it takes the write lock up front (waiting
-up to the busy timeout) instead of failing with SQLITE_BUSY when it upgrades a read lock
+A write transaction starts with ``BEGIN IMMEDIATE``. It takes the write lock up front, waiting
+up to the busy timeout. So it does not fail with SQLITE_BUSY when it upgrades a read lock
 half-way through. ``synchronous=FULL`` makes every acknowledged commit durable against power
 loss, not only against a process crash. A writer waiting for the write lock retries every few
-hundred microseconds (:func:`_begin_immediate`) rather than in SQLite's busy handler, whose
-sleeps grow to 100 ms.
+hundred microseconds (:func:`_begin_immediate`). SQLite's busy handler would sleep up to 100 ms.
 
-The database's write lock is also the feeds' append lock: an append is one ``BEGIN IMMEDIATE``
-transaction, and its statements go straight to the driver (a few microseconds each instead of
-SQLAlchemy's tens), since every writer waits for whoever holds that lock.
+The database's write lock is also the feeds' append lock. An append is one ``BEGIN IMMEDIATE``
+transaction. Its statements go straight to the driver, because every writer waits for whoever
+holds that lock. That takes a few microseconds each instead of SQLAlchemy's tens.
 """
 
 from __future__ import annotations
@@ -39,19 +38,19 @@ from simplefeed.store.interface import Appending, Pause
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
-#: How often a process's watcher (:meth:`SQLiteStore.watch`) looks for a commit, from the first
-#: request of that process that waits for one (``Prefer: wait``) on: a waiting consumer learns
-#: of an entry this much later at most, of a publish by this node's processes at once (they
-#: ring: :class:`simplefeed.service.changes.Bell`; where the bell is the node's, the watcher's own
-#: looks come :data:`simplefeed.service.changes.UNANNOUNCED_LOOK_S` apart instead).
-#: 500 looks a second
+#: How often a process's watcher (:meth:`SQLiteStore.watch`) looks for a commit. It starts
+#: with the process's first request that waits for one (``Prefer: wait``). A waiting consumer
+#: learns of an entry this much later at most. It learns of a publish by this node's processes
+#: at once, because they ring :class:`simplefeed.service.changes.Bell`. Where the bell is the
+#: node's, the watcher's own looks come
+#: :data:`simplefeed.service.changes.UNANNOUNCED_LOOK_S` apart instead. 500 looks a second
 #: (2 ms) cost the server about a third more CPU per publish at 500 waiting consumers.
 WATCH_EVERY_S = 0.01
 
-#: A writer that finds the database locked tries again after this long, doubling up to
-#: ``_RETRY_MAX_S`` (with jitter), until the busy timeout. SQLite's own busy handler sleeps 1, 2,
-#: 5, 10, 15, 20, 25, ... 100 ms between tries: with several uWSGI workers the write lock sat
-#: idle while its waiters slept, and a few requests waited for a second.
+#: A writer that finds the database locked tries again after this long. The pause doubles up
+#: to ``_RETRY_MAX_S``, with jitter, until the busy timeout. SQLite's own busy handler sleeps
+#: 1, 2, 5, 10, 15, 20, 25, ... 100 ms between tries. With several uWSGI workers, the write
+#: lock then sits idle while its waiters sleep. A few requests wait for a second.
 _RETRY_MIN_S = 0.0002
 _RETRY_MAX_S = 0.002
 
@@ -66,8 +65,8 @@ def _relative_path_fix(url: str) -> str | None:
     """What to do about a missing database file named by a relative path, or None."""
     if url.partition(":///")[2].startswith("/"):
         return None
-    # A command run from another directory than the service's (cron's, a home directory):
-    # `db upgrade` there would make an empty database that passes every check.
+    # A command may run from another directory than the service's, such as cron's or a home
+    # directory. `db upgrade` there would make an empty database that passes every check.
     return (
         "its path is relative to the directory the command runs in: run it in the"
         " service's directory (or set SIMPLEFEED_DATABASE_URL to an absolute path), or"
@@ -143,34 +142,34 @@ class _SQLiteAppending(sql.SqlAppending):
 
 
 class WalIndex:
-    """Whether anything was committed to the database since a moment, known without a system
-    call: the header of its WAL index, read from memory shared with SQLite.
+    """Whether anything was committed to the database since a moment, without a system call.
 
-    Every connection to a database in WAL mode maps its ``-shm`` file, whose first 96 bytes
-    are two copies of the WAL index header (https://sqlite.org/walformat.html, "The WAL-Index
-    Header"); every commit, by any connection of any process, rewrites them (a change counter,
-    the last frame, checksums), the second copy first. SQLite's own readers compare the header
-    with the one they last saw to know whether the database changed, which is what moves
-    ``PRAGMA data_version``; :meth:`header` is the same comparison's input, read the way they
-    read it (the first copy, then the second, trusted only when they are equal and the header
-    says it is initialised). Copying 96 bytes from a mapping keeps the interpreter, where a
+    It reads the header of the WAL index from memory shared with SQLite. Every connection to
+    a database in WAL mode maps its ``-shm`` file. Its first 96 bytes are two copies of the WAL
+    index header (https://sqlite.org/walformat.html, "The WAL-Index Header"). Every commit, by
+    any connection of any process, rewrites them, the second copy first. They hold a change
+    counter, the last frame and checksums. SQLite's own readers compare the header with the
+    one they last saw to know whether the database changed. That is what moves ``PRAGMA
+    data_version``. :meth:`header` is the same comparison's input, read the way they read it.
+    It reads the first copy, then the second. It trusts them only when they are equal and the
+    header says it is initialised. Copying 96 bytes from a mapping keeps the interpreter. A
     statement releases it (:meth:`SQLiteStore.feed_head`).
 
-    One per process and database file, shared by the process's stores of it (:meth:`acquire`,
-    :meth:`release`) and closed with the last of them. The locks SQLite's connections
-    coordinate through are POSIX record locks on the ``-shm`` file, which the kernel drops, all
-    of the process's at once, when the process closes *any* descriptor of that file
-    (fcntl(2)): closing the mapping's while the process's connections used the database let
-    another process take the file for unused and rebuild it under them (a uWSGI worker died of
-    SIGBUS reading the mapping of a file cut short). So the mapping is closed only after every
-    connection of the stores, its own last (``anchor``: a connection on which it has read once,
-    holding the file open, since SQLite deletes or rebuilds it only when no connection has it
-    open).
+    There is one per process and database file. The process's stores of it share it
+    (:meth:`acquire`, :meth:`release`), and the last of them closes it. SQLite's connections
+    coordinate through POSIX record locks on the ``-shm`` file. The kernel drops all of the
+    process's locks at once when the process closes *any* descriptor of that file (fcntl(2)).
+    Closing the mapping's descriptor while the process's connections use the database lets
+    another process take the file for unused. It then rebuilds the file under them. A uWSGI
+    worker reading the mapping of a file cut short dies of SIGBUS. So the mapping is closed
+    only after every connection of the stores, its own last. That is ``anchor``, a connection
+    on which it has read once. It holds the file open, because SQLite deletes or rebuilds the
+    file only when no connection has it open.
     """
 
-    SIZE = 96  # the two copies of the header
+    SIZE = 96  # The two copies of the header.
     COPY = 48
-    IS_INIT = 12  # the header's isInit byte: 1 once a connection has built it
+    IS_INIT = 12  # The header's isInit byte, 1 once a connection has built it.
 
     def __init__(self, anchor: sqlite3.Connection, fd: int, mapped: mmap.mmap) -> None:
         self._anchor = anchor
@@ -181,9 +180,11 @@ class WalIndex:
 
     @classmethod
     def acquire(cls, database: Path, connect: Callable[[], sqlite3.Connection]) -> WalIndex:
-        """This process's WAL index of ``database`` (opened with a new connection from
-        ``connect`` if no store of the process holds it), for a store to :meth:`release`;
-        raises if there is none (not in WAL mode)."""
+        """This process's WAL index of ``database``, for a store to :meth:`release`.
+
+        If no store of the process holds it, a new connection from ``connect`` opens it.
+        Raises if there is none, because the database is not in WAL mode.
+        """
         key = (os.getpid(), str(database))
         with _WAL_INDEXES_LOCK:
             found = _WAL_INDEXES.get(key)
@@ -194,8 +195,10 @@ class WalIndex:
             return found
 
     def release(self) -> None:
-        """A store of the process is done with it (its connections closed): the last one closes
-        it, its connection first."""
+        """Note that a store of the process is done with it, its connections closed.
+
+        The last store closes it, its connection first.
+        """
         with _WAL_INDEXES_LOCK:
             self._users -= 1
             if self._users > 0 or self._key is None:
@@ -207,8 +210,10 @@ class WalIndex:
 
     @classmethod
     def open(cls, anchor: sqlite3.Connection, database: Path) -> WalIndex:
-        """The WAL index of ``database``, held open by ``anchor`` (a new connection to it,
-        closed here if there is no WAL index)."""
+        """The WAL index of ``database``, held open by ``anchor``.
+
+        ``anchor`` is a new connection to it. It is closed here if there is no WAL index.
+        """
         shm = Path(f"{database}-shm")
         try:
             anchor.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
@@ -225,8 +230,11 @@ class WalIndex:
         return cls(anchor, fd, mmap.mmap(fd, cls.SIZE, access=mmap.ACCESS_READ))
 
     def header(self) -> bytes | None:
-        """The header now, or None when its two copies differ (a commit is rewriting them)
-        or it is not initialised: then only the database can say."""
+        """The header now, or None when only the database can say.
+
+        That is when its two copies differ, because a commit is rewriting them. Or it is not
+        initialised.
+        """
         both = self._map[: self.SIZE]
         first = both[: self.COPY]
         if first != both[self.COPY :] or first[self.IS_INIT] != 1:
@@ -241,7 +249,7 @@ _WAL_INDEXES_LOCK = threading.Lock()
 
 def _forked() -> None:
     global _WAL_INDEXES_LOCK
-    _WAL_INDEXES_LOCK = threading.Lock()  # another thread of the parent may have held it
+    _WAL_INDEXES_LOCK = threading.Lock()  # Another thread of the parent may have held it.
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -250,12 +258,12 @@ os.register_at_fork(after_in_child=_forked)
 class SQLiteStore(sql.SqlStore):
     """:class:`~simplefeed.store.interface.Store` on a SQLite file.
 
-    The file this store opened is the file it writes to: a file deleted or replaced under a
-    running service (a restore, a mistaken ``rm``) would otherwise take writes into the old,
-    unlinked file through the open connections, acknowledged and then gone. Every write
-    transaction first checks that the path still names the file (device and inode) first seen
-    there, and refuses with :class:`~simplefeed.errors.StoreUnavailable` if not (one ``stat``,
-    3-4 us); :meth:`problems` reports it. A restart opens the file that is there now.
+    The file this store opened is the file it writes to. A restore or a mistaken ``rm`` may
+    delete or replace the file under a running service. The open connections would then take
+    writes into the old, unlinked file, acknowledged and then gone. So every write transaction
+    first checks that the path still names the file first seen there, by device and inode. If
+    not, it refuses with :class:`~simplefeed.errors.StoreUnavailable`. The check is one
+    ``stat``, 3-4 us. :meth:`problems` reports it. A restart opens the file that is there now.
     """
 
     backend = "sqlite"
@@ -311,7 +319,7 @@ class SQLiteStore(sql.SqlStore):
             with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
                 application_id = db.execute("PRAGMA application_id").fetchone()[0]
         except sqlite3.DatabaseError:
-            return  # not SQLite, or unreadable: what opens it next says so
+            return  # Not SQLite, or unreadable. What opens it next says so.
         if application_id == STATE_FILE_APPLICATION_ID:
             raise DatabaseNotReady(
                 shown,
@@ -338,7 +346,7 @@ class SQLiteStore(sql.SqlStore):
         database = make_url(url).database
         self.path = Path(database) if database and database != ":memory:" else None
         self._identity: tuple[int, int] | None = None
-        self._file_problem()  # the file's identity, if it exists already
+        self._file_problem()  # The file's identity, if it exists.
         #: The process (pid) whose WAL index this is (:meth:`_wal_index`).
         self._wal: tuple[int, WalIndex | None] = (0, None)
         #: The WAL index header the feeds were read at, and the feeds by name.
@@ -352,7 +360,7 @@ class SQLiteStore(sql.SqlStore):
             st = os.stat(self.path)
         except FileNotFoundError:
             if self._identity is None:
-                return None  # not made yet (only migrations make it)
+                return None  # Not made yet. Only migrations make it.
             return f"the database file {self.path} was deleted"
         identity = (st.st_dev, st.st_ino)
         if self._identity is None:
@@ -369,14 +377,14 @@ class SQLiteStore(sql.SqlStore):
         with super().write() as conn:
             yield conn
         if self._identity is None:
-            self._file_problem()  # made (by a migration) after this store was opened
+            self._file_problem()  # A migration made it after this store opened.
 
     def close(self) -> None:
         super().close()
         pid, wal = self._wal
         self._wal, self._heads = (0, None), (b"", {})
         if wal is not None and pid == os.getpid():
-            wal.release()  # after the store's own connections (WalIndex)
+            wal.release()  # After the store's own connections (WalIndex).
 
     def problems(self) -> list[str]:
         found = []
@@ -399,10 +407,10 @@ class SQLiteStore(sql.SqlStore):
 
     @staticmethod
     def make_engine(url: str) -> Engine:
-        # Never creates the file: every connection opens it read-write only (an SQLite URI,
-        # mode=rw). A connection to a missing file would make a new, empty one, and with the
-        # old file's -wal still beside it (the database moved away under a running service)
-        # SQLite took that WAL for the new file's and emptied it, acknowledged events with it.
+        # Never creates the file. Every connection opens it read-write only (an SQLite URI,
+        # mode=rw). A connection to a missing file would make a new, empty one. The old file's
+        # -wal may still be beside it, when the database moved away under a running service.
+        # SQLite takes that WAL for the new file's and empties it, acknowledged events with it.
         # Only migrations make the file (make_file).
         sa_url = make_url(url)
         if sa_url.database:
@@ -417,8 +425,8 @@ class SQLiteStore(sql.SqlStore):
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-            # Let us issue BEGIN ourselves (pysqlite's own transaction handling is off): this
-            # is also what makes every statement outside a BEGIN its own (autocommit).
+            # Let us issue BEGIN ourselves, with pysqlite's own transaction handling off. This
+            # also makes every statement outside a BEGIN its own transaction (autocommit).
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
@@ -436,12 +444,14 @@ class SQLiteStore(sql.SqlStore):
         return engine
 
     def feed_head(self, name: str) -> Feed:
-        """The feed as last read by this process while no commit was made since (the header of
-        the WAL index, :class:`WalIndex`, unchanged), else one indexed SELECT on a direct
-        connection. Nothing on the way back from the cache releases the interpreter: under
-        uWSGI's threads each statement did, and cost its thread a hand-over of the GIL to the
-        others and back (``PRAGMA data_version`` on every request was 150 of a /recent 304's
-        330 us of CPU: docs/explanation/decisions/interpreter.md)."""
+        """The feed as last read by this process if no commit was made since, else one SELECT.
+
+        The header of the WAL index (:class:`WalIndex`) tells whether a commit was made. The
+        SELECT is indexed, on a direct connection. Nothing on the way back from the cache
+        releases the interpreter. Under uWSGI's threads each statement does. It costs its thread
+        a hand-over of the GIL to the others and back. ``PRAGMA data_version`` on every request
+        takes 150 of a /recent 304's 330 us of CPU (docs/explanation/decisions/interpreter.md).
+        """
         wal = self._wal_index()
         header = wal.header() if wal is not None else None
         if header is not None:
@@ -455,7 +465,7 @@ class SQLiteStore(sql.SqlStore):
             raise FeedNotFound(name)
         feed = sql.feed_from(row)
         if header is not None:
-            # Read before the SELECT: a commit between the two changes the header, so the next
+            # Read before the SELECT. A commit between the two changes the header, so the next
             # request reads again. Threads racing here only cost each other a lookup.
             seen, feeds = self._heads
             if seen != header:
@@ -465,8 +475,11 @@ class SQLiteStore(sql.SqlStore):
         return feed
 
     def _wal_index(self) -> WalIndex | None:
-        """This process's :class:`WalIndex` of the database; None where there is none (a
-        database in memory, or not in WAL mode: a warning says so, once per store)."""
+        """This process's :class:`WalIndex` of the database, or None where there is none.
+
+        A database in memory has none, and so has one not in WAL mode. A warning says so, once
+        per store.
+        """
         pid = os.getpid()
         if self._wal[0] != pid:
             self._heads = (b"", {})
@@ -483,19 +496,22 @@ class SQLiteStore(sql.SqlStore):
         return self._wal[1]
 
     def watch(self, changed: Callable[[], None], stop: Pause) -> None:
-        """``PRAGMA data_version`` on a connection of its own, when ``stop``'s wait ends: after
-        :data:`WATCH_EVERY_S`, sooner when a commit is announced, later where the node
-        announces every commit (:class:`~simplefeed.store.interface.Pause`). It changes when
-        any other connection, of any process, commits to the database. A look woken by a timer
-        costs about 160 us of CPU (the thread woken, the read locks taken; 9 us back to back:
-        docs/explanation/decisions/long-poll.md). A connection that fails is closed and
-        another opened a second later."""
+        """Read ``PRAGMA data_version`` on a connection of its own, when ``stop``'s wait ends.
+
+        The wait ends after :data:`WATCH_EVERY_S`. It ends sooner when a commit is announced.
+        It ends later where the node announces every commit
+        (:class:`~simplefeed.store.interface.Pause`). The value changes when any other
+        connection, of any process, commits to the database. A look woken by a timer costs
+        about 160 us of CPU, for the woken thread and the read locks. Back to back it costs
+        9 us (docs/explanation/decisions/long-poll.md). A connection that fails is closed. Another
+        opens a second later.
+        """
         while not stop.is_set():
             conn = None
             try:
                 conn = self.connections.open_one()
                 ((seen,),) = conn.execute("PRAGMA data_version").fetchall()
-                changed()  # whatever happened before we looked
+                changed()  # Whatever happened before we looked.
                 while not stop.wait(WATCH_EVERY_S):
                     ((version,),) = conn.execute("PRAGMA data_version").fetchall()
                     if version != seen:
@@ -511,8 +527,10 @@ class SQLiteStore(sql.SqlStore):
 
     @contextmanager
     def append(self, feed: str, look_up: Iterable[str]) -> Iterator[Appending]:
-        """``BEGIN IMMEDIATE`` (the database's write lock: appenders of every feed queue
-        here), the feed's row, and the stored entries of ``look_up``."""
+        """Take ``BEGIN IMMEDIATE``, the feed's row, and the stored entries of ``look_up``.
+
+        ``BEGIN IMMEDIATE`` takes the database's write lock. Appenders of every feed queue here.
+        """
         ids = sorted(set(look_up))
         with self.write() as conn:
             cursor = _run(conn, _LOCK_FEED, {"name": feed})
