@@ -24,7 +24,7 @@ FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}\Z")
 def base_url_problem(url: str) -> str | None:
     """Why ``url`` cannot be the base URL, or None.
 
-    Every document's links are built on the base URL. Frozen pages keep those links for good.
+    Every document's links are built on the base URL. Archived pages keep those links for good.
     """
     if not re.match(r"^https?://[^/\s]+(/[^\s]*)?\Z", url):
         scheme = re.match(r"^(https?)://", url, re.IGNORECASE)
@@ -385,14 +385,14 @@ def unset_base_url_problem(listening: str, host: str, base_url_given: bool) -> s
     """Why the service may not listen on ``host`` without SIMPLEFEED_BASE_URL, or None.
 
     ``listening`` says where ``host`` came from. Without the base URL, the links would say
-    http://localhost:PORT. Every reader elsewhere follows that to its own machine. Frozen pages
+    http://localhost:PORT. Every reader elsewhere follows that to its own machine. Archived pages
     say it for good.
     """
     if base_url_given or is_loopback(host):
         return None
     return (
         f"{listening} listens beyond this machine, but SIMPLEFEED_BASE_URL is unset, so every"
-        " link (frozen pages' for good) would say http://localhost:...: set the URL readers"
+        " link (archived pages' for good) would say http://localhost:...: set the URL readers"
         f" reach the service at, e.g. {BASE_URL_EXAMPLE}"
     )
 
@@ -416,10 +416,10 @@ def loopback_base_url_warning(listening: str, host: str, base_url: str) -> str |
         return None
     return (
         f"{listening} listens beyond this machine, but SIMPLEFEED_BASE_URL={base_url} links"
-        " to its loopback: readers elsewhere follow every link (frozen pages' for good) to"
+        " to its loopback: readers elsewhere follow every link (archived pages' for good) to"
         " their own machine; right only if every reader reaches the service as localhost"
         f" (a container's published port). Else set the URL readers reach it at, e.g."
-        f" {BASE_URL_EXAMPLE} (`simplefeed archive rebase` moves frozen pages' links)"
+        f" {BASE_URL_EXAMPLE} (`simplefeed archive rebase` moves archived pages' links)"
     )
 
 
@@ -428,13 +428,13 @@ def proxied_base_url_problem(uwsgi_socket: str | None, base_url_given: bool) -> 
 
     SIMPLEFEED_UWSGI_SOCKET puts it behind a proxy, such as nginx's ``uwsgi_pass``. Without
     the base URL, the links would say http://localhost:PORT. That is uWSGI's own HTTP port,
-    which is never where a proxy's readers are. Frozen pages say it for good.
+    which is never where a proxy's readers are. Archived pages say it for good.
     """
     if base_url_given or not uwsgi_socket:
         return None
     return (
         f"SIMPLEFEED_UWSGI_SOCKET={uwsgi_socket} puts the service behind a proxy, but"
-        " SIMPLEFEED_BASE_URL is unset, so every link (frozen pages' for good) would say"
+        " SIMPLEFEED_BASE_URL is unset, so every link (archived pages' for good) would say"
         " http://localhost:..., uWSGI's own HTTP port: set the URL readers reach the proxy at,"
         f" e.g. {BASE_URL_EXAMPLE}"
     )

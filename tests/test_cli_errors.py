@@ -594,7 +594,7 @@ def test_serve_beyond_loopback_needs_the_base_url(tmp_path: Path) -> None:
     assert run(tmp_path, "db", "upgrade").returncode == 0
     port = free_port()
     advice = (
-        " listens beyond this machine, but SIMPLEFEED_BASE_URL is unset, so every link (frozen"
+        " listens beyond this machine, but SIMPLEFEED_BASE_URL is unset, so every link (archived"
         " pages' for good) would say http://localhost:...: set the URL readers reach the"
         " service at, e.g. SIMPLEFEED_BASE_URL=https://feeds.example.com"
     )
@@ -645,7 +645,7 @@ def test_behind_a_proxy_the_base_url_is_needed(tmp_path: Path) -> None:
     upstream = f"127.0.0.1:{free_port()}"
     advice = (
         f"SIMPLEFEED_UWSGI_SOCKET={upstream} puts the service behind a proxy, but"
-        " SIMPLEFEED_BASE_URL is unset, so every link (frozen pages' for good) would say"
+        " SIMPLEFEED_BASE_URL is unset, so every link (archived pages' for good) would say"
         " http://localhost:..., uWSGI's own HTTP port: set the URL readers reach the proxy at,"
         " e.g. SIMPLEFEED_BASE_URL=https://feeds.example.com"
     )
@@ -778,7 +778,7 @@ def test_archive_verify_and_rebuild_name_the_archive_and_database_absolutely(
             f"checking archive {home / 'archive'} against database {database}"
         ]
         assert done.stderr.splitlines() == [
-            f"Error: {home / 'archive'}: no page files at all, but the database has 2 frozen"
+            f"Error: {home / 'archive'}: no page files at all, but the database has 2 archived"
             " pages: is this the service's archive? (SIMPLEFEED_ARCHIVE_DIR, relative to the"
             " directory the command runs in; `simplefeed archive rebuild` writes the files)"
         ]

@@ -727,7 +727,7 @@ def test_archive_verify_exits_3_when_the_archive_directory_cannot_be_checked(
     root = core.settings.archive_dir
     shutil.move(root, tmp_path / "kept")
     empty = (
-        f"Error: {root}: no page files at all, but the database has 2 frozen pages: is this"
+        f"Error: {root}: no page files at all, but the database has 2 archived pages: is this"
         " the service's archive? (SIMPLEFEED_ARCHIVE_DIR, relative to the directory the"
         " command runs in; `simplefeed archive rebuild` writes the files)"
     )

@@ -1,6 +1,6 @@
 """Archived pages on disk: atomic writes, and rebuilding missing or damaged files.
 
-A frozen page's bytes live in a static file. uWSGI, nginx or a CDN origin serves it without
+An archived page's bytes live in a static file. uWSGI, nginx or a CDN origin serves it without
 Python. Its path mirrors the page's URL path:
 
     default feed:  <archive_dir>/pages/<n>
@@ -242,7 +242,7 @@ def empty_archive_problem(archive_dir: Path, holds: bool, frozen: int) -> str | 
     if holds or frozen == 0:
         return None
     return (
-        f"no page files at all, but the database has {frozen} frozen pages: is this the"
+        f"no page files at all, but the database has {frozen} archived pages: is this the"
         " service's archive? (SIMPLEFEED_ARCHIVE_DIR, relative to the directory the command"
         " runs in; `simplefeed archive rebuild` writes the files)"
     )

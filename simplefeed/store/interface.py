@@ -55,7 +55,7 @@ class Appending(ABC):
 
     @abstractmethod
     def page(self, number: int) -> PageRecord | None:
-        """The feed's frozen page ``number``, in this transaction.
+        """The feed's archived page ``number``, in this transaction.
 
         A second connection from the pool would deadlock on PostgreSQL. The append would wait
         for it while holding the feed's lock. Other appends would hold the pool's every
@@ -75,14 +75,14 @@ class Appending(ABC):
 
         The entries are numbered ``feed.head_seq + 1 ...``. The pending entry each was made
         from gives what is stored of its event. Pages are recorded as digests, not bytes.
-        ``base_url`` is recorded as the base URL the feed's frozen pages are rendered with.
+        ``base_url`` is recorded as the base URL the feed's archived pages are rendered with.
         This is committed when the append's block ends without an error. A duplicate sequence
         number, entry id or page is a :class:`StoreError` and writes nothing.
         """
 
 
 class Rebasing(ABC):
-    """Frozen pages being rendered again, one write transaction.
+    """Archived pages being rendered again, one write transaction.
 
     :attr:`feed` is the feed as locked. No append to it runs until the block ends.
     """
@@ -95,11 +95,11 @@ class Rebasing(ABC):
 
     @abstractmethod
     def page(self, number: int) -> PageRecord | None:
-        """The feed's frozen page ``number`` as it is before this transaction replaces it."""
+        """The feed's archived page ``number`` as it is before this transaction replaces it."""
 
     @abstractmethod
     def replace_page(self, page: ArchivedPage) -> None:
-        """Record ``page``'s digest and freeze time in place of the frozen page of its number."""
+        """Record ``page``'s digest and freeze time in place of the archived page of its number."""
 
 
 class Pause(Protocol):
@@ -203,11 +203,11 @@ class Store(ABC):
 
     @abstractmethod
     def page(self, feed_id: int, number: int) -> PageRecord | None:
-        """A frozen page, or None if that page is not frozen."""
+        """An archived page, or None if that page is not frozen."""
 
     @abstractmethod
     def iter_pages(self, feed_id: int) -> Iterator[PageRecord]:
-        """Every frozen page of a feed in order, a few at a time."""
+        """Every archived page of a feed in order, a few at a time."""
 
     # -- appending -----------------------------------------------------------------------
 
@@ -220,7 +220,7 @@ class Store(ABC):
 
     @abstractmethod
     def rebase(self, feed: str, base_url: str) -> AbstractContextManager[Rebasing]:
-        """Lock ``feed`` against appends to replace its frozen pages.
+        """Lock ``feed`` against appends to replace its archived pages.
 
         Leaving the block records ``base_url`` as the base URL they are rendered with, and
         commits. On an exception it rolls back, and every page keeps its bytes.

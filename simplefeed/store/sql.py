@@ -654,7 +654,7 @@ class SqlStore(Store):
             return page_in(conn, feed_id, number)
 
     def iter_pages(self, feed_id: int, chunk: int = 1000) -> Iterator[PageRecord]:
-        """Every frozen page of a feed in order, ``chunk`` at a time.
+        """Every archived page of a feed in order, ``chunk`` at a time.
 
         A feed of millions of entries has thousands of pages, read in few round trips.
         """
