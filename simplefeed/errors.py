@@ -4,8 +4,8 @@
 
     SimplefeedError
     ├── ConfigError                 bad SIMPLEFEED_* setting or CLI argument
-    │   ├── BaseUrlMismatch         .problems: frozen pages link to another base URL
-    │   ├── DefaultFeedMismatch     .problems: frozen pages at another feed's URLs
+    │   ├── BaseUrlMismatch         .problems: archived pages link to another base URL
+    │   ├── DefaultFeedMismatch     .problems: archived pages at another feed's URLs
     │   └── DefaultFeedMissing      SIMPLEFEED_DEFAULT_FEED names no feed
     ├── NotFound                    -> 404
     │   ├── FeedNotFound            .feed
@@ -52,7 +52,7 @@ class ConfigError(SimplefeedError):
 
 
 class BaseUrlMismatch(ConfigError):
-    """Feeds whose frozen pages were rendered with another base URL than the configured one.
+    """Feeds whose archived pages were rendered with another base URL than the configured one.
 
     Serving them as they are would mix two sets of links. ``problems`` holds one line per feed,
     and the message joins them.
@@ -64,7 +64,7 @@ class BaseUrlMismatch(ConfigError):
 
 
 class DefaultFeedMismatch(ConfigError):
-    """Feeds whose frozen pages are at URLs of the wrong feed.
+    """Feeds whose archived pages are at URLs of the wrong feed.
 
     Their pages may be at the default feed's URLs (``/pages/N``) while SIMPLEFEED_DEFAULT_FEED
     names another. Or they may be at ``/feeds/NAME/pages/N`` while it names them. Serving them
@@ -78,7 +78,7 @@ class DefaultFeedMismatch(ConfigError):
 
 
 class ArchiveAhead(ConfigError):
-    """Feeds whose archive has a page file past the database's frozen pages.
+    """Feeds whose archive has a page file past the database's archived pages.
 
     The database is older than the archive, because it was restored from a backup. So its next
     pages would freeze with other entries under URLs that readers and caches already hold. They
@@ -279,7 +279,7 @@ class ArchiveUnreadable(SimplefeedError):
     """The archive directory could not be checked against the database.
 
     It may not be a directory, or a file in it cannot be read. Or it holds no page file at all
-    while the database has frozen pages, most likely because it is the wrong directory.
+    while the database has archived pages, most likely because it is the wrong directory.
     ``path`` names it, and the message is one line.
     """
 

@@ -6,7 +6,7 @@ counters and histograms in files. Any worker may answer a scrape, and it adds up
 files (``MultiProcessCollector``). Without that variable, the values are the process's own.
 That holds for tests in one process, and for another WSGI server with one process.
 
-Per-feed state (head sequence, head age, frozen pages) is not counted. It is read from the
+Per-feed state (head sequence, head age, archived pages) is not counted. It is read from the
 database at scrape time. So every worker answers the same, and nothing is lost when a worker
 restarts.
 
@@ -200,7 +200,7 @@ def serve_relay(port: int, host: str = "127.0.0.1") -> None:
 
 
 class _Feeds(Collector):
-    """Head sequence, head age and frozen pages of every feed, read when scraped."""
+    """Head sequence, head age and archived pages of every feed, read when scraped."""
 
     def __init__(self, feeds: Sequence[Feed], now_us: int) -> None:
         self.feeds = feeds
@@ -219,7 +219,7 @@ class _Feeds(Collector):
             labels=["feed"],
         )
         pages = GaugeMetricFamily(
-            "simplefeed_frozen_pages", "Frozen (archived) pages of the feed.", labels=["feed"]
+            "simplefeed_archived_pages", "Archived pages of the feed.", labels=["feed"]
         )
         for feed in self.feeds:
             head.add_metric([feed.name], feed.head_seq)

@@ -135,7 +135,7 @@ class Feed:
     head_updated_us: int | None
     #: Server clock when the feed last changed. It drives Last-Modified of the live documents.
     modified_us: int
-    #: The base URL its frozen pages were rendered with (None while no page is frozen).
+    #: The base URL its archived pages were rendered with (None while no page is frozen).
     base_url: str | None = None
     #: When it was retired (None while it takes events). A retired feed is read, never appended to.
     retired_us: int | None = None

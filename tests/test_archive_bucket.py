@@ -1,7 +1,7 @@
 """The archive in a bucket (SIMPLEFEED_ARCHIVE_URL) on a real S3 API: moto's server on
 loopback, started here, stopped for an outage and started again.
 
-Publishing puts each frozen page and its copies in the bucket with their headers. While the
+Publishing puts each archived page and its copies in the bucket with their headers. While the
 bucket does not answer, publishing goes on, the pages wait in the archive directory, and
 ``/healthz`` and ``/metrics`` say how many and since when. When the bucket answers again, the
 pages arrive. ``archive verify`` and ``archive rebuild`` check and mend the bucket too.

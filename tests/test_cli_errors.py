@@ -767,7 +767,7 @@ def test_archive_verify_and_rebuild_name_the_archive_and_database_absolutely(
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         f"checking archive {install / 'archive'} against database {database}",
-        "checked 2 frozen pages, 0 problems",
+        "checked 2 archived pages, 0 problems",
     ]
     for archive in (home / "archive", None):  # An empty directory, and none at all.
         if archive is not None:

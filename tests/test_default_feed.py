@@ -29,7 +29,7 @@ from tests.conftest import FakeClock, query
 from tests.test_cli_errors import one_line_error, run, wsgi_refusal
 
 MISTYPED = (
-    "feed 'events' has frozen pages at /pages/N (rendered as the default feed's), but"
+    "feed 'events' has archived pages at /pages/N (rendered as the default feed's), but"
     " SIMPLEFEED_DEFAULT_FEED is 'event': set SIMPLEFEED_DEFAULT_FEED=events again (a feed's"
     " archived pages never move; caches keep them for a year)"
 )
@@ -254,7 +254,7 @@ def test_a_feed_with_pages_under_feeds_name_cannot_become_the_default(
     core.publish("orders", [Event(title=f"o{i}") for i in range(4)])  # Archives orders page 1.
     line = one_line_error(cli(core, tmp_path, "db", "upgrade", default_feed="orders"))
     assert line.startswith(
-        "Error: feed 'orders' has frozen pages at /feeds/orders/pages/N, but"
+        "Error: feed 'orders' has archived pages at /feeds/orders/pages/N, but"
         " SIMPLEFEED_DEFAULT_FEED is 'orders', which would serve them at /pages/N"
     )
     assert one_line_error(cli(core, tmp_path, "serve", *NOT_A_HOST, default_feed="orders")) == line

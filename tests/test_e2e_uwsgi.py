@@ -958,7 +958,7 @@ def test_archive_rebuild_restores_missing_and_damaged_files(
         assert f"restored {missing}" in lines, run.stdout
         assert f"restored {damaged}" in lines, run.stdout
         assert sum(line.startswith("restored /") for line in lines) == 2, run.stdout
-        assert re.search(r"^checked \d+ frozen pages, restored 2$", run.stdout, re.M), run.stdout
+        assert re.search(r"^checked \d+ archived pages, restored 2$", run.stdout, re.M), run.stdout
         for path, (original, mtime_ns) in originals.items():
             assert path.read_bytes() == original, f"{path} not restored byte-identically"
             assert path.stat().st_mtime_ns // 10**9 == mtime_ns // 10**9

@@ -123,7 +123,7 @@ def test_archive_verify_names_what_differs(
     }
     clean = CliRunner(env=env).invoke(main, ["archive", "verify"], catch_exceptions=False)
     assert clean.exit_code == 0, clean.output
-    assert "checked 3 frozen pages, 0 problems" in clean.output
+    assert "checked 3 archived pages, 0 problems" in clean.output
 
     page1, page2 = core.page_path("events", 1), core.page_path("events", 2)
     page1.write_bytes(page1.read_bytes().replace(b"batch 0", b"batch X"))  # damaged
@@ -145,7 +145,7 @@ def test_archive_verify_names_what_differs(
     problems = core.verify_archive().problems
     assert any(str(page1) in p and "not the database's page 1" in p for p in problems), problems
     assert any(str(page2) in p and "missing" in p for p in problems), problems
-    assert any(str(stray) in p and "no frozen page 9" in p for p in problems), problems
+    assert any(str(stray) in p and "no archived page 9" in p for p in problems), problems
     page3 = core.page_path("events", 3)
     assert any(
         str(page3) in p and "not the database's page 3" in p and f"not its recorded {other}" in p
@@ -184,7 +184,7 @@ def test_archive_verify_names_the_default_feeds_files_a_new_database_lacks(
     core: Simplefeed, client: falcon.testing.TestClient, settings: Settings, tmp_path: Path
 ) -> None:
     """An outside trial: an archive with the default feed's pages beside a new, empty
-    database passed ("checked 0 frozen pages, 0 problems"), while a named feed's files were
+    database passed ("checked 0 archived pages, 0 problems"), while a named feed's files were
     named; ``serve`` refuses such a database."""
     post(client, 2 * PAGE_SIZE, "batch")
     empty = f"sqlite:///{tmp_path / 'new.sqlite3'}"

@@ -157,7 +157,7 @@ def test_the_migration_writes_every_missing_page_file_before_the_bytes_leave(
         assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
         verified = run(tmp_path, "archive", "verify", **env)
         assert verified.returncode == 0, verified.stdout + verified.stderr
-        assert "checked 5 frozen pages, 0 problems" in verified.stdout
+        assert "checked 5 archived pages, 0 problems" in verified.stdout
 
 
 def test_the_migration_changes_nothing_while_a_page_file_holds_other_bytes(

@@ -109,7 +109,7 @@ def test_feed_show_gives_the_stats_and_entry_points(core: Simplefeed, tmp_path: 
     assert (shown["pages"], shown["frozen_pages"], shown["page_size"]) == (3, 2, 3)
     assert shown["last_publish"].startswith("2027-01-15T08:00:00")
     assert shown["base_url"] == BASE
-    assert shown["frozen_pages_base_url"] == BASE  # recorded when page 1 froze
+    assert shown["archived_pages_base_url"] == BASE  # recorded when page 1 froze
     assert (shown["state"], shown["retired"]) == ("live", None)
     assert shown["entry_points"] == {
         "recent": f"{BASE}/feeds/orders/recent",
@@ -154,7 +154,7 @@ def test_feed_show_warns_when_its_urls_are_not_the_ones_the_pages_link_to(
             " built on http://localhost:8080 (SIMPLEFEED_BASE_URL); set it to"
             f" {BASE}"
         )
-    assert json.loads(done.stdout)["frozen_pages_base_url"] == BASE  # stdout stays JSON
+    assert json.loads(done.stdout)["archived_pages_base_url"] == BASE  # stdout stays JSON
 
 
 @pytest.mark.parametrize(
@@ -171,7 +171,7 @@ def test_feed_show_warns_when_its_urls_are_not_the_ones_the_pages_link_to(
 def test_a_feed_its_documents_could_not_carry_is_not_created(
     core: Simplefeed, tmp_path: Path, args: list[str], words: str
 ) -> None:
-    """The title is in every document of the feed, frozen pages included: one character XML
+    """The title is in every document of the feed, archived pages included: one character XML
     cannot carry made every one of them ill-formed (lxml, feedparser and the Simplefeed consumer
     refused /recent), for good."""
     done = cli(core, tmp_path, "feed", "create", *args)
@@ -396,13 +396,13 @@ def test_migration_records_the_base_url_of_pages_frozen_before_it(
         # Migrated, and then refused: one feed's pages say nothing of their base URL.
         assert upgraded.returncode == 1, upgraded.stderr
         assert upgraded.stderr.splitlines() == [
-            f"simplefeed: feed 'events': its frozen pages link to {BASE} (recorded)",
-            f"simplefeed: feed 'orders': its frozen pages link to {BASE} (recorded)",
-            "simplefeed: feed 'broken' has frozen pages, but its page 1 names no base URL:"
+            f"simplefeed: feed 'events': its archived pages link to {BASE} (recorded)",
+            f"simplefeed: feed 'orders': its archived pages link to {BASE} (recorded)",
+            "simplefeed: feed 'broken' has archived pages, but its page 1 names no base URL:"
             " none recorded (`simplefeed archive rebase URL` records one)",
             f"simplefeed: wrote 4 page files missing from {archive_dir} from the database's"
             " bytes, before they leave it",
-            "Error: feed 'broken' has frozen pages but no recorded base URL: check that their"
+            "Error: feed 'broken' has archived pages but no recorded base URL: check that their"
             f" links are right, then record {BASE} with"
             f" `simplefeed archive rebase {BASE} --feed broken`",
         ]
@@ -422,7 +422,7 @@ def test_base_url_problem_only_for_archived_pages_with_another_base() -> None:
     assert base_url_problem(feed(5, BASE), BASE) is None
     moved = base_url_problem(feed(5, "http://old.test"), BASE)
     assert moved is not None
-    assert moved.startswith("feed 'orders' has frozen pages linking to http://old.test, but ")
+    assert moved.startswith("feed 'orders' has archived pages linking to http://old.test, but ")
     assert "SIMPLEFEED_BASE_URL=http://old.test again" in moved
     assert f"`simplefeed archive rebase {BASE} --feed orders`" in moved
     unknown = base_url_problem(feed(5, None), BASE)
@@ -438,7 +438,7 @@ def test_base_url_problem_only_for_archived_pages_with_another_base() -> None:
 def test_a_base_url_recorded_before_any_page_froze_is_not_overwritten_by_a_freeze(
     core: Simplefeed, clock: FakeClock
 ) -> None:
-    """`archive rebase NEW --feed orders` on a feed with no frozen page recorded NEW; a
+    """`archive rebase NEW --feed orders` on a feed with no archived page recorded NEW; a
     process still running with the old base URL then froze page 1 with its own links,
     answered 201, and recorded its own URL over NEW."""
     core.create_feed("orders", page_size=3)
@@ -459,7 +459,7 @@ def test_no_page_freezes_with_another_base_url_than_the_pages_before(
     core: Simplefeed, clock: FakeClock
 ) -> None:
     """A process started with another base URL (another node, before the check could see a
-    frozen page) may append, but never freeze a page that links elsewhere than page 1."""
+    archived page) may append, but never freeze a page that links elsewhere than page 1."""
     core.publish("events", [Event(title=f"e{i}") for i in range(5)])  # page 1 freezes
     assert core.feed("events").base_url == BASE
     other = Simplefeed(replace(core.settings, base_url="http://other.test"), clock=clock)
@@ -498,7 +498,7 @@ def test_archive_rebase_renders_every_archived_page_with_the_new_base_url(
         f"{new}/feeds/orders/recent",
     ]
     assert done.stderr.splitlines() == [
-        f"feed 'orders': 3 of 3 frozen pages rendered again with {new} (they linked to {BASE})",
+        f"feed 'orders': 3 of 3 archived pages rendered again with {new} (they linked to {BASE})",
         f"feed 'orders': also purge the entry locators, by prefix: {BASE}/feeds/orders/entries/",
         f"feed 'orders': also purge the entry locators, by prefix: {new}/feeds/orders/entries/",
         f"now start the service with SIMPLEFEED_BASE_URL={new}",
@@ -523,7 +523,7 @@ def test_archive_rebase_renders_every_archived_page_with_the_new_base_url(
     )
     first, last = ok(verified).strip().splitlines()
     assert first.startswith(f"checking archive {core.settings.archive_dir} against database ")
-    assert last == "checked 4 frozen pages, 0 problems"
+    assert last == "checked 4 archived pages, 0 problems"
     assert list(core.store.iter_pages(core.feed("events").id)) == events_before  # not touched
 
     # Served from the new base URL: the start check passes for orders, the append goes on
@@ -539,7 +539,7 @@ def test_archive_rebase_renders_every_archived_page_with_the_new_base_url(
         assert after[3].sha256.encode() in page4.body
     finally:
         moved.store.close()
-    with pytest.raises(BaseUrlMismatch, match="feed 'orders' has frozen pages linking to"):
+    with pytest.raises(BaseUrlMismatch, match="feed 'orders' has archived pages linking to"):
         core.check_base_url()
 
     # Rendering is deterministic: back to the old base URL, the old bytes, ETags and digests.
@@ -634,7 +634,7 @@ def test_archive_verify_exits_0_when_every_page_file_is_the_databases(
 ) -> None:
     frozen_archive(core)
     done = cli(core, tmp_path, "archive", "verify")
-    assert ok(done).splitlines()[-1] == "checked 2 frozen pages, 0 problems"
+    assert ok(done).splitlines()[-1] == "checked 2 archived pages, 0 problems"
     assert done.stderr == ""
 
 
@@ -648,7 +648,7 @@ def test_archive_verify_exits_1_naming_a_damaged_page_file_which_rebuild_restore
     assert done.returncode == 1, (done.stdout, done.stderr)
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"{page1}: not the database's page 1 ("), line
-    assert done.stdout.splitlines()[-1] == "checked 2 frozen pages, 1 problem"
+    assert done.stdout.splitlines()[-1] == "checked 2 archived pages, 1 problem"
     rebuilt = cli(core, tmp_path, "archive", "rebuild")
     assert f"restored {page1}" in ok(rebuilt).splitlines()
     ok(cli(core, tmp_path, "archive", "verify"))
@@ -676,7 +676,7 @@ def test_the_archive_reports_name_a_directory_with_a_newline_on_one_line(
     rebuilt = cli_on(settings, tmp_path, "archive", "rebuild")
     assert ok(rebuilt).splitlines()[1:] == [
         f"restored {shown}",
-        "checked 2 frozen pages, restored 1",
+        "checked 2 archived pages, restored 1",
     ]
 
 
@@ -720,7 +720,7 @@ def test_archive_verify_and_rebuild_exit_3_when_the_database_is_not_ready(
 def test_archive_verify_exits_3_when_the_archive_directory_cannot_be_checked(
     core: Simplefeed, tmp_path: Path
 ) -> None:
-    """No page file at all while the database has frozen pages (an empty or missing
+    """No page file at all while the database has archived pages (an empty or missing
     directory: the wrong one, or a volume not mounted), a file where the directory should
     be, a directory inside it that is a file: each one line, status 3, not 1."""
     pages = frozen_archive(core)
@@ -776,10 +776,10 @@ def test_archive_rebuild_exits_1_naming_page_files_it_could_not_write(
         f"{pages / '2'}: Not a directory",
         "Error: 2 page files could not be written",
     ]
-    assert done.stdout.splitlines()[-1] == "checked 2 frozen pages, restored 0"
+    assert done.stdout.splitlines()[-1] == "checked 2 archived pages, restored 0"
     pages.unlink()
     assert ok(cli(core, tmp_path, "archive", "rebuild")).splitlines()[-1] == (
-        "checked 2 frozen pages, restored 6"  # each page and its .br and .gz copies
+        "checked 2 archived pages, restored 6"  # each page and its .br and .gz copies
     )
     assert could_not_check(cli(core, tmp_path, "archive", "rebuild", "--feed", "nope")) == (
         "Error: no feed named 'nope'"

@@ -46,7 +46,7 @@ def test_serve_port_without_base_url_links_to_that_port(tmp_path: Path) -> None:
         assert doc.xpath("a:link[@rel='self']/@href", namespaces=ATOM) == [f"{expected}/recent"]
         assert f"links say {expected}" in s.log()
         # The URL a consumer must start at: at http://127.0.0.1:PORT/recent it would find
-        # the links at another origin and stop at the first frozen page.
+        # the links at another origin and stop at the first archived page.
         assert f"simplefeed: consumers: {expected}/recent" in s.log()
 
 
@@ -134,7 +134,7 @@ def test_start_refuses_a_base_url_other_than_the_archived_pages(tmp_path: Path) 
         again.start(attempts=1)
     new_base = f"http://localhost:{again.port}"
     refusal = (
-        f"feed 'events' has frozen pages linking to {old_base}, but the base URL is now "
+        f"feed 'events' has archived pages linking to {old_base}, but the base URL is now "
         f"{new_base}: set SIMPLEFEED_BASE_URL={old_base} again, or move the feed to the new one "
         f"with `simplefeed archive rebase {new_base} --feed events` (docs/how-to/rebase.md)"
     )
@@ -148,7 +148,7 @@ def test_start_refuses_a_base_url_other_than_the_archived_pages(tmp_path: Path) 
     )
     assert upgrade.returncode == 1
     assert upgrade.stderr.splitlines() == [
-        f"Error: feed 'events' has frozen pages linking to {old_base}, but the base URL is now "
+        f"Error: feed 'events' has archived pages linking to {old_base}, but the base URL is now "
         f"{other}: set SIMPLEFEED_BASE_URL={old_base} again, or move the feed to the new one "
         f"with `simplefeed archive rebase {other} --feed events` (docs/how-to/rebase.md)"
     ]
@@ -159,7 +159,7 @@ def test_start_refuses_a_base_url_other_than_the_archived_pages(tmp_path: Path) 
     assert returncode == 22
     critical = [json.loads(line) for line in stderr.splitlines() if '"CRITICAL"' in line]
     assert critical and critical[0]["message"].startswith(
-        f"not starting: feed 'events' has frozen pages linking to {old_base}, but the base URL "
+        f"not starting: feed 'events' has archived pages linking to {old_base}, but the base URL "
         f"is now {other}"
     )
 
@@ -526,7 +526,7 @@ def test_metrics_add_up_across_worker_processes(tmp_path: Path) -> None:
             assert m['simplefeed_read_duration_seconds_count{document="recent",status="304"}'] == 12
             assert m['simplefeed_http_errors_total{status="404"}'] == 4
             assert m['simplefeed_head_sequence{feed="events"}'] == 25
-            assert m['simplefeed_frozen_pages{feed="events"}'] == 2
+            assert m['simplefeed_archived_pages{feed="events"}'] == 2
             assert 0 <= m['simplefeed_head_age_seconds{feed="events"}'] < 600
 
         metrics_dir = metrics_directory(s)

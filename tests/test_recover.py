@@ -354,7 +354,7 @@ def test_a_page_file_past_a_gap_is_said_by_every_command_that_meets_it(
         core.check_archive(every_file=True)  # Serve and db upgrade list the directory.
     (said,) = raised.value.problems
     assert f"the archive has page {frozen + 2} of feed 'events'" in said
-    assert f"but not page {frozen + 1}, and the database has {frozen} frozen pages" in said
+    assert f"but not page {frozen + 1}, and the database has {frozen} archived pages" in said
     assert "`simplefeed archive recover` cannot take page" in said
     (done,) = core.recover_archive()
     assert (done.pages, done.entries) == (range(0), 0)
@@ -380,7 +380,8 @@ def test_recover_takes_back_the_pages_before_a_gap_and_says_what_is_past_it(tria
     assert done.pages == range(frozen + 1, frozen + 2)
     assert done.problem is not None
     assert f"the archive has page {frozen + 3} of feed 'events'" in done.problem
-    assert f"but not page {frozen + 2}, and the database has {frozen + 1} frozen" in done.problem
+    said = f"but not page {frozen + 2}, and the database has {frozen + 1} archived pages"
+    assert said in done.problem
     with pytest.raises(ArchiveAhead):
         core.check_archive(every_file=True)
     lose(core, *range(frozen + 3, last + 1))  # Moved aside, as the message says.
@@ -624,7 +625,7 @@ def test_the_command_says_what_it_took_back_and_exits_by_the_outcome(
     done = cli_on(settings, tmp_path, "archive", "recover")
     assert (done.returncode, done.stdout.splitlines()[1:]) == (
         0,
-        ["no page file past the database's frozen pages: nothing to take back"],
+        ["no page file past the database's archived pages: nothing to take back"],
     )
     assert cli_on(settings, tmp_path, "archive", "verify").returncode == 0
 

@@ -88,7 +88,7 @@ def test_serve_and_db_upgrade_refuse_a_database_older_than_the_archive(
     settings, _ = after_restore
     page3 = (settings.archive_dir / "pages" / "3").resolve()
     said = (
-        f"the archive has page 3 of feed 'events' ({page3}), but the database has 2 frozen"
+        f"the archive has page 3 of feed 'events' ({page3}), but the database has 2 archived"
         " pages: it is older than the archive (restored from a backup?)"
     )
     # `serve` stops before uWSGI starts. Otherwise this host name would stop it.

@@ -328,7 +328,7 @@ def check_database(url: str, base_url: str, expected: int | None = None) -> Stor
     ids = [i for _, i, _ in st.entries]
     assert len(set(ids)) == len(ids), "an entry id appears twice"
     full = st.head // st.page_size
-    assert sorted(st.records) == list(range(1, full + 1)), "frozen pages are not 1..full"
+    assert sorted(st.records) == list(range(1, full + 1)), "archived pages are not 1..full"
     core = Simplefeed(Settings(database_url=url, base_url=base_url, default_feed=FEED))
     pages = {}
     try:
@@ -602,7 +602,7 @@ def test_concurrent_producers(database: str, tmp_path: Path) -> None:
         check_replays(outcome)
         assert watcher.problems == [], watcher.problems[:10]
         assert watcher.polls > 0
-        # Every frozen page's static file was written, with the database's bytes.
+        # Every archived page's static file was written, with the database's bytes.
         files = archive_files(srv.archive_dir)
         assert sorted(files) == sorted(st.pages)
         for number, body in files.items():
@@ -619,7 +619,7 @@ def test_concurrent_producers(database: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("archives", ["own-archive-dirs", "shared-archive-dir"])
 def test_two_nodes_share_postgres(pg_database: str, tmp_path: Path, archives: str) -> None:
     """Two uWSGI nodes, one PostgreSQL database, one public base URL; producers spread over
-    both. A node without a frozen page's file serves it from the database and writes it."""
+    both. A node without an archived page's file serves it from the database and writes it."""
     shared = tmp_path / "archive"
     dirs = (
         [shared, shared]
@@ -660,7 +660,7 @@ def test_two_nodes_share_postgres(pg_database: str, tmp_path: Path, archives: st
         check_replays(outcome)
         assert watcher.problems == [], watcher.problems[:10]
         # Freezing happened on both nodes, each page once: together the nodes' files are
-        # exactly the frozen pages, with the database's bytes.
+        # exactly the archived pages, with the database's bytes.
         files = [archive_files(d) for d in dirs]
         union = {**files[0], **files[1]}
         assert sorted(union) == sorted(st.pages)
@@ -704,7 +704,7 @@ def test_kill_9_while_publishing(database: str, tmp_path: Path) -> None:
     publishing goes on with the next sequence number."""
     size = 5
     archive_dir = tmp_path / "archive"
-    # A fixed public base URL: the restarted server listens on another port, and frozen pages
+    # A fixed public base URL: the restarted server listens on another port, and archived pages
     # (whose links come from the base URL) must render the same after the restart.
     srv = server(database, tmp_path, archive_dir, processes=4, page_size=size, public=PUBLIC_BASE)
     stop = tmp_path / "stop"
@@ -791,7 +791,7 @@ def test_kill_9_while_publishing(database: str, tmp_path: Path) -> None:
         for p in re.findall(r"^restored (\S+)$", rebuild.stdout, re.M)
     }
     assert set(victims) <= restored, rebuild.stdout
-    assert f"checked {len(frozen)} frozen pages" in rebuild.stdout
+    assert f"checked {len(frozen)} archived pages" in rebuild.stdout
     after = archive_files(archive_dir)
     assert sorted(after) == frozen
     for number, body in after.items():

@@ -173,7 +173,7 @@ def _read_until_closed(sock: socket.socket, head_only: bool) -> tuple[bytes, byt
         "HEAD /recent",
         "GET /recent\r\nIf-None-Match: {etag}",  # a 304
         "GET /recent\r\nIf-None-Match: {etag}\r\nPrefer: wait=1",  # held 1 s, then a 304
-        "GET /pages/1",  # a frozen page's file
+        "GET /pages/1",  # an archived page's file
         "GET /pages/1\r\nAccept-Encoding: gzip",  # its precompressed copy
         "GET /no-such-thing",
         "POST /entries\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json"

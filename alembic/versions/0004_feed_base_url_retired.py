@@ -1,10 +1,10 @@
-"""feeds: the base URL their frozen pages were rendered with, and whether they are retired
+"""feeds: the base URL their archived pages were rendered with, and whether they are retired
 
 Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-22
 
-Feeds frozen before this revision get their base URL from their first frozen page's own
+Feeds frozen before this revision get their base URL from their first archived page's own
 ``rel="self"`` link (``<base>/pages/1`` for the default feed, ``<base>/feeds/<name>/pages/1``
 for another): the bytes every cache and consumer holds are what decides it. Each feed so
 recorded is printed. A feed whose page says nothing readable keeps none, and starting the
@@ -30,7 +30,7 @@ ATOM = "{http://www.w3.org/2005/Atom}"
 
 
 def base_url_of(name: str, body: bytes) -> str | None:
-    """The base URL of a frozen page's self link, or None if there is none to read."""
+    """The base URL of an archived page's self link, or None if there is none to read."""
     try:
         root = ElementTree.fromstring(body)
     except ElementTree.ParseError:
@@ -62,14 +62,14 @@ def upgrade() -> None:
         base_url = base_url_of(name, bytes(body))
         if base_url is None:
             print(
-                f"simplefeed: feed {name!r} has frozen pages, but its page 1 names no base URL:"
+                f"simplefeed: feed {name!r} has archived pages, but its page 1 names no base URL:"
                 " none recorded (`simplefeed archive rebase URL` records one)",
                 file=sys.stderr,
             )
             continue
         conn.execute(feeds.update().where(feeds.c.id == feed_id).values(base_url=base_url))
         print(
-            f"simplefeed: feed {name!r}: its frozen pages link to {base_url} (recorded)",
+            f"simplefeed: feed {name!r}: its archived pages link to {base_url} (recorded)",
             file=sys.stderr,
         )
 

@@ -172,7 +172,7 @@ class ServedPage:
     """An archived page's validators and where its static files are: fixed once frozen.
 
     Everything here comes from the page file alone (its bytes and mtime). So a process can serve
-    a frozen page while the database does not answer. The ETag is the SHA-256 of the file's
+    an archived page while the database does not answer. The ETag is the SHA-256 of the file's
     bytes. Last-Modified is its mtime, the freeze time set when it was written.
     """
 
@@ -264,7 +264,7 @@ class PageStream:
 
 
 class ServedPages:
-    """Validators of archived pages, remembered per process, because a frozen page never changes.
+    """Validators of archived pages, remembered per process, because an archived page never changes.
 
     It holds at most ``limit`` pages, a few hundred bytes each. Past that, the memory starts
     again.

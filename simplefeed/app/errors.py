@@ -99,14 +99,14 @@ def handle_domain(req: falcon.Request, resp: falcon.Response, ex: Exception, par
         # process started before its check could see them. The operator must fix it, so the
         # producer keeps its event and retries. Meanwhile /healthz names the feed.
         log.error("publishing refused on %s %s: %s", req.method, req.path, ex)
-        _reply(resp, 503, "the server's base URL differs from its frozen pages'; retry later")
+        _reply(resp, 503, "the server's base URL differs from its archived pages'; retry later")
         resp.set_header("Retry-After", str(STORAGE_RETRY_AFTER_S))
     elif isinstance(ex, DefaultFeedMismatch):
         # A publish would freeze a page at another feed's URLs than the pages before it, because
         # SIMPLEFEED_DEFAULT_FEED changed. This process started before its check could see
         # them. As above, the operator must fix it.
         log.error("publishing refused on %s %s: %s", req.method, req.path, ex)
-        _reply(resp, 503, "the server's default feed differs from its frozen pages'; retry later")
+        _reply(resp, 503, "the server's default feed differs from its archived pages'; retry later")
         resp.set_header("Retry-After", str(STORAGE_RETRY_AFTER_S))
     elif isinstance(ex, PublishingBusy):
         log.warning("publishing refused on %s %s: %s", req.method, req.path, ex)

@@ -120,7 +120,7 @@ def _publish(feed: bool) -> dict[str, Any]:
                 **_error(
                     "Nothing stored; retry after Retry-After: the server is busy with other"
                     " publishes, the database does not answer or cannot be written, the disk"
-                    " is short of space, or the base URL differs from the frozen pages'"
+                    " is short of space, or the base URL differs from the archived pages'"
                 ),
                 "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
             },

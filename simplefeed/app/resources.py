@@ -413,8 +413,8 @@ class Page(_FeedResource):
     ) -> None:
         """A page while the database does not answer.
 
-        A frozen page comes from its file alone, because a page file is only ever written for a
-        frozen page. Otherwise it is the working page as last served.
+        An archived page comes from its file alone, because a page file is only ever written for a
+        archived page. Otherwise it is the working page as last served.
         """
         known = self.archived.load(name, number)
         if known is not None and self.send_archived(req, resp, known):

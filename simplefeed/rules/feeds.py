@@ -86,11 +86,11 @@ def base_url_problem(feed: Feed, base_url: str) -> str | None:
         )
     if feed.base_url is None:
         return (
-            f"feed {feed.name!r} has frozen pages but no recorded base URL: check that their "
+            f"feed {feed.name!r} has archived pages but no recorded base URL: check that their "
             f"links are right, then record {base_url} with {rebase}"
         )
     return (
-        f"feed {feed.name!r} has frozen pages linking to {feed.base_url}, but the base URL is "
+        f"feed {feed.name!r} has archived pages linking to {feed.base_url}, but the base URL is "
         f"now {base_url}: set SIMPLEFEED_BASE_URL={feed.base_url} again, or move the feed to "
         f"the new one with {rebase} (docs/how-to/rebase.md)"
     )
@@ -122,12 +122,12 @@ def default_feed_problem(feed: Feed, self_href: str | None, default_feed: str) -
     never = "a feed's archived pages never move; caches keep them for a year"
     if rendered_as_default:
         return (
-            f"feed {feed.name!r} has frozen pages at /pages/N (rendered as the default feed's),"
+            f"feed {feed.name!r} has archived pages at /pages/N (rendered as the default feed's),"
             f" but SIMPLEFEED_DEFAULT_FEED is {default_feed!r}: set"
             f" SIMPLEFEED_DEFAULT_FEED={feed.name} again ({never})"
         )
     return (
-        f"feed {feed.name!r} has frozen pages at /feeds/{feed.name}/pages/N, but"
+        f"feed {feed.name!r} has archived pages at /feeds/{feed.name}/pages/N, but"
         f" SIMPLEFEED_DEFAULT_FEED is {default_feed!r}, which would serve them at /pages/N: set"
         f" SIMPLEFEED_DEFAULT_FEED back to the feed it named when they froze ({never})"
     )

@@ -308,7 +308,7 @@ def feed_show(name: str, as_json: bool) -> None:
 
     with _core() as core:
         shown = core.stats(core.feed(name)).describe()
-    recorded = shown["frozen_pages_base_url"]
+    recorded = shown["archived_pages_base_url"]
     if recorded is not None and recorded != shown["base_url"]:
         # Without SIMPLEFEED_BASE_URL, `serve --port N` links to port N. A command run beside
         # it without the variable builds its URLs on the default.
@@ -322,7 +322,7 @@ def feed_show(name: str, as_json: bool) -> None:
         return
     entry_points = shown.pop("entry_points")
     assert isinstance(entry_points, dict)
-    absent = {"last_publish": "never", "retired": "no", "frozen_pages_base_url": "none recorded"}
+    absent = {"last_publish": "never", "retired": "no", "archived_pages_base_url": "none recorded"}
     lines = {k: absent.get(k, "") if v is None else escape_field(str(v)) for k, v in shown.items()}
     lines.update({f"url {k}": v for k, v in entry_points.items()})
     width = max(map(len, lines))
@@ -474,7 +474,7 @@ def archive_rebuild(feed_name: str | None) -> None:
     for problem in report.unwritten:
         _report(problem, err=True)
     put = f", put {len(report.uploaded)} in the bucket" if core.settings.archive_url else ""
-    click.echo(f"checked {report.checked} frozen pages, restored {len(report.restored)}{put}")
+    click.echo(f"checked {report.checked} archived pages, restored {len(report.restored)}{put}")
     if report.unwritten:
         raise click.ClickException(f"{len(report.unwritten)} page files could not be written")
 
@@ -528,7 +528,7 @@ def archive_rebase(new_base_url: str, feed_name: str | None) -> None:
         core.close()
     for r in rebased:
         click.echo(
-            f"feed {r.feed!r}: {r.changed} of {r.pages} frozen pages rendered again with "
+            f"feed {r.feed!r}: {r.changed} of {r.pages} archived pages rendered again with "
             f"{r.base_url} (they linked to {r.old_base_url or 'an unrecorded base URL'})",
             err=True,
         )
@@ -601,7 +601,7 @@ def archive_recover(feed_name: str | None) -> None:
             failed += 1
             _report(f"{problem} (`simplefeed archive rebuild` writes it)", err=True)
     if not recovered:
-        click.echo("no page file past the database's frozen pages: nothing to take back")
+        click.echo("no page file past the database's archived pages: nothing to take back")
     if failed:
         sys.exit(1)
 
@@ -635,7 +635,7 @@ def archive_verify(feed_name: str | None) -> None:
         _report(problem, err=True)
     problems = len(report.problems)
     click.echo(
-        f"checked {report.checked} frozen pages, {problems} problem{'' if problems == 1 else 's'}"
+        f"checked {report.checked} archived pages, {problems} problem{'' if problems == 1 else 's'}"
     )
     if report.problems:
         sys.exit(1)

@@ -103,7 +103,7 @@ class Chain:
             return known[1]
         page = (self.rows(feed) if rows is None else rows).page(number)
         if page is None:
-            raise StoreError(f"feed {feed.name!r} has no frozen page {number}")
+            raise StoreError(f"feed {feed.name!r} has no archived page {number}")
         if known is None or known[0] < number:
             self._digests[feed.id] = (number, page.sha256)
         return page.sha256

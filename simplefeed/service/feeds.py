@@ -49,7 +49,7 @@ class FeedStats:
             "state": "live" if f.retired_us is None else "retired",
             "retired": None if f.retired_us is None else rfc3339(f.retired_us),
             "base_url": self.base_url,
-            "frozen_pages_base_url": f.base_url,
+            "archived_pages_base_url": f.base_url,
             "entry_points": self.entry_points,
         }
 

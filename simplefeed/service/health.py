@@ -223,7 +223,7 @@ class Health:
             return self.past_gap(feed_name, archived) if every_file else None
         return (
             f"the archive has page {archived + 1} of feed {feed_name!r} ({path.resolve()}), but"
-            f" the database has {archived} frozen pages: it is older than the archive (restored"
+            f" the database has {archived} archived pages: it is older than the archive (restored"
             " from a backup?), and its next pages would freeze with other entries under URLs"
             " readers and caches hold, over files holding entries it lacks: take their pages"
             " back with `simplefeed archive recover`, or restore a database backup made after"
@@ -239,7 +239,7 @@ class Health:
         number, path = past[0]
         return (
             f"the archive has page {number} of feed {feed_name!r} ({path.resolve()}), but not"
-            f" page {missing}, and the database has {archived} frozen pages: part of the archive"
+            f" page {missing}, and the database has {archived} archived pages: part of the archive"
             f" is lost, so `simplefeed archive recover` cannot take page {number} back, and it"
             " would freeze again over a file holding other entries: restore the archive's"
             f" missing page files from a backup of it, or move the files past page {archived}"

@@ -213,7 +213,7 @@ class Maintenance:
         missing, _ = archive.past_gap(strays, archived)
         for number, path in strays:
             problems.append(
-                f"{path}: feed {feed.name!r} has no frozen page {number}"
+                f"{path}: feed {feed.name!r} has no archived page {number}"
                 + (
                     f" (nor the archive page {missing}, so `simplefeed archive recover`"
                     " cannot take it back: restore the archive's missing page files from"

@@ -39,7 +39,7 @@ feeds = Table(
     Column("head_seq", BigInteger, nullable=False, server_default="0"),
     Column("head_updated_us", BigInteger, nullable=True),
     Column("modified_us", BigInteger, nullable=False),
-    # The base URL the feed's frozen pages were rendered with (recorded when a page freezes;
+    # The base URL the feed's archived pages were rendered with (recorded when a page freezes;
     # NULL while none is). The service refuses to start with another (simplefeed.service.health).
     Column("base_url", Text, nullable=True),
     # When the feed was retired: publishing is refused (410), reading goes on. NULL: live.
