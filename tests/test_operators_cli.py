@@ -97,7 +97,7 @@ def test_feed_list_has_a_header_and_json(core: Simplefeed, tmp_path: Path) -> No
     listed = json.loads(ok(cli(core, tmp_path, "feed", "list", "--json")))
     assert [f["name"] for f in listed] == ["events", "orders"]
     assert listed[1]["head_seq"] == 7
-    assert (listed[1]["pages"], listed[1]["frozen_pages"]) == (3, 2)
+    assert (listed[1]["pages"], listed[1]["archived_pages"]) == (3, 2)
     assert listed[0]["last_publish"] is None
 
 
@@ -106,7 +106,7 @@ def test_feed_show_gives_the_stats_and_entry_points(core: Simplefeed, tmp_path: 
     core.publish("orders", [Event(title=f"o{i}") for i in range(7)])
     shown = json.loads(ok(cli(core, tmp_path, "feed", "show", "orders", "--json")))
     assert shown["head_seq"] == 7
-    assert (shown["pages"], shown["frozen_pages"], shown["page_size"]) == (3, 2, 3)
+    assert (shown["pages"], shown["archived_pages"], shown["page_size"]) == (3, 2, 3)
     assert shown["last_publish"].startswith("2027-01-15T08:00:00")
     assert shown["base_url"] == BASE
     assert shown["archived_pages_base_url"] == BASE  # recorded when page 1 froze
@@ -118,7 +118,7 @@ def test_feed_show_gives_the_stats_and_entry_points(core: Simplefeed, tmp_path: 
         "html": f"{BASE}/feeds/orders",
     }
     text = ok(cli(core, tmp_path, "feed", "show", "orders"))
-    assert re.search(r"^frozen_pages +2$", text, re.MULTILINE)
+    assert re.search(r"^archived_pages +2$", text, re.MULTILINE)
     assert re.search(r"^retired +no$", text, re.MULTILINE)
     assert re.search(rf"^url recent +{BASE}/feeds/orders/recent$", text, re.MULTILINE)
 

@@ -43,7 +43,7 @@ class FeedStats:
             "head_seq": f.head_seq,
             "page_size": f.page_size,
             "pages": self.pages,
-            "frozen_pages": self.archived_pages,
+            "archived_pages": self.archived_pages,
             "created": rfc3339(f.created_us),
             "last_publish": None if self.last_publish_us is None else rfc3339(self.last_publish_us),
             "state": "live" if f.retired_us is None else "retired",
