@@ -1,4 +1,4 @@
-"""Retrieving documents over HTTP: the consumer's only user of httpx, the only user of tenacity.
+"""Retrieve documents over HTTP. This is the consumer's only user of httpx and tenacity.
 
 ``simplefeed publish`` sends a producer's one POST with httpx too
 (``simplefeed/runtime/cli.py``).
