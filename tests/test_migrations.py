@@ -3,7 +3,9 @@
 A database at 0004 (pages with their bytes) is made on a real SQLite file and a real
 PostgreSQL database, filled with the rows the service wrote, and its archive directory loses
 some page files. ``simplefeed db upgrade`` must write those from the database's bytes before
-the column goes, and refuse, changing nothing, while a file holds other bytes.
+the column goes, and refuse, changing nothing, while a file holds other bytes. The downgrade
+takes the bytes back from the files, and refuses, changing nothing, while one is missing or
+damaged.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from bench.servers import scratch_postgres_database
@@ -184,3 +187,77 @@ def test_the_migration_changes_nothing_while_a_page_file_holds_other_bytes(
         assert query(old, "SELECT version_num FROM alembic_version") == [("0004",)]
         kept = query(old, "SELECT number, body FROM pages WHERE feed_id = 1 ORDER BY number")
         assert kept == [(1, bodies[("events", 1)]), (2, bodies[("events", 2)])]
+
+
+def columns_of_pages(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {c["name"] for c in inspect(conn).get_columns("pages")}
+    finally:
+        engine.dispose()
+
+
+def test_the_downgrade_takes_each_page_back_from_its_file(
+    core: Simplefeed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from alembic import command
+
+    published(core)
+    url = core.settings.database_url
+    names = dict(query(url, "SELECT id, name FROM feeds"))
+    bodies = {
+        (names[feed_id], number): core.page_path(names[feed_id], number).read_bytes()
+        for feed_id, number in query(url, "SELECT feed_id, number FROM pages")
+    }
+    core.close()
+    monkeypatch.setenv("SIMPLEFEED_ARCHIVE_DIR", str(core.settings.archive_dir))
+    command.downgrade(alembic_config(url), "0004")
+    assert query(url, "SELECT version_num FROM alembic_version") == [("0004",)]
+    assert "sha256" not in columns_of_pages(url) and {"body", "etag"} <= columns_of_pages(url)
+    kept = {
+        (names[feed_id], number): (bytes(body), etag)
+        for feed_id, number, body, etag in query(
+            url, "SELECT feed_id, number, body, etag FROM pages"
+        )
+    }
+    assert kept == {k: (b, f'"{hashlib.sha256(b).hexdigest()}"') for k, b in bodies.items()}
+    # And back up again: the files are there, so nothing is written.
+    command.upgrade(alembic_config(url), "head")
+    digests = {
+        (names[feed_id], number): sha256
+        for feed_id, number, sha256 in query(url, "SELECT feed_id, number, sha256 FROM pages")
+    }
+    assert digests == {k: hashlib.sha256(b).hexdigest() for k, b in bodies.items()}
+
+
+def test_the_downgrade_changes_nothing_while_a_page_file_is_missing_or_damaged(
+    core: Simplefeed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from alembic import command
+
+    published(core)
+    url = core.settings.database_url
+    core.page_path("events", 2).unlink()
+    damaged = core.page_path("orders", 1)
+    damaged.write_bytes(damaged.read_bytes().replace(b"o0", b"oX"))
+    core.close()
+    before = query(url, "SELECT feed_id, number, sha256 FROM pages ORDER BY feed_id, number")
+    monkeypatch.setenv("SIMPLEFEED_ARCHIVE_DIR", str(core.settings.archive_dir))
+    with pytest.raises(RuntimeError) as refused:
+        command.downgrade(alembic_config(url), "0004")
+    assert str(refused.value).startswith("2 page files cannot give their bytes back (")
+    assert f"{core.page_path('events', 2)} is missing" in str(refused.value)
+    assert f"{damaged} holds other bytes than its page" in str(refused.value)
+    assert query(url, "SELECT version_num FROM alembic_version") == [("0005",)]
+    assert columns_of_pages(url) == {
+        "feed_id",
+        "number",
+        "first_seq",
+        "last_seq",
+        "frozen_us",
+        "sha256",
+    }
+    assert (
+        query(url, "SELECT feed_id, number, sha256 FROM pages ORDER BY feed_id, number") == before
+    )

@@ -151,25 +151,55 @@ def upgrade() -> None:
         batch.drop_column("etag")
 
 
+def _files_to_restore(conn: sa.Connection) -> Iterator[tuple[int, str, int, str, Path]]:
+    """Every page as (feed id, feed name, number, digest, file path)."""
+    archive_dir = _archive_dir()
+    rows = conn.execute(
+        sa.select(_pages.c.feed_id, _feeds.c.name, _pages.c.number, _pages.c.sha256)
+        .join(_feeds, _feeds.c.id == _pages.c.feed_id)
+        .order_by(_pages.c.feed_id, _pages.c.number)
+    ).all()
+    for feed_id, name, number, sha256 in rows:
+        yield feed_id, name, number, sha256, _path(archive_dir, name, number)
+
+
+def _file_problem(path: Path, sha256: str) -> str | None:
+    try:
+        body = path.read_bytes()
+    except FileNotFoundError:
+        return f"{path} is missing"
+    if hashlib.sha256(body).hexdigest() != sha256:
+        return f"{path} holds other bytes than its page"
+    return None
+
+
 def downgrade() -> None:
-    """The bytes come back from the archive directory's files; a page whose file is missing
-    or lacks its digest stops the downgrade (``simplefeed archive rebuild`` writes it)."""
+    """Take the bytes back into the database from the archive directory's files.
+
+    Every file is checked against its digest before the schema changes. A missing or damaged
+    file stops the downgrade with nothing changed, because SQLite runs no DDL in a transaction
+    here. ``simplefeed archive rebuild`` writes such files again.
+    """
     conn = op.get_bind()
+    problems = [
+        problem
+        for _, _, _, sha256, path in _files_to_restore(conn)
+        if (problem := _file_problem(path, sha256)) is not None
+    ]
+    if problems:
+        shown = "; ".join(problems[:5]) + (
+            f" and {len(problems) - 5} more" if len(problems) > 5 else ""
+        )
+        raise RuntimeError(
+            f"{len(problems)} page files cannot give their bytes back ({shown}): nothing"
+            " changed. Run `simplefeed archive rebuild`, then downgrade again."
+        )
     with op.batch_alter_table("pages") as batch:
         batch.add_column(sa.Column("etag", sa.String(length=80), nullable=True))
         batch.add_column(sa.Column("body", sa.LargeBinary(), nullable=True))
-    archive_dir = _archive_dir()
-    rows = conn.execute(
-        sa.select(_pages.c.feed_id, _feeds.c.name, _pages.c.number, _pages.c.sha256).join(
-            _feeds, _feeds.c.id == _pages.c.feed_id
-        )
-    ).all()
     etag = sa.table("pages", sa.column("feed_id"), sa.column("number"), sa.column("etag"))
-    for feed_id, name, number, sha256 in rows:
-        path = _path(archive_dir, name, number)
+    for feed_id, _, number, sha256, path in _files_to_restore(conn):
         body = path.read_bytes()
-        if hashlib.sha256(body).hexdigest() != sha256:
-            raise RuntimeError(f"{path} does not hold page {number} of feed {name!r}")
         conn.execute(
             _pages.update()
             .where(_pages.c.feed_id == feed_id, _pages.c.number == number)
