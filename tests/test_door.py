@@ -12,6 +12,7 @@ import gzip
 import importlib.util
 import json
 import re
+import string
 from pathlib import Path
 from typing import Any
 
@@ -1611,3 +1612,32 @@ def test_the_registered_relations_an_entry_may_name_by_iri_are_the_validators() 
 
     expected = names("validRelations") - names("rfc5005") - events.LINK_RELS
     assert expected == events.IANA_ENTRY_RELS
+
+
+def test_the_shortcut_for_plain_parts_changes_no_canonical_form() -> None:
+    """A part of unreserved and safe characters only is left as it is, as the full recoding
+    would leave it."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    safes = st.sampled_from(
+        [
+            uris._SUB_DELIMS,
+            uris._SUB_DELIMS + ":",
+            uris._PCHAR,
+            uris._PCHAR + "/",
+            uris._PCHAR + "/?",
+        ]
+    )
+    alphabet = st.sampled_from(
+        sorted(set(string.ascii_letters + string.digits + "-._~" + uris._RESERVED))
+    )
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(safes, st.lists(alphabet, max_size=40).map("".join))
+    def check(safe: str, part: str) -> None:
+        if uris._plain(safe).fullmatch(part):
+            assert uris._recode(part, safe) == part
+        assert uris._normalise(part, safe) == uris._recode(part, safe)
+
+    check()
