@@ -13,6 +13,7 @@ import importlib.util
 import json
 import re
 import string
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -1639,5 +1640,24 @@ def test_the_shortcut_for_plain_parts_changes_no_canonical_form() -> None:
         if uris._plain(safe).fullmatch(part):
             assert uris._recode(part, safe) == part
         assert uris._normalise(part, safe) == uris._recode(part, safe)
+
+    check()
+
+
+def test_a_canonical_uuid_urn_passes_the_general_checks_too() -> None:
+    """The shortcut for ``urn:uuid:`` ids takes only what the general checks take."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=200, deadline=None, derandomize=True)
+    @given(st.uuids())
+    def check(value: uuid.UUID) -> None:
+        entry_id = f"urn:uuid:{value}"
+        assert uris._UUID_URN.match(entry_id)
+        assert uris.canonical_uri(entry_id) == entry_id
+        urn = uris._URN.match(entry_id)
+        assert urn is not None and urn.group(1) == "uuid"
+        assert uris._UUID.match(str(value))
+        assert uris.id_problem(f"urn:uuid:{str(value).upper()}") is not None
 
     check()

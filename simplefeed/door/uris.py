@@ -41,6 +41,8 @@ _HOST = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*\Z")
 # RFC 2141, the W3C validator's grammar for URNs. The namespace id is in lower case.
 _URN = re.compile(r"^urn:([a-z0-9][a-z0-9-]{1,31}):(?:[A-Za-z0-9()+,\-.:=@;$_!*']|%[0-9A-F]{2})+\Z")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+# A UUID URN in canonical form: lower case throughout.
+_UUID_URN = re.compile(r"urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 # RFC 4151 reads tag:authorityName,date:specific[#fragment]. The characters are the
 # validator's. The date is in ASCII digits, because the validator's \d takes other scripts' too.
 _TAG = re.compile(
@@ -189,6 +191,8 @@ def id_problem(value: str, max_bytes: int | None = None) -> str | None:
     The module's docstring gives the rules. A non-canonical id is told its canonical form.
     ``max_bytes`` caps the UTF-8 length of that suggested form.
     """
+    if _UUID_URN.match(value):
+        return None  # The common id, canonical as it stands, so spared the general checks.
     scheme = value.partition(":")[0].lower()
     if scheme not in ID_SCHEMES or ":" not in value:
         return f"must be a URI with one of the schemes {', '.join(ID_SCHEMES)}"
