@@ -676,9 +676,9 @@ def publish(
     The event is the one that --title describes, with --content, --content-type and --id. Or it
     is the JSON event, or array of events, on standard input.
 
-    Each event is checked with the server's rules first, so an invalid one sends nothing. Each
-    gets its id before the first try, so a retry never publishes it twice. It prints the
-    server's JSON answer. A refusal is printed too, and exits 1.
+    Every event is checked with the server's rules before any request, so an invalid event
+    sends nothing. Each event gets its id before the first try, so a retry never publishes it
+    twice. It prints the server's JSON answer. It prints a refusal the same way, and exits 1.
     """
     from simplefeed.producer import Publisher, PublishRefused
 
