@@ -56,10 +56,18 @@ from sqlalchemy.orm import Session
 from simplefeed import metrics
 from simplefeed.errors import SimplefeedError
 from simplefeed.lines import one_line
-from simplefeed.producer import Prepared, Publisher, PublishUnavailable, prepare
+from simplefeed.producer import Prepared, Publisher, PublishRefused, PublishUnavailable, prepare
 from simplefeed.settings import FEED_NAME_RE, Limits, mask_url
 
-__all__ = ["Backlog", "Outbox", "OutboxUnavailable", "Relay", "RelayBusy", "backlog"]
+__all__ = [
+    "Backlog",
+    "Outbox",
+    "OutboxUnavailable",
+    "Relay",
+    "RelayBusy",
+    "RelayRefused",
+    "backlog",
+]
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +155,35 @@ class Outbox:
 
 class RelayBusy(SimplefeedError):
     """Another relay holds the outbox, and it ships the rows."""
+
+
+class RelayRefused(PublishRefused):
+    """The server refused a row, so the relay stopped. The outbox keeps its rows.
+
+    ``row_id`` and ``entry_id`` name the row that the server's error points at. An error that
+    points at no event, such as a 401 or a 404, names the first row of the refused batch. The
+    relay deletes no row of that batch. So a row the server took ships again later, as a
+    replay. The relay ships nothing past the refused row, because that would break commit order.
+    """
+
+    def __init__(self, refused: PublishRefused, row_id: int, entry_id: str) -> None:
+        super().__init__(
+            refused.status,
+            refused.error,
+            refused.message,
+            index=refused.index,
+            field=refused.field,
+            body=refused.body,
+        )
+        self.row_id = row_id
+        self.entry_id = entry_id
+        if refused.index is None:
+            said = f"the server refused the batch from outbox row {row_id} (entry {entry_id})"
+            then = ""
+        else:
+            said = f"the server refused outbox row {row_id} (entry {entry_id})"
+            then = f". Fix or delete row {row_id}, then start the relay again"
+        self.args = (f"{said}: {refused}. The relay stopped, and the outbox keeps its rows{then}",)
 
 
 @dataclass(frozen=True)
@@ -265,7 +302,7 @@ class Relay:
             deleting: Future[None] | None = None
             while rows:
                 ahead = database.submit(self._read_after, rows[-1].id)
-                self.publisher.send([Prepared(id=r.entry_id, body=r.event) for r in rows])
+                self._send(rows)
                 if deleting is not None:
                     deleting.result()
                 deleting = database.submit(self._delete, [r.id for r in rows])
@@ -275,6 +312,16 @@ class Relay:
             if deleting is not None:
                 deleting.result()
         return shipped
+
+    def _send(self, rows: Sequence[Row[int, str, str]]) -> None:
+        """Send a batch of rows. On a refusal, log and raise which row it was."""
+        try:
+            self.publisher.send([Prepared(id=r.entry_id, body=r.event) for r in rows])
+        except PublishRefused as exc:
+            at = exc.index if exc.index is not None and exc.index < len(rows) else 0
+            refused = RelayRefused(exc, rows[at].id, rows[at].entry_id)
+            log.error("relay: %s", one_line(str(refused)))
+            raise refused from exc
 
     def _read_after(self, last: int | None) -> Sequence[Row[int, str, str]]:
         """Read the next batch: the first rows in id order, after ``last`` if given."""

@@ -17,7 +17,7 @@ The errors::
     │   ├── PayloadTooLarge         one event over the body limit
     │   └── InvalidEvent            .index, .field: a field breaks the schema or a limit
     └── PublishError                the server did not take the events
-        ├── PublishRefused          .status, .error, .index, .field: a final error answer
+        ├── PublishRefused          .status, .error, .index, .field, .body: a final error answer
         └── PublishUnavailable      .cause: still failing when ``retry_for`` ran out
 """
 
@@ -111,6 +111,7 @@ class PublishRefused(PublishError):
         *,
         index: int | None = None,
         field: str | None = None,
+        body: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(f"{status} {error}: {message}")
         self.status = status
@@ -118,6 +119,8 @@ class PublishRefused(PublishError):
         self.message = message
         self.index = index
         self.field = field
+        #: The server's JSON error as it answered it. Its ``index`` is within the request.
+        self.body = dict(body) if body is not None else {"error": error, "message": message}
 
 
 class PublishUnavailable(PublishError):
@@ -217,6 +220,7 @@ def _answer(response: httpx.Response, batch: Sequence[Prepared], start: int) -> 
         str(body.get("message", "")),
         index=start + index if isinstance(index, int) else None,
         field=body.get("field"),
+        body=body,
     )
 
 

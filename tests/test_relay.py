@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, select
 
 from bench.servers import (
     UwsgiServer,
@@ -21,7 +21,7 @@ from bench.servers import (
     scratch_postgres_database,
     simplefeed_command,
 )
-from simplefeed.outbox import Outbox, Relay, RelayBusy
+from simplefeed.outbox import Outbox, Relay, RelayBusy, RelayRefused
 from simplefeed.producer import Prepared, Publisher, PublishRefused
 from tests.conftest import query
 
@@ -109,13 +109,37 @@ def test_a_batch_shipped_twice_is_in_the_feed_once(
 def test_a_refused_event_stops_the_relay_and_keeps_its_rows(
     server: UwsgiServer, app_engine: Engine, outbox: Outbox, publisher: Publisher
 ) -> None:
+    """The error names the row the server refused, and the server's answer. A batch is all or
+    nothing, so the row before it in the batch stays too."""
     taken = publisher.publish({"title": "taken"})
     with app_engine.begin() as c:
+        outbox.add(c, {"title": "fine"})
         outbox.add(c, {"title": "other content", "id": taken.id})
+    t = outbox.table
+    with app_engine.connect() as c:
+        row_id = c.execute(select(t.c.id).where(t.c.entry_id == taken.id)).scalar_one()
     relay = Relay(outbox, app_engine, publisher)
-    with pytest.raises(PublishRefused, match="409"):
+    with pytest.raises(PublishRefused, match="409") as refused:
         relay.ship()
-    assert relay.backlog().rows == 1
+    assert isinstance(refused.value, RelayRefused)
+    assert (refused.value.row_id, refused.value.entry_id) == (row_id, taken.id)
+    assert f"outbox row {row_id} (entry {taken.id}): 409 conflict" in str(refused.value)
+    assert relay.backlog().rows == 2
+
+
+def test_a_refusal_of_the_whole_batch_names_its_first_row(
+    server: UwsgiServer, app_engine: Engine, outbox: Outbox
+) -> None:
+    """A 401 points at no event, so the error names the batch, and gives no advice on rows."""
+    ids = add(app_engine, outbox, ["first", "second"])
+    with Publisher(server.url("/entries"), "sft_1_not-a-token") as stranger:
+        relay = Relay(outbox, app_engine, stranger)
+        with pytest.raises(RelayRefused, match="401") as refused:
+            relay.ship()
+    assert refused.value.entry_id == ids[0]
+    assert f"refused the batch from outbox row {refused.value.row_id} " in str(refused.value)
+    assert "Fix or delete" not in str(refused.value)
+    assert relay.backlog().rows == 2
 
 
 def test_one_relay_ships_at_a_time(
@@ -263,6 +287,43 @@ def test_the_relay_command(tmp_path: Path, server: UwsgiServer, app_url: str) ->
     assert unnamed.returncode == 2
     assert "--feed" in unnamed.stderr
     assert httpx.get(server.url("/healthz")).status_code == 200
+
+
+def test_the_relay_command_names_the_row_the_server_refused(
+    tmp_path: Path, server: UwsgiServer
+) -> None:
+    """Its exit message and its log line name the row, its entry and the server's error. The
+    rows stay, and the relay ships them once the operator has deleted the row."""
+    import subprocess
+
+    app_url = f"sqlite:///{tmp_path / 'app.sqlite3'}"
+    outbox = Outbox(feed="events")
+    engine = create_engine(app_url)
+    outbox.table.metadata.create_all(engine)
+    token = tmp_path / "token"
+    token.write_text(server.token)
+    with Publisher(server.url("/entries"), server.token) as publisher:
+        taken = publisher.publish({"title": "taken"}).id
+    before = add(engine, outbox, ["before it"])
+    with engine.begin() as c:
+        outbox.add(c, {"title": "other content", "id": taken})
+    after = add(engine, outbox, ["after it"])
+    ship = [*simplefeed_command(), "relay", "--outbox", app_url, "--to", server.url("/entries")]
+    ship += ["--feed", "events", "--token-file", str(token)]
+    done = subprocess.run(ship, capture_output=True, text=True, timeout=60, env=server.env())
+    assert done.returncode == 1, done.stderr
+    said = f"the server refused outbox row 2 (entry {taken}): 409 conflict: entry id"
+    lines = done.stderr.splitlines()
+    assert len(lines) == 2 and all(said in line for line in lines), done.stderr
+    assert lines[0].startswith("relay: ") and lines[1].startswith("Error: "), done.stderr
+    assert lines[1].endswith("Fix or delete row 2, then start the relay again"), lines[1]
+    assert taken == feed_ids(server)[-1]  # A batch is all or nothing.
+    with engine.begin() as c:
+        c.execute(outbox.table.delete().where(outbox.table.c.id == 2))
+    done = subprocess.run(ship, capture_output=True, text=True, timeout=60, env=server.env())
+    assert (done.returncode, done.stdout) == (0, "shipped 2 events\n"), done.stderr
+    assert feed_ids(server)[-2:] == before + after
+    engine.dispose()
 
 
 def test_the_relay_command_follows_serves_its_metrics_and_stops_on_sigterm(

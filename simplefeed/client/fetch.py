@@ -1,7 +1,7 @@
 """Retrieve documents over HTTP. This is the consumer's only user of httpx and tenacity.
 
-``simplefeed publish`` sends a producer's one POST with httpx too
-(``simplefeed/runtime/cli.py``).
+Producers have their own door to the service: ``simplefeed publish`` and the relay send their
+events through :class:`simplefeed.producer.Publisher`.
 
 One :class:`Fetcher` holds one transport (httpx's, over one connection pool). So every request
 of a consumer goes through one pool. The fetcher sends its requests to the transport itself,

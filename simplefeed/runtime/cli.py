@@ -647,11 +647,19 @@ def archive_verify(feed_name: str | None) -> None:
 @click.option("--title", help="Event title; without it, read JSON (event or array) from stdin.")
 @click.option("--content", help="Event content (text).")
 @click.option("--content-type", help="text, html, xhtml or a media type.")
-@click.option("--id", "entry_id", help="Entry id (an IRI) for idempotent retries.")
+@click.option("--id", "entry_id", help="Entry id (an IRI); without it, a UUIDv7 one is made.")
 @click.option(
     "--token",
     envvar="SIMPLEFEED_TOKEN",
     help="Producer token [env SIMPLEFEED_TOKEN].",
+)
+@click.option(
+    "--retry-for",
+    type=click.FloatRange(0),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Retry network errors and 429, 502, 503 and 504 for this long (0: try once).",
 )
 def publish(
     url: str | None,
@@ -661,28 +669,25 @@ def publish(
     content_type: str | None,
     entry_id: str | None,
     token: str | None,
+    retry_for: float,
 ) -> None:
     """Publish an event over HTTP, as a producer would.
 
     The event is the one that --title describes, with --content, --content-type and --id. Or it
     is the JSON event, or array of events, on standard input.
-    """
-    import httpx
 
-    from simplefeed.settings import FEED_NAME_RE
+    Every event is checked with the server's rules before any request, so an invalid event
+    sends nothing. Each event gets its id before the first try, so a retry never publishes it
+    twice. It prints the server's JSON answer. It prints a refusal the same way, and exits 1.
+    """
+    from simplefeed.producer import Publisher, PublishRefused
 
     if not token:
         raise click.UsageError(
             "a producer token is needed: --token or SIMPLEFEED_TOKEN"
             " (`simplefeed token create` mints one)"
         )
-    problem = None if url is None else base_url_problem(url)
-    if problem is not None:
-        if service_url_problem(url or ""):
-            problem += " (name a feed with --feed)"
-        raise click.BadParameter(f"{url!r} {problem}", param_hint="--url")
-    if feed_name is not None and not FEED_NAME_RE.match(feed_name):
-        raise click.BadParameter(f"{feed_name!r} is not a feed name", param_hint="--feed")
+    target = _entries_url(url, feed_name)
     if title is None and (content, content_type, entry_id) != (None, None, None):
         raise click.UsageError(
             "--content, --content-type and --id go with --title; without --title, publish"
@@ -690,25 +695,77 @@ def publish(
         )
     if title is None and sys.stdin.isatty():
         raise click.UsageError("give --title, or the event as JSON on standard input")
-    base = (url or _settings().base_url).rstrip("/")
-    target = f"{base}/feeds/{feed_name}/entries" if feed_name else f"{base}/entries"
-    payload: Any
     if title is None:
-        try:
-            payload = json.loads(sys.stdin.buffer.read())
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise click.ClickException(f"standard input is not JSON: {exc}") from None
+        payload = _stdin_events()
     else:
         payload = {"title": title}
         for key, value in (("content", content), ("content_type", content_type), ("id", entry_id)):
             if value is not None:
                 payload[key] = value
+    with Publisher(target, token, retry_for=retry_for) as publisher:
+        try:
+            answer = _publish_payload(publisher, payload)
+        except PublishRefused as exc:
+            refused = dict(exc.body)
+            if exc.index is not None:
+                refused["index"] = exc.index  # In the array given, not in one request of it.
+            click.echo(json.dumps(refused, ensure_ascii=False))
+            sys.exit(1)
+    click.echo(json.dumps(answer, ensure_ascii=False))
+
+
+def _entries_url(url: str | None, feed_name: str | None) -> str:
+    """The URL to post a feed's events to, on ``url`` or the configured base URL."""
+    from simplefeed.settings import FEED_NAME_RE
+
+    problem = None if url is None else base_url_problem(url)
+    if problem is not None:
+        if service_url_problem(url or ""):
+            problem += " (name a feed with --feed)"
+        raise click.BadParameter(f"{url!r} {problem}", param_hint="--url")
+    if feed_name is not None and not FEED_NAME_RE.match(feed_name):
+        raise click.BadParameter(f"{feed_name!r} is not a feed name", param_hint="--feed")
+    base = (url or _settings().base_url).rstrip("/")
+    return f"{base}/feeds/{feed_name}/entries" if feed_name else f"{base}/entries"
+
+
+def _stdin_events() -> dict[str, Any] | list[dict[str, Any]]:
+    """Read standard input as the server reads a body: strict JSON, an event or an array."""
+    from simplefeed.door.events import strict_json
+
     try:
-        response = httpx.post(
-            target, json=payload, timeout=30, headers={"Authorization": f"Bearer {token}"}
-        )
-    except httpx.HTTPError as exc:
-        raise click.ClickException(f"{target}: {exc}") from None
-    click.echo(response.text)
-    if response.status_code >= 400:
-        sys.exit(1)
+        payload = strict_json(sys.stdin.buffer.read().decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError.
+        raise click.ClickException(f"standard input is not JSON: {exc}") from None
+    events = payload if isinstance(payload, list) else [payload]
+    if not events:
+        raise click.ClickException("standard input holds an empty array: nothing to publish")
+    for i, event in enumerate(events):
+        if not isinstance(event, dict):
+            where = "standard input" if payload is event else f"event [{i}]"
+            raise click.ClickException(f"{where} is not a JSON object, so not an event")
+    return payload  # type: ignore[no-any-return]
+
+
+def _publish_payload(publisher: Any, payload: dict[str, Any] | list[dict[str, Any]]) -> Any:
+    """Publish one event or an array. Return the server's answer, as JSON values.
+
+    An array past one request's limits goes in several requests, in order.
+    """
+    from dataclasses import asdict
+
+    from simplefeed.errors import RequestError
+    from simplefeed.producer import PublishUnavailable, prepare
+
+    try:
+        if isinstance(payload, dict):
+            # Prepared alone, so that an error names the field, not the field of event 0.
+            (published,) = publisher.send([prepare(payload, publisher.limits)])
+            return asdict(published)
+        return {"entries": [asdict(p) for p in publisher.publish_many(payload)]}
+    except RequestError as exc:
+        raise click.ClickException(
+            f"nothing sent, because the server would refuse it: {exc.message}"
+        ) from None
+    except PublishUnavailable as exc:
+        raise click.ClickException(f"{publisher.url}: {exc}") from None
