@@ -81,9 +81,9 @@ def proxy(server: UwsgiServer, request: pytest.FixtureRequest) -> Iterator[Proxy
 
 
 def publish(
-    server: UwsgiServer, url: str, *args: str, stdin: str = ""
+    server: UwsgiServer, url: str, *args: str, stdin: str = "", **env: str
 ) -> subprocess.CompletedProcess[str]:
-    environ = server.env()
+    environ = {**server.env(), **env}
     environ["SIMPLEFEED_TOKEN"] = server.token
     return subprocess.run(
         [*simplefeed_command(), "publish", "--url", url, *args],
@@ -154,6 +154,15 @@ def test_a_locally_invalid_event_sends_nothing(
     assert len(done.stderr.splitlines()) == 1 and done.stdout == "", done.stderr
     assert proxy.posts == []
     assert feed_ids(server) == before
+
+
+def test_the_local_checks_take_the_limits_this_environment_sets(
+    server: UwsgiServer, proxy: Proxy
+) -> None:
+    """An operator's lower SIMPLEFEED_MAX_* limit is applied before any request."""
+    done = publish(server, proxy.url, "--title", "x" * 20, SIMPLEFEED_MAX_TITLE_CHARS="10")
+    assert done.returncode == 1 and "title" in done.stderr and "10" in done.stderr, done.stderr
+    assert proxy.posts == []
 
 
 @pytest.mark.parametrize("proxy", [1], indirect=True)

@@ -679,8 +679,10 @@ def publish(
     Every event is checked with the server's rules before any request, so an invalid event
     sends nothing. Each event gets its id before the first try, so a retry never publishes it
     twice. It prints the server's JSON answer. It prints a refusal the same way, and exits 1.
+    The checks take the limits that SIMPLEFEED_MAX_* set here, as the server does.
     """
     from simplefeed.producer import Publisher, PublishRefused
+    from simplefeed.settings import Limits
 
     if not token:
         raise click.UsageError(
@@ -702,7 +704,9 @@ def publish(
         for key, value in (("content", content), ("content_type", content_type), ("id", entry_id)):
             if value is not None:
                 payload[key] = value
-    with Publisher(target, token, retry_for=retry_for) as publisher:
+    # The server's limits, where its SIMPLEFEED_MAX_* settings are in this environment too.
+    limits = Limits.from_env(os.environ)
+    with Publisher(target, token, limits=limits, retry_for=retry_for) as publisher:
         try:
             answer = _publish_payload(publisher, payload)
         except PublishRefused as exc:
