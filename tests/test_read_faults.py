@@ -279,3 +279,13 @@ def test_page_files_a_full_disk_kept_from_being_written_are_said_in_healthz(
         assert client.simulate_get("/healthz").status_code == 200
     finally:
         core.store.close()
+
+
+def test_free_space_is_that_of_the_nearest_existing_directory(tmp_path: Path) -> None:
+    """A directory not made yet answers with the file system it will be made on."""
+    from simplefeed.service.health import free_bytes
+
+    here = os.statvfs(tmp_path)
+    assert free_bytes(tmp_path / "not" / "made" / "yet") is not None
+    assert abs(free_bytes(tmp_path / "not" / "made") - here.f_bavail * here.f_frsize) < 2**30  # type: ignore[operator]
+    assert free_bytes(Path("relative-and-missing")) is not None

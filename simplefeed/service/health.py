@@ -55,15 +55,18 @@ def free_bytes(directory: Path) -> int | None:
 
     The directory may not exist yet, so its nearest existing parent answers for it.
     """
-    for path in (directory, *directory.absolute().parents):
+    path = directory.absolute()
+    while True:
         try:
             st = os.statvfs(path)
         except FileNotFoundError:
+            if path.parent == path:
+                return None
+            path = path.parent
             continue
         except OSError:
             return None
         return st.f_bavail * st.f_frsize
-    return None
 
 
 class Health:
