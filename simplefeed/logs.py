@@ -27,8 +27,9 @@ import select
 import threading
 import time
 import weakref
-from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
+
+from simplefeed import jsontext
 
 MAX_FIELD_CHARS = 256
 MAX_TRACEBACK_CHARS = 4096
@@ -57,17 +58,8 @@ def _bounded(value: Any) -> Any:
 
 #: One encoder for every line, because ``json.dumps`` with options builds a new one per call.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-#: Its C part, made once. ``encode`` makes one per call, a third of a short line's cost.
 #: Lines hold no container to check for cycles (:func:`_bounded`).
-_C_ENCODE = (
-    c_make_encoder(None, _ENCODER.default, encode_basestring, None, ":", ",", False, False, True)
-    if c_make_encoder is not None
-    else None
-)
-
-
-def _encode(line: dict[str, Any]) -> str:
-    return "".join(_C_ENCODE(line, 0)) if _C_ENCODE is not None else _ENCODER.encode(line)
+_encode = jsontext.writer(ensure_ascii=False)
 
 
 class JsonFormatter(logging.Formatter):

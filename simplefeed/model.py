@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import quote
+
+from simplefeed import jsontext
 
 #: Our Atom extension namespace (a name, not a document). ``<sf:seq>`` carries the sequence number.
 SF_NS = "https://simplefeed.dev/ns/1.0"
@@ -94,9 +95,8 @@ def rfc3339(us: int) -> str:
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
-# Built once, because json.dumps builds an encoder per call when given options.
-_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
-_STORED_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_CANONICAL_JSON = jsontext.writer(sort_keys=True)
+_STORED_JSON = jsontext.writer(ensure_ascii=False)
 
 
 def plain(value: Any) -> Any:
@@ -200,7 +200,7 @@ class Event:
 
     def stored_json(self) -> str:
         """:meth:`to_json` as the compact JSON text the store keeps."""
-        return _STORED_JSON.encode(self.to_json())
+        return _STORED_JSON(self.to_json())
 
     def replay_fingerprints(self) -> frozenset[str]:
         """The fingerprints under which an entry stored with this event's id is a replay of it.
@@ -221,7 +221,7 @@ class Event:
     def canonical(self) -> tuple[str, str]:
         """:meth:`fingerprint` and :meth:`stored_json` together, for the cost of one."""
         data = self._plain()
-        return _fingerprint(data), _STORED_JSON.encode(_stored(data))
+        return _fingerprint(data), _STORED_JSON(_stored(data))
 
     def _plain(self) -> dict[str, Any]:
         """``plain(self)``, written out for this class.
@@ -313,7 +313,7 @@ def locator_segment(entry_id: str) -> str:
 
 
 def _fingerprint(data: dict[str, Any]) -> str:
-    canonical = _CANONICAL_JSON.encode(data)
+    canonical = _CANONICAL_JSON(data)
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import falcon.testing
 import feedparser
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lxml import etree
@@ -393,3 +394,29 @@ def test_whatever_the_door_accepts_every_reader_reads(core: Simplefeed, token: s
         assert _read_everywhere(client, feed) == published
 
     check()
+
+
+def test_each_json_writer_writes_what_json_dumps_writes() -> None:
+    """The writers built once give json.dumps's text, byte for byte, on generated values."""
+    import json
+
+    from simplefeed import jsontext
+
+    values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+        max_leaves=20,
+    )
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(values, st.booleans(), st.booleans())
+    def check(value: object, ensure_ascii: bool, sort_keys: bool) -> None:
+        write = jsontext.writer(ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+        expected = json.dumps(
+            value, ensure_ascii=ensure_ascii, sort_keys=sort_keys, separators=(",", ":")
+        )
+        assert write(value) == expected
+
+    check()
+    with pytest.raises(ValueError):
+        jsontext.writer(allow_nan=False)([float("nan")])

@@ -3,7 +3,7 @@
 The layers, bottom to top, are listed below. An import points down, or sideways within its own
 package. The modules at the top of the package count as one package per layer.
 
-1. errors, model, settings, codings, lines, locks, logs, metrics
+1. errors, model, settings, codings, jsontext, lines, locks, logs, metrics
 2. rules, door, atom
 3. store, archive
 4. service
@@ -31,6 +31,7 @@ LAYERS = {
     "model": 1,
     "settings": 1,
     "codings": 1,
+    "jsontext": 1,
     "lines": 1,
     "locks": 1,
     "logs": 1,

@@ -33,6 +33,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from simplefeed import jsontext
 from simplefeed.door import markup, uris
 from simplefeed.door.languages import PRIMARY_LANGUAGES
 from simplefeed.door.xml import check_inline_xml
@@ -269,7 +270,7 @@ _STRICT_JSON = json.JSONDecoder(
     object_pairs_hook=_unique_names,
 )
 #: One encoder for every JSON content value, for the same reason.
-_CONTENT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_CONTENT_JSON = jsontext.writer(ensure_ascii=False, allow_nan=False)
 
 
 def parse_events(payload: Any, limits: Limits, now_us: int) -> tuple[list[Event], bool]:
@@ -729,7 +730,7 @@ def _content(c: _Checker, raw: Any, content_type: str | None, limits: Limits) ->
         if problem is not None:
             raise c.fail("content", problem)
         try:
-            text = _CONTENT_JSON.encode(raw)
+            text = _CONTENT_JSON(raw)
         except ValueError:
             raise c.fail("content", "holds NaN or Infinity, which JSON cannot carry") from None
     else:
