@@ -7,6 +7,7 @@ the waiting requests. Bounded in time: waits of a few seconds at most.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -712,6 +713,16 @@ def run_waiters(
     return replies, done - acknowledged[0]
 
 
+def wait_ends(log: str) -> list[str | None]:
+    """How the wait ended, for each access line of ``log`` for GET /recent (None: no wait)."""
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    return [
+        line.get("wait")
+        for line in lines
+        if line.get("logger") == "simplefeed.access" and line.get("path") == "/recent"
+    ]
+
+
 def post(server: UwsgiServer, title: str) -> None:
     r = httpx.post(
         server.url("/entries"),
@@ -737,6 +748,13 @@ def test_waiters_in_every_uwsgi_process_are_woken_by_a_publish(tmp_path: Path) -
         # (On a busy machine a client may ask only after the publish: answered at once.)
         waited = [r for r in replies if "preference-applied" in r.headers]
         assert waited and all(r.headers["preference-applied"] == "wait=20" for r in waited)
+        # Their access lines say the publish woke them, in the room or in the app, and none
+        # waited out its time. Workers write their INFO lines a moment later.
+        deadline = time.monotonic() + 60
+        while len(ends := wait_ends(srv.log())) < 41:  # The first GET, then the 40 waiters.
+            assert time.monotonic() < deadline, ends
+            time.sleep(0.1)
+        assert "woken" in ends and "timeout" not in ends, ends
         assert srv.problems() == []
         # Every worker heard the node's bell (simplefeed.runtime.wsgi.node_bell), none fell back.
         assert "learn of this worker's publishes" not in srv.log()
