@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -206,10 +207,17 @@ def test_the_helper_ends_when_its_parent_is_killed() -> None:
     ],
 )
 def test_a_command_that_is_not_the_helper_leaves_the_check_to_this_process(
-    command: list[str], why: str, caplog: pytest.LogCaptureFixture
+    command: list[str], why: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    children: list[subprocess.Popen[bytes]] = []
+
+    class Recorded(subprocess.Popen[bytes]):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            children.append(self)
+
+    monkeypatch.setattr(subprocess, "Popen", Recorded)
     checker = Checker(command, hello_s=0.5)
-    started = time.monotonic()
     try:
         with caplog.at_level(logging.WARNING, logger="simplefeed.client.checker"):
             checker.start()
@@ -221,8 +229,11 @@ def test_a_command_that_is_not_the_helper_leaves_the_check_to_this_process(
     finally:
         checker.close()
     # Half a second to say hello, and a second to end once its input closed. Then it is
-    # killed.
-    assert time.monotonic() - started < 5
+    # killed. It may fail first, writing to the pipe the checker closed. Had the checker
+    # waited for it, it would have ended its 30 s sleep and returned 0.
+    ended = [child.returncode for child in children]
+    assert len(ended) == (0 if command[0] == "/nonexistent/python" else 1)
+    assert all(code is not None and code != 0 for code in ended), ended
 
 
 @pytest.mark.skipif(not helps(), reason="one CPU: the consumer starts no checker process")

@@ -327,9 +327,9 @@ def test_a_server_dripping_a_byte_every_5_s_is_cut_off_at_max_time(
     run = consume(
         f"{server.base}/recent", tmp_path / "s.sqlite3", "--retries", "0", "--max-time", "3"
     )
+    # Cut by --max-time, which says so. The whole drip would outlast consume()'s timeout.
     assert run.code == 5, run.stderr
     assert "took over 3 s" in run.stderr
-    assert run.seconds < 30  # The 3 s plus the start of the process, not forever.
     assert_no_traceback(run)
 
 

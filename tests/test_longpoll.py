@@ -7,7 +7,9 @@ the waiting requests. Bounded in time: waits of a few seconds at most.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import brotli
 import falcon.testing
 import httpx
 import pytest
@@ -24,7 +27,9 @@ from sqlalchemy import create_engine, text
 
 from bench.servers import UwsgiServer, scratch_postgres_database
 from simplefeed import codings as codings_module
-from simplefeed.app import create_app
+from simplefeed.app import access, create_app
+from simplefeed.app import answers as answers_module
+from simplefeed.app import waiting as waiting_module
 from simplefeed.app.preconditions import preferred_wait
 from simplefeed.model import Feed
 from simplefeed.service import Simplefeed, changes
@@ -66,10 +71,55 @@ def test_the_wait_preference(header: str, cap: int, expected: int | None) -> Non
 # -- in-process, on both databases ------------------------------------------------------------
 
 
+class Slots:
+    """Waiting slots without a bound, so that /metrics counts the long-polls waiting."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def acquire(self) -> bool:
+        with self.lock:
+            self.count += 1
+        return True
+
+    def release(self) -> None:
+        with self.lock:
+            self.count -= 1
+
+    def waiting(self) -> int:
+        return self.count
+
+
 @pytest.fixture
 def app(core: Simplefeed) -> falcon.testing.TestClient:
     core.create_feed("other")
-    return falcon.testing.TestClient(create_app(core.settings, core=core))
+    return falcon.testing.TestClient(create_app(core.settings, core=core, waits=Slots()))
+
+
+@pytest.fixture
+def access_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level("INFO", logger="simplefeed.access")
+    return caplog
+
+
+def last_access(caplog: pytest.LogCaptureFixture) -> dict[str, Any]:
+    """The fields of the last access line written, but for /metrics."""
+    lines = [
+        rec.fields  # type: ignore[attr-defined]
+        for rec in caplog.records
+        if rec.name == "simplefeed.access" and rec.fields["path"] != "/metrics"  # type: ignore[attr-defined]
+    ]
+    fields: dict[str, Any] = lines[-1]
+    return fields
+
+
+def polls_waiting(app: falcon.testing.TestClient) -> int:
+    """The long-polls waiting now, as the server's /metrics says."""
+    text = app.simulate_get("/metrics").text
+    found = re.search(r"^simplefeed_long_polls_waiting (\S+)$", text, re.MULTILINE)
+    assert found is not None
+    return int(float(found.group(1)))
 
 
 def publish(core: Simplefeed, feed: str = "events", n: int = 1) -> None:
@@ -84,25 +134,57 @@ def later(seconds: float, job: Callable[[], None]) -> threading.Thread:
     return thread
 
 
-def timed(job: Callable[[], Any]) -> tuple[Any, float]:
-    start = time.monotonic()
-    result = job()
-    return result, time.monotonic() - start
+class JumpingClock:
+    """``time`` for the request clock (``perf_counter``), which jumps ``offset`` when told."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def perf_counter(self) -> float:
+        return time.perf_counter() + self.offset
+
+
+def until_waiting(app: falcon.testing.TestClient, polls: int) -> None:
+    """Return once the server shows ``polls`` long-polls waiting (a minute at most)."""
+    deadline = time.monotonic() + 60
+    while polls_waiting(app) < polls:
+        assert time.monotonic() < deadline, f"{polls_waiting(app)} long-polls wait"
+        time.sleep(0.01)
+
+
+def when_waiting(
+    app: falcon.testing.TestClient, job: Callable[[], None], polls: int = 1
+) -> threading.Thread:
+    """A thread that runs ``job`` once the server shows ``polls`` long-polls waiting.
+
+    After a minute it runs ``job`` anyway, so that the test fails rather than hangs.
+    """
+
+    def run() -> None:
+        deadline = time.monotonic() + 60
+        while polls_waiting(app) < polls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        job()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
 
 
 @pytest.mark.parametrize(
     "path", ["/recent", "/pages/1", "/feeds/other/recent", "/feeds/other/pages/1"]
 )
 def test_a_waiting_request_is_answered_when_the_feed_changes(
-    app: falcon.testing.TestClient, core: Simplefeed, path: str
+    app: falcon.testing.TestClient,
+    core: Simplefeed,
+    path: str,
+    access_log: pytest.LogCaptureFixture,
 ) -> None:
     feed = "other" if path.startswith("/feeds/") else "events"
     publish(core, feed)
     etag = app.simulate_get(path).headers["etag"]
-    job = later(0.5, lambda: publish(core, feed))
-    r, took = timed(
-        lambda: app.simulate_get(path, headers={"If-None-Match": etag, "Prefer": "wait=20"})
-    )
+    job = when_waiting(app, lambda: publish(core, feed))
+    r = app.simulate_get(path, headers={"If-None-Match": etag, "Prefer": "wait=20"})
     job.join()
     assert r.status_code == 200
     assert r.headers["etag"] != etag
@@ -110,11 +192,11 @@ def test_a_waiting_request_is_answered_when_the_feed_changes(
     assert r.headers["preference-applied"] == "wait=20"
     assert "Prefer" in r.headers["vary"]
     assert r.headers["cache-control"] == "public, max-age=10"  # as without Prefer
-    assert took < 15, took
+    assert last_access(access_log)["wait"] == "woken"  # by the publish, not its 20 s ending
 
 
 def test_a_copy_in_another_coding_is_current_too(
-    app: falcon.testing.TestClient, core: Simplefeed
+    app: falcon.testing.TestClient, core: Simplefeed, access_log: pytest.LogCaptureFixture
 ) -> None:
     """A client holding the current version gzip-encoded (a cache in between fetched it so)
     that long-polls asking for br waits as well: answering at once would only make it ask
@@ -122,18 +204,16 @@ def test_a_copy_in_another_coding_is_current_too(
     publish(core)
     etag = app.simulate_get("/recent", headers={"Accept-Encoding": "gzip"}).headers["etag"]
     assert etag.endswith('-gzip"')
-    job = later(0.5, lambda: publish(core))
-    r, took = timed(
-        lambda: app.simulate_get(
-            "/recent",
-            headers={"If-None-Match": etag, "Prefer": "wait=10", "Accept-Encoding": "br"},
-        )
+    job = when_waiting(app, lambda: publish(core))
+    r = app.simulate_get(
+        "/recent", headers={"If-None-Match": etag, "Prefer": "wait=10", "Accept-Encoding": "br"}
     )
     job.join()
     assert r.status_code == 200
     assert r.headers["preference-applied"] == "wait=10"
     assert r.headers["content-encoding"] == "br"
-    assert took >= 0.4, took  # held until the publish, not answered at once
+    assert brotli.decompress(r.content).count(b"<entry>") == 2  # the published entry too
+    assert last_access(access_log)["wait"] == "woken"  # held until the publish
 
 
 class Calls:
@@ -164,7 +244,7 @@ def test_waiters_woken_by_a_publish_share_one_lookup_and_one_rendering(
     waiting = {**headers, "If-None-Match": etag, "Prefer": "wait=20"}
     with ThreadPoolExecutor(30) as pool:
         answers = [pool.submit(app.simulate_get, "/recent", headers=waiting) for _ in range(30)]
-        time.sleep(1.0)  # all of them waiting (a late one would find the new version at once)
+        until_waiting(app, 30)  # All wait: a late one would find the new version at once.
         lookups = Calls(monkeypatch, core.store, "feed_head")
         renders = Calls(monkeypatch, core.store, "entries_between")
         encodes = Calls(monkeypatch, codings_module, "encode")
@@ -181,16 +261,29 @@ def test_waiters_woken_by_a_publish_share_one_lookup_and_one_rendering(
 
 
 def test_without_a_change_a_waiting_request_is_a_304_after_its_wait(
-    app: falcon.testing.TestClient,
+    app: falcon.testing.TestClient, access_log: pytest.LogCaptureFixture
 ) -> None:
     etag = app.simulate_get("/recent").headers["etag"]
-    r, took = timed(
-        lambda: app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=1"})
-    )
+    seen_waiting = threading.Event()
+    answered = threading.Event()
+
+    def watch() -> None:
+        while not answered.is_set():
+            if polls_waiting(app) >= 1:
+                seen_waiting.set()
+                return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    r = app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=2"})
+    answered.set()
+    watcher.join()
     assert r.status_code == 304
-    assert r.headers["preference-applied"] == "wait=1"
+    assert r.headers["preference-applied"] == "wait=2"
     assert r.headers["etag"] == etag
-    assert took >= 0.9
+    assert seen_waiting.is_set()  # the server held it, not answered it at once
+    assert last_access(access_log)["wait"] == "timeout"
 
 
 def test_a_change_to_another_feed_does_not_end_the_wait(
@@ -204,7 +297,7 @@ def test_a_change_to_another_feed_does_not_end_the_wait(
 
 
 def test_a_stale_copy_is_answered_at_once_and_no_prefer_changes_nothing(
-    app: falcon.testing.TestClient, core: Simplefeed
+    app: falcon.testing.TestClient, core: Simplefeed, access_log: pytest.LogCaptureFixture
 ) -> None:
     """A long-poll whose copy is already old is answered at once, saying the preference was
     applied: a consumer takes an answer without ``Preference-Applied`` for a server that does
@@ -212,10 +305,9 @@ def test_a_stale_copy_is_answered_at_once_and_no_prefer_changes_nothing(
     answer and its next long-poll did that."""
     old = app.simulate_get("/recent").headers["etag"]
     publish(core)
-    r, took = timed(
-        lambda: app.simulate_get("/recent", headers={"If-None-Match": old, "Prefer": "wait=20"})
-    )
-    assert r.status_code == 200 and took < 10
+    r = app.simulate_get("/recent", headers={"If-None-Match": old, "Prefer": "wait=20"})
+    assert r.status_code == 200
+    assert "wait" not in last_access(access_log)  # answered without waiting
     assert r.headers["preference-applied"] == "wait=20"
     assert "Prefer" in r.headers["vary"]
     plain = app.simulate_get("/recent", headers={"If-None-Match": r.headers["etag"]})
@@ -235,13 +327,14 @@ def test_the_wait_is_capped_by_configuration(core: Simplefeed) -> None:
     assert r.headers["preference-applied"] == "wait=1"
 
 
-def test_an_archived_page_is_never_held(app: falcon.testing.TestClient, core: Simplefeed) -> None:
+def test_an_archived_page_is_never_held(
+    app: falcon.testing.TestClient, core: Simplefeed, access_log: pytest.LogCaptureFixture
+) -> None:
     publish(core, n=7)  # page size 5: page 1 frozen
     etag = app.simulate_get("/pages/1").headers["etag"]
-    r, took = timed(
-        lambda: app.simulate_get("/pages/1", headers={"If-None-Match": etag, "Prefer": "wait=20"})
-    )
-    assert r.status_code == 304 and took < 10
+    r = app.simulate_get("/pages/1", headers={"If-None-Match": etag, "Prefer": "wait=20"})
+    assert r.status_code == 304
+    assert "wait" not in last_access(access_log)
     assert "preference-applied" not in r.headers
 
 
@@ -280,19 +373,32 @@ def test_long_polls_held_in_the_room_are_answered_as_the_app_answers_them(
     in front of the app, and a publish answers them with what the app answers (the same
     status, body and headers but ``Date`` and their own ``X-Request-Id``), asked of the app
     once for all of them; each request has its own access line, whose duration counts the
-    wait."""
+    wait. The request clock jumps an hour while they wait, so a duration that counts the
+    wait is over an hour."""
     publish(core)
     etag = teach_the_room(app)
-    into_app = Calls(monkeypatch, app.app, "app")
+    into_app: list[str] = []  # The /recent requests that reached the app.
+    behind = app.app.app
+
+    def counted(env: dict[str, Any], start_response: Any) -> Any:
+        if env["PATH_INFO"] == "/recent":
+            into_app.append(env["PATH_INFO"])
+        return behind(env, start_response)
+
+    monkeypatch.setattr(app.app, "app", counted)
+    clock = JumpingClock()
+    for module in (access, answers_module, waiting_module):
+        monkeypatch.setattr(module, "time", clock)
     waiting = {"If-None-Match": etag, "Prefer": "wait=20", "Accept-Encoding": "gzip"}
     caplog.set_level("INFO", logger="simplefeed.access")
     with ThreadPoolExecutor(8) as pool:
         answers = [pool.submit(app.simulate_get, "/recent", headers=waiting) for _ in range(8)]
-        time.sleep(1.0)
-        assert into_app.count == 0  # all of them waiting in the room
+        until_waiting(app, 8)
+        assert into_app == []  # all of them waiting in the room
+        clock.offset = 3600.0
         publish(core)
-        results = [a.result(timeout=5) for a in answers]
-    assert into_app.count == 1
+        results = [a.result(timeout=60) for a in answers]
+    assert len(into_app) == 1
     first = results[0]
     assert first.status_code == 200 and first.headers["preference-applied"] == "wait=20"
     assert first.headers["content-encoding"] == "gzip" and "Prefer" in first.headers["vary"]
@@ -302,39 +408,43 @@ def test_long_polls_held_in_the_room_are_answered_as_the_app_answers_them(
             k: v for k, v in first.headers.items() if k not in ("date", "x-request-id")
         }
     assert len({r.headers["x-request-id"] for r in results}) == 8
-    lines = [rec for rec in caplog.records if rec.name == "simplefeed.access"]
+    lines = [
+        rec
+        for rec in caplog.records
+        if rec.name == "simplefeed.access" and rec.fields["path"] == "/recent"  # type: ignore[attr-defined]
+    ]
     assert len(lines) == 8
     for rec in lines:
         fields = rec.fields  # type: ignore[attr-defined]
         assert fields["status"] == 200 and fields["path"] == "/recent"
         assert fields["feed"] == "events" and fields["bytes"] == len(first.content)
-        assert fields["duration_ms"] >= 900, fields  # waited about a second in the room
+        assert fields["wait"] == "woken", fields
+        assert fields["duration_ms"] >= 3_600_000, fields  # counted from the room
 
 
 @pytest.mark.parametrize(
     "header", [{"If-Match": '"another"'}, {"If-Unmodified-Since": "Sat, 01 Jan 2000 00:00:00 GMT"}]
 )
 def test_the_room_holds_only_what_the_app_would_hold(
-    app: falcon.testing.TestClient, core: Simplefeed, header: dict[str, str]
+    app: falcon.testing.TestClient,
+    core: Simplefeed,
+    header: dict[str, str],
+    access_log: pytest.LogCaptureFixture,
 ) -> None:
     """A current If-None-Match beside a precondition that fails is a 412 at once, whether or
     not the room has learnt the document; a copy made stale by a publish is answered at once,
     though the room learnt its ETag."""
     publish(core)
     etag = teach_the_room(app)
-    r, took = timed(
-        lambda: app.simulate_get(
-            "/recent", headers={"If-None-Match": etag, "Prefer": "wait=30", **header}
-        )
-    )
-    assert r.status_code == 412 and took < 15, took
+    r = app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=30", **header})
+    assert r.status_code == 412
+    assert "wait" not in last_access(access_log)  # neither the room nor the app held it
     publish(core)
-    r, took = timed(
-        lambda: app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=30"})
-    )
-    # Within the watcher's interval the stale copy may wait until it sees the commit.
-    # Answered well before the 30 s wait ends shows that it did not wait for the timeout.
-    assert r.status_code == 200 and took < 15, took
+    r = app.simulate_get("/recent", headers={"If-None-Match": etag, "Prefer": "wait=30"})
+    assert r.status_code == 200
+    # Within the watcher's interval the stale copy may wait until it sees the commit. It
+    # never waits out its 30 s.
+    assert last_access(access_log).get("wait") != "timeout"
 
 
 def test_the_room_keeps_a_bounded_number_of_answers(
@@ -394,11 +504,29 @@ def test_a_node_bell_rings_for_every_member_and_a_ring_waits_to_be_heard() -> No
         two.close()
 
 
-def test_a_flood_of_rings_is_heard_at_a_bounded_rate() -> None:
-    """Any local process can send to the bell's name: ring it as fast as possible for a while,
-    and the watcher hears it at most once per RING_GAP_S, not once per ring."""
+class StoppedClock:
+    """``time`` for the bell: its clock moves only when it sleeps. Sleeps are recorded."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_a_flood_of_rings_is_heard_at_a_bounded_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any local process can send to the bell's name: ring it as fast as possible, and the
+    watcher hears it at most once per RING_GAP_S, not once per ring. The bell's clock stands
+    still but for its own sleeps, so each hearing after the first must sleep out the gap."""
     node = fresh_node()
     bell, flooder = NodeBell(node, 1, 1), NodeBell(node, 2, 1)  # 2 rings member 1 only
+    clock = StoppedClock()
+    monkeypatch.setattr(changes, "time", clock)
     rings = 0
     stop = threading.Event()
 
@@ -412,17 +540,17 @@ def test_a_flood_of_rings_is_heard_at_a_bounded_rate() -> None:
     heard = 0
     try:
         thread.start()
-        started = time.monotonic()
-        while time.monotonic() - started < 0.5:
-            heard += bell.wait(1)
-        elapsed = time.monotonic() - started
+        for _ in range(50):
+            heard += bell.wait(10)
     finally:
         stop.set()
         thread.join()
         bell.close()
         flooder.close()
-    assert rings > heard
-    assert 1 <= heard <= elapsed / changes.RING_GAP_S + 2, (heard, rings, elapsed)
+    assert rings > heard >= 2
+    # Each hearing after the first slept out the gap since the one before.
+    assert len(clock.sleeps) >= heard - 1
+    assert clock.sleeps == pytest.approx([changes.RING_GAP_S] * len(clock.sleeps))
 
 
 def test_the_node_bell_is_kept_only_where_the_watcher_polls(settings: Settings) -> None:
@@ -585,6 +713,16 @@ def run_waiters(
     return replies, done - acknowledged[0]
 
 
+def wait_ends(log: str) -> list[str | None]:
+    """How the wait ended, for each access line of ``log`` for GET /recent (None: no wait)."""
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    return [
+        line.get("wait")
+        for line in lines
+        if line.get("logger") == "simplefeed.access" and line.get("path") == "/recent"
+    ]
+
+
 def post(server: UwsgiServer, title: str) -> None:
     r = httpx.post(
         server.url("/entries"),
@@ -610,6 +748,13 @@ def test_waiters_in_every_uwsgi_process_are_woken_by_a_publish(tmp_path: Path) -
         # (On a busy machine a client may ask only after the publish: answered at once.)
         waited = [r for r in replies if "preference-applied" in r.headers]
         assert waited and all(r.headers["preference-applied"] == "wait=20" for r in waited)
+        # Their access lines say the publish woke them, in the room or in the app, and none
+        # waited out its time. Workers write their INFO lines a moment later.
+        deadline = time.monotonic() + 60
+        while len(ends := wait_ends(srv.log())) < 41:  # The first GET, then the 40 waiters.
+            assert time.monotonic() < deadline, ends
+            time.sleep(0.1)
+        assert "woken" in ends and "timeout" not in ends, ends
         assert srv.problems() == []
         # Every worker heard the node's bell (simplefeed.runtime.wsgi.node_bell), none fell back.
         assert "learn of this worker's publishes" not in srv.log()

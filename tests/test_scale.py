@@ -1038,12 +1038,17 @@ def test_a_sqlite_writer_waits_for_the_write_lock_then_gets_it(
             conn.execute(text("CREATE TABLE t (x INTEGER)"))
         holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         holder.execute("BEGIN IMMEDIATE")
-        released = threading.Timer(0.3, holder.execute, args=("COMMIT",))
+        committing = threading.Event()
+
+        def commit() -> None:
+            committing.set()
+            holder.execute("COMMIT")
+
+        released = threading.Timer(0.3, commit)
         released.start()
-        started = time.monotonic()
         with database.write() as conn:
             conn.execute(text("INSERT INTO t VALUES (1)"))
-        assert time.monotonic() - started >= 0.25
+        assert committing.is_set()  # it got in once the holder let go, not before
         released.join()
         holder.execute("BEGIN IMMEDIATE")
         monkeypatch.setattr(dbmodule, "SQLITE_BUSY_TIMEOUT_S", 0.2)

@@ -5,6 +5,7 @@ is made here. It is returned in the ``X-Request-Id`` response header. It is on e
 written while the request is served, an error's traceback included. So a client's complaint
 leads to the line. The access line goes to logger ``simplefeed.access``, at level INFO, or ERROR
 for a 5xx. It carries method, path (never the query string), status, bytes, duration and feed.
+For a long-poll that waited, it says how the wait ended: ``woken`` early, or ``timeout``.
 For a publish, it also carries the sequence numbers assigned and the token's id, never its
 secret.
 """
@@ -35,6 +36,10 @@ STARTED = "simplefeed.started"
 #: and duration: ``(fields, document)``. :class:`~simplefeed.app.waiting.WaitingRoom` says the
 #: same of the requests it answers alike.
 LOGGED = "simplefeed.logged"
+#: The environ key of how a long-poll's wait ended: "woken" before its time, or "timeout".
+#: Whoever held the request sets it, the app or the
+#: :class:`~simplefeed.app.waiting.WaitingRoom`.
+WAIT_ENDED = "simplefeed.wait_ended"
 
 
 def request_id(env: dict[str, Any]) -> str:
@@ -134,6 +139,9 @@ class Access:
         }
         if feed is not None:
             fields["feed"] = feed
+        wait_ended = req.env.get(WAIT_ENDED)
+        if wait_ended is not None:
+            fields["wait"] = wait_ended
         appended: list[Appended] | None = req.context.get("appended")
         if appended is not None:
             created = [a.seq for a in appended if a.created]

@@ -15,6 +15,7 @@ import falcon
 
 from simplefeed import archive, codings, metrics
 from simplefeed.app import (
+    access,
     answers,
     caching,
     compression,
@@ -213,8 +214,10 @@ class _FeedResource:
     ) -> Feed | None:
         last: list[Feed] = []
         newer: list[bool] = []  # A document the client's copy is not, answered now as held.
+        ended: list[bool] = []  # A look found the copy no longer current.
 
         def still_current() -> bool:
+            ended[:] = [True]
             try:
                 feed = self.core.changes.seen(name)
             except StoreUnavailable:
@@ -226,11 +229,15 @@ class _FeedResource:
             if not self.has_current(req, v):
                 newer[:] = [True]
                 return False
+            ended.clear()
             if self.room is not None:
                 self.room.learn(req.path, name, feed, v.etags.values())
             return True
 
         waited = self.core.changes.wait(still_current, wait)
+        if waited:
+            # A wait ends early only when a look finds the copy no longer current.
+            req.env[access.WAIT_ENDED] = "woken" if ended else "timeout"
         if waited or newer:
             resp.set_header("Preference-Applied", f"wait={wait}")
         return last[0] if waited and last else None

@@ -136,13 +136,18 @@ class WaitingRoom:
             return self.app(env, start_response)
         held, seconds = holding
         last = [held.feed]
+        ended = ["timeout"]
 
         def unchanged() -> bool:
+            ended[0] = "woken"
             try:
                 last[0] = self.changes.seen(held.name)
             except (StoreUnavailable, FeedNotFound):
                 return False
-            return last[0] == held.feed
+            if last[0] != held.feed:
+                return False
+            ended[0] = "timeout"
+            return True
 
         try:
             waited = self.changes.wait(unchanged, seconds)
@@ -152,6 +157,7 @@ class WaitingRoom:
         if not waited:
             return self.app(env, start_response)
         env[WAITED] = last[0]
+        env[access.WAIT_ENDED] = ended[0]
         return self._answer(env, start_response, last[0])
 
     def _answer(
