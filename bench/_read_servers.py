@@ -59,6 +59,11 @@ def derive_ini(
     if module is not None:
         text, n = re.subn(r"(?m)^module = .*$", f"module = {module}", text)
         assert n == 1, "uwsgi.ini has no single module line"
+    if static_map is not None:
+        # A plain static-map with its gzip copies. It leaves out the shipped static route's
+        # rules and the headers it adds, which uWSGI would otherwise apply to each file.
+        text = re.sub(r"(?m)^(route[-a-z]*|add-header) = .*\n", "", text)
+        text += f"\nstatic-map = {static_map}\n"
     assert listen in LISTEN_MODES, listen
     if listen == "http-socket":
         text = re.sub(r"(?m)^http11-socket = ", "http-socket = ", text)
@@ -66,11 +71,6 @@ def derive_ini(
     elif listen == "http-router":
         text = re.sub(r"(?m)^http11-socket = ", "http = ", text)
         text += "\nhttp-keepalive = 1\n"
-    if static_map is not None:
-        # A plain static-map with its gzip copies. It leaves out the shipped static route's
-        # rules, which uWSGI would otherwise run before sending each file.
-        text = re.sub(r"(?m)^route[-a-z]* = .*\n", "", text)
-        text += f"\nstatic-map = {static_map}\n"
     if threads is not None:
         text, n = re.subn(r"(?m)^threads = \d+$", f"threads = {threads}", text)
         assert n == 1, "uwsgi.ini has no single default threads line"

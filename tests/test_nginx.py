@@ -388,6 +388,16 @@ def test_everything_else_goes_to_the_app(deployment: Deployment) -> None:
         assert b"through nginx" in http.get(nginx.url("/recent")).content
 
 
+def test_the_http_socket_says_connection_close_behind_nginx(deployment: Deployment) -> None:
+    """Behind nginx the HTTP socket closes each connection, and says so once, whether uWSGI
+    sends the file or the app answers."""
+    origin = deployment.origin
+    for path, by_app in (("/pages/1", False), ("/recent", True), ("/pages/99", True)):
+        r = httpx.get(origin.url(path), headers={"Accept-Encoding": "identity"}, timeout=10)
+        assert ("x-request-id" in r.headers) == by_app, path
+        assert r.headers.get_list("connection") == ["close"], (path, r.headers)
+
+
 def test_metrics_is_not_passed_on(deployment: Deployment) -> None:
     """/metrics (no token) stays off the public side: nginx answers it 404 itself, however it is
     spelled, and the app never sees the request; the service's own socket still has it."""

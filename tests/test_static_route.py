@@ -141,6 +141,32 @@ def test_everything_else_goes_to_the_app(server: UwsgiServer, http: httpx.Client
         assert r.status_code == status and not by_uwsgi(r), method
 
 
+def test_the_app_answers_without_the_static_headers(
+    server: UwsgiServer, http: httpx.Client
+) -> None:
+    """uwsgi.ini's add-header lines are for the files. A request that goes to the app drops
+    them, so each of its answers has its own headers once, and only those."""
+    auth = {"Authorization": f"Bearer {server.token}"}
+    for method, path, status in (
+        ("GET", "/recent", 200),
+        ("GET", "/pages/1?x=1", 200),  # the archived page, through the app
+        ("HEAD", "/pages/3", 200),
+        ("GET", "/pages/99", 404),
+        ("POST", "/entries", 422),
+    ):
+        r = http.request(method, server.url(path), headers=auth, json=[{}])
+        assert (r.status_code, by_uwsgi(r)) == (status, False), path
+        for name in ("content-type", "cache-control", "x-content-type-options", "date"):
+            assert len(r.headers.get_list(name)) <= 1, (path, name, r.headers)
+        assert "content-security-policy" not in r.headers or r.headers.get_list(
+            "content-security-policy"
+        ) == [ATOM_CONTENT_SECURITY_POLICY]
+        assert r.headers.get_list("vary", split_commas=True).count("Accept-Encoding") <= 1
+        if status == 404:
+            assert r.headers["content-type"] == "application/json"
+            assert IMMUTABLE not in r.headers.get_list("cache-control")
+
+
 def test_a_missing_file_goes_to_the_app_which_writes_it_back(
     server: UwsgiServer, http: httpx.Client
 ) -> None:

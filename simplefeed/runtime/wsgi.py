@@ -277,6 +277,26 @@ def honour_close(app: WsgiApp) -> WsgiApp:
     return application
 
 
+def say_close(app: WsgiApp) -> WsgiApp:
+    """Wrap ``app`` so that each answer says ``Connection: close``, for uWSGI's http-socket.
+
+    The http-socket closes each connection after its response. A client that is not told so
+    sends its next request into the closed connection. The ``add-header`` line of uwsgi.ini says
+    it for the files uWSGI sends. A request for the app drops add-header lines (uwsgi.ini,
+    ``remheader``), so the app says it for its own answers.
+    """
+
+    def application(env: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        def closing(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            if not any(name.lower() == "connection" for name, _ in headers):
+                headers = [*headers, ("Connection", "close")]
+            return start_response(status, headers, exc_info)
+
+        return app(env, closing)
+
+    return application
+
+
 #: The HTTP versions a request may name. They are 1.0 and 1.1 (RFC 9112 2.3), and the 2.0 and
 #: 3.0 that nginx passes on a uwsgi socket. Without the check, ``HTTP/9.9`` is answered
 #: ``HTTP/9.9 200 OK``.
@@ -389,6 +409,8 @@ application = requests_only(
 )
 if uwsgi is not None and "http11-socket" in uwsgi.opt:
     application = honour_close(application)
+if uwsgi is not None and "http-socket" in uwsgi.opt:
+    application = say_close(application)
 if uwsgi is not None:
     application = refuse_forged_protocol(application)
     if uwsgi.cores > 1 and hasattr(select, "EPOLLEXCLUSIVE"):
