@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -96,10 +97,15 @@ class _Handler(WSGIRequestHandler):
 class LiveServer:
     """The real app for ``settings`` (base URL set to where it listens) in a thread."""
 
-    def __init__(self, settings: Settings, recent_max_age: int = 0) -> None:
+    def __init__(
+        self, settings: Settings, recent_max_age: int = 0, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.httpd = _Server()
         port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{port}"
+        if tls is not None:  # HTTPS: each connection's handshake happens as it is accepted.
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+            self.base_url = f"https://127.0.0.1:{port}"
         self.settings = replace(settings, base_url=self.base_url, recent_max_age=recent_max_age)
         self.core = Simplefeed(self.settings, new_uuid=SequentialIds())
         self.core.create_feed(self.settings.default_feed)

@@ -91,7 +91,7 @@ from typing import Any, ClassVar
 import click
 
 from simplefeed.client.consumer import CheckpointEvery, Consumer, OnError, Start
-from simplefeed.client.entry import json_text
+from simplefeed.client.entry import entry_json
 from simplefeed.client.errors import (
     FeedError,
     FetchError,
@@ -102,6 +102,7 @@ from simplefeed.client.errors import (
 )
 from simplefeed.client.exec_stream import ExecStream
 from simplefeed.client.fetch import Bounds, RetryPolicy, url_problem
+from simplefeed.client.jsonl import JsonLines, print_json
 from simplefeed.client.parse import PARSERS, FeedEntry, Parser
 from simplefeed.client.poll import PollPolicy
 from simplefeed.client.walk import MAX_PAGES, Progress
@@ -232,10 +233,6 @@ def _print_line(entry: FeedEntry) -> None:
     click.echo(f"{entry.seq}\t{escape_field(entry.id)}\t{escape_field(entry.title)}")
 
 
-def _print_json(entry: FeedEntry) -> None:
-    click.echo(json_text(entry.to_json()))
-
-
 #: The longest id ``--exec`` passes in ``SIMPLEFEED_ENTRY_ID``. Longer ones are left out,
 #: because a huge id (200,000 characters) fails every run with "Argument list too long".
 MAX_ENV_ID_CHARS = 8192
@@ -267,10 +264,18 @@ class _Streamed:
     ack_timeout: float | None
 
 
-def _process(
-    consumer: Consumer, handler: Callable[[FeedEntry], None] | _Streamed, follow: bool
-) -> None:
+class _Gathered:
+    """``--jsonl`` with checkpoints per page: lines written together (:class:`JsonLines`)."""
+
+
+_Handler = Callable[[FeedEntry], None] | _Streamed | _Gathered
+
+
+def _process(consumer: Consumer, handler: _Handler, follow: bool) -> None:
     """Hand the new entries to ``handler``, or through the process it names."""
+    if isinstance(handler, _Gathered):
+        consumer.run_acknowledged(JsonLines(), follow=follow)
+        return
     if not isinstance(handler, _Streamed):
         consumer.run(handler, follow=follow)
         return
@@ -293,7 +298,7 @@ def _exec_handler(command: str) -> Callable[[FeedEntry], None]:
     argv = _argv(command, "--exec")
 
     def run(entry: FeedEntry) -> None:
-        data = json_text(entry.to_json()).encode("utf-8") + b"\n"
+        data = entry_json(entry).encode("utf-8") + b"\n"
         env = dict(os.environ)
         entry_id = escape_field(entry.id)  # Escaped. The raw id goes on standard input.
         if len(entry_id) <= MAX_ENV_ID_CHARS:
@@ -530,13 +535,13 @@ def _consume(
         raise click.UsageError("--ack-timeout applies only with --exec-stream")
     if max_interval < min_interval:
         raise click.BadParameter("must be at least --min-interval", param_hint="--max-interval")
-    handler: Callable[[FeedEntry], None] | _Streamed
+    handler: _Handler
     if exec_command is not None:
         handler = _exec_handler(exec_command)
     elif stream_command is not None:
         handler = _Streamed(stream_command, _argv(stream_command, "--exec-stream"), ack_timeout)
     elif jsonl:
-        handler = _print_json
+        handler = _Gathered() if checkpoint_every == "page" else print_json
     else:
         handler = _print_line
     # Everything loaded so far (the modules) stays while the command runs. So the cyclic
@@ -574,7 +579,7 @@ def _consume(
 def _run(
     url: str,
     state_path: Path,
-    handler: Callable[[FeedEntry], None] | _Streamed,
+    handler: _Handler,
     *,
     start: Start | int,
     follow: bool,

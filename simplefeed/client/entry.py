@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any
 
 from simplefeed.lines import BIDI
 
-__all__ = ["EntryAuthor", "EntryCategory", "EntryLink", "FeedEntry", "json_text"]
+__all__ = ["EntryAuthor", "EntryCategory", "EntryLink", "FeedEntry", "entry_json", "json_text"]
 
 #: The characters written as ``\uXXXX`` escapes, which read back as the same characters.
 #:
@@ -37,7 +38,18 @@ def json_text(value: Any) -> str:
     allowed". That would stop ``consume --jsonl`` and ``--exec`` at its entry for good, as a
     failed handler.
     """
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _escaped(_VALUE(value))
+
+
+#: Compact JSON text, characters unescaped, and no check for cycles, because values decoded
+#: from JSON have none.
+_VALUE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
+
+
+def _escaped(text: str) -> str:
+    """Escape the characters of :data:`_ESCAPED` in JSON text."""
+    if text.isascii():  # A flag of the string, so the common case costs no scan.
+        return text
     return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
@@ -148,3 +160,69 @@ class FeedEntry:
             ],
             "page": self.page_url,
         }
+
+
+def entry_json(entry: FeedEntry) -> str:
+    """Return ``json_text(entry.to_json())``, built about three times faster.
+
+    ``consume --jsonl`` and ``--exec-stream`` write a line per entry, and the general encoder
+    over the dict would cost more than reading the entry. So the fields are written in
+    :meth:`FeedEntry.to_json`'s order, and only the content goes through the encoder.
+    ``tests/test_client_units.py`` checks that both give the same text.
+    """
+    s = encode_basestring
+    author = entry.author
+    return _escaped(
+        "".join(
+            [
+                '{"id":',
+                s(entry.id),
+                ',"seq":',
+                str(entry.seq),
+                ',"title":',
+                s(entry.title),
+                ',"updated":',
+                s(entry.updated),
+                ',"published":',
+                _optional(entry.published),
+                ',"content":',
+                _VALUE(entry.content),
+                ',"content_type":',
+                _optional(entry.content_type),
+                ',"summary":',
+                _optional(entry.summary),
+                ',"author":',
+                "null"
+                if author is None
+                else f'{{"name":{s(author.name)},"email":{_optional(author.email)},'
+                f'"uri":{_optional(author.uri)}}}',
+                ',"categories":[',
+                ",".join([_category(category) for category in entry.categories]),
+                '],"links":[',
+                ",".join([_link(link) for link in entry.links]),
+                '],"page":',
+                s(entry.page_url),
+                "}",
+            ]
+        )
+    )
+
+
+def _optional(text: str | None) -> str:
+    return "null" if text is None else encode_basestring(text)
+
+
+def _category(category: EntryCategory) -> str:
+    return (
+        f'{{"term":{encode_basestring(category.term)},"scheme":{_optional(category.scheme)},'
+        f'"label":{_optional(category.label)}}}'
+    )
+
+
+def _link(link: EntryLink) -> str:
+    length = "null" if link.length is None else str(link.length)
+    return (
+        f'{{"href":{encode_basestring(link.href)},"rel":{encode_basestring(link.rel)},'
+        f'"type":{_optional(link.type)},"hreflang":{_optional(link.hreflang)},'
+        f'"title":{_optional(link.title)},"length":{length}}}'
+    )

@@ -5,7 +5,8 @@ The process reads one entry per line on its standard input. Each line is the JSO
 output, in the same order. The line is ``ok``, or any other line, which is the entry's error.
 
 Entries are written ahead of the acknowledgements, at most the consumer's window of them
-(:meth:`Consumer.run_acknowledged`). So a round trip per entry does not bound the rate. A
+(:meth:`Consumer.run_acknowledged`). So a round trip per entry does not bound the rate. Lines
+are handed over in batches of :data:`_BATCH_BYTES`, or when an acknowledgement is awaited. A
 thread of its own writes them. Otherwise a process that writes acknowledgements before it
 reads on would block on a full pipe, while this one blocks on the other.
 
@@ -34,7 +35,7 @@ from collections import deque
 from collections.abc import Sequence
 from types import TracebackType
 
-from simplefeed.client.entry import FeedEntry, json_text
+from simplefeed.client.entry import FeedEntry, entry_json
 from simplefeed.client.errors import HandlerError
 from simplefeed.lines import one_line
 
@@ -47,6 +48,9 @@ MAX_ACK_BYTES = 65_536
 GRACE_SECONDS = 10.0
 #: The most bytes one write hands the pipe. A write joins the entries waiting.
 _WRITE_BYTES = 1 << 20
+#: The bytes of lines gathered before they go to the writer thread. Each hand-over wakes the
+#: thread, so a hand-over per entry would cost more than the entry's line.
+_BATCH_BYTES = 1 << 16
 
 
 class ReportedError(Exception):
@@ -72,6 +76,9 @@ class ExecStream:
         self.sent = 0
         self.acknowledged = 0
         self._lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        #: Lines not yet handed to the writer thread, and how many bytes they hold.
+        self._batch: list[bytes] = []
+        self._batch_bytes = 0
         self._write_error: OSError | None = None
         #: Acknowledgement lines read and not yet taken, without their line breaks. Then the
         #: start of the next one. Then whether standard output is closed.
@@ -87,11 +94,16 @@ class ExecStream:
         self._writer.start()
 
     def send(self, entry: FeedEntry) -> None:
-        self._lines.put(json_text(entry.to_json()).encode("utf-8") + b"\n")
-        self.sent += 1
+        line = entry_json(entry).encode("utf-8") + b"\n"
+        self._batch.append(line)
+        self._batch_bytes += len(line)
+        if self._batch_bytes >= _BATCH_BYTES:
+            self._hand_over()
 
     def acknowledgement(self, entry: FeedEntry) -> Exception | None:
         while not self._acks:
+            if self._batch:  # The process may wait for these lines before it answers.
+                self._hand_over()
             problem = self._read()
             if problem is not None:
                 raise HandlerError(entry, self._gone(problem))
@@ -134,6 +146,12 @@ class ExecStream:
         self.close()
 
     # -- inside --------------------------------------------------------------------------
+
+    def _hand_over(self) -> None:
+        """Give the lines gathered to the writer thread, as one."""
+        self._lines.put(b"".join(self._batch))
+        self.sent += len(self._batch)
+        self._batch, self._batch_bytes = [], 0
 
     def _read(self) -> str | None:
         """Read what standard output has. Return what keeps the next acknowledgement away."""

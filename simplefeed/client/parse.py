@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Literal
 
-import feedparser
 from lxml import etree
 
 from simplefeed.client import tree
@@ -291,6 +290,10 @@ def feedparser_verdict(body: bytes) -> Verdict:
     crowded = quadratic_problem(body)
     if crowded is not None:
         return crowded, ()
+    # Imported here, because its import takes a tenth of a second of every start-up, and the
+    # consumer with ``parser="lxml"`` never needs it.
+    import feedparser
+
     d = feedparser.parse(io.BytesIO(body), sanitize_html=False, resolve_relative_uris=False)
     warnings: list[str] = []
     if d.get("bozo"):

@@ -15,7 +15,7 @@ import typing
 import httpcore
 import httpx
 
-__all__ = ["STOP_CHECK_S", "BoundedTransport", "Deadlines", "Interruption"]
+__all__ = ["STOP_CHECK_S", "BoundedTransport", "Deadlines", "Interruption", "TrustOnUse"]
 
 #: How long a wait of the fetcher goes on at most before it looks whether it was interrupted
 #: (:meth:`Fetcher.interrupt`). Such a wait is a socket read, or a pause between attempts or polls.
@@ -94,6 +94,8 @@ class _Stream(httpcore.NetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
+        if isinstance(ssl_context, TrustOnUse):
+            ssl_context = ssl_context.loaded()
         inner = self._inner.start_tls(ssl_context, server_hostname, self._deadlines.clamp(timeout))
         return _Stream(inner, self._deadlines, self._interruption)
 
@@ -137,6 +139,40 @@ class _Backend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
+class TrustOnUse(ssl.SSLContext):
+    """Stands in for httpx's default TLS context, which :meth:`loaded` makes on first use.
+
+    Loading the trust store costs 30-50 ms of CPU, a part of every start-up that a feed on
+    ``http://`` never needs. The stand-in trusts no certificate, so a handshake through it
+    fails. It records the ALPN protocols httpcore sets, for the context that replaces it.
+    """
+
+    def __new__(cls) -> TrustOnUse:
+        return super().__new__(cls, ssl.PROTOCOL_TLS_CLIENT)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._context: ssl.SSLContext | None = None
+        self._alpn: list[str] | None = None
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._context is not None
+
+    def set_alpn_protocols(self, alpn_protocols: typing.Iterable[str]) -> None:
+        self._alpn = list(alpn_protocols)
+        super().set_alpn_protocols(self._alpn)
+
+    def loaded(self) -> ssl.SSLContext:
+        """httpx's default context (``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` apply), made once."""
+        with self._lock:
+            if self._context is None:
+                self._context = httpx.create_ssl_context()
+            if self._alpn is not None:
+                self._context.set_alpn_protocols(self._alpn)
+            return self._context
+
+
 class BoundedTransport(httpx.HTTPTransport):
     """httpx's transport over a connection pool whose sockets keep to the deadline.
 
@@ -144,11 +180,11 @@ class BoundedTransport(httpx.HTTPTransport):
     """
 
     def __init__(self, deadlines: Deadlines, interruption: Interruption) -> None:
-        # One TLS context, httpx's own default, because loading the trust store costs about 30 ms.
-        ssl_context = httpx.create_ssl_context()
-        super().__init__(verify=ssl_context)
+        # One TLS context, httpx's own default, loaded only when a connection needs it.
+        self.tls = TrustOnUse()
+        super().__init__(verify=self.tls)
         self._pool = httpcore.ConnectionPool(
-            ssl_context=ssl_context,
+            ssl_context=self.tls,
             keepalive_expiry=5.0,
             network_backend=_Backend(deadlines, interruption),
         )
