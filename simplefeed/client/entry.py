@@ -7,12 +7,12 @@ commands read.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any
 
+from simplefeed import jsontext
 from simplefeed.lines import BIDI
 
 __all__ = ["EntryAuthor", "EntryCategory", "EntryLink", "FeedEntry", "entry_json", "json_text"]
@@ -41,9 +41,8 @@ def json_text(value: Any) -> str:
     return _escaped(_VALUE(value))
 
 
-#: Compact JSON text, characters unescaped, and no check for cycles, because values decoded
-#: from JSON have none.
-_VALUE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
+#: Compact JSON text, characters unescaped.
+_VALUE = jsontext.writer(ensure_ascii=False)
 
 
 def _escaped(text: str) -> str:
