@@ -23,6 +23,7 @@ Modules, each owning one thing:
 ``errors``       The exception hierarchy.
 ``command``      ``simplefeed consume`` and ``simplefeed consumer``.
 ``exec_stream``  ``consume --exec-stream``: one handler process, entries written ahead of acks.
+``jsonl``        ``consume --jsonl``: JSON lines in large writes, acknowledged once written.
 ===============  =================================================================================
 """
 
