@@ -17,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -29,7 +30,7 @@ from simplefeed.client.command import EXIT_HANDLER, consume
 from simplefeed.model import Event
 from simplefeed.settings import Settings
 from tests.markdown import code_blocks, doc_text
-from tests.test_client_live import LiveServer, wait_for_lines
+from tests.test_client_live import LiveServer
 
 #: A handler in Python: appends "seq id" to the file it is given for each entry it handles,
 #: then acknowledges it. The entry whose title is FAIL gets an error line instead. With DIE,
@@ -102,6 +103,17 @@ def handled(log: Path) -> list[int]:
 def checkpoint(state: Path, url: str) -> Checkpoint | None:
     with StateFile(state) as file:
         return file.load_checkpoint(url)
+
+
+def wait_for_checkpoint(state: Path, url: str, seq: int, timeout: float = 60) -> None:
+    """Wait until a running consumer has stored its checkpoint on entry ``seq``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stored = checkpoint(state, url) if state.exists() else None
+        if stored is not None and stored.seq >= seq:
+            return
+        assert time.monotonic() < deadline, f"no checkpoint on entry {seq}: {stored}"
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("every", ["page", "entry"])
@@ -426,9 +438,11 @@ def test_follow_hands_over_entries_as_they_come_and_ends_the_handler_when_stoppe
         stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        wait_for_lines(log, 3)
+        wait_for_checkpoint(state, live.recent, 3)
         live.publish(2)
-        wait_for_lines(log, 5)
+        # The handler logs an entry before it answers "ok". So the consumer may not have read
+        # the last answer when the log shows the entry: wait for the stored checkpoint instead.
+        wait_for_checkpoint(state, live.recent, 5)
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=30)
     finally:
