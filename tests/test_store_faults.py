@@ -359,3 +359,24 @@ def test_a_forked_child_never_uses_its_parents_connection(core: Simplefeed) -> N
     os.close(read)
     with core.store.connections.use() as mine:  # type: ignore[attr-defined]
         assert mine is parent
+
+
+def test_a_direct_connection_opening_while_the_store_closes_is_closed_after_its_use(
+    core: Simplefeed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request may be opening a direct connection when the store closes (a long-poll woken
+    by the shutdown, say). The closed pool no longer has its place. So the request uses the
+    connection, and it is closed at the end of the block, not left open for nobody."""
+    connections = core.store.connections  # type: ignore[attr-defined]
+    open_one = connections.open_one
+
+    def opened_while_closing() -> object:
+        conn = open_one()
+        connections.close()
+        return conn
+
+    monkeypatch.setattr(connections, "open_one", opened_while_closing)
+    with connections.use() as mine:
+        mine.cursor().execute("SELECT 1").close()
+    with pytest.raises(Exception, match="closed"):
+        mine.cursor().execute("SELECT 1")

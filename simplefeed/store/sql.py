@@ -345,6 +345,9 @@ class DirectConnections:
         self.available = threading.Condition()
         self.idle: list[Any] = []
         self.open: list[Any] = []
+        #: Counts the calls of :meth:`close`. A connection opened across one is closed at the
+        #: end of its block, because the closed pool no longer has its place.
+        self.closings = 0
 
     def open_one(self) -> Any:
         """A connection of the same kind, outside this pool, for the caller alone to close."""
@@ -355,8 +358,8 @@ class DirectConnections:
             conn.autocommit = True  # type: ignore[union-attr]
         return conn
 
-    def _take(self) -> Any:
-        """An idle connection, or None if one may be opened.
+    def _take(self) -> tuple[Any, int]:
+        """An idle connection, or None if one may be opened, and :attr:`closings` then.
 
         Waits while all are busy.
         """
@@ -372,9 +375,9 @@ class DirectConnections:
                     f" for {DIRECT_WAIT_S:.0f} s"
                 )
             if self.idle:
-                return self.idle.pop()
+                return self.idle.pop(), self.closings
             self.open.append(None)  # A place taken while the connection opens.
-            return None
+            return None, self.closings
 
     @contextmanager
     def use(self) -> Iterator[Any]:
@@ -383,7 +386,7 @@ class DirectConnections:
         An error in the block closes it, and the next use opens another. So nothing is left
         open on a connection between uses.
         """
-        mine = self._take()
+        mine, closings = self._take()
         if mine is None:
             try:
                 mine = self.open_one()
@@ -391,7 +394,8 @@ class DirectConnections:
                 self._forget(None)
                 raise
             with self.available:
-                self.open[self.open.index(None)] = mine
+                if closings == self.closings:
+                    self.open[self.open.index(None)] = mine
         try:
             yield mine
         except BaseException:
@@ -400,8 +404,12 @@ class DirectConnections:
                 mine.close()
             raise
         with self.available:
-            self.idle.append(mine)
-            self.available.notify()
+            if closings == self.closings:
+                self.idle.append(mine)
+                self.available.notify()
+                return
+        with contextlib.suppress(Exception):
+            mine.close()
 
     def _forget(self, conn: Any) -> None:
         with self.available:
@@ -419,9 +427,11 @@ class DirectConnections:
         return found
 
     def close(self) -> None:
+        """Close every connection. One being opened now is closed at the end of its block."""
         with self.available:
             pending = [c for c in self.open if c is not None]
             self.idle, self.open = [], []
+            self.closings += 1
         for conn in pending:
             with contextlib.suppress(Exception):
                 conn.close()
