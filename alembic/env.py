@@ -30,11 +30,14 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     make_database_file(url)  # the one maker of database files; the stores never make one
     engine = make_engine(url)
-    with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
-        with context.begin_transaction():
-            context.run_migrations()
-    engine.dispose()
+    # Disposed even when a migration refuses, so that no connection is left open behind it.
+    try:
+        with engine.connect() as connection:
+            context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        engine.dispose()
 
 
 if context.is_offline_mode():
