@@ -1,5 +1,5 @@
-"""Count the instructions uWSGI spends on one archived page: the shipped static route against
-uWSGI's plain ``static-map`` of the same file.
+"""Count the instructions uWSGI spends on one archived page: the shipped static route, with the
+page plugin and with the routing rules, against uWSGI's plain ``static-map`` of the same file.
 
 Instruction counts come from callgrind, which other load on the machine does not disturb. Run
 it from the checkout (needs valgrind: ``apt-get install -y valgrind``)::
@@ -8,7 +8,9 @@ it from the checkout (needs valgrind: ``apt-get install -y valgrind``)::
 
 Each configuration is an ini derived from ``uwsgi.ini`` (``bench/_read_servers.py``), with the
 minimal falcon app as its module, one process and one thread. The static route's ini keeps the
-shipped route rules. The baseline's drops them and adds ``static-map``. uWSGI runs under
+shipped route. It runs once with the page plugin that ``simplefeed serve`` builds
+(``simplefeed/runtime/plugin.py``), and once with the routing rules that serve pages without
+it. The baseline's ini drops the route and adds ``static-map``. uWSGI runs under
 callgrind, which counts only while a worker reads, answers or closes a request. A client on
 one kept-alive connection asks for the page N times, one request at a time. Each figure is the
 difference between two runs, of ``--requests`` and of 200 requests, divided by the difference
@@ -16,7 +18,8 @@ in requests, so that start-up and the first requests cancel out. The kernel's wo
 calls, sendfile) is not counted. The static route makes one system call more than
 ``static-map``: the ``isfile`` test's stat.
 
-The rows under the static route split its cost by uWSGI function, inclusive of what each calls.
+The rows under the routing rules split their cost by uWSGI function, inclusive of what each
+calls.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._read_servers import MINIMAL, UWSGI, derive_ini
 from bench.servers import HOST, PROJECT_ROOT, clean_environ, free_port
+from simplefeed.runtime import plugin
 
 #: The functions whose inclusive cost the report splits out, with a line of text each.
 PARTS = {
@@ -49,6 +53,7 @@ PARTS = {
     "uwsgi_router_goto_func": "the gotos",
     "uwsgi_regexp_match_ovec": "the route-uri regular expression",
     "uwsgi_routing_func_static": "the static action (uWSGI's file serving)",
+    "archived_page": "the plugin's action, with uWSGI's file serving",
     "uwsgi_routing_translate": "of all these: copying each rule's text",
 }
 TOGGLES = ("wsgi_req_accept", "wsgi_req_recv", "uwsgi_close_request")
@@ -167,15 +172,21 @@ def main() -> None:
         if args.ini is not None:
             text = re.sub(r"(?m)^module = .*$", f"module = {MINIMAL}", args.ini.read_text())
             route.write_text(re.sub(r"(?m)^threads = \d+$", "threads = 1", text))
+        built = plugin.plugin_for(str(UWSGI), plugin.pyuwsgi_module(), os.environ)
         base = per_request(mapped, "/static/pages/1", args.requests, workdir, env)
-        ours = per_request(route, "/pages/1", args.requests, workdir, env)
+        with_plugin = per_request(
+            route, "/pages/1", args.requests, workdir, {**env, "SIMPLEFEED_PAGE_PLUGIN": str(built)}
+        )
+        rules = per_request(route, "/pages/1", args.requests, workdir, env)
     print("| one archived page | instructions |\n|---|---|")
     print(f"| uWSGI static-map | {base['total']:,.0f} |")
-    print(f"| uWSGI static route | {ours['total']:,.0f} |")
-    for name, label in PARTS.items():
-        if name in ours:
-            print(f"| {label} | {ours[name]:,.0f} |")
-    print(f"\nstatic route / static-map: {ours['total'] / base['total']:.2f}")
+    for label, ours in (("the page plugin", with_plugin), ("the routing rules", rules)):
+        print(f"| static route, {label} | {ours['total']:,.0f} |")
+        for name, part in PARTS.items():
+            if name in ours:
+                print(f"| {part} | {ours[name]:,.0f} |")
+    for label, ours in (("the page plugin", with_plugin), ("the routing rules", rules)):
+        print(f"static route with {label} / static-map: {ours['total'] / base['total']:.2f}")
 
 
 if __name__ == "__main__":

@@ -325,8 +325,8 @@ def _sockets(env: Mapping[str, str]) -> tuple[str | None, str | None]:
 
 
 #: Variables uwsgi.ini reads besides the settings. ``simplefeed serve`` sets the first from its
-#: options.
-UWSGI_VARIABLES = ("SIMPLEFEED_HTTP_SOCKET", "SIMPLEFEED_UWSGI_SOCKET")
+#: options, and the last to the page plugin it built (simplefeed/runtime/plugin.py).
+UWSGI_VARIABLES = ("SIMPLEFEED_HTTP_SOCKET", "SIMPLEFEED_UWSGI_SOCKET", "SIMPLEFEED_PAGE_PLUGIN")
 #: Where uwsgi.ini listens without SIMPLEFEED_HTTP_SOCKET. It is uwsgi.ini's own default too,
 #: and a test holds the two equal.
 DEFAULT_HTTP_SOCKET = "127.0.0.1:8080"

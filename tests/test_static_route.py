@@ -2,7 +2,8 @@
 Python and no database involved, and everything else to the app.
 
 The app sends an ``X-Request-Id`` with every answer, so its absence shows that uWSGI answered
-alone.
+alone. Each test runs twice: with the page plugin that ``simplefeed serve`` builds, and with
+the routing rules that serve pages where it cannot be built (no C compiler).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from bench.servers import (
     simplefeed_command,
 )
 from simplefeed.app.resources import ATOM_CONTENT_SECURITY_POLICY
+from simplefeed.runtime import plugin
 from simplefeed.settings import static_archive_problem
 
 pytestmark = pytest.mark.e2e
@@ -40,9 +42,20 @@ IMMUTABLE = "public, max-age=31536000, immutable"
 ARCHIVED = ["/pages/1", "/pages/2", "/feeds/orders/pages/1"]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UwsgiServer]:
-    with UwsgiServer.scratch(tmp_path_factory.mktemp("static"), page_size=PAGE_SIZE) as s:
+def without_compiler(tmp_path: Path) -> dict[str, str]:
+    """An environment where ``simplefeed serve`` finds no built plugin and cannot build one."""
+    return {"CC": str(tmp_path / "no-cc"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+
+@pytest.fixture(scope="module", params=["plugin", "rules"])
+def server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[UwsgiServer]:
+    workdir = tmp_path_factory.mktemp("static")
+    env = without_compiler(workdir) if request.param == "rules" else {}
+    with UwsgiServer.scratch(workdir, page_size=PAGE_SIZE, extra_env=env) as s:
+        warned = "cannot build the page plugin" in s.log()
+        assert warned == (request.param == "rules"), s.log()
         s.cli("feed", "create", "orders", "--page-size", str(PAGE_SIZE))
         auth = {"Authorization": f"Bearer {s.token}"}
         for path in ("/entries", "/feeds/orders/entries"):
@@ -201,6 +214,17 @@ def test_a_client_that_asks_to_close_or_speaks_http_1_0_gets_the_app(
         assert body == file_of(server, "/pages/1").read_bytes()
 
 
+@pytest.mark.parametrize("method", [b"GET", b"HEAD"])
+def test_close_in_capitals_gets_the_app(server: UwsgiServer, method: bytes) -> None:
+    """Connection options are case-insensitive (RFC 9110 7.6.1)."""
+    with socket.create_connection((HOST, server.port), timeout=10) as sock:
+        sock.sendall(method + b" /pages/1 HTTP/1.1\r\nHost: x\r\nConnection: CLOSE\r\n\r\n")
+        received = b""
+        while data := sock.recv(65536):  # to the end: the app closes
+            received += data
+    assert b" 200 OK\r\n" in received and b"x-request-id" in received.lower(), received
+
+
 @pytest.mark.parametrize(
     "request_line",
     [b"GET /pages/1 X\nSet-Cookie: a=b", b"GET /pages/1 HTTP/1.1 Set-Cookie: a=b"],
@@ -333,3 +357,28 @@ def test_a_range_gets_the_whole_page(server: UwsgiServer, http: httpx.Client) ->
     for path, static in (("/pages/1", True), ("/pages/1?app", False)):
         r = http.get(server.url(path), headers={"Range": "bytes=0-9"})
         assert (r.status_code, r.content, by_uwsgi(r)) == (200, page, static), path
+
+
+def test_the_page_plugin_is_built_once(tmp_path: Path) -> None:
+    uwsgi = str(Path(sys.executable).with_name("uwsgi"))
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    built = plugin.plugin_for(uwsgi, plugin.pyuwsgi_module(), env)
+    assert (
+        built.parent.parent == tmp_path / "simplefeed"
+        and built.name == "simplefeed_pages_plugin.so"
+    )
+    made = built.stat().st_mtime_ns
+    assert plugin.plugin_for(uwsgi, plugin.pyuwsgi_module(), env) == built
+    assert built.stat().st_mtime_ns == made
+    assert [p.name for p in built.parent.iterdir()] == [built.name]  # no build left behind
+
+
+@pytest.mark.parametrize(
+    ("cc", "said"), [("no-such-cc", "no C compiler"), ("false", "false failed")]
+)
+def test_a_plugin_that_cannot_be_built_says_why(tmp_path: Path, cc: str, said: str) -> None:
+    uwsgi = str(Path(sys.executable).with_name("uwsgi"))
+    env = {"XDG_CACHE_HOME": str(tmp_path), "CC": cc}
+    with pytest.raises(plugin.PluginUnavailable, match=said):
+        plugin.plugin_for(uwsgi, plugin.pyuwsgi_module(), env)
+    assert not list((tmp_path / "simplefeed").rglob("*.so"))
