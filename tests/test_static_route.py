@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -89,7 +90,10 @@ def check_static(http: httpx.Client, url: str, file: Path) -> None:
     assert r.headers.get_list("x-content-type-options") == ["nosniff"]
     assert r.headers.get_list("content-security-policy") == [ATOM_CONTENT_SECURITY_POLICY]
     assert len(r.headers.get_list("date")) == 1
-    parsedate_to_datetime(r.headers["date"])
+    assert re.fullmatch(
+        r"[A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT", r.headers["date"]
+    )
+    assert abs(parsedate_to_datetime(r.headers["date"]).timestamp() - time.time()) < 600
     lm = r.headers["last-modified"]
     assert lm == formatdate(int(file.stat().st_mtime), usegmt=True)  # the freeze time
     for since, status in ((0, 304), (60, 304), (-60, 200)):
