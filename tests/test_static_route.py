@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -43,6 +44,12 @@ IMMUTABLE = "public, max-age=31536000, immutable"
 ARCHIVED = ["/pages/1", "/pages/2", "/feeds/orders/pages/1"]
 
 
+def skip_without_compiler() -> None:
+    cc = plugin.compiler(os.environ)[0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}) to build the page plugin")
+
+
 def without_compiler(tmp_path: Path) -> dict[str, str]:
     """An environment where ``simplefeed serve`` finds no built plugin and cannot build one."""
     return {"CC": str(tmp_path / "no-cc"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
@@ -52,6 +59,8 @@ def without_compiler(tmp_path: Path) -> dict[str, str]:
 def server(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[UwsgiServer]:
+    if request.param == "plugin":
+        skip_without_compiler()
     workdir = tmp_path_factory.mktemp("static")
     env = without_compiler(workdir) if request.param == "rules" else {}
     with UwsgiServer.scratch(workdir, page_size=PAGE_SIZE, extra_env=env) as s:
@@ -364,6 +373,7 @@ def test_a_range_gets_the_whole_page(server: UwsgiServer, http: httpx.Client) ->
 
 
 def test_the_page_plugin_is_built_once(tmp_path: Path) -> None:
+    skip_without_compiler()
     uwsgi = str(Path(sys.executable).with_name("uwsgi"))
     env = {"XDG_CACHE_HOME": str(tmp_path)}
     built = plugin.plugin_for(uwsgi, plugin.pyuwsgi_module(), env)
