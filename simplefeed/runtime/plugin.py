@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import sysconfig
 import tempfile
 from collections.abc import Mapping
@@ -115,3 +116,18 @@ def _uwsgi_output(uwsgi: str, option: str) -> str:
     if done.returncode != 0 or not done.stdout:
         raise PluginUnavailable(f"{uwsgi} {option} printed nothing")
     return done.stdout
+
+
+def main() -> None:
+    """Build the plugin for this environment's uWSGI, and say where it is or why it is not."""
+    uwsgi = Path(sys.executable).with_name("uwsgi")
+    try:
+        built = plugin_for(str(uwsgi), pyuwsgi_module(), os.environ)
+    except PluginUnavailable as exc:
+        print(f"simplefeed: cannot build the page plugin ({exc}); serve goes on without it")
+        return
+    print(f"simplefeed: the page plugin is {built}")
+
+
+if __name__ == "__main__":
+    main()
