@@ -11,11 +11,20 @@ bench/read.py's request rates useless for those::
 Alternate the two a few times. The feed is on SQLite, with 250 entries in pages of 100, as
 bench/read.py seeds it. Each figure takes 5,000 requests, and gives this process's CPU time per
 request. Compressed rows are left out where the code under test does not compress.
+
+A uWSGI worker also writes an access line for each request, and keeps its metrics in files.
+``--access-log`` writes the lines, to /dev/null. Metrics go to files when
+``PROMETHEUS_MULTIPROC_DIR`` names an empty directory, as ``simplefeed serve`` sets it::
+
+    PROMETHEUS_MULTIPROC_DIR=$(mktemp -d) .venv/bin/python bench/wsgi_cpu.py --access-log
 """
 
 from __future__ import annotations
 
+import argparse
 import io
+import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -27,6 +36,7 @@ from typing import Any
 import falcon.testing
 
 import simplefeed
+from simplefeed import logs
 from simplefeed.app import create_app
 from simplefeed.service import Simplefeed
 from simplefeed.settings import Settings
@@ -57,6 +67,14 @@ def cpu_per_request(app: Any, path: str, headers: dict[str, str]) -> tuple[float
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--access-log", action="store_true", help="write access lines")
+    args = parser.parse_args()
+    if args.access_log:
+        logs.configure("INFO")
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logs.LineHandler):
+                handler.fd = os.open(os.devnull, os.O_WRONLY)  # Lives as long as the run.
     work = Path(tempfile.mkdtemp(prefix="sf-wsgi-cpu-"))
     try:
         url = f"sqlite:///{work / 'simplefeed.sqlite3'}"

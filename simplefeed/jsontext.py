@@ -16,7 +16,7 @@ from json.encoder import (  # type: ignore[attr-defined]
 )
 from typing import Any
 
-__all__ = ["writer"]
+__all__ = ["string_writer", "writer"]
 
 
 def writer(
@@ -44,3 +44,8 @@ def writer(
         return "".join(encode(value, 0))
 
     return write
+
+
+def string_writer(*, ensure_ascii: bool = True) -> Callable[[str], str]:
+    """A function that writes a string as ``json.dumps(value, ...)`` would, quotes included."""
+    return encode_basestring_ascii if ensure_ascii else encode_basestring

@@ -60,6 +60,7 @@ def _bounded(value: Any) -> Any:
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 #: Lines hold no container to check for cycles (:func:`_bounded`).
 _encode = jsontext.writer(ensure_ascii=False)
+_encode_string = jsontext.string_writer(ensure_ascii=False)
 
 
 class JsonFormatter(logging.Formatter):
@@ -77,6 +78,18 @@ class JsonFormatter(logging.Formatter):
             text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
             self._second = (seconds, text)
         return f"{text}.{int((created - seconds) * 1000):03d}Z"
+
+    def head(self, level: str, logger: str, pid: int | None) -> str:
+        """The keys and values of ``level``, ``logger`` and ``pid``, encoded, without braces.
+
+        They are the same on every line of a logger, so they are encoded once. What varies is
+        encoded apart and joined to them, because the encoder's cost is per key.
+        """
+        head = self._heads.get((level, logger, pid))
+        if head is None:
+            head = _ENCODER.encode({"level": level, "logger": logger, "pid": pid})[1:-1]
+            self._heads[(level, logger, pid)] = head
+        return head
 
     def format(self, record: logging.LogRecord) -> str:
         exception = None
@@ -114,13 +127,7 @@ class JsonFormatter(logging.Formatter):
         if exception is not None:
             rest["exception"] = exception
         stamp = self._time(created)
-        # The head's keys are the same on every line of a logger, so they are encoded once.
-        # What varies is encoded apart and joined to it, because the encoder's cost is per key.
-        head = self._heads.get((level, logger, pid))
-        if head is None:
-            head = _ENCODER.encode({"level": level, "logger": logger, "pid": pid})[1:-1]
-            self._heads[(level, logger, pid)] = head
-        text = f'{{"time":"{stamp}",{head},{_encode(rest)[1:]}'
+        text = f'{{"time":"{stamp}",{self.head(level, logger, pid)},{_encode(rest)[1:]}'
         # A character takes at most 6 bytes as written (a lone surrogate, backslash-escaped).
         if len(text) * 6 < MAX_LINE_BYTES:
             return text
@@ -301,6 +308,55 @@ def info(logger: logging.Logger, message: str, fields: dict[str, Any]) -> None:
     assert isinstance(formatter, JsonFormatter)
     line = formatter.line(time.time(), "INFO", logger.name, handler.pid, message, fields)
     handler.add(line, logging.INFO)
+
+
+class RepeatedLine:
+    """INFO lines of ``logger`` that differ only in their time, request id and one number.
+
+    The number is the field ``key`` of ``fields``. The rest of the line is encoded once, here.
+    :meth:`write` writes the line that :func:`info` writes for ``message`` and ``fields``, key
+    for key, for a fraction of its cost. An answer given again writes such a line
+    (:mod:`simplefeed.app.answers`).
+    """
+
+    def __init__(
+        self, logger: logging.Logger, message: str, fields: dict[str, Any], key: str
+    ) -> None:
+        self.logger = logger
+        self.message = message
+        self.fields = fields
+        self.key = key
+        own = [str(k) for k in fields if k not in _HEAD_KEYS and k != "request_id"]
+        at = own.index(key)
+        before = {k: _bounded(fields[k]) for k in own[:at]}
+        after = {k: _bounded(fields[k]) for k in own[at + 1 :]}
+        self._message = _encode({"message": clip(message, 2 * MAX_FIELD_CHARS)})[1:-1]
+        self._before = "".join("," + part for part in [_encode(before)[1:-1]] if before)
+        self._key = f",{_encode(key)}:"
+        self._after = "".join("," + part for part in [_encode(after)[1:-1]] if after)
+
+    def write(self, number: float, rid: str) -> None:
+        """Write the line with ``number`` (finite) at ``key``, for the request ``rid``."""
+        if not self.logger.isEnabledFor(logging.INFO):
+            return
+        handler = _sole_handler(self.logger)
+        if handler is not None:
+            formatter = handler.formatter
+            assert isinstance(formatter, JsonFormatter)
+            text = (
+                f'{{"time":"{formatter._time(time.time())}",'
+                f"{formatter.head('INFO', self.logger.name, handler.pid)},{self._message},"
+                f'"request_id":{_encode_string(rid)}{self._before}{self._key}{number!r}'
+                f"{self._after}}}"
+            )
+            if len(text) * 6 < MAX_LINE_BYTES:  # As JsonFormatter.line, else it cuts the line.
+                handler.add(text, logging.INFO)
+                return
+        token = request_id.set(rid)
+        try:
+            info(self.logger, self.message, {**self.fields, self.key: number})
+        finally:
+            request_id.reset(token)
 
 
 def _sole_handler(logger: logging.Logger) -> LineHandler | None:

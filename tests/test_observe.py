@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -59,6 +60,51 @@ def test_log_line_is_one_bounded_json_object() -> None:
     assert parsed["request_id"] == "abc"
     assert parsed["status"] == 200
     assert parsed["path"].endswith("…")
+
+
+def _lines_of(write: Callable[[logging.Logger], None]) -> list[dict[str, object]]:
+    """The lines that ``write`` writes to a logger of its own, parsed."""
+    read_end, write_end = os.pipe()
+    handler = logs.LineHandler(write_end, batch_s=0)
+    handler.setFormatter(logs.JsonFormatter())
+    logger = logging.Logger("simplefeed.test-repeated")
+    logger.addHandler(handler)
+    write(logger)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as out:
+        return [json.loads(line) for line in out.read().splitlines()]
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/recent", "/" + 'p\n"\\\udc80\u2028' * 60, "/" + "x" * 5000],
+    ids=["plain", "hostile", "long"],
+)
+def test_an_answer_given_again_logs_the_line_the_app_logs(path: str) -> None:
+    """An answer given again writes a line encoded once but for its time, request id and
+    duration (logs.RepeatedLine). It is the line info() writes, key for key, and valid JSON
+    whatever the path."""
+    fields = {"method": "GET", "path": path, "status": 304, "bytes": 0, "duration_ms": 0.0}
+    fields |= {"feed": "default", "wait": "woken"}
+    many = {**fields, **{f"pad{i}": "\udc80" * 300 for i in range(10)}}
+
+    def write(logger: logging.Logger) -> None:
+        for given in (fields, many):
+            token = logs.request_id.set("rid-1")
+            try:
+                logs.info(logger, f"GET {path[:96]} 304", {**given, "duration_ms": 1.25})
+            finally:
+                logs.request_id.reset(token)
+            repeated = logs.RepeatedLine(logger, f"GET {path[:96]} 304", given, "duration_ms")
+            repeated.write(1.25, "rid-1")
+
+    lines = _lines_of(write)
+    assert len(lines) == 4
+    for line in lines:
+        line.pop("time")
+    assert list(lines[1].items()) == list(lines[0].items())
+    assert lines[1]["request_id"] == "rid-1" and lines[1]["duration_ms"] == 1.25
+    assert lines[3] == lines[2] and lines[3]["clipped"] is True
 
 
 def test_lines_written_at_once_by_many_threads_never_interleave() -> None:

@@ -6,6 +6,8 @@ real uWSGI with the shipped ``uwsgi.ini`` on loopback; every test bounded in cou
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
 import os
 import re
 import select
@@ -432,3 +434,45 @@ def test_a_new_connection_wakes_one_waiting_thread_not_all(server: UwsgiServer) 
     assert done, {pid: (threads[pid], sorted(set(f))) for pid, f in flags.items()}
     r = httpx.get(server.url("/recent"), headers={"Connection": "close"})
     assert r.status_code == 200 and r.headers["connection"] == "close"
+
+
+def _workers_of_kept_connections(server: UwsgiServer, connections: int) -> set[int]:
+    """The workers (pids) that serve ``connections`` kept-alive connections open at once.
+
+    Each connection holds its thread from its first request to its close. The access lines say
+    which worker answered each request id.
+    """
+    ids = [f"round-{time.monotonic_ns()}-{i}" for i in range(connections)]
+    with contextlib.ExitStack() as stack:
+        for rid in ids:
+            conn = http.client.HTTPConnection(HOST, server.port, timeout=10)
+            stack.callback(conn.close)
+            conn.request("GET", "/healthz", headers={"X-Request-Id": rid})
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200
+    deadline = time.monotonic() + 10
+    while True:  # The access lines are written within a tenth of a second.
+        pids = {
+            line["request_id"]: line["pid"]
+            for line in map(json.loads, re.findall(r"(?m)^\{.*\}$", server.log()))
+            if line.get("request_id") in ids
+        }
+        if len(pids) == connections or time.monotonic() > deadline:
+            return set(pids.values())
+        time.sleep(0.05)
+
+
+def test_kept_alive_connections_go_round_the_workers(server: UwsgiServer) -> None:
+    """A new connection wakes the first waiting thread in the listening socket's list. Each
+    worker once put all its threads there at once. So the first worker took every kept-alive
+    connection while one of its 200 threads was idle, and four processes answered no faster
+    than one. The workers now take turns, so connections go round them."""
+    workers = server.wait_all_workers()
+    deadline = time.monotonic() + 60
+    while True:  # The workers take turns as they start.
+        served = _workers_of_kept_connections(server, 2 * len(workers))
+        if served == workers or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert served == workers

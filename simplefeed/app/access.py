@@ -75,9 +75,30 @@ def answered(
         metrics.error(status)
     # A 501 answers a method the client made up. It is not a fault of the server's.
     if status >= 500 and status != 501:
-        log.error("%s %s %d", method, logs.clip(path, 96), status, extra={"fields": fields})
+        log.error("%s", _message(method, path, status), extra={"fields": fields})
     else:
-        logs.info(log, f"{method} {logs.clip(path, 96)} {status}", fields)
+        logs.info(log, _message(method, path, status), fields)
+
+
+def _message(method: str, path: str, status: int) -> str:
+    return f"{method} {logs.clip(path, 96)} {status}"
+
+
+def line_again(method: str, path: str, status: int, fields: dict[str, Any]) -> logs.RepeatedLine:
+    """The access line of a 200 or 304 given again, encoded once but for what varies.
+
+    That is its time, request id and duration (:meth:`~simplefeed.app.answers.Answers.again`).
+    """
+    return logs.RepeatedLine(log, _message(method, path, status), fields, "duration_ms")
+
+
+def answered_again(
+    line: logs.RepeatedLine, status: int, document: str | None, seconds: float, rid: str
+) -> None:
+    """What :func:`answered` does for a 200 or 304 given again, with its ``line_again``."""
+    if document is not None:
+        metrics.read(document, status, seconds)
+    line.write(round(seconds * 1000, 3), rid)
 
 
 def _document(template: str | None) -> str | None:

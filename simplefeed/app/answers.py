@@ -45,8 +45,9 @@ class Answer:
     status: str
     headers: list[tuple[str, str]]
     body: bytes
-    fields: dict[str, Any]
     document: str | None
+    #: Its access line, but for the time, request id and duration.
+    line: logs.RepeatedLine
 
 
 #: The most documents (paths) kept. Past that, all are forgotten and learnt again. Otherwise
@@ -125,8 +126,10 @@ class Answers:
                 got[0],
                 [(k, v) for k, v in got[1] if k.lower() not in _OWN_HEADERS],
                 b"".join(body),
-                logged[0],
                 logged[1],
+                access.line_again(
+                    env["REQUEST_METHOD"], env["PATH_INFO"], int(got[0][:3]), logged[0]
+                ),
             )
             self._keep(env["PATH_INFO"], way, answer)
         return body
@@ -150,16 +153,5 @@ class Answers:
             [*known.headers, ("Date", self.date()), (access.REQUEST_ID_HEADER, rid)],
         )
         seconds = time.perf_counter() - (env.get(access.STARTED) or time.perf_counter())
-        token = logs.request_id.set(rid)
-        try:
-            access.answered(
-                env["REQUEST_METHOD"],
-                env["PATH_INFO"],
-                int(known.status[:3]),
-                {**known.fields, "duration_ms": round(seconds * 1000, 3)},
-                known.document,
-                seconds,
-            )
-        finally:
-            logs.request_id.reset(token)
+        access.answered_again(known.line, int(known.status[:3]), known.document, seconds, rid)
         return [known.body]

@@ -20,6 +20,7 @@ time a page is archived, the base URL and the default feed are checked again.
 """
 
 import logging
+import math
 import os
 import re
 import select
@@ -331,22 +332,23 @@ def refuse_forged_protocol(app: WsgiApp) -> WsgiApp:
 
 #: How long a worker looks for its threads' event queues after it loads the app.
 EXCLUSIVE_WITHIN_S = 30.0
+#: Each worker's turn to set one queue (:func:`_wait_for_turn`). A thread that wakes from its
+#: sleep may wait 5 ms for the interpreter, Python's switch interval.
+TURN_S = 0.01
+#: The queues each worker sets in turns, in each round. The rest follow at once. A connection
+#: goes to the first queue in the list whose thread waits, so the head of the list is what
+#: matters.
+TURNS = 32
 
 
-def wake_one_thread_per_connection(listening: list[int]) -> int:
-    """Have each new connection wake one waiting thread of this worker, not all of them.
+def listening_queues(listening: list[int]) -> list[tuple[int, int, bool]]:
+    """This worker's (event queue, socket, exclusive) for each queue watching ``listening``.
 
-    Each uWSGI thread waits for connections in an epoll queue of its own. On http11-socket
-    uWSGI takes no lock around accept. Its "thunder lock" is for the other sockets. So a
-    connection would wake every idle thread of every worker, and all but one would find nothing
-    to accept. Take 200 threads a worker. Then a client that opens a connection per request
-    would get 0.09 of the rate of one that keeps it (docs/benchmarks.md, "Hot paths").
-    EPOLLEXCLUSIVE (Linux 4.5) wakes one waiter, as nginx does for its workers. This sets it on
-    each thread's queue for the ``listening`` sockets, found in /proc. It returns how many
-    queues it changed.
+    The queues are found in /proc, in the order of their descriptors, which is the order of the
+    threads. ``exclusive`` says whether the queue watches with EPOLLEXCLUSIVE.
     """
-    changed = 0
-    for name in os.listdir("/proc/self/fd"):
+    found = []
+    for name in sorted(os.listdir("/proc/self/fd"), key=int):
         try:
             if os.readlink(f"/proc/self/fd/{name}") != "anon_inode:[eventpoll]":
                 continue
@@ -356,9 +358,9 @@ def wake_one_thread_per_connection(listening: list[int]) -> int:
             continue  # Closed meanwhile.
         for fields in watched:
             fd, events = int(fields[1]), int(fields[3], 16)
-            if fd in listening and not events & select.EPOLLEXCLUSIVE:
-                changed += _exclusive(int(name), fd)
-    return changed
+            if fd in listening:
+                found.append((int(name), fd, bool(events & select.EPOLLEXCLUSIVE)))
+    return found
 
 
 def _exclusive(queue: int, fd: int) -> int:
@@ -379,23 +381,77 @@ def _exclusive(queue: int, fd: int) -> int:
         epoll.close()
 
 
-def _exclusive_when_threads_wait(threads: int) -> None:
-    """Run :func:`wake_one_thread_per_connection` as the worker's threads start to wait.
+def _wait_for_turn(worker: int, workers: int) -> None:
+    """Sleep until the next turn of ``worker`` (1 to ``workers``).
 
-    The threads make their queues after the app is loaded. This runs until every thread's
-    queue is changed.
+    The turns are slots of :data:`TURN_S` on the system's monotonic clock, which every process
+    reads alike. They go round the workers by id.
+    """
+    slot = int(time.monotonic() / TURN_S) + 1
+    slot += (worker - 1 - slot) % workers
+    time.sleep(max(0.0, slot * TURN_S - time.monotonic()))
+
+
+def _exclusive_when_threads_wait(
+    threads: int, worker: int, workers: int, started_on: float
+) -> None:
+    """Have each new connection wake one waiting thread of the node, going round the workers.
+
+    Each uWSGI thread waits for connections in an epoll queue of its own. On http11-socket
+    uWSGI takes no lock around accept. Its "thunder lock" is for the other sockets. So a
+    connection would wake every idle thread of every worker, and all but one would find nothing
+    to accept. Take 200 threads a worker. Then a client that opens a connection per request
+    would get 0.09 of the rate of one that keeps it (docs/benchmarks.md, "Hot paths").
+    EPOLLEXCLUSIVE (Linux 4.5) wakes one waiter, as nginx does for its workers. This sets it on
+    each thread's queue, as the threads start to wait after the app is loaded.
+
+    A connection wakes the first queue in the socket's list of waiters whose thread waits. A
+    queue set goes to the end of that list. If each worker set its queues all at once, the
+    first worker would take every connection while one of its 200 threads is idle. One
+    interpreter would serve the node: four processes answered no faster than one
+    (docs/benchmarks.md, "Hot paths"). So the workers take turns, one queue each
+    (:func:`_wait_for_turn`), for their first :data:`TURNS` queues. Workers load the app at
+    different times, so they set their queues again in rounds. The rounds begin at the same
+    moments in every worker, counted from the master's start (``started_on``, in seconds since
+    the epoch). The last is :data:`EXCLUSIVE_WITHIN_S` after it. After it the head of the list
+    goes round the workers, and so do new connections. A worker started later puts its queues
+    at the end.
     """
     deadline = time.monotonic() + EXCLUSIVE_WITHIN_S
-    done = 0
-    while done < threads and time.monotonic() < deadline:
+    found = 0
+    while found < threads and time.monotonic() < deadline:
         time.sleep(0.05)
-        try:
-            done += wake_one_thread_per_connection(list(uwsgi.sockets))
-        except OSError as exc:
-            logging.getLogger("simplefeed").warning(
-                "each new connection wakes every idle thread (no EPOLLEXCLUSIVE): %s", exc
-            )
+        queues = listening_queues(list(uwsgi.sockets))
+        for turn, (queue, fd, exclusive) in enumerate(queues):
+            if exclusive:
+                continue
+            if turn < TURNS:
+                _wait_for_turn(worker, workers)
+            if not _exclusive(queue, fd):
+                return  # The kernel refuses EPOLLEXCLUSIVE.
+        found = len(queues)
+    period = TURNS * workers * TURN_S + 1.0
+    while True:
+        now = time.time()
+        round_at = started_on + math.ceil((now - started_on) / period) * period
+        if round_at > started_on + EXCLUSIVE_WITHIN_S:
             return
+        queues = listening_queues(list(uwsgi.sockets))  # Before the round: it takes a while.
+        time.sleep(max(0.0, round_at - time.time()))
+        for turn, (queue, fd, _) in enumerate(queues):
+            if turn < TURNS:
+                _wait_for_turn(worker, workers)
+            _exclusive(queue, fd)
+
+
+def _set_exclusive(threads: int, worker: int, workers: int, started_on: float) -> None:
+    """Run :func:`_exclusive_when_threads_wait`, and log why if it cannot."""
+    try:
+        _exclusive_when_threads_wait(threads, worker, workers, started_on)
+    except OSError as exc:
+        logging.getLogger("simplefeed").warning(
+            "each new connection wakes every idle thread (no EPOLLEXCLUSIVE): %s", exc
+        )
 
 
 # uWSGI's cores are the requests a worker serves at once, which are its threads.
@@ -415,8 +471,8 @@ if uwsgi is not None:
     application = refuse_forged_protocol(application)
     if uwsgi.cores > 1 and hasattr(select, "EPOLLEXCLUSIVE"):
         threading.Thread(
-            target=_exclusive_when_threads_wait,
-            args=(uwsgi.cores,),
+            target=_set_exclusive,
+            args=(uwsgi.cores, uwsgi.worker_id(), uwsgi.numproc, uwsgi.started_on),
             name="simplefeed-exclusive-accept",
             daemon=True,
         ).start()
