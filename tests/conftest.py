@@ -3,8 +3,8 @@
 Each test gets a SQLite file of its own, and a PostgreSQL database when one is configured. The
 falcon app runs in-process.
 
-Every test that takes ``database_url`` runs once on SQLite and once on PostgreSQL. The PostgreSQL
-half needs ``SIMPLEFEED_TEST_POSTGRES_URL``, for example
+Every test that takes ``database_url`` runs once on SQLite and once on PostgreSQL, unless it is
+marked ``sqlite_only``. The PostgreSQL half needs ``SIMPLEFEED_TEST_POSTGRES_URL``, for example
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``. Without it, that half is skipped and the
 reason shown. The alembic migrations build each schema once per test run, into a template. Each
 test gets a copy of the SQLite template file, or a clone of the PostgreSQL template database.
@@ -223,6 +223,21 @@ def postgres() -> Iterator[PostgresDatabases | None]:
     pg.setup_template()
     yield pg
     pg.close()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Give a test marked ``sqlite_only`` the SQLite half of ``database_url`` only.
+
+    A parametrize mark on the test takes the place of the fixture's own two halves. This hook
+    runs first, because pytest reads the marks when it parametrizes the fixture.
+    """
+    if "database_url" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "sqlite_only"
+    ):
+        metafunc.definition.add_marker(
+            pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+        )
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
