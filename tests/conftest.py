@@ -3,8 +3,8 @@
 Each test gets a SQLite file of its own, and a PostgreSQL database when one is configured. The
 falcon app runs in-process.
 
-Every test that takes ``database_url`` runs once on SQLite and once on PostgreSQL. The PostgreSQL
-half needs ``SIMPLEFEED_TEST_POSTGRES_URL``, for example
+Every test that takes ``database_url`` runs once on SQLite and once on PostgreSQL, unless it is
+marked ``sqlite_only``. The PostgreSQL half needs ``SIMPLEFEED_TEST_POSTGRES_URL``, for example
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``. Without it, that half is skipped and the
 reason shown. The alembic migrations build each schema once per test run, into a template. Each
 test gets a copy of the SQLite template file, or a clone of the PostgreSQL template database.
@@ -18,6 +18,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,10 @@ class PostgresDatabases:
     statistics. A database whose schema a test changed, or that cannot be reset, is dropped
     instead. Reuse pays because ``CREATE DATABASE`` costs the server 0.15-0.35 s, more than
     most tests take. It copies and syncs the catalogs. A reset costs about 0.03 s.
+
+    PostgreSQL 15 makes each ``DROP DATABASE`` wait for a checkpoint of its own, 1-2 s on a busy
+    machine. Drops that run at once share a checkpoint, so :meth:`close` drops every database
+    together: 6 drops took 7-11 s one after another, and 0.7-1.7 s at once.
     """
 
     def __init__(self, admin_url: str) -> None:
@@ -208,8 +213,9 @@ class PostgresDatabases:
         self.made.discard(name)
 
     def close(self) -> None:
-        for name in [*self.made, self.template]:
-            self._drop(name)
+        """Drop every database made, and the template, all at once."""
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(self._drop, [*self.made, self.template]))
         self.admin.dispose()
 
 
@@ -223,6 +229,21 @@ def postgres() -> Iterator[PostgresDatabases | None]:
     pg.setup_template()
     yield pg
     pg.close()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Give a test marked ``sqlite_only`` the SQLite half of ``database_url`` only.
+
+    A parametrize mark on the test takes the place of the fixture's own two halves. This hook
+    runs first, because pytest reads the marks when it parametrizes the fixture.
+    """
+    if "database_url" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "sqlite_only"
+    ):
+        metafunc.definition.add_marker(
+            pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+        )
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

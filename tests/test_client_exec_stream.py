@@ -32,6 +32,9 @@ from simplefeed.settings import Settings
 from tests.markdown import code_blocks, doc_text
 from tests.test_client_live import LiveServer
 
+# SQLite only: these tests are about the handler process, not the database.
+pytestmark = pytest.mark.sqlite_only
+
 #: A handler in Python: appends "seq id" to the file it is given for each entry it handles,
 #: then acknowledges it. The entry whose title is FAIL gets an error line instead. With DIE,
 #: it reads that many entries and one more, then exits 9 without acknowledging the last. Its
@@ -55,14 +58,6 @@ with open(sys.argv[1], "a") as out:
         out.flush()
         print("ok", flush=True)
 """
-
-
-@pytest.fixture
-def database_url(tmp_path: Path, sqlite_template: Path) -> str:
-    """SQLite only: these tests are about the handler process, not the database."""
-    path = tmp_path / "simplefeed.sqlite3"
-    shutil.copyfile(sqlite_template, path)
-    return f"sqlite:///{path}"
 
 
 @pytest.fixture

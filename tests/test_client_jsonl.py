@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import math
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -37,6 +36,9 @@ from simplefeed.client.errors import HandlerError
 from simplefeed.client.jsonl import JsonLines
 from simplefeed.settings import Settings
 from tests.test_client_live import LiveServer
+
+# SQLite only: these tests are about the output, not the database.
+pytestmark = pytest.mark.sqlite_only
 
 #: Any text, lone surrogates, controls and bidirectional marks included.
 any_text = st.text(st.characters(codec=None, categories=None), max_size=12)
@@ -129,14 +131,6 @@ def test_output_that_cannot_be_written_is_a_handler_error(monkeypatch: pytest.Mo
     out.buffer.write = full  # type: ignore[method-assign]
     with pytest.raises(HandlerError, match=r"\(sequence 1\): standard output: .*No space left"):
         lines.acknowledgement(_entry(1))
-
-
-@pytest.fixture
-def database_url(tmp_path: Path, sqlite_template: Path) -> str:
-    """SQLite only: these tests are about the output, not the database."""
-    path = tmp_path / "simplefeed.sqlite3"
-    shutil.copyfile(sqlite_template, path)
-    return f"sqlite:///{path}"
 
 
 @pytest.fixture

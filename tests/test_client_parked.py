@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator
@@ -29,13 +28,8 @@ from tests.conftest import FakeClock
 from tests.test_client import CountingApp, make_consumer, publish, stored_checkpoint
 from tests.test_client_live import LiveServer
 
-
-@pytest.fixture
-def database_url(tmp_path: Path, sqlite_template: Path) -> str:
-    """Return a SQLite database only, because parking is the state file's business."""
-    path = tmp_path / "simplefeed.sqlite3"
-    shutil.copyfile(sqlite_template, path)
-    return f"sqlite:///{path}"
+# SQLite only: parking is the state file's business, not the database's.
+pytestmark = pytest.mark.sqlite_only
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ it, because loading it is a noticeable part of each start-up.
 
 from __future__ import annotations
 
-import shutil
 import ssl
 import subprocess
 from collections.abc import Iterator
@@ -22,13 +21,8 @@ from simplefeed.client.transport import BoundedTransport
 from simplefeed.settings import Settings
 from tests.test_client_live import LiveServer
 
-
-@pytest.fixture
-def database_url(tmp_path: Path, sqlite_template: Path) -> str:
-    """SQLite only: these tests are about the connection, not the database."""
-    path = tmp_path / "simplefeed.sqlite3"
-    shutil.copyfile(sqlite_template, path)
-    return f"sqlite:///{path}"
+# SQLite only: these tests are about the connection, not the database.
+pytestmark = pytest.mark.sqlite_only
 
 
 @pytest.fixture
