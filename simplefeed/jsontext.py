@@ -16,7 +16,7 @@ from json.encoder import (  # type: ignore[attr-defined]
 )
 from typing import Any
 
-__all__ = ["writer"]
+__all__ = ["string_writer", "writer"]
 
 
 def writer(
@@ -43,4 +43,10 @@ def writer(
     def write(value: Any) -> str:
         return "".join(encode(value, 0))
 
+    return write
+
+
+def string_writer(*, ensure_ascii: bool = True) -> Callable[[str], str]:
+    """A function that writes a string as a JSON string, quoted, as :func:`writer`'s do."""
+    write: Callable[[str], str] = encode_basestring_ascii if ensure_ascii else encode_basestring
     return write
