@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -510,9 +511,13 @@ class ArchivedPage:
     body: bytes
     frozen_us: int
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
-        """Lowercase hex SHA-256 of the page's bytes."""
+        """Lowercase hex SHA-256 of the page's bytes.
+
+        It is computed once, because a freeze asks for it four times: for the next page's
+        link, the page's row, the digest cache and the upload.
+        """
         return hashlib.sha256(self.body).hexdigest()
 
     @property
