@@ -36,7 +36,7 @@ from xml.etree import ElementTree
 
 from lxml import etree
 
-from simplefeed.client.entry import EntryAuthor, EntryCategory, EntryLink, FeedEntry
+from simplefeed.client.entry import EntryAuthor, EntryCategory, EntryLink, FeedEntry, made
 from simplefeed.client.errors import MalformedPage, NotAtom
 from simplefeed.model import ATOM_NS, FH_NS, SF_NS, locator_segment
 
@@ -191,19 +191,22 @@ def _entry(url: str, el: Any, page_url: str) -> FeedEntry:
         raise MalformedPage(url, f"entry {entry_id!r} has no valid sequence number (no sf:seq)")
     if not has_content and links:
         links = _producer_links(links, entry_id, page_url)
-    return FeedEntry(
-        id=entry_id,
-        seq=_seq(url, seq_text, entry_id),
-        title=title if title is not None else "",
-        updated=updated if updated is not None else "",
-        content=content,
-        content_type=content_type,
-        summary=summary,
-        links=tuple(links),
-        page_url=page_url,
-        author=author,
-        categories=tuple(categories),
-        published=published,
+    return made(
+        FeedEntry,
+        {
+            "id": entry_id,
+            "seq": _seq(url, seq_text, entry_id),
+            "title": title if title is not None else "",
+            "updated": updated if updated is not None else "",
+            "content": content,
+            "content_type": content_type,
+            "summary": summary,
+            "links": tuple(links),
+            "page_url": page_url,
+            "author": author,
+            "categories": tuple(categories),
+            "published": published,
+        },
     )
 
 
@@ -222,7 +225,10 @@ def _producer_links(links: list[EntryLink], entry_id: str, page_url: str) -> lis
 
 
 def _category(el: Any) -> EntryCategory:
-    return EntryCategory(el.get("term"), el.get("scheme"), el.get("label"))
+    get = el.get
+    return made(
+        EntryCategory, {"term": get("term"), "scheme": get("scheme"), "label": get("label")}
+    )
 
 
 def _seq(url: str, text: str, entry_id: str | None) -> int:
@@ -283,13 +289,17 @@ def _link(url: str, el: Any) -> EntryLink:
         if not length_text.isascii() or not length_text.isdigit() or len(length_text) > 19:
             raise MalformedPage(url, f"a link with a length that is not a number: {href!r}")
         length = int(length_text)
-    return EntryLink(
-        href=absolute(el, href),
-        rel=el.get("rel", "alternate"),
-        type=el.get("type"),
-        hreflang=el.get("hreflang"),
-        title=el.get("title"),
-        length=length,
+    get = el.get
+    return made(
+        EntryLink,
+        {
+            "href": absolute(el, href),
+            "rel": get("rel", "alternate"),
+            "type": get("type"),
+            "hreflang": get("hreflang"),
+            "title": get("title"),
+            "length": length,
+        },
     )
 
 
