@@ -848,6 +848,26 @@ def test_json_content_in_either_form_is_the_json_value() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "value"),
+    [('{"a":[1,2.5]}', {"a": [1, 2.5]}), (' {"a":1}\n', {"a": 1}), ("7", 7), ('"x" ', "x")],
+)
+def test_json_content_with_or_without_whitespace_around_it(text: str, value: object) -> None:
+    content = b'<content type="text" xmlns:q="https://simplefeed.dev/ns/1.0" '
+    content += b'q:type="application/json">%s</content>' % escape(text).encode()
+    page = both("http://x.test/pages/2", doc(entry(1, content)))
+    assert page.entries[0].content == value
+
+
+@pytest.mark.parametrize("text", ['{"a":1} 2', "[1,", "", " ", "NaN", "1e400", "[" * 5000])
+def test_json_content_that_is_not_one_json_value_is_refused(text: str) -> None:
+    content = b'<content type="text" xmlns:q="https://simplefeed.dev/ns/1.0" '
+    content += b'q:type="application/json">%s</content>' % escape(text).encode()
+    for parser in PARSERS:
+        with pytest.raises(MalformedPage, match="not JSON"):
+            parse_page("http://x.test/pages/2", doc(entry(1, content)), parser=parser)
+
+
+@pytest.mark.parametrize(
     ("body", "error", "reason"),
     [
         (
