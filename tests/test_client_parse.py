@@ -728,6 +728,11 @@ def test_a_corpus_reads_the_same_with_either_parser_and_exactly_as_published(
     reader = Reader(core, clock, tmp_path)
     read = {parser: reader.read(parser) for parser in PARSERS}
     assert read["lxml"] == read["feedparser"]
+    # The parser makes its values without __init__ (entry.made). Each holds exactly the fields
+    # __init__ gives, because replace() calls it with each field read back.
+    for entry in read["lxml"]:
+        for value in (entry, *entry.links, *entry.categories):
+            assert vars(replace(value)) == vars(value)
     by_title = {e.title: e for e in read["lxml"]}
     assert by_title["  Padded title  "].content == "  padded text  "
     assert by_title["  Padded title  "].summary == "  padded  "
@@ -840,6 +845,26 @@ def test_json_content_in_either_form_is_the_json_value() -> None:
     assert page.entries[1].content == value
     assert page.entries[1].content_type == "application/vnd.x+json"
     assert page.entries[2].content == "a,b\n1,2\n"  # the trailing newline too
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [('{"a":[1,2.5]}', {"a": [1, 2.5]}), (' {"a":1}\n', {"a": 1}), ("7", 7), ('"x" ', "x")],
+)
+def test_json_content_with_or_without_whitespace_around_it(text: str, value: object) -> None:
+    content = b'<content type="text" xmlns:q="https://simplefeed.dev/ns/1.0" '
+    content += b'q:type="application/json">%s</content>' % escape(text).encode()
+    page = both("http://x.test/pages/2", doc(entry(1, content)))
+    assert page.entries[0].content == value
+
+
+@pytest.mark.parametrize("text", ['{"a":1} 2', "[1,", "", " ", "NaN", "1e400", "[" * 5000])
+def test_json_content_that_is_not_one_json_value_is_refused(text: str) -> None:
+    content = b'<content type="text" xmlns:q="https://simplefeed.dev/ns/1.0" '
+    content += b'q:type="application/json">%s</content>' % escape(text).encode()
+    for parser in PARSERS:
+        with pytest.raises(MalformedPage, match="not JSON"):
+            parse_page("http://x.test/pages/2", doc(entry(1, content)), parser=parser)
 
 
 @pytest.mark.parametrize(

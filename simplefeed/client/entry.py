@@ -10,12 +10,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from json.encoder import encode_basestring
-from typing import Any
+from typing import Any, TypeVar
 
 from simplefeed import jsontext
 from simplefeed.lines import BIDI
 
-__all__ = ["EntryAuthor", "EntryCategory", "EntryLink", "FeedEntry", "entry_json", "json_text"]
+__all__ = [
+    "EntryAuthor",
+    "EntryCategory",
+    "EntryLink",
+    "FeedEntry",
+    "entry_json",
+    "json_text",
+    "made",
+]
 
 #: The characters written as ``\uXXXX`` escapes, which read back as the same characters.
 #:
@@ -50,6 +58,23 @@ def _escaped(text: str) -> str:
     if text.isascii():  # A flag of the string, so the common case costs no scan.
         return text
     return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_Value = TypeVar("_Value")
+
+
+def made(cls: type[_Value], fields: dict[str, Any]) -> _Value:
+    """Return ``cls(**fields)`` for one of this module's frozen dataclasses, in one step.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``. For a
+    :class:`FeedEntry` with its link and categories, that was an eighth of reading an entry. So
+    the parser hands over the instance's dict whole. ``fields`` must hold every field of
+    ``cls`` and nothing else. ``tests/test_client_units.py`` checks that parsed values equal
+    those ``__init__`` makes.
+    """
+    value = object.__new__(cls)
+    object.__setattr__(value, "__dict__", fields)
+    return value
 
 
 @dataclass(frozen=True)
