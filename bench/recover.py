@@ -64,7 +64,7 @@ def recover_command(batch: int | None) -> list[str]:
     return [sys.executable, "-c", program]
 
 
-def trial(directory: Path, pages: int, page_size: int, batch: int | None) -> dict[str, float]:
+def recovery(directory: Path, pages: int, page_size: int, batch: int | None) -> dict[str, float]:
     database = directory / "simplefeed.sqlite3"
     settings = Settings(
         database_url=f"sqlite:///{database}",
@@ -136,7 +136,7 @@ def main() -> None:
     print("pages taken back  entries  wall s  CPU s  pages/s  entries/s  peak RSS MiB")
     for pages in args.pages:
         with tempfile.TemporaryDirectory(prefix="sf-recover-") as tmp:
-            r = trial(Path(tmp), pages, args.page_size, args.batch)
+            r = recovery(Path(tmp), pages, args.page_size, args.batch)
         print(
             f"{r['pages']:17.0f}  {r['entries']:7.0f}  {r['wall_s']:6.2f}  {r['cpu_s']:5.2f}"
             f"  {r['pages'] / r['wall_s']:7.0f}  {r['entries'] / r['wall_s']:9.0f}"

@@ -952,7 +952,7 @@ def test_a_following_consumer_asked_to_stop_ends_within_moments_checkpoint_store
     """A service stopping its consumer (a thread, SIGTERM's handler) while it holds a long
     poll: `close()` from another thread raised "generator already executing", closed the state
     file under the loop, which then failed a minute later with StateError and left a socket
-    open; a `stop()` flag was looked at only after the 30 s poll (a library user's trial).
+    open; a `stop()` flag was looked at only after the 30 s poll.
     Now the iteration ends within moments, its checkpoint stored, and the consumer can
     iterate again."""
     live.publish(3)

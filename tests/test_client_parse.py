@@ -756,7 +756,7 @@ def test_a_corpus_reads_the_same_with_either_parser_and_exactly_as_published(
     assert as_json["links"][1]["length"] == 12 and as_json["published"]
     # Inline XML in the form the producer wrote it, its namespace the default one again (the
     # server writes c0:svg; the consumer gave <ns0:svg xmlns:ns0=...> for any element with an
-    # attribute, a newcomer's trial), where that form has no comment or CDATA section.
+    # attribute), where that form has no comment or CDATA section.
     for number in (0, 1):
         assert by_title[f"XML {number}"].content == XML_SAMPLES[number][1]
     assert by_title["XML 3"].content == (  # another namespace declared once, at the top

@@ -183,7 +183,7 @@ def test_archive_verify_follows_the_chain(
 def test_archive_verify_names_the_default_feeds_files_a_new_database_lacks(
     core: Simplefeed, client: falcon.testing.TestClient, settings: Settings, tmp_path: Path
 ) -> None:
-    """An outside trial: an archive with the default feed's pages beside a new, empty
+    """An archive with the default feed's pages beside a new, empty
     database passed ("checked 0 archived pages, 0 problems"), while a named feed's files were
     named; ``serve`` refuses such a database."""
     post(client, 2 * PAGE_SIZE, "batch")

@@ -535,7 +535,7 @@ def test_metrics_add_up_across_worker_processes(tmp_path: Path) -> None:
 
 
 def test_a_graceful_reload_brings_the_service_back(tmp_path: Path) -> None:
-    """A fault trial: `kill -HUP` on the master (uWSGI's graceful reload) ended the service.
+    """`kill -HUP` on the master (uWSGI's graceful reload) ended the service.
     uWSGI ran again the interpreter under pyuwsgi's script, not the venv's ("No module named
     'pyuwsgi'"), and had removed the metrics directory (its exit hook runs before a reload),
     which every new worker then failed on. Now it comes back, with its entries, and goes on."""

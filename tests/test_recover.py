@@ -68,7 +68,7 @@ def post(client: falcon.testing.TestClient, batch: list[dict[str, Any]]) -> None
 
 
 @dataclass
-class Trial:
+class Recovery:
     """Hold the original database's closed core, the restored one's, and what the original held.
 
     What it held is every entry and every page's bytes.
@@ -82,13 +82,13 @@ class Trial:
 
 
 @pytest.fixture
-def trial(
+def recovery(
     core: Simplefeed,
     token: str,
     clock: FakeClock,
     tmp_path: Path,
     postgres: PostgresDatabases | None,
-) -> Iterator[Trial]:
+) -> Iterator[Recovery]:
     batches = _batches()
     client = app_client(core, token)
     for batch in batches[:6]:
@@ -113,7 +113,7 @@ def trial(
         later.close()
     settings = replace(core.settings, database_url=copy)
     restored = Simplefeed(settings, clock=clock, new_uuid=core.new_uuid)
-    yield Trial(settings, restored, sorted(entries, key=lambda e: e.seq), files, head)
+    yield Recovery(settings, restored, sorted(entries, key=lambda e: e.seq), files, head)
     restored.close()
     if postgres is not None and not copy.startswith("sqlite"):
         postgres.release(copy)
@@ -154,19 +154,19 @@ def as_pages_show_it(entry: Entry, locator_base: str) -> Event:
 
 @pytest.mark.parametrize("batch", [64, 2])
 def test_recover_takes_back_every_page_and_the_feed_goes_on(
-    trial: Trial, token: str, clock: FakeClock, batch: int, monkeypatch: pytest.MonkeyPatch
+    recovery: Recovery, token: str, clock: FakeClock, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Recover takes back every page, and the feed goes on.
 
     It works in one transaction, or two pages at a time with ``batch``.
     """
     monkeypatch.setattr("simplefeed.service.maintenance.RECOVERY_BATCH", batch)
-    core = trial.restored
+    core = recovery.restored
     with pytest.raises(ArchiveAhead):
         core.check_archive()
     (done,) = core.recover_archive()
-    last = len(trial.files)
-    frozen = trial.backed_up_head // 5
+    last = len(recovery.files)
+    frozen = recovery.backed_up_head // 5
     assert (done.feed, done.created, done.pages, done.problem, done.unwritten) == (
         "events",
         False,
@@ -174,26 +174,28 @@ def test_recover_takes_back_every_page_and_the_feed_goes_on(
         None,
         [],
     )
-    assert done.entries == last * 5 - trial.backed_up_head
+    assert done.entries == last * 5 - recovery.backed_up_head
     core.check_archive()  # The service starts.
     assert core.verify_archive().problems == []
     feed = core.feed("events")
     assert feed.head_seq == last * 5
-    assert feed.head_updated_us == trial.entries[last * 5 - 1].updated_us
-    for number, body in trial.files.items():
+    assert feed.head_updated_us == recovery.entries[last * 5 - 1].updated_us
+    for number, body in recovery.files.items():
         assert core.page(feed, number).body == body
         assert core.rerender(feed, number) == body
     # Every entry: its number, id, times, and the producer's event as the pages show it.
     locator_base = core.urls("events").locator_base
     recovered = core.store.entries_between(feed.id, 1, feed.head_seq)
-    for before, after in zip(trial.entries, sorted(recovered, key=lambda e: e.seq), strict=False):
+    for before, after in zip(
+        recovery.entries, sorted(recovered, key=lambda e: e.seq), strict=False
+    ):
         assert (after.seq, after.id, after.updated_us, after.published_us) == (
             before.seq,
             before.id,
             before.updated_us,
             before.published_us,
         )
-        if before.seq <= trial.backed_up_head:
+        if before.seq <= recovery.backed_up_head:
             assert after.event == before.event  # The database's own, untouched.
             continue
         expected = as_pages_show_it(before, locator_base)
@@ -211,8 +213,8 @@ def test_recover_takes_back_every_page_and_the_feed_goes_on(
     # happened (`published`), which the producer left to the server, the retry is a replay.
     # Without it, the retry is a conflict, because the page cannot tell that the time was left
     # out (simplefeed.service.recovery).
-    (original,) = (e for e in trial.entries if e.id == "urn:example:order:7")
-    assert original.seq > trial.backed_up_head and original.event.updated_us is None
+    (original,) = (e for e in recovery.entries if e.id == "urn:example:order:7")
+    assert original.seq > recovery.backed_up_head and original.event.updated_us is None
     retry = {"title": "Explicit urn id", "id": original.id}
     stamped = {**retry, "updated": rfc3339(original.published_us)}
     assert client.simulate_post("/entries", json=stamped).status_code == 200
@@ -333,7 +335,7 @@ def test_a_page_another_process_froze_since_the_feed_was_read_is_not_ahead(
 
 
 def test_a_page_file_past_a_gap_is_said_by_every_command_that_meets_it(
-    trial: Trial, tmp_path: Path
+    recovery: Recovery, tmp_path: Path
 ) -> None:
     """A page file past a gap is said by every command that meets it.
 
@@ -342,9 +344,9 @@ def test_a_page_file_past_a_gap_is_said_by_every_command_that_meets_it(
     on, or page 9 would be archived again over a file that holds other entries. Pages past the
     gap cannot be taken back, because nothing vouches for the chain.
     """
-    core = trial.restored
-    frozen = trial.backed_up_head // 5
-    last = len(trial.files)
+    core = recovery.restored
+    frozen = recovery.backed_up_head // 5
+    last = len(recovery.files)
     assert last >= frozen + 3
     lose(core, frozen + 1)
     for other in ("\u00b2", "7.txt", "08"):  # No page's. int("²") must not end it in exit 70.
@@ -362,19 +364,21 @@ def test_a_page_file_past_a_gap_is_said_by_every_command_that_meets_it(
     problems = core.verify_archive().problems
     assert problems and all(f"nor the archive page {frozen + 1}" in p for p in problems)
     assert all("cannot take it back" in p for p in problems)
-    assert core.feed("events").head_seq == trial.backed_up_head
-    upgrade = cli_on(trial.settings, tmp_path, "db", "upgrade")
+    assert core.feed("events").head_seq == recovery.backed_up_head
+    upgrade = cli_on(recovery.settings, tmp_path, "db", "upgrade")
     assert upgrade.returncode == 1 and f"but not page {frozen + 1}" in upgrade.stderr
-    recover = cli_on(trial.settings, tmp_path, "archive", "recover")
+    recover = cli_on(recovery.settings, tmp_path, "archive", "recover")
     assert recover.returncode == 1, (recover.stdout, recover.stderr)
     assert "nothing to take back" not in recover.stdout
     assert "the service does not start while they are there" in recover.stderr
 
 
-def test_recover_takes_back_the_pages_before_a_gap_and_says_what_is_past_it(trial: Trial) -> None:
-    core = trial.restored
-    frozen = trial.backed_up_head // 5
-    last = len(trial.files)
+def test_recover_takes_back_the_pages_before_a_gap_and_says_what_is_past_it(
+    recovery: Recovery,
+) -> None:
+    core = recovery.restored
+    frozen = recovery.backed_up_head // 5
+    last = len(recovery.files)
     lose(core, frozen + 2)
     (done,) = core.recover_archive()
     assert done.pages == range(frozen + 1, frozen + 2)
@@ -409,15 +413,15 @@ def damage(path: Path, old: bytes, new: bytes, *, copies: bool = True) -> None:
 
 
 def test_a_damaged_page_file_is_taken_back_from_its_copy_and_written_again(
-    trial: Trial,
+    recovery: Recovery,
 ) -> None:
-    core = trial.restored
-    first = trial.backed_up_head // 5 + 1
-    last = len(trial.files)
+    core = recovery.restored
+    first = recovery.backed_up_head // 5 + 1
+    last = len(recovery.files)
     for number, cut in ((first, 100), (last, 0)):  # Cut short, and a bit flipped in a title.
         path = core.page_path("events", number)
         if cut:
-            path.write_bytes(trial.files[number][:cut])
+            path.write_bytes(recovery.files[number][:cut])
         else:
             damage(path, b"<title>", b"<title>X", copies=False)
     core.page_path("events", first + 1).unlink()  # A file gone, its copies there.
@@ -427,15 +431,15 @@ def test_a_damaged_page_file_is_taken_back_from_its_copy_and_written_again(
         core.page_path("events", n) for n in (first, first + 1, last)
     )
     for number in range(first, last + 1):
-        assert core.page_path("events", number).read_bytes() == trial.files[number]
+        assert core.page_path("events", number).read_bytes() == recovery.files[number]
     assert core.verify_archive().problems == []
 
 
 def test_a_damaged_page_stops_the_recovery_before_it_and_stores_nothing_of_it(
-    trial: Trial,
+    recovery: Recovery,
 ) -> None:
-    core = trial.restored
-    frozen = trial.backed_up_head // 5
+    core = recovery.restored
+    frozen = recovery.backed_up_head // 5
     bad = frozen + 2
     damage(core.page_path("events", bad), b"<title>", b"<title>X")
     (done,) = core.recover_archive()
@@ -451,7 +455,7 @@ def test_a_damaged_page_stops_the_recovery_before_it_and_stores_nothing_of_it(
 
 @pytest.mark.parametrize("batch", [64, 1])
 def test_an_edit_that_renders_alike_is_told_by_the_next_page(
-    trial: Trial, batch: int, monkeypatch: pytest.MonkeyPatch
+    recovery: Recovery, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An edit that renders alike is told by the next page.
 
@@ -460,17 +464,17 @@ def test_an_edit_that_renders_alike_is_told_by_the_next_page(
     batch, or in the next batch's first page.
     """
     monkeypatch.setattr("simplefeed.service.maintenance.RECOVERY_BATCH", batch)
-    core = trial.restored
-    edited = trial.backed_up_head // 5 + 2
+    core = recovery.restored
+    edited = recovery.backed_up_head // 5 + 2
     path = core.page_path("events", edited)
-    title = trial.entries[edited * 5 - 1].event.title.encode()
+    title = recovery.entries[edited * 5 - 1].event.title.encode()
     damage(path, b"<title>" + title, b"<title>" + title.swapcase())
     (done,) = core.recover_archive()
     assert done.pages == range(edited - 1, edited)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert done.problem == (
         f"page {edited}: its bytes (SHA-256 {digest}) are not those page {edited + 1} gives it"
-        f" ({hashlib.sha256(trial.files[edited]).hexdigest()}): damaged or edited"
+        f" ({hashlib.sha256(recovery.files[edited]).hexdigest()}): damaged or edited"
     )
     assert core.feed("events").head_seq == (edited - 1) * 5
 
@@ -490,26 +494,28 @@ def test_an_edit_that_renders_alike_is_told_by_the_next_page(
         (b"</published>", b"</published><published>x</published>", "could not have written"),
     ],
 )
-def test_a_page_that_is_not_ours_is_named(trial: Trial, old: bytes, new: bytes, said: str) -> None:
+def test_a_page_that_is_not_ours_is_named(
+    recovery: Recovery, old: bytes, new: bytes, said: str
+) -> None:
     """A page that is not ours is named.
 
     The first page file past the database's that holds ``old`` gets ``new`` in its place. The
     pages before it are taken back. It is named, and nothing of it is stored.
     """
-    core = trial.restored
-    first = trial.backed_up_head // 5 + 1
-    bad = next(n for n in range(first, len(trial.files) + 1) if old in trial.files[n])
+    core = recovery.restored
+    first = recovery.backed_up_head // 5 + 1
+    bad = next(n for n in range(first, len(recovery.files) + 1) if old in recovery.files[n])
     damage(core.page_path("events", bad), old, new)
     (done,) = core.recover_archive()
     assert done.pages == range(first, bad)
     assert done.problem is not None and done.problem.startswith(f"page {bad}")
     assert said in done.problem
-    assert core.feed("events").head_seq == max((bad - 1) * 5, trial.backed_up_head)
+    assert core.feed("events").head_seq == max((bad - 1) * 5, recovery.backed_up_head)
 
 
-def test_a_page_whose_next_page_cannot_be_read_is_not_vouched_for(trial: Trial) -> None:
-    core = trial.restored
-    first = trial.backed_up_head // 5 + 1
+def test_a_page_whose_next_page_cannot_be_read_is_not_vouched_for(recovery: Recovery) -> None:
+    core = recovery.restored
+    first = recovery.backed_up_head // 5 + 1
     damage(core.page_path("events", first + 1), b"</feed>", b"")
     (done,) = core.recover_archive()
     assert (done.pages, done.problem) == (
@@ -521,7 +527,7 @@ def test_a_page_whose_next_page_cannot_be_read_is_not_vouched_for(trial: Trial) 
 
 @pytest.mark.parametrize("reused", [False, True])
 def test_a_database_published_to_since_it_was_restored_is_not_the_archive_past(
-    trial: Trial, tmp_path: Path, reused: bool
+    recovery: Recovery, tmp_path: Path, reused: bool
 ) -> None:
     """A database published to since it was restored is not the archive's past.
 
@@ -530,12 +536,12 @@ def test_a_database_published_to_since_it_was_restored_is_not_the_archive_past(
     the file's newest id of that page, stored under the database's next number. The page is
     named, and nothing is stored.
     """
-    core = trial.restored
+    core = recovery.restored
     pages = core.page_path("events", 1).parent
     aside = tmp_path / "aside"
     shutil.move(pages, aside)
-    seq = trial.backed_up_head + 1
-    newest = trial.entries[(seq // 5 + 1) * 5 - 1]
+    seq = recovery.backed_up_head + 1
+    newest = recovery.entries[(seq // 5 + 1) * 5 - 1]
     core.publish("events", [Event(title="after the restore", id=newest.id if reused else None)])
     assert not pages.exists()  # No page was archived.
     shutil.move(aside, pages)
@@ -548,7 +554,7 @@ def test_a_database_published_to_since_it_was_restored_is_not_the_archive_past(
         )
     else:
         assert "the database holds entry 'urn:uuid:" in done.problem
-        assert f"as number {seq}, the file {trial.entries[seq - 1].id!r}" in done.problem
+        assert f"as number {seq}, the file {recovery.entries[seq - 1].id!r}" in done.problem
     assert core.feed("events").head_seq == seq
 
 
@@ -593,13 +599,13 @@ def document(feed: Feed, entries: tuple[Entry, ...], locator_base: str) -> Any:
 
 
 def test_the_command_says_what_it_took_back_and_exits_by_the_outcome(
-    trial: Trial, tmp_path: Path
+    recovery: Recovery, tmp_path: Path
 ) -> None:
-    settings = trial.settings
-    trial.restored.close()
-    frozen = trial.backed_up_head // 5
-    last = len(trial.files)
-    bad = trial.settings.archive_dir / "pages" / str(last)
+    settings = recovery.settings
+    recovery.restored.close()
+    frozen = recovery.backed_up_head // 5
+    last = len(recovery.files)
+    bad = recovery.settings.archive_dir / "pages" / str(last)
     damage(bad, b"<title>", b"<title>X")
     done = cli_on(settings, tmp_path, "archive", "recover")
     assert done.returncode == 1, done.stderr
@@ -607,12 +613,12 @@ def test_the_command_says_what_it_took_back_and_exits_by_the_outcome(
     assert lines[0].startswith(f"recovering archive {settings.archive_dir} into database ")
     assert lines[1:] == [
         f"feed 'events': took back pages {frozen + 1}-{last - 1}"
-        f" ({(last - 1) * 5 - trial.backed_up_head} entries)"
+        f" ({(last - 1) * 5 - recovery.backed_up_head} entries)"
     ]
     assert done.stderr.startswith(f"feed 'events': page {last}: its entries, read back,")
     assert "(docs/how-to/backup.md)" in done.stderr
     # The operator puts the file back, from a cache or a copy. The rest is taken back.
-    bad.write_bytes(trial.files[last])
+    bad.write_bytes(recovery.files[last])
     done = cli_on(settings, tmp_path, "archive", "recover")
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines()[1:] == [
@@ -631,13 +637,13 @@ def test_the_command_says_what_it_took_back_and_exits_by_the_outcome(
 
 
 @pytest.mark.parametrize("what", ["unreadable file", "no such feed"])
-def test_the_command_could_not_check(trial: Trial, tmp_path: Path, what: str) -> None:
-    trial.restored.close()
-    settings = trial.settings
+def test_the_command_could_not_check(recovery: Recovery, tmp_path: Path, what: str) -> None:
+    recovery.restored.close()
+    settings = recovery.settings
     args: tuple[str, ...] = ("--feed", "nope")
     said = "no feed named 'nope'"
     if what == "unreadable file":  # A directory where the next page file should be.
-        path = settings.archive_dir / "pages" / str(trial.backed_up_head // 5 + 1)
+        path = settings.archive_dir / "pages" / str(recovery.backed_up_head // 5 + 1)
         shutil.rmtree(path.parent)
         path.mkdir(parents=True)
         args, said = (), f"{path}: cannot be read"
