@@ -14,6 +14,7 @@ import io
 import os
 import subprocess
 import time
+import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,14 @@ def test_a_page_whose_file_cannot_be_written_back_is_served_and_logged_once_a_mi
     """
     from simplefeed.app import resources
 
-    monkeypatch.setattr(resources, "UNFILED_RETRY_S", 3.0)  # A minute, shortened.
+    # The resource's clock, which the test moves on by a minute below.
+    later = types.SimpleNamespace(offset=0.0)
+    clock = types.SimpleNamespace(
+        monotonic=lambda: time.monotonic() + later.offset,
+        strftime=time.strftime,
+        gmtime=time.gmtime,
+    )
+    monkeypatch.setattr(resources, "time", clock)
     post(client, 2 * PAGE_SIZE + 1, "batch")
     path = core.page_path("events", 1)
     expected = path.read_bytes()
@@ -197,7 +205,7 @@ def test_a_page_whose_file_cannot_be_written_back_is_served_and_logged_once_a_mi
         assert caplog.text.count("could not write archive file") == 1
     finally:
         subprocess.run(["chattr", "-i", str(path.parent)], check=True)
-    time.sleep(3.0)
+    later.offset = resources.UNFILED_RETRY_S  # A minute on: the file is tried again.
     assert client.simulate_get("/pages/1").content == expected
     assert path.read_bytes() == expected  # Written back now that it can be.
 
