@@ -172,7 +172,7 @@ def main() -> None:
         if args.ini is not None:
             text = re.sub(r"(?m)^module = .*$", f"module = {MINIMAL}", args.ini.read_text())
             route.write_text(re.sub(r"(?m)^threads = \d+$", "threads = 1", text))
-        built = plugin.plugin_for(str(UWSGI), plugin.pyuwsgi_module(), os.environ)
+        built = plugin.built_here(os.environ)
         base = per_request(mapped, "/static/pages/1", args.requests, workdir, env)
         with_plugin = per_request(
             route, "/pages/1", args.requests, workdir, {**env, "SIMPLEFEED_PAGE_PLUGIN": str(built)}

@@ -230,9 +230,7 @@ class Event:
         have a fixed shape, so they are written field by field with the same string escapes.
         Tests hold them equal to the general ones.
         """
-        canonical = _canonical_json(self)
-        digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
-        return digest, _stored_json(self)
+        return _digest(_canonical_json(self)), _stored_json(self)
 
     def _plain(self) -> dict[str, Any]:
         """``plain(self)``, written out for this class.
@@ -324,7 +322,11 @@ def locator_segment(entry_id: str) -> str:
 
 
 def _fingerprint(data: dict[str, Any]) -> str:
-    canonical = _CANONICAL_JSON(data)
+    return _digest(_CANONICAL_JSON(data))
+
+
+def _digest(canonical: str) -> str:
+    """A fingerprint: the SHA-256 of an event's canonical JSON."""
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 

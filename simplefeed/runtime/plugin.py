@@ -3,9 +3,9 @@
 ``simplefeed serve`` builds it once per source and uWSGI build, into a cache directory, and
 hands its path to uwsgi.ini in SIMPLEFEED_PAGE_PLUGIN. Its one routing action checks a page
 request in one pass and calls uWSGI's own static file serving. Without it, uwsgi.ini's routing
-rules do the same checks one rule at a time, which cost a page about twice the instructions
-(docs/benchmarks.md, "The static route"). So a machine without a C compiler still serves
-archived pages without Python, only slower.
+rules do the same checks one rule at a time, for more than twice the instructions a page
+(docs/benchmarks.md, "Archived pages as static files"). So a machine without a C compiler
+still serves archived pages without Python, only slower.
 """
 
 from __future__ import annotations
@@ -48,8 +48,22 @@ def cache_directory(environ: Mapping[str, str]) -> Path:
 
 
 def compiler(environ: Mapping[str, str]) -> list[str]:
-    """The C compiler's command: $CC, else the one Python was built with, else ``cc``."""
-    return shlex.split(environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    """The C compiler's command: $CC, else the one Python was built with, else ``cc``.
+
+    Raises :class:`PluginUnavailable` when that command is not on PATH.
+    """
+    cc = shlex.split(environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    if shutil.which(cc[0]) is None:
+        raise PluginUnavailable(f"no C compiler: {cc[0]!r} is not on PATH")
+    return cc
+
+
+def built_here(environ: Mapping[str, str]) -> Path:
+    """The plugin for the uWSGI of this Python's environment, built now if need be."""
+    uwsgi = Path(sys.executable).with_name("uwsgi")
+    if not uwsgi.exists():
+        raise PluginUnavailable(f"no {uwsgi}")
+    return plugin_for(str(uwsgi), pyuwsgi_module(), environ)
 
 
 def plugin_for(uwsgi: str, module: Path, environ: Mapping[str, str]) -> Path:
@@ -86,8 +100,6 @@ def _build(uwsgi: str, module: Path, scratch: Path, environ: Mapping[str, str]) 
     module's symbols privately, where a plugin loaded after it cannot find them.
     """
     cc = compiler(environ)
-    if shutil.which(cc[0]) is None:
-        raise PluginUnavailable(f"no C compiler: {cc[0]!r} is not on PATH")
     (scratch / "uwsgi.h").write_text(_uwsgi_output(uwsgi, "--dot-h"))
     built = scratch / "simplefeed_pages_plugin.so"
     command = [*cc, "-shared", *shlex.split(_uwsgi_output(uwsgi, "--cflags"))]
@@ -120,9 +132,8 @@ def _uwsgi_output(uwsgi: str, option: str) -> str:
 
 def main() -> None:
     """Build the plugin for this environment's uWSGI, and say where it is or why it is not."""
-    uwsgi = Path(sys.executable).with_name("uwsgi")
     try:
-        built = plugin_for(str(uwsgi), pyuwsgi_module(), os.environ)
+        built = built_here(os.environ)
     except PluginUnavailable as exc:
         print(f"simplefeed: cannot build the page plugin ({exc}); serve goes on without it")
         return

@@ -129,21 +129,18 @@ def _check_service(settings: Settings, base_url: str) -> str | None:
 def _page_plugin(env: dict[str, str]) -> None:
     """Build the plugin that serves archived pages, and name it to uwsgi.ini in ``env``.
 
-    Without it the routing rules of uwsgi.ini serve them, at about half the speed, so the
-    start goes on and says why.
+    Without it the routing rules of uwsgi.ini serve them, for more CPU a page, so the start
+    goes on and says why.
     """
     from simplefeed.runtime import plugin
 
     env.pop("SIMPLEFEED_PAGE_PLUGIN", None)
-    uwsgi = Path(sys.executable).with_name("uwsgi")
     try:
-        if not uwsgi.exists():
-            raise plugin.PluginUnavailable(f"no {uwsgi}")
-        built = plugin.plugin_for(str(uwsgi), plugin.pyuwsgi_module(), env)
+        built = plugin.built_here(env)
     except plugin.PluginUnavailable as exc:
         click.echo(
             f"simplefeed: warning: cannot build the page plugin ({exc}), so uWSGI's routing"
-            " rules serve archived pages, at about half the speed",
+            " rules serve archived pages, for more CPU a page",
             err=True,
         )
         return
