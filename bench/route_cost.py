@@ -15,8 +15,9 @@ callgrind, which counts only while a worker reads, answers or closes a request. 
 one kept-alive connection asks for the page N times, one request at a time. Each figure is the
 difference between two runs, of ``--requests`` and of 200 requests, divided by the difference
 in requests, so that start-up and the first requests cancel out. The kernel's work (system
-calls, sendfile) is not counted. The static route makes one system call more than
-``static-map``: the ``isfile`` test's stat.
+calls, sendfile) is not counted. The routing rules make one system call more than
+``static-map``, the ``isfile`` test's stat. The plugin makes one ``stat``, where ``static-map``
+resolves the whole path with ``realpath``.
 
 The rows under the routing rules split their cost by uWSGI function, inclusive of what each
 calls.
